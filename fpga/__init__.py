@@ -1,0 +1,1 @@
+"""FPGA builds: boards, synthesis, place and route, flashing."""

@@ -1,0 +1,1 @@
+"""Golden models, cocotb testbenches and the harness that builds and runs them."""

