@@ -1,0 +1,46 @@
+import pytest
+
+from tpu import TPUConfig, ConfigError
+
+
+def test_defaults_are_an_8x8_chip():
+    config = TPUConfig()
+    assert (config.rows, config.cols) == (8, 8)
+    assert config.weight_fifo_tiles == 4
+    assert config.tile_bytes == 64
+    assert config.name == "8x8"
+
+
+@pytest.mark.parametrize("name", TPUConfig.field_names())
+@pytest.mark.parametrize("offset", ["below", "above"])
+def test_out_of_range_names_the_field_and_range(name, offset):
+    low, high = {
+        "rows": (1, 256), "cols": (1, 256), "acc_rows": (1, 1 << 16), "ub_rows": (1, 1 << 20),
+        "weight_fifo_tiles": (1, 64), "weight_mem_tiles": (1, 1 << 20),
+        "weight_mem_latency": (0, 1024), "weight_mem_bytes_per_cycle": (1, 1 << 16),
+    }[name]
+    value = low - 1 if offset == "below" else high + 1
+    with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
+        TPUConfig(**{name: value})
+
+
+@pytest.mark.parametrize("value", [8.0, "8", True, None])
+def test_non_int_is_a_type_error(value):
+    with pytest.raises(TypeError, match="TPUConfig.rows must be an int"):
+        TPUConfig(rows=value)
+
+
+def test_frozen_and_replace_validates():
+    config = TPUConfig(rows=4, cols=16)
+    with pytest.raises(AttributeError):
+        config.rows = 5
+    assert config.replace(cols=2) == TPUConfig(rows=4, cols=2)
+    with pytest.raises(ConfigError, match="cols"):
+        config.replace(cols=300)
+
+
+def test_extremes_are_allowed():
+    TPUConfig(rows=1, cols=1, acc_rows=1, ub_rows=1)
+    big = TPUConfig(rows=256, cols=256)
+    assert big.acc_addr_width == 9
+    assert TPUConfig(acc_rows=1).acc_addr_width == 1

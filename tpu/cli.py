@@ -1,0 +1,162 @@
+"""The ``tpu`` command line.
+
+Commands
+--------
+tpu verilog   write the Verilog of a configuration
+tpu sim       run the cocotb testbenches of a configuration under a simulator
+tpu demo      the main job on the default configuration
+"""
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+from .config import TPUConfig, ConfigError
+
+
+__all__ = ["main"]
+
+
+class CommandError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        # One line, naming what was wrong, instead of usage plus message.
+        raise CommandError(f"{message} (see '{self.prog} --help')")
+
+
+def _add_config_options(parser):
+    group = parser.add_argument_group("chip configuration")
+    for name in TPUConfig.field_names():
+        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, metavar="N",
+                           help=f"{TPUConfig.describe(name)}; default {getattr(TPUConfig(), name)}")
+
+
+def _config_from(args):
+    values = {name: getattr(args, name) for name in TPUConfig.field_names()
+              if getattr(args, name, None) is not None}
+    try:
+        return TPUConfig(**values)
+    except (ConfigError, TypeError) as error:
+        raise CommandError(str(error)) from None
+
+
+def _verilog_summary(text, module):
+    """The ports of `module` in `text`, as (direction, bits, name)."""
+    body = re.search(rf"^module {module}\b(.*?)^endmodule", text, re.M | re.S).group(1)
+    return [(direction, int(msb) + 1 if msb else 1, name) for direction, msb, name in
+            re.findall(r"^\s*(input|output)\s*(?:\[(\d+):0\])?\s*(\w+)\s*;", body, re.M)]
+
+
+def cmd_verilog(args):
+    from .hdl.verilog import generate_verilog
+    config = _config_from(args)
+    text = generate_verilog(config)
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        path = Path(args.output)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        except OSError as error:
+            raise CommandError(f"cannot write {path}: {error.strerror}") from None
+        print(f"wrote {path} ({len(text.splitlines())} lines) for {config.name}", file=sys.stderr)
+    return 0
+
+
+def cmd_sim(args):
+    from .sim.harness import SIMULATORS, missing_simulator, run
+    config = _config_from(args)
+    reason = missing_simulator(args.sim)
+    if reason:
+        raise CommandError(reason)
+    seed = args.seed if args.seed is not None else int(time.time()) % 1000000
+    print(f"{config.name} under {args.sim}, seed {seed}")
+    tests, failures = run(config, args.sim, "tpu.sim.tb_matrix_engine",
+                          testcase=args.testcase, seed=seed)
+    print(f"{tests - failures} passed, {failures} failed")
+    return 1 if failures or not tests else 0
+
+
+def cmd_demo(args):
+    import numpy as np
+    from .hdl.verilog import generate_verilog, TOP_NAME
+    from .sim.matrix_engine_model import MatMul, MatrixEngineModel
+    config = _config_from(args)
+    started = time.perf_counter()
+    text = generate_verilog(config)
+    elapsed = time.perf_counter() - started
+    path = Path(args.output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    module = TOP_NAME
+    ports = _verilog_summary(text, module)
+    print(f"configuration: {config}")
+    print(f"module {module}: {len(text.splitlines())} lines of Verilog in {path} "
+          f"(generated in {elapsed:.2f} s)")
+    print(f"  {'port':<24} {'dir':<6} {'bits':>5}")
+    for direction, width, name in ports:
+        print(f"  {name:<24} {direction:<6} {width:>5}")
+    latency = config.rows + config.cols + 2
+    print(f"array: {config.rows}x{config.cols} int8 MACs, peak {config.peak_macs_per_cycle} "
+          f"MAC/cycle, row latency {latency} cycles, accumulators {config.acc_rows}x{config.cols} int32")
+
+    rng = np.random.default_rng(0)
+    model = MatrixEngineModel(config)
+    x = rng.integers(0, 256, size=(4, config.rows))
+    w = rng.integers(-128, 128, size=(config.rows, config.cols))
+    model.push_tile(w)
+    model.matmul(MatMul(x, 0, unsigned=True, switch=True))
+    ok = np.array_equal(model.acc[:4], x @ w)
+    print(f"golden model: 4 uint8 rows x one tile {'matches' if ok else 'DIFFERS FROM'} numpy")
+    return 0 if ok else 1
+
+
+def _parser():
+    parser = _Parser(prog="tpu", description="An open TPU-v1-class inference accelerator.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = commands.add_parser("verilog", help="write the Verilog of a configuration")
+    _add_config_options(p)
+    p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
+    p.set_defaults(func=cmd_verilog)
+
+    p = commands.add_parser("sim", help="run the RTL testbenches of a configuration")
+    _add_config_options(p)
+    p.add_argument("--sim", choices=["icarus", "verilator"], default="icarus",
+                   help="simulator (default icarus)")
+    p.add_argument("--seed", type=int, help="random seed (default: new each run)")
+    p.add_argument("--testcase", help="run one testcase only")
+    p.set_defaults(func=cmd_sim)
+
+    p = commands.add_parser("demo", help="generate the default chip and summarise it")
+    _add_config_options(p)
+    p.add_argument("-o", "--output", metavar="FILE", default="build/tpu_matrix_engine.v",
+                   help="where to write the Verilog (default build/tpu_matrix_engine.v)")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv=None):
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return args.func(args)
+    except CommandError as error:
+        print(f"tpu: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tpu: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
