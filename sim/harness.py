@@ -103,14 +103,19 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
     return build_dir
 
 
-def run(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None, toplevel=None):
-    """Run cocotb `test_module` on the model of `config`; return (tests, failures)."""
+def run(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None, toplevel=None,
+        verilog_source=None):
+    """Run cocotb `test_module` on the model of `config`; return (tests, failures).
+
+    The model is the matrix engine unless `verilog_source` (with `toplevel`,
+    its module name) gives another design.
+    """
     from ..hdl.verilog import TOP_NAME
     from cocotb_tools.runner import get_runner
     from cocotb_tools.check_results import get_results
 
     toplevel = toplevel or TOP_NAME
-    build_dir = build(config, simulator, toplevel=toplevel)
+    build_dir = build(config, simulator, toplevel=toplevel, verilog_source=verilog_source)
     runner = get_runner(simulator)
     test_dir = build_dir / "runs" / f"{testcase or 'all'}-{seed}"
     test_dir.mkdir(parents=True, exist_ok=True)
@@ -119,19 +124,34 @@ def run(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None
         "TPU_SEED": str(seed),
         **(extra_env or {}),
     }
-    results = runner.test(
-        test_module=test_module,
-        hdl_toplevel=toplevel,
-        hdl_toplevel_lang="verilog",
-        testcase=testcase,
-        seed=seed,
-        build_dir=build_dir,
-        test_dir=test_dir,
-        extra_env=env,
-        timescale=("1ns", "1ps") if simulator == "icarus" else None,
-        log_file=test_dir / "sim.log",
-    )
-    return get_results(results)
+    results = test_dir / "results.xml"
+    results.unlink(missing_ok=True)
+    try:
+        runner.test(
+            test_module=test_module,
+            hdl_toplevel=toplevel,
+            hdl_toplevel_lang="verilog",
+            testcase=testcase,
+            seed=seed,
+            build_dir=build_dir,
+            test_dir=test_dir,
+            extra_env=env,
+            timescale=("1ns", "1ps") if simulator == "icarus" else None,
+            log_file=test_dir / "sim.log",
+            results_xml=str(results),
+        )
+    except SystemExit:
+        # The runner exits when it finds failures under pytest; the results
+        # file tells which, and the log why.
+        pass
+    if not results.exists():
+        raise RuntimeError(f"the simulation ended without results; see {test_dir / 'sim.log'}")
+    tests, failures = get_results(results)
+    if failures:
+        log = (test_dir / "sim.log").read_text(errors="replace").splitlines()
+        print("\n".join(line for line in log if "Error" in line or "FAIL" in line)[-4000:])
+        print(f"full log: {test_dir / 'sim.log'}")
+    return tests, failures
 
 
 def config_from_env():
