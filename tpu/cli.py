@@ -5,6 +5,8 @@ Commands
 tpu verilog   write the Verilog of a configuration
 tpu sim       run the cocotb testbenches of a configuration under a simulator
 tpu demo      the main job on the default configuration
+tpu asm       assemble a program (docs/isa.md) into its binary
+tpu disasm    disassemble a binary program
 """
 
 import argparse
@@ -117,6 +119,68 @@ def cmd_demo(args):
     return 0 if ok else 1
 
 
+def _read(path, text):
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise CommandError(f"cannot read {path}: {error.strerror}") from None
+    if not text:
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise CommandError(f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
+                           f"{error.start}); is it a binary? (try 'tpu disasm')") from None
+
+
+def _write(path, data):
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as error:
+        raise CommandError(f"cannot write {path}: {error.strerror}") from None
+
+
+def cmd_asm(args):
+    from .asm import AsmError, assemble
+    from .isa import INSTRUCTION_BYTES
+    config = _config_from(args)
+    source = Path(args.file)
+    text = _read(source, text=True)
+    try:
+        program = assemble(text, filename=str(source), config=None if args.no_check else config)
+    except AsmError as error:
+        raise CommandError(str(error)) from None
+    if args.output == "-":
+        sys.stdout.buffer.write(program)
+        sys.stdout.buffer.flush()
+        return 0
+    output = Path(args.output) if args.output else source.with_suffix(".bin")
+    if output.resolve() == source.resolve():
+        raise CommandError(f"the output would overwrite the source {source}; name it with -o")
+    _write(output, program)
+    checked = "not range-checked" if args.no_check else f"range-checked for {config.name}"
+    print(f"wrote {output} ({len(program) // INSTRUCTION_BYTES} instructions, {len(program)} bytes, "
+          f"{checked})", file=sys.stderr)
+    return 0
+
+
+def cmd_disasm(args):
+    from .asm import disassemble
+    from .isa import IllegalInstruction
+    path = Path(args.file)
+    data = _read(path, text=False)
+    try:
+        text = disassemble(data, strict=args.strict)
+    except (IllegalInstruction, ValueError) as error:
+        raise CommandError(f"{path}: {error}") from None
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        _write(Path(args.output), text.encode())
+    return 0
+
+
 def _parser():
     parser = _Parser(prog="tpu", description="An open TPU-v1-class inference accelerator.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -139,6 +203,27 @@ def _parser():
     p.add_argument("-o", "--output", metavar="FILE", default="build/tpu_matrix_engine.v",
                    help="where to write the Verilog (default build/tpu_matrix_engine.v)")
     p.set_defaults(func=cmd_demo)
+
+    p = commands.add_parser("asm", help="assemble a program into its binary",
+                            description="Assemble FILE (syntax: docs/isa.md). Every instruction is "
+                                        "range-checked against the chip configuration given by the "
+                                        "options (default: the default chip).")
+    p.add_argument("file", metavar="FILE", help="assembly source")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="binary to write, '-' for stdout (default: FILE with suffix .bin)")
+    p.add_argument("--no-check", action="store_true",
+                   help="do not range-check addresses against the configuration")
+    _add_config_options(p)
+    p.set_defaults(func=cmd_asm)
+
+    p = commands.add_parser("disasm", help="disassemble a binary program",
+                            description="Print FILE, a binary program, as assembly that assembles "
+                                        "back to the same bytes. Illegal instructions are shown as "
+                                        "'.raw' words with a comment naming the fault.")
+    p.add_argument("file", metavar="FILE", help="binary program (16 bytes per instruction)")
+    p.add_argument("-o", "--output", metavar="OUT", help="text file to write (default: stdout)")
+    p.add_argument("--strict", action="store_true", help="an illegal instruction is an error")
+    p.set_defaults(func=cmd_disasm)
     return parser
 
 
