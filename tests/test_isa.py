@@ -49,7 +49,8 @@ def test_opcodes_and_faults_are_the_specified_values():
         "RW": 0x20, "MMC": 0x30, "ACT": 0x40, "CFG": 0x50, "LDQ": 0x51, "LDL": 0x52}
     assert {f.name: int(f) for f in Fault} == {
         "NONE": 0, "ILLEGAL_OPCODE": 1, "ILLEGAL_FIELD": 2, "UB_RANGE": 3, "ACC_RANGE": 4,
-        "WEIGHT_MEM_RANGE": 5, "WEIGHT_FIFO_UNDERFLOW": 6, "HOST_RANGE": 7, "DMA_ERROR": 8}
+        "WEIGHT_MEM_RANGE": 5, "WEIGHT_FIFO_UNDERFLOW": 6, "HOST_RANGE": 7, "DMA_ERROR": 8,
+        "WEIGHT_FIFO_OVERFLOW": 9}
     assert [int(f) for f in Func] == [0, 1, 2, 3, 4]
     assert [int(p) for p in Pool] == [0, 1, 2, 3]
     assert {r.name: int(r) for r in Reg} == {

@@ -105,6 +105,8 @@ class Fault(_Described):
     WEIGHT_FIFO_UNDERFLOW = 6, "MMC with SWITCH found no tile requested by an earlier RW"
     HOST_RANGE = 7, "a DMA touches host bytes outside the windows the driver programmed"
     DMA_ERROR = 8, "the host answered a DMA read with an error completion, or timed out"
+    WEIGHT_FIFO_OVERFLOW = 9, ("RW would leave more than weight_fifo_tiles + 2 tiles requested "
+                               "and not yet switched to")
 
 
 class Func(_Described):
