@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
-from ..isa import LAYOUTS, Fault, Opcode, Pool, ldl_rows, ldq_rows, INSTRUCTION_BITS
+from ..isa import LAYOUTS, MAX_POOL_COUNT, Fault, Opcode, Pool, ldl_rows, ldq_rows, INSTRUCTION_BITS
 from .serial_divider import SerialDivider
 
 
@@ -224,9 +224,15 @@ class InstructionDecoder(wiring.Component):
             with m.Case(Opcode.LDL):
                 m.d.comb += ub_bad.eq(field(word, Opcode.LDL, "ub") + ldl_rows(cfg) > cfg.ub_rows)
 
+        # Limits of the activation unit this chip was built with.
+        unsupported = Signal()
+        m.d.comb += unsupported.eq(is_act & (
+            (windowed & (act["in_w"] > cfg.pool_max_width)) |
+            ((act["pool"] == Pool.GLOBAL_AVG) & (act["rows"] > MAX_POOL_COUNT))))
+
         with m.If(~legal_opcode):
             m.d.comb += self.fault.eq(Fault.ILLEGAL_OPCODE)
-        with m.Elif(illegal_field | (windowed & win_bad)):
+        with m.Elif(illegal_field | (windowed & win_bad) | unsupported):
             m.d.comb += self.fault.eq(Fault.ILLEGAL_FIELD)
         with m.Elif(ub_bad):
             m.d.comb += self.fault.eq(Fault.UB_RANGE)
@@ -239,7 +245,7 @@ class InstructionDecoder(wiring.Component):
 
         # Illegal words skip the geometry: their fields mean nothing.
         m.d.comb += [
-            self.done.eq(geometry_done & ~self.start),
+            self.done.eq(geometry_done),
             self.out_rows.eq(out_rows),
             self.ub_last.eq(Mux(is_act, act["ub"] + out_rows - 1, mmc_last)),
         ]

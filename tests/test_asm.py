@@ -41,7 +41,9 @@ def one(line, **kwargs):
     ("act acc=1, ub=2, rows=3, func=sigmoid, pool=global_avg",
      Act(1, 2, 3, func=Func.SIGMOID, pool=Pool.GLOBAL_AVG)),
     ("cfg reg=out_zero_point, value=-5", Cfg(Reg.OUT_ZERO_POINT, -5)),
-    ("cfg reg=4, value=0x7fffffff", Cfg(Reg.POOL_DIVISOR_SHIFT, 0x7FFFFFFF)),
+    ("cfg reg=2, value=0x7fffffff", Cfg(Reg.CLAMP_MAX, 0x7FFFFFFF)),
+    ("act acc=0, ub=0, rows=64, pool=avg, pool_size=4, pool_stride=4, in_w=8",
+     Act(0, 0, 64, pool=Pool.AVG, pool_size=4, pool_stride=4, in_w=8)),
     ("int code=7", Int(7)),
     ("halt", Halt()), ("nop", Nop()), ("sync", Sync()),
     ("ldq ub=1000", Ldq(1000)), ("ldl ub=0b101", Ldl(5)),
@@ -195,16 +197,24 @@ ERRORS = [
     ("mmc ub=0, rows=1, acc=0, conv(out_w=0, col_step=1, row_step=1)",
      "mmc conv out_w = 0 is out of range 1..65535"),
     ("act acc=0, ub=0, rows=8, pool=max, pool_size=16, pool_stride=1, in_w=4",
-     "act pool_size = 16 is out of range 1..15"),
+     "act pool_size = 16 is out of range 1..4"),
+    ("act acc=0, ub=0, rows=25, pool=max, pool_size=5, pool_stride=1, in_w=5",
+     "act pool_size = 5 is out of range 1..4"),
+    ("act acc=0, ub=0, rows=25, pool=avg, pool_size=2, pool_stride=5, in_w=5",
+     "act pool_stride = 5 is out of range 1..4"),
     ("act acc=0, ub=0, rows=10, pool=avg, pool_size=2, pool_stride=2, in_w=4",
      "act rows = 10 is not a multiple of in_w = 4"),
-    ("act acc=0, ub=0, rows=8, pool=max", "act pool_size = 0 is out of range 1..15"),
+    ("act acc=0, ub=0, rows=8, pool=max", "act pool_size = 0 is out of range 1..4"),
     ("act acc=0, ub=0, rows=8, pool_size=2", "act pool_size = 2 is reserved (must be 0) unless pool"),
     ("act acc=0, ub=0, rows=1, func=7", "act func = 7 is not one of none (0), relu (1)"),
     ("act acc=0, ub=0, rows=1, func=relux", "unknown func 'relux' (one of none, relu, clamp, "
                                             "sigmoid, tanh)"),
     ("cfg reg=zero_point, value=0", "unknown reg 'zero_point' (one of out_zero_point, clamp_min"),
     ("cfg reg=9, value=0", "cfg reg = 9 is not one of out_zero_point (0)"),
+    ("cfg reg=3, value=0", "cfg reg = 3 is not one of out_zero_point (0), clamp_min (1), "
+                           "clamp_max (2)"),
+    ("cfg reg=pool_divisor_shift, value=0", "unknown reg 'pool_divisor_shift' (one of "
+                                            "out_zero_point, clamp_min, clamp_max)"),
     ("rhm ub=12a, rows=1, host=0", "bad number '12a' for ub"),
     ("rhm ub=0x, rows=1, host=0", "bad number '0x' for ub"),
     ("rhm ub=0b2, rows=1, host=0", "bad number '0b2' for ub"),
@@ -260,6 +270,11 @@ SMALL = TPUConfig(rows=4, cols=8, ub_rows=100, acc_rows=64, weight_mem_tiles=10)
      "mmc reads UB row 100"),
     ("act acc=0, ub=97, rows=16, pool=max, pool_size=2, pool_stride=2, in_w=4", Fault.UB_RANGE,
      "act UB rows 97..100"),
+    ("act acc=0, ub=0, rows=130, pool=avg, pool_size=2, pool_stride=2, in_w=65",
+     Fault.ILLEGAL_FIELD, "act in_w = 65 is wider than the pooling line buffer: "
+                          "pool_max_width = 64"),
+    ("act acc=0, ub=0, rows=4097, pool=global_avg", Fault.ILLEGAL_FIELD,
+     "act rows = 4097 is too many for global_avg: it averages at most 4096 rows"),
     ("ldq ub=83", Fault.UB_RANGE, "ldq UB rows 83..100"),
     ("ldl ub=37", Fault.UB_RANGE, "ldl UB rows 37..100"),
 ])
@@ -274,5 +289,7 @@ def test_range_checks_with_a_configuration(line, fault, fragment):
 
 def test_in_range_program_passes_the_check():
     text = ("rhm ub=96, rows=4, host=0\nrw tile=0, count=10\nmmc ub=0, rows=64, acc=0, switch\n"
-            "act acc=0, ub=36, rows=64\nldq ub=82\nldl ub=36\nrhm ub=0xffffff, rows=0, host=0\n")
-    assert len(parse(text, config=SMALL)) == 7
+            "act acc=0, ub=36, rows=64\nldq ub=82\nldl ub=36\nrhm ub=0xffffff, rows=0, host=0\n"
+            "act acc=0, ub=0, rows=64, pool=max, pool_size=1, pool_stride=4, in_w=64\n"
+            "act acc=0, ub=0, rows=0, pool=avg, pool_size=1, pool_stride=1, in_w=65535\n")
+    assert len(parse(text, config=SMALL)) == 9

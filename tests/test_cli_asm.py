@@ -180,3 +180,21 @@ def test_help_lists_the_commands():
     assert "asm" in out and "disasm" in out
     result = tpu("asm", "--help")
     assert result.returncode == 0 and b"--no-check" in result.stdout
+
+
+def test_asm_pooling_width_follows_the_configuration(tmp_path):
+    path = tmp_path / "pool.s"
+    path.write_text("act acc=0, ub=0, rows=64, pool=max, pool_size=2, pool_stride=2, in_w=32\n")
+    assert tpu("asm", str(path)).returncode == 0                      # pool_max_width 64
+    assert tpu("asm", str(path), "--pool-max-width", "32").returncode == 0
+    assert_one_line_error(tpu("asm", str(path), "--pool-max-width", "31"), ":1:",
+                          "act in_w = 32 is wider than the pooling line buffer: "
+                          "pool_max_width = 31", "[ILLEGAL_FIELD]")
+    assert tpu("asm", str(path), "--pool-max-width", "31", "--no-check").returncode == 0
+    assert_one_line_error(tpu("asm", str(path), "--pool-max-width", "65536"),
+                          "TPUConfig.pool_max_width = 65536 is out of range")
+    path.write_text("act acc=0, ub=0, rows=4097, pool=global_avg\n")
+    assert_one_line_error(tpu("asm", str(path), "--acc-rows", "65536"), ":1:",
+                          "at most 4096 rows (MAX_POOL_COUNT)", "[ILLEGAL_FIELD]")
+    path.write_text("act acc=0, ub=0, rows=4096, pool=global_avg\n")
+    assert tpu("asm", str(path), "--acc-rows", "4096").returncode == 0

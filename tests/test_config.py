@@ -7,6 +7,7 @@ def test_defaults_are_an_8x8_chip():
     config = TPUConfig()
     assert (config.rows, config.cols) == (8, 8)
     assert config.weight_fifo_tiles == 4
+    assert config.pool_max_width == 64
     assert config.tile_bytes == 64
     assert config.name == "8x8"
 
@@ -18,6 +19,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "rows": (1, 256), "cols": (1, 256), "acc_rows": (1, 1 << 16), "ub_rows": (1, 1 << 20),
         "weight_fifo_tiles": (1, 64), "weight_mem_tiles": (1, 1 << 20),
         "weight_mem_latency": (0, 1024), "weight_mem_bytes_per_cycle": (1, 1 << 16),
+        "pool_max_width": (1, 65535),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -40,7 +42,15 @@ def test_frozen_and_replace_validates():
 
 
 def test_extremes_are_allowed():
-    TPUConfig(rows=1, cols=1, acc_rows=1, ub_rows=1)
+    TPUConfig(rows=1, cols=1, acc_rows=1, ub_rows=1, pool_max_width=1)
+    assert TPUConfig(pool_max_width=65535).pool_max_width == 0xFFFF   # every in_w
     big = TPUConfig(rows=256, cols=256)
     assert big.acc_addr_width == 9
     assert TPUConfig(acc_rows=1).acc_addr_width == 1
+
+
+def test_pool_max_width_is_described():
+    assert TPUConfig.describe("pool_max_width") == (
+        "widest image line (in_w) windowed pooling supports: the pooling line buffer's length "
+        "(1..65535)")
+    assert TPUConfig().replace(pool_max_width=300).pool_max_width == 300

@@ -8,11 +8,12 @@ import pytest
 
 from conftest import base_seed
 from tpu import TPUConfig
-from tpu.isa import (INSTRUCTION_BYTES, INSTRUCTIONS, ISA_VERSION, LAYOUTS, Act, Cfg, Conv, Fault,
-                     FieldError, Func, Halt, IllegalInstruction, Int, Ldl, Ldq, Mmc, Nop, Opcode,
-                     Pool, Reg, Rhm, Rw, Sync, Whm, check, decode, decode_program, diagnose,
-                     encode_program, layout, layout_markdown, ldl_rows, ldq_rows, ldq_sections,
-                     random_instruction)
+from tpu.hdl import activation_settings
+from tpu.isa import (INSTRUCTION_BYTES, INSTRUCTIONS, ISA_VERSION, LAYOUTS, MAX_POOL_COUNT,
+                     MAX_POOL_SIZE, Act, Cfg, Conv, Fault, FieldError, Func, Halt,
+                     IllegalInstruction, Int, Ldl, Ldq, Mmc, Nop, Opcode, Pool, Reg, Rhm, Rw, Sync,
+                     Whm, check, decode, decode_program, diagnose, encode_program, layout,
+                     layout_markdown, ldl_rows, ldq_rows, ldq_sections, random_instruction)
 
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "isa.md"
@@ -53,11 +54,18 @@ def test_opcodes_and_faults_are_the_specified_values():
         "WEIGHT_FIFO_OVERFLOW": 9}
     assert [int(f) for f in Func] == [0, 1, 2, 3, 4]
     assert [int(p) for p in Pool] == [0, 1, 2, 3]
-    assert {r.name: int(r) for r in Reg} == {
-        "OUT_ZERO_POINT": 0, "CLAMP_MIN": 1, "CLAMP_MAX": 2, "POOL_DIVISOR_MULT": 3,
-        "POOL_DIVISOR_SHIFT": 4}
-    assert [r.signed for r in Reg] == [True, True, True, False, False]
+    assert {r.name: int(r) for r in Reg} == {"OUT_ZERO_POINT": 0, "CLAMP_MIN": 1, "CLAMP_MAX": 2}
+    assert [r.signed for r in Reg] == [True, True, True]
     assert all(f.meaning for f in Fault) and all(r.meaning for r in Reg)
+
+
+def test_pooling_limits_are_the_activation_units():
+    assert (MAX_POOL_SIZE, MAX_POOL_COUNT) == (4, 4096)
+    assert MAX_POOL_SIZE == activation_settings.MAX_POOL_SIZE
+    assert MAX_POOL_COUNT == activation_settings.MAX_POOL_COUNT
+    fields = {f.name: f for f in layout(Opcode.ACT)}
+    assert fields["pool_size"].legal == fields["pool_stride"].legal == (1, 4)
+    assert fields["in_w"].legal == (1, 0xFFFF)
 
 
 # Copied from the specification, independently of tpu/isa.py: (name, lsb, width).
@@ -99,6 +107,11 @@ def test_docs_hold_every_layout_table():
     for table in (Fault, Reg, Func, Pool):
         for member in table:
             assert member.meaning in text, member
+    assert "pool_divisor" not in text.lower()
+    # The pooling limits of the range-check table.
+    assert "| ACT | ILLEGAL_FIELD | `pool` `max` or `avg`: `in_w <= pool_max_width`" in text
+    assert f"| ACT | ILLEGAL_FIELD | `pool` `global_avg`: `rows <= {MAX_POOL_COUNT}`" in text
+    assert "`min(max(v, -256), 255)`" in text
 
 
 # --------------------------------------------------------------------------------------
@@ -123,22 +136,26 @@ GOLDEN = [
     (Act(acc=0, ub=0xFFFFFF, rows=5, func=Func.TANH, pool=Pool.GLOBAL_AVG),
      "40 00 0000 ffffff 050000 34 00 0000 0000"),
     (Cfg(Reg.OUT_ZERO_POINT, -5), "50 00 00 00 fbffffff 0000000000000000"),
-    (Cfg(Reg.POOL_DIVISOR_SHIFT, 0x12345678), "50 00 04 00 78563412 0000000000000000"),
+    (Cfg(Reg.CLAMP_MAX, 0x12345678), "50 00 02 00 78563412 0000000000000000"),
     (Cfg(Reg.CLAMP_MIN, -(1 << 31)), "50 00 01 00 00000080 0000000000000000"),
-    (Cfg(Reg.POOL_DIVISOR_MULT, 0xFFFFFFFE), "50 00 03 00 feffffff 0000000000000000"),
+    (Cfg(Reg.CLAMP_MAX, -2), "50 00 02 00 feffffff 0000000000000000"),
     (Ldq(ub=0x0A0B0C), "51 00 0c0b0a 000000 0000000000000000"),
     (Ldl(ub=7), "52 00 070000 000000 0000000000000000"),
 ]
 def test_act_golden_with_an_image():
-    # 16 image rows of 65535 pixels, 15x15 windows, stride 1.
-    instr = Act(acc=3, ub=4, rows=16 * 0xFFFF, func=Func.CLAMP, pool=Pool.AVG, pool_size=15,
+    # 16 image rows of 65535 pixels, 4x4 windows, stride 1.
+    instr = Act(acc=3, ub=4, rows=16 * 0xFFFF, func=Func.CLAMP, pool=Pool.AVG, pool_size=4,
                 pool_stride=1, in_w=0xFFFF)
     # rows = 16 x 0xffff = 0x0ffff0 -> f0 ff 0f; func 2 | pool 2 << 4 = 0x22;
-    # size 15 | stride 1 << 4 = 0x1f
-    expected = h("40 00 0300 040000 f0ff0f 22 1f ffff 0000")
+    # size 4 | stride 1 << 4 = 0x14
+    expected = h("40 00 0300 040000 f0ff0f 22 14 ffff 0000")
     assert instr.encode() == expected
     assert decode(expected) == instr
-    assert instr.output_shape == (2, 0xFFFF - 14)
+    assert instr.output_shape == (13, 0xFFFF - 3)
+    # 4 x 4 windows, stride 4: size 4 | stride 4 << 4 = 0x44
+    instr = Act(acc=0, ub=0, rows=64, pool=Pool.MAX, pool_size=4, pool_stride=4, in_w=8)
+    assert instr.encode() == h("40 00 0000 000000 400000 10 44 0800 0000")
+    assert instr.output_shape == (2, 2)
 
 
 @pytest.mark.parametrize("instr, expected", GOLDEN, ids=lambda x: getattr(x, "mnemonic", ""))
@@ -150,8 +167,8 @@ def test_golden_encoding(instr, expected):
 def test_enums_are_enums_after_construction_and_decoding():
     act = Act(0, 0, 1, func=1, pool="none")
     assert act.func is Func.RELU and act.pool is Pool.NONE
-    cfg = decode(Cfg(3, 7).encode())
-    assert cfg.reg is Reg.POOL_DIVISOR_MULT and cfg.value == 7
+    cfg = decode(Cfg(2, 7).encode())
+    assert cfg.reg is Reg.CLAMP_MAX and cfg.value == 7
     assert Cfg("clamp_max", 1).reg is Reg.CLAMP_MAX
 
 
@@ -180,6 +197,23 @@ def test_random_round_trip(seed):
     data = encode_program(program)
     assert len(data) == 16 * len(program)
     assert decode_program(data) == program
+
+
+@pytest.mark.parametrize("seed", seeds(5))
+def test_random_instructions_are_legal_under_the_pooling_limits(seed):
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    widest = TPUConfig(pool_max_width=0xFFFF)
+    global_rows = set()
+    for _ in range(2000):
+        act = random_instruction(rng, Opcode.ACT)
+        assert check(act, widest) != Fault.ILLEGAL_FIELD, f"seed {seed}: {act!r}"
+        if act.windowed:
+            assert 1 <= act.pool_size <= 4 and 1 <= act.pool_stride <= 4
+        if act.pool == Pool.GLOBAL_AVG:
+            assert act.rows <= MAX_POOL_COUNT, f"seed {seed}: {act!r}"
+            global_rows.add(act.rows)
+    assert {0, MAX_POOL_COUNT} <= global_rows
 
 
 def test_random_instruction_covers_the_ends_of_ranges():
@@ -271,7 +305,13 @@ def test_reserved_bits_name_their_range():
     ("40 00 0000 000000 010000 20 11 0000 0000", "in_w"),         # avg, in_w 0
     ("40 00 0000 000000 030000 10 11 0200 0000", "rows"),         # 3 rows, in_w 2
     ("40 00 0000 000000 040000 10 13 0200 0000", "pool_size"),    # 3x3 window, 2x2 image
+    ("40 00 0000 000000 010000 10 15 0100 0000", "pool_size"),    # max, size 5, stride 1
+    ("40 00 0000 000000 010000 20 1f 0100 0000", "pool_size"),    # avg, size 15
+    ("40 00 0000 000000 010000 10 51 0100 0000", "pool_stride"),  # max, size 1, stride 5
+    ("40 00 0000 000000 010000 20 f1 0100 0000", "pool_stride"),  # avg, stride 15
     ("30 08 000000 010000 0000 0000 01 0100 00", "out_w"),        # conv, out_w 0
+    ("50 00 03 00 00000000 0000000000000000", "reg"),             # reg 3 (once pool_divisor_mult)
+    ("50 00 04 00 00000000 0000000000000000", "reg"),             # reg 4
     ("50 00 05 00 00000000 0000000000000000", "reg"),             # reg 5
     ("50 00 ff 00 00000000 0000000000000000", "reg"),             # reg 255
 ])
@@ -284,8 +324,25 @@ def test_illegal_field_values(data, field):
     assert check(h(data), TPUConfig()) == Fault.ILLEGAL_FIELD
 
 
+@pytest.mark.parametrize("pool", [Pool.MAX, Pool.AVG])
+def test_window_sizes_and_strides_above_4_are_illegal(pool):
+    for size in range(16):
+        for stride in range(16):
+            data = h(f"40 00 0000 000000 100000 {int(pool) << 4:02x} {stride:x}{size:x} "
+                     f"0400 0000")
+            if 1 <= size <= 4 and 1 <= stride <= 4:
+                act = decode(data)
+                assert (act.pool_size, act.pool_stride) == (size, stride)
+                continue
+            with pytest.raises(IllegalInstruction) as info:
+                decode(data)
+            assert info.value.fault == Fault.ILLEGAL_FIELD
+            assert info.value.field == ("pool_size" if not 1 <= size <= 4 else "pool_stride")
+            assert "out of range 1..4" in str(info.value)
+
+
 def test_zero_rows_need_no_image():
-    act = Act(0, 0, 0, pool=Pool.MAX, pool_size=15, pool_stride=15, in_w=1)
+    act = Act(0, 0, 0, pool=Pool.MAX, pool_size=4, pool_stride=4, in_w=1)
     assert decode(act.encode()) == act
     assert act.output_rows == 0
 
@@ -330,7 +387,7 @@ def _out_of_range_cases():
                 cases.append((cls, {**kwargs, f.name: bad}, f.name, low, high))
     window = dict(acc=0, ub=0, rows=0, pool=Pool.MAX, pool_size=1, pool_stride=1, in_w=1)
     for name in ("pool_size", "pool_stride", "in_w"):
-        high = 15 if name != "in_w" else 0xFFFF
+        high = 4 if name != "in_w" else 0xFFFF
         cases.append((Act, {**window, name: 0}, name, 1, high))
         cases.append((Act, {**window, name: high + 1}, name, 1, high))
     return cases
@@ -361,16 +418,25 @@ def test_construction_errors():
         Act(0, 0, 8, pool=Pool.AVG, pool_size=3, pool_stride=2, in_w=4)
     with pytest.raises(ValueError, match=r"act func = 'swish' is not one of none \(0\), relu \(1\)"):
         Act(0, 0, 1, func="swish")
+    with pytest.raises(ValueError, match=r"act pool_size = 5 is out of range 1..4"):
+        Act(0, 0, 64, pool=Pool.MAX, pool_size=5, pool_stride=1, in_w=8)
+    with pytest.raises(ValueError, match=r"act pool_stride = 5 is out of range 1..4"):
+        Act(0, 0, 64, pool=Pool.AVG, pool_size=2, pool_stride=5, in_w=8)
     with pytest.raises(ValueError, match=r"cfg reg = 5 is not one of"):
         Cfg(5, 0)
+    with pytest.raises(ValueError, match=r"cfg reg = 3 is not one of out_zero_point \(0\), "
+                                         r"clamp_min \(1\), clamp_max \(2\)$"):
+        Cfg(3, 0)
+    with pytest.raises(ValueError, match=r"cfg reg = 'pool_divisor_mult' is not one of"):
+        Cfg("pool_divisor_mult", 0)
     with pytest.raises(ValueError, match=r"cfg value = 2147483648 is out of range "
                                          r"-2147483648..2147483647 \(clamp_min is int32\)"):
         Cfg(Reg.CLAMP_MIN, 1 << 31)
-    with pytest.raises(ValueError, match=r"cfg value = -1 is out of range "
-                                         r"0..4294967295 \(pool_divisor_mult is uint32\)"):
-        Cfg(Reg.POOL_DIVISOR_MULT, -1)
-    with pytest.raises(ValueError, match=r"cfg value = 4294967296 is out of range"):
-        Cfg(Reg.POOL_DIVISOR_SHIFT, 1 << 32)
+    with pytest.raises(ValueError, match=r"cfg value = -2147483649 is out of range "
+                                         r"-2147483648..2147483647 \(out_zero_point is int32\)"):
+        Cfg(Reg.OUT_ZERO_POINT, -(1 << 31) - 1)
+    with pytest.raises(ValueError, match=r"cfg value = 4294967295 is out of range"):
+        Cfg(Reg.CLAMP_MAX, (1 << 32) - 1)
 
 
 @pytest.mark.parametrize("make", [
@@ -426,7 +492,8 @@ def test_conv_last_ub_row_is_the_largest_address(seed):
     (Act(0, 0, 64, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=8), (4, 4)),
     (Act(0, 0, 35, pool=Pool.MAX, pool_size=3, pool_stride=2, in_w=7), (2, 3)),
     (Act(0, 0, 12, pool=Pool.AVG, pool_size=3, pool_stride=1, in_w=3), (2, 1)),
-    (Act(0, 0, 12, pool=Pool.AVG, pool_size=3, pool_stride=15, in_w=3), (1, 1)),
+    (Act(0, 0, 12, pool=Pool.AVG, pool_size=3, pool_stride=4, in_w=3), (1, 1)),
+    (Act(0, 0, 100, pool=Pool.AVG, pool_size=4, pool_stride=3, in_w=10), (3, 3)),
 ])
 def test_act_output_shape(act, shape):
     assert act.output_shape == shape
@@ -437,7 +504,8 @@ def test_act_output_shape(act, shape):
 # Range checks
 
 
-SMALL = TPUConfig(rows=4, cols=8, ub_rows=100, acc_rows=64, weight_mem_tiles=10)
+SMALL = TPUConfig(rows=4, cols=8, ub_rows=100, acc_rows=64, weight_mem_tiles=10,
+                  pool_max_width=8)
 TOP = 1 << 64
 
 RANGE_CASES = [
@@ -477,6 +545,16 @@ RANGE_CASES = [
     (Act(0, 96, 16, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=4), Fault.NONE),
     (Act(0, 97, 16, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=4), Fault.UB_RANGE),
     (Act(1, 100, 64), Fault.UB_RANGE),                  # both: the lower code
+    # ACT pooling limits: in_w <= pool_max_width = 8 for max/avg, rows <= 4096 for global_avg
+    (Act(0, 0, 16, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=8), Fault.NONE),
+    (Act(0, 0, 18, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=9), Fault.ILLEGAL_FIELD),
+    (Act(0, 0, 9, pool=Pool.AVG, pool_size=1, pool_stride=1, in_w=9), Fault.ILLEGAL_FIELD),
+    (Act(0, 0, 0, pool=Pool.AVG, pool_size=1, pool_stride=1, in_w=0xFFFF), Fault.NONE),
+    (Act(60, 99, 18, pool=Pool.AVG, pool_size=1, pool_stride=1, in_w=9),
+     Fault.ILLEGAL_FIELD),                              # and UB_RANGE, ACC_RANGE: the lowest
+    (Act(0, 0, 64, pool=Pool.NONE), Fault.NONE),        # no window: in_w is not used
+    (Act(0, 99, 64, pool=Pool.GLOBAL_AVG), Fault.NONE),
+    (Act(0, 0, 4097, pool=Pool.GLOBAL_AVG), Fault.ILLEGAL_FIELD),  # and ACC_RANGE
     # LDQ reads 2*ceil(32/4) + ceil(8/4) = 18 rows, LDL ceil(256/4) = 64
     (Ldq(82), Fault.NONE), (Ldq(83), Fault.UB_RANGE),
     (Ldl(36), Fault.NONE), (Ldl(37), Fault.UB_RANGE),
@@ -502,6 +580,36 @@ def test_check_names_the_configuration_field():
     assert "acc_rows" in diagnose(Mmc(0, 65, 0), SMALL)[1]
     assert "weight_mem_tiles" in diagnose(Rw(9, 2), SMALL)[1]
     assert "64-bit" in diagnose(Rhm(0, 1, TOP - 1), SMALL)[1]
+
+
+def test_pooling_limits():
+    big = TPUConfig(ub_rows=1 << 20, acc_rows=1 << 16, pool_max_width=0xFFFF)
+    for rows, fault in [(1, Fault.NONE), (4096, Fault.NONE), (4097, Fault.ILLEGAL_FIELD),
+                        ((1 << 16), Fault.ILLEGAL_FIELD), ((1 << 24) - 1, Fault.ILLEGAL_FIELD)]:
+        act = Act(0, 0, rows, func=Func.RELU, pool=Pool.GLOBAL_AVG)
+        assert check(act, big) == check(act.encode(), big) == fault, rows
+    assert diagnose(Act(0, 0, 4097, pool=Pool.GLOBAL_AVG), big) == (
+        Fault.ILLEGAL_FIELD, "act rows = 4097 is too many for global_avg: it averages at most "
+                             "4096 rows (MAX_POOL_COUNT)")
+    # in_w up to pool_max_width; the widest configuration takes every in_w.
+    line = Act(0, 0, 0xFFFF, pool=Pool.MAX, pool_size=1, pool_stride=1, in_w=0xFFFF)
+    assert check(line, big.replace(pool_max_width=0xFFFF)) == Fault.NONE
+    assert check(line, big.replace(pool_max_width=0xFFFE)) == Fault.ILLEGAL_FIELD
+    for width in (1, 2, 64):
+        config = big.replace(pool_max_width=width)
+        for in_w in (width, width + 1):
+            act = Act(0, 0, 4 * in_w, pool=Pool.AVG, pool_size=1, pool_stride=1, in_w=in_w)
+            expected = Fault.NONE if in_w <= width else Fault.ILLEGAL_FIELD
+            assert check(act, config) == check(act.encode(), config) == expected, (width, in_w)
+    fault, message = diagnose(Act(0, 0, 65, pool=Pool.AVG, pool_size=1, pool_stride=1, in_w=65),
+                              TPUConfig())
+    assert fault == Fault.ILLEGAL_FIELD
+    assert message == ("act in_w = 65 is wider than the pooling line buffer: "
+                       "pool_max_width = 64")
+    # A decoding fault comes first: 5 x 5 windows are ILLEGAL_FIELD on any configuration.
+    data = h("40 00 0000 000000 400000 10 15 4000 0000")     # max, size 5, in_w 64, 64 rows
+    fault, message = diagnose(data, TPUConfig())
+    assert fault == Fault.ILLEGAL_FIELD and "pool_size = 5 is out of range 1..4" in message
 
 
 def test_check_raw_words():

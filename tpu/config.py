@@ -25,6 +25,8 @@ _RANGES = {
     "weight_mem_tiles":  (1, 1 << 20,  "weight tiles the weight memory holds"),
     "weight_mem_latency": (0, 1024,    "cycles from a weight-memory read request to its data"),
     "weight_mem_bytes_per_cycle": (1, 1 << 16, "weight-memory bandwidth in bytes per cycle"),
+    "pool_max_width":    (1, 65535,    "widest image line (in_w) windowed pooling supports: "
+                                       "the pooling line buffer's length"),
 }
 
 
@@ -49,6 +51,10 @@ class TPUConfig:
         Cycles between a weight-memory read request and its first data.
     weight_mem_bytes_per_cycle : int
         Weight-memory bandwidth.
+    pool_max_width : int
+        Widest image line (ACT's ``in_w``) that windowed pooling (MAX, AVG)
+        supports: the length of the pooling line buffer, in pixels. A wider
+        ACT is the fault ILLEGAL_FIELD.
 
     Raises
     ------
@@ -66,6 +72,7 @@ class TPUConfig:
     weight_mem_tiles: int = 1024
     weight_mem_latency: int = 8
     weight_mem_bytes_per_cycle: int = 8
+    pool_max_width: int = 64
 
     def __post_init__(self):
         for f in fields(self):

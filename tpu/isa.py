@@ -13,6 +13,9 @@ Members
 -------
 ISA_VERSION, INSTRUCTION_BYTES
     The version of this format and the size of one instruction.
+MAX_POOL_SIZE, MAX_POOL_COUNT
+    The largest pooling window side and stride of ACT, and the most rows a
+    GLOBAL_AVG averages.
 Opcode, Fault, Func, Pool, Reg
     The opcodes, the fault codes, the activation functions and pooling modes of
     ACT, and the registers CFG sets.
@@ -37,7 +40,8 @@ from typing import ClassVar
 
 
 __all__ = [
-    "ISA_VERSION", "INSTRUCTION_BYTES", "Opcode", "Fault", "Func", "Pool", "Reg",
+    "ISA_VERSION", "INSTRUCTION_BYTES", "MAX_POOL_SIZE", "MAX_POOL_COUNT",
+    "Opcode", "Fault", "Func", "Pool", "Reg",
     "Field", "LAYOUTS", "OPCODE_FIELD", "layout", "layout_markdown",
     "FieldError", "IllegalInstruction", "Instruction",
     "Nop", "Halt", "Sync", "Int", "Rhm", "Whm", "Rw", "Mmc", "Conv", "Act", "Cfg", "Ldq", "Ldl",
@@ -49,6 +53,10 @@ __all__ = [
 ISA_VERSION = 1
 INSTRUCTION_BYTES = 16
 INSTRUCTION_BITS = 8 * INSTRUCTION_BYTES
+
+# Limits of the activation unit's pooling (hdl/activation_settings.py).
+MAX_POOL_SIZE = 4       # largest window side k and stride s of MAX and AVG
+MAX_POOL_COUNT = 4096   # most rows GLOBAL_AVG averages
 
 
 class _Described(IntEnum):
@@ -98,7 +106,7 @@ class Fault(_Described):
     NONE = 0, "no fault"
     ILLEGAL_OPCODE = 1, "bits [7:0] are not an opcode of this ISA version"
     ILLEGAL_FIELD = 2, ("a reserved bit or undefined flag is set, or a field has a value "
-                        "its opcode does not define")
+                        "its opcode does not define or the activation unit does not support")
     UB_RANGE = 3, "the instruction addresses a unified-buffer row >= ub_rows"
     ACC_RANGE = 4, "the instruction addresses an accumulator row >= acc_rows"
     WEIGHT_MEM_RANGE = 5, "RW addresses a weight tile >= weight_mem_tiles"
@@ -124,8 +132,10 @@ class Pool(_Described):
 
     NONE = 0, "one output row per accumulator row"
     MAX = 1, "k x k windows, stride s, maximum"
-    AVG = 2, "k x k windows, stride s, average (divisor from POOL_DIVISOR_MULT/SHIFT)"
-    GLOBAL_AVG = 3, "the average of all rows: one output row"
+    AVG = 2, ("k x k windows, stride s, average: the hardware divides by the window size "
+              "k x k with TFLite's rounding (no registers needed)")
+    GLOBAL_AVG = 3, (f"the average of all rows (at most {MAX_POOL_COUNT}), with TFLite's "
+                     f"rounding: one output row")
 
 
 class Reg(_Described):
@@ -133,6 +143,9 @@ class Reg(_Described):
 
     ``Member = value, signed, "meaning"``: a signed register holds an int32, an
     unsigned one a uint32; CFG's 32-bit ``value`` field is read accordingly.
+
+    ACT uses OUT_ZERO_POINT, CLAMP_MIN and CLAMP_MAX saturated to the 9-bit
+    range -256..255: a register holding ``v`` acts as ``min(max(v, -256), 255)``.
     """
 
     def __new__(cls, value, signed, meaning):
@@ -155,8 +168,6 @@ class Reg(_Described):
                                "(-128..127 for int8 output, 0..255 for uint8)")
     CLAMP_MIN = 1, True, "lower bound of func=clamp, in the quantized output domain"
     CLAMP_MAX = 2, True, "upper bound of func=clamp, in the quantized output domain"
-    POOL_DIVISOR_MULT = 3, False, "average pooling: multiplier of the 1/N divisor"
-    POOL_DIVISOR_SHIFT = 4, False, "average pooling: right shift of the 1/N divisor"
 
 
 # --------------------------------------------------------------------------------------
@@ -292,9 +303,12 @@ LAYOUTS = {
               ", ".join(f"{int(m)} {m.keyword}" for m in Func)),
         Field("pool", 84, 4, enum=Pool, doc="pooling: " +
               ", ".join(f"{int(m)} {m.keyword}" for m in Pool)),
-        Field("pool_size", 88, 4, when=_WINDOW, low=1, doc="window k: k x k rows"),
-        Field("pool_stride", 92, 4, when=_WINDOW, low=1, doc="window stride s"),
-        Field("in_w", 96, 16, when=_WINDOW, low=1, doc="width in pixels of the image the rows form"),
+        Field("pool_size", 88, 4, when=_WINDOW, low=1, high=MAX_POOL_SIZE,
+              doc="window k: k x k rows"),
+        Field("pool_stride", 92, 4, when=_WINDOW, low=1, high=MAX_POOL_SIZE,
+              doc="window stride s"),
+        Field("in_w", 96, 16, when=_WINDOW, low=1, doc="width in pixels of the image the rows "
+                                                         "form, at most config.pool_max_width"),
     ),
     Opcode.CFG: (
         Field("reg", 16, 8, enum=Reg, doc="register: " +
@@ -692,6 +706,10 @@ class Act(Instruction):
     (``in_h = rows // in_w``, row-major) and the result is an ``out_h x out_w``
     image with ``out = (in - pool_size) // pool_stride + 1``, written row-major.
     GLOBAL_AVG writes one row.
+
+    Two limits of the activation unit are checked by `check` rather than on
+    construction: ``in_w <= config.pool_max_width`` for MAX and AVG, and
+    ``rows <= MAX_POOL_COUNT`` for GLOBAL_AVG (ILLEGAL_FIELD otherwise).
     """
     OPCODE: ClassVar[Opcode] = Opcode.ACT
     acc: int
@@ -918,7 +936,9 @@ def random_instruction(rng, opcode=None):
     """A random legal instruction (of `opcode`, or of a random opcode).
 
     `rng` is a `random.Random`. Field values are often at the ends of their
-    ranges. Range checks against a configuration are not applied.
+    ranges. The instruction decodes, and a GLOBAL_AVG reads at most
+    `MAX_POOL_COUNT` rows; the checks against a configuration (`check`: the
+    ranges, and ``in_w <= pool_max_width``) are not applied.
     """
     opcode = Opcode(opcode) if opcode is not None else rng.choice(list(Opcode))
     fields = LAYOUTS[opcode]
@@ -932,6 +952,8 @@ def random_instruction(rng, opcode=None):
         max_h = ((1 << 24) - 1) // in_w
         size = values["pool_size"] = min(values["pool_size"], in_w, max_h)
         values["rows"] = in_w * _pick(rng, size, max_h)
+    if opcode == Opcode.ACT and values["pool"] == Pool.GLOBAL_AVG:
+        values["rows"] = _pick(rng, 0, MAX_POOL_COUNT)
     return INSTRUCTIONS[opcode]._from_fields(values)
 
 
@@ -979,6 +1001,14 @@ def diagnose(instruction, config):
             faults.append(_span(m, "accumulator", instruction.acc, instruction.rows, acc, "acc_rows",
                                 Fault.ACC_RANGE))
         case Act():
+            if instruction.windowed and instruction.rows and instruction.in_w > config.pool_max_width:
+                faults.append((Fault.ILLEGAL_FIELD,
+                               f"{m} in_w = {instruction.in_w} is wider than the pooling line "
+                               f"buffer: pool_max_width = {config.pool_max_width}"))
+            if instruction.pool == Pool.GLOBAL_AVG and instruction.rows > MAX_POOL_COUNT:
+                faults.append((Fault.ILLEGAL_FIELD,
+                               f"{m} rows = {instruction.rows} is too many for global_avg: "
+                               f"it averages at most {MAX_POOL_COUNT} rows (MAX_POOL_COUNT)"))
             faults.append(_span(m, "accumulator", instruction.acc, instruction.rows, acc, "acc_rows",
                                 Fault.ACC_RANGE))
             faults.append(_span(m, "UB", instruction.ub, instruction.output_rows, ub, "ub_rows",
@@ -997,11 +1027,14 @@ def check(instruction, config):
     """The `Fault` a hardware decoder raises for `instruction` on a chip of `config`.
 
     `instruction` is an `Instruction` or its 16 bytes (then ILLEGAL_OPCODE and
-    ILLEGAL_FIELD are possible too). Only what one instruction in isolation
-    determines is checked: UB, accumulator and weight-memory ranges, and a host
-    range that wraps past 2**64. An instruction whose row or tile count is 0
-    addresses nothing and never faults on a range. When several faults apply,
-    the lowest code wins. WEIGHT_FIFO_UNDERFLOW, HOST_RANGE against the DMA
-    windows and DMA_ERROR depend on the run and are raised while it executes.
+    ILLEGAL_FIELD from decoding are possible too). Only what one instruction in
+    isolation determines is checked: UB, accumulator and weight-memory ranges,
+    a host range that wraps past 2**64, and the pooling limits of ACT, which
+    are ILLEGAL_FIELD: ``in_w > config.pool_max_width`` for MAX or AVG with
+    rows, ``rows > MAX_POOL_COUNT`` for GLOBAL_AVG. An instruction whose row or
+    tile count is 0 addresses nothing and never faults on a range. When several
+    faults apply, the lowest code wins. WEIGHT_FIFO_UNDERFLOW, HOST_RANGE
+    against the DMA windows and DMA_ERROR depend on the run and are raised
+    while it executes.
     """
     return diagnose(instruction, config)[0]
