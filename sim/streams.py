@@ -1,14 +1,15 @@
 """Cycle-driven valid/ready stream drivers for cocotb testbenches.
 
-Every testbench clocks one loop: after each rising edge it lets every source
-drive its stream, then, in the read-only phase of the same cycle, samples
-every handshake. Sampling before the edge that completes a transfer makes the
-result the same under every simulator.
+Every testbench clocks one loop: at each falling edge it lets every source
+drive its stream, then, in the read-only phase of that moment, samples every
+handshake; the next rising edge completes the transfers it saw. Driving half
+a cycle away from the rising edge keeps stimulus out of any race with the
+flip-flops, so the result is the same under every simulator.
 """
 
 import random
 
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 
 __all__ = ["StreamSource", "CycleLoop", "pack_fields"]
@@ -73,6 +74,7 @@ class CycleLoop:
     async def step(self):
         await RisingEdge(self.clk)
         self.cycle += 1
+        await FallingEdge(self.clk)
         for source in self.sources:
             source.drive(self.cycle)
         await ReadOnly()

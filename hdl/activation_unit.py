@@ -1,0 +1,264 @@
+"""ACT, CFG, LDQ and LDL: everything that drives the activation pipeline."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import TPUConfig
+from ..isa import Opcode, Pool, Reg, ldq_sections
+from .accumulators import AccReadSignature
+from .activation_pipeline import ActivationPipeline
+from .activation_settings import SHIFT_WIDTH, VALUE_WIDTH, RECIPROCAL_SHIFT
+from .decoder import field
+from .memory_reader import MemoryReader
+from .sequencer import Command
+from .serial_divider import SerialDivider
+from .unified_buffer import UbReadSignature, UbWriteSignature
+
+
+__all__ = ["ActivationUnit"]
+
+
+def _saturate(value, width):
+    low, high = -(1 << (width - 1)), (1 << (width - 1)) - 1
+    return Mux(value < low, low, Mux(value > high, high, value))
+
+
+class ActivationUnit(wiring.Component):
+    """Executes the activation-side instructions, one at a time.
+
+    * CFG sets OUT_ZERO_POINT, CLAMP_MIN or CLAMP_MAX (used saturated to
+      -256..255, the pipeline's value range).
+    * LDQ reads the bias, multiplier and shift of every column from the UB
+      (shifts saturated to -32..31) and writes them into the pipeline.
+    * LDL reads the 256-byte function table from the UB.
+    * ACT streams accumulator rows through the pipeline into UB rows. Output
+      byte ``n`` of a result row goes to byte ``n`` of its UB row; when
+      ``cols < rows`` the remaining bytes are zero, when ``cols > rows`` the
+      columns from ``rows`` on are not stored. Average pooling divides by
+      multiplying with ``ceil(2**32 / count)``, computed here on a serial
+      divider (33 cycles) before the rows start.
+
+    Members
+    -------
+    cmd : In(stream.Signature(Command()))
+    idle : Out(1)
+        No instruction in progress (an ACT is done when its last row is in the UB).
+    acc : Out(AccReadSignature)
+    ub_read : Out(UbReadSignature)
+        For LDQ and LDL.
+    ub_write : Out(UbWriteSignature)
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, TPUConfig):
+            raise TypeError(f"ActivationUnit needs a TPUConfig, not {config!r}")
+        self._config = config
+        super().__init__({
+            "cmd":      In(stream.Signature(Command())),
+            "idle":     Out(1),
+            "acc":      Out(AccReadSignature(acc_rows=config.acc_rows, cols=config.cols)),
+            "ub_read":  Out(UbReadSignature(config)),
+            "ub_write": Out(UbWriteSignature(config)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        rows, cols = cfg.rows, cfg.cols
+        m.submodules.pipeline = pipe = ActivationPipeline(cfg, max_width=cfg.pool_max_width)
+
+        word = Signal(128)
+        out_rows = Signal(24)
+        op = word[:8]
+        regs = {reg: Signal(signed(32), name=f"reg_{reg.name.lower()}") for reg in Reg}
+
+        # ACT: accumulator rows into the pipeline, results into the UB.
+        m.submodules.reader = reader = MemoryReader(
+            addr_shape=range(cfg.acc_rows), data_shape=data.ArrayLayout(signed(32), cols),
+            side_shape=1)
+        acc_addr = Signal(range(cfg.acc_rows))
+        to_read = Signal(24)
+        ub_addr = Signal(range(cfg.ub_rows))
+        to_write = Signal(24)
+        m.d.comb += [
+            reader.i.payload.addr.eq(acc_addr),
+            reader.i.payload.side.eq(to_read == 1),
+            self.acc.en.eq(reader.en),
+            self.acc.addr.eq(reader.addr),
+            reader.rdata.eq(self.acc.data),
+            pipe.i.payload.data.eq(reader.o.payload.data),
+            pipe.i.payload.last.eq(reader.o.payload.side),
+            pipe.i.valid.eq(reader.o.valid),
+            reader.o.ready.eq(pipe.i.ready),
+        ]
+        with m.If(reader.i.valid & reader.i.ready):
+            m.d.sync += [acc_addr.eq(acc_addr + 1), to_read.eq(to_read - 1)]
+
+        m.d.comb += [
+            self.ub_write.valid.eq(pipe.o.valid),
+            self.ub_write.addr.eq(ub_addr),
+            pipe.o.ready.eq(self.ub_write.ready),
+        ]
+        for i in range(rows):
+            m.d.comb += self.ub_write.data[i].eq(pipe.o.payload[i] if i < cols else 0)
+        with m.If(pipe.o.valid & pipe.o.ready):
+            m.d.sync += [ub_addr.eq(ub_addr + 1), to_write.eq(to_write - 1)]
+
+        # Settings of an ACT, from its fields and the CFG registers.
+        m.submodules.divider = divider = SerialDivider(RECIPROCAL_SHIFT + 2)
+        count = Signal(24)
+        act = {name: field(word, Opcode.ACT, name) for name in
+               ("unsigned", "acc", "ub", "rows", "func", "pool", "pool_size", "pool_stride", "in_w")}
+        windowed = (act["pool"] == Pool.MAX) | (act["pool"] == Pool.AVG)
+        averaging = (act["pool"] == Pool.AVG) | (act["pool"] == Pool.GLOBAL_AVG)
+        settings = pipe.set_settings.payload
+        m.d.comb += [
+            settings.function.eq(act["func"]),
+            settings.unsigned.eq(act["unsigned"]),
+            settings.zero_point.eq(_saturate(regs[Reg.OUT_ZERO_POINT], VALUE_WIDTH)),
+            settings.clamp_min.eq(_saturate(regs[Reg.CLAMP_MIN], VALUE_WIDTH)),
+            settings.clamp_max.eq(_saturate(regs[Reg.CLAMP_MAX], VALUE_WIDTH)),
+            settings.pool.eq(act["pool"]),
+            settings.pool_size.eq(Mux(windowed, act["pool_size"], 1)),
+            settings.pool_stride.eq(Mux(windowed, act["pool_stride"], 1)),
+            settings.pool_width.eq(Mux(windowed, act["in_w"], 1)),
+            settings.pool_count.eq(count),
+            settings.pool_reciprocal.eq(Mux(averaging, divider.quotient, 1 << RECIPROCAL_SHIFT)),
+            divider.dividend.eq((1 << RECIPROCAL_SHIFT) + count - 1),
+            divider.divisor.eq(count),
+        ]
+
+        # LDQ/LDL: byte cursors over the UB table.
+        table_row = Signal(range(cfg.ub_rows))
+        table = Signal(data.ArrayLayout(unsigned(8), rows))
+        cursors = [(Signal(range(cfg.ub_rows), name=f"cur{i}_row"),
+                    Signal(range(rows), name=f"cur{i}_byte")) for i in range(3)]
+        which = Signal(range(3))
+        byte_index = Signal(range(9))
+        column = Signal(range(max(cols, 2)))
+        value = Signal(32)
+        bias = Signal(32)
+        multiplier = Signal(32)
+        lut_index = Signal(9)
+
+        channel = pipe.set_channel.payload
+        m.d.comb += [
+            channel.col.eq(column),
+            channel.bias.eq(bias),
+            channel.multiplier.eq(multiplier),
+            pipe.set_lut.payload.index.eq(lut_index),
+        ]
+        cur_row = Array(c[0] for c in cursors)[which]
+        cur_byte = Array(c[1] for c in cursors)[which]
+
+        m.d.comb += self.ub_read.addr.eq(table_row)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += [self.idle.eq(1), self.cmd.ready.eq(1)]
+                with m.If(self.cmd.valid):
+                    payload = self.cmd.payload.word
+                    m.d.sync += [word.eq(payload), out_rows.eq(self.cmd.payload.out_rows)]
+                    with m.Switch(payload[:8]):
+                        with m.Case(Opcode.CFG):
+                            reg = field(payload, Opcode.CFG, "reg")
+                            for r, sig in regs.items():
+                                with m.If(reg == r):
+                                    m.d.sync += sig.eq(field(payload, Opcode.CFG, "value"))
+                        with m.Case(Opcode.LDL):
+                            m.d.sync += [table_row.eq(field(payload, Opcode.LDL, "ub")),
+                                         lut_index.eq(0)]
+                            m.next = "LDL_READ"
+                        with m.Case(Opcode.LDQ):
+                            base = field(payload, Opcode.LDQ, "ub")
+                            for (row, byte), offset in zip(cursors, ldq_sections(cfg)):
+                                m.d.sync += [row.eq(base + offset), byte.eq(0)]
+                            m.d.sync += [column.eq(0), which.eq(0), byte_index.eq(0)]
+                            m.next = "LDQ_READ"
+                        with m.Case(Opcode.ACT):
+                            r = field(payload, Opcode.ACT, "rows")
+                            pool = field(payload, Opcode.ACT, "pool")
+                            k = field(payload, Opcode.ACT, "pool_size")
+                            m.d.sync += [
+                                acc_addr.eq(field(payload, Opcode.ACT, "acc")),
+                                ub_addr.eq(field(payload, Opcode.ACT, "ub")),
+                                count.eq(Mux(pool == Pool.GLOBAL_AVG, r,
+                                             Mux((pool == Pool.MAX) | (pool == Pool.AVG), k * k, 1))),
+                            ]
+                            with m.If(r != 0):
+                                m.next = "ACT_DIVIDE"
+
+            with m.State("LDL_READ"):
+                m.d.comb += self.ub_read.en.eq(1)
+                m.next = "LDL_CAPTURE"
+            with m.State("LDL_CAPTURE"):
+                m.d.sync += [table.eq(self.ub_read.data), cursors[0][1].eq(0)]
+                m.next = "LDL_WRITE"
+            with m.State("LDL_WRITE"):
+                m.d.comb += [pipe.set_lut.valid.eq(1),
+                             pipe.set_lut.payload.value.eq(table[cursors[0][1]])]
+                with m.If(pipe.set_lut.ready):
+                    m.d.sync += [lut_index.eq(lut_index + 1), cursors[0][1].eq(cursors[0][1] + 1)]
+                    with m.If(lut_index == 255):
+                        m.next = "IDLE"
+                    with m.Elif(cursors[0][1] == rows - 1):
+                        m.d.sync += table_row.eq(table_row + 1)
+                        m.next = "LDL_READ"
+
+            with m.State("LDQ_READ"):
+                m.d.comb += [self.ub_read.en.eq(1), self.ub_read.addr.eq(cur_row)]
+                m.next = "LDQ_CAPTURE"
+            with m.State("LDQ_CAPTURE"):
+                byte = self.ub_read.data[cur_byte]
+                m.d.sync += value.eq(Cat(value[8:], byte))
+                with m.If(cur_byte == rows - 1):
+                    m.d.sync += [cur_byte.eq(0), cur_row.eq(cur_row + 1)]
+                with m.Else():
+                    m.d.sync += cur_byte.eq(cur_byte + 1)
+                last_byte = Mux(which == 2, 0, 3)
+                with m.If(byte_index == last_byte):
+                    m.d.sync += byte_index.eq(0)
+                    with m.If(which == 2):
+                        m.d.sync += which.eq(0)
+                        m.next = "LDQ_SHIFT"
+                    with m.Else():
+                        m.d.sync += which.eq(which + 1)
+                        m.next = "LDQ_READ"
+                    with m.If(which == 0):
+                        m.d.sync += bias.eq(Cat(value[8:], byte))
+                    with m.If(which == 1):
+                        m.d.sync += multiplier.eq(Cat(value[8:], byte))
+                with m.Else():
+                    m.d.sync += byte_index.eq(byte_index + 1)
+                    m.next = "LDQ_READ"
+            with m.State("LDQ_SHIFT"):
+                # `value[24:32]` now holds the shift byte.
+                m.d.comb += [pipe.set_channel.valid.eq(1),
+                             channel.shift.eq(_saturate(value[24:32].as_signed(), SHIFT_WIDTH))]
+                with m.If(pipe.set_channel.ready):
+                    m.d.sync += column.eq(column + 1)
+                    with m.If(column == cols - 1):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "LDQ_READ"
+
+            with m.State("ACT_DIVIDE"):
+                with m.If(averaging):
+                    m.d.comb += divider.start.eq(1)
+                    m.next = "ACT_WAIT_DIVIDE"
+                with m.Else():
+                    m.next = "ACT_SETTINGS"
+            with m.State("ACT_WAIT_DIVIDE"):
+                with m.If(divider.done):
+                    m.next = "ACT_SETTINGS"
+            with m.State("ACT_SETTINGS"):
+                m.d.comb += pipe.set_settings.valid.eq(1)
+                with m.If(pipe.set_settings.ready):
+                    m.d.sync += [to_read.eq(act["rows"]), to_write.eq(out_rows)]
+                    m.next = "ACT_RUN"
+            with m.State("ACT_RUN"):
+                m.d.comb += reader.i.valid.eq(to_read != 0)
+                with m.If((to_read == 0) & (to_write == 0)):
+                    m.next = "IDLE"
+        return m

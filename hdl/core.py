@@ -1,0 +1,185 @@
+"""The TPU core: every block of the chip behind its instruction stream."""
+
+from amaranth import *
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import TPUConfig
+from ..isa import INSTRUCTION_BITS, Opcode
+from .accumulators import AccReadSignature
+from .activation_unit import ActivationUnit
+from .decoder import field
+from .host_dma import HostReadUnit, HostRequest, HostWriteUnit
+from .matrix_engine import MatrixEngine
+from .matrix_unit import MatrixUnit
+from .sequencer import Sequencer
+from .unified_buffer import UbReadSignature, UbRow, UnifiedBuffer
+from .weight_fifo import WeightFifo
+from .weight_memory import WeightMemory, WeightMemoryFillSignature
+
+
+__all__ = ["TPUCore", "COUNTERS"]
+
+
+#: Performance counters, after TPU v1's (ISCA 2017, Table 3).
+COUNTERS = {
+    "cycles":       "cycles since reset until halted",
+    "mxu_active":   "cycles in which a row entered the systolic array",
+    "useful_macs":  "multiply-accumulates of those rows (rows x cols each)",
+    "weight_stall": "cycles a row was ready but its weight tile was not",
+    "weight_shift": "cycles a weight-tile row shifted into the array",
+    "non_matrix":   "cycles, until halted, in which no row entered the array",
+    "raw_stall":    "cycles the next instruction waited on a data hazard",
+    "host_stall":   "cycles an RHM or WHM waited on the host",
+}
+
+
+class TPUCore(wiring.Component):
+    """Sequencer, unified buffer, weight memory and FIFO, matrix engine and
+    activation unit, wired as TPU v1 is.
+
+    Members
+    -------
+    instr : In(stream.Signature(128))
+        Instructions (`tpu.isa`), in program order.
+    host_read_req : Out(stream.Signature(HostRequest()))
+    host_read_data : In(stream.Signature(UbRow))
+        RHM's bytes, one UB row per beat.
+    host_write_req : Out(stream.Signature(HostRequest()))
+    host_write_data : Out(stream.Signature(UbRow))
+        WHM's bytes, one UB row per beat.
+    wmem_fill : In(WeightMemoryFillSignature)
+        Writes weight memory (one tile row per cycle).
+    debug_ub : In(UbReadSignature)
+    debug_acc : In(AccReadSignature)
+        Read ports for tests and the host; ``debug_acc`` is served only while
+        the activation unit is idle.
+    halted, fault, fault_index, irq, irq_code, busy : Out
+        Status; see `Sequencer`. ``busy``: instructions queued or running.
+    counters : Out(StructLayout of 64-bit counters, see `COUNTERS`)
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, TPUConfig):
+            raise TypeError(f"TPUCore needs a TPUConfig, not {config!r}")
+        self._config = config
+        super().__init__({
+            "instr":           In(stream.Signature(INSTRUCTION_BITS)),
+            "host_read_req":   Out(stream.Signature(HostRequest())),
+            "host_read_data":  In(stream.Signature(UbRow(config))),
+            "host_write_req":  Out(stream.Signature(HostRequest())),
+            "host_write_data": Out(stream.Signature(UbRow(config))),
+            "wmem_fill":       In(WeightMemoryFillSignature(config)),
+            "debug_ub":        In(UbReadSignature(config)),
+            "debug_acc":       In(AccReadSignature(acc_rows=config.acc_rows, cols=config.cols)),
+            "halted":          Out(1),
+            "fault":           Out(4),
+            "fault_index":     Out(32),
+            "irq":             Out(1),
+            "irq_code":        Out(16),
+            "busy":            Out(1),
+            "counters":        Out(data.StructLayout({name: 64 for name in COUNTERS})),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+
+        m.submodules.sequencer = seq = Sequencer(cfg)
+        m.submodules.ub = ub = UnifiedBuffer(cfg)
+        m.submodules.rhm = rhm = HostReadUnit(cfg)
+        m.submodules.whm = whm = HostWriteUnit(cfg)
+        m.submodules.mmc = mmc = MatrixUnit(cfg)
+        m.submodules.act = act = ActivationUnit(cfg)
+        m.submodules.engine = engine = MatrixEngine(cfg)
+        m.submodules.weight_fifo = wfifo = WeightFifo(cfg)
+        m.submodules.weight_memory = wmem = WeightMemory(cfg)
+
+        wiring.connect(m, wiring.flipped(self.instr), seq.instr)
+        wiring.connect(m, seq.rhm, rhm.cmd)
+        wiring.connect(m, seq.whm, whm.cmd)
+        wiring.connect(m, seq.mmc, mmc.cmd)
+        wiring.connect(m, seq.act, act.cmd)
+        m.d.comb += [
+            seq.rhm_idle.eq(rhm.idle),
+            seq.whm_idle.eq(whm.idle),
+            seq.mmc_idle.eq(mmc.idle),
+            seq.act_idle.eq(act.idle),
+            seq.mmc_drained.eq(mmc.drained & ~engine.busy),
+        ]
+
+        # Host DMA.
+        wiring.connect(m, rhm.request, wiring.flipped(self.host_read_req))
+        wiring.connect(m, wiring.flipped(self.host_read_data), rhm.data)
+        wiring.connect(m, whm.request, wiring.flipped(self.host_write_req))
+        wiring.connect(m, whm.data, wiring.flipped(self.host_write_data))
+
+        # Unified buffer.
+        wiring.connect(m, act.ub_write, ub.act_write)
+        wiring.connect(m, rhm.ub, ub.dma_write)
+        wiring.connect(m, mmc.ub, ub.mxu_read)
+        wiring.connect(m, whm.ub, ub.dma_read)
+        wiring.connect(m, act.ub_read, ub.table_read)
+        wiring.connect(m, wiring.flipped(self.debug_ub), ub.debug_read)
+
+        # Weights: RW commands queue up in front of the weight FIFO; the
+        # sequencer bounds them (WEIGHT_FIFO_OVERFLOW) so the queue never fills.
+        m.submodules.rw_queue = rw_queue = fifo.SyncFIFOBuffered(
+            width=48, depth=cfg.weight_fifo_tiles + 2)
+        rw_word = seq.rw.payload.word
+        m.d.comb += [
+            rw_queue.w_data.eq(Cat(field(rw_word, Opcode.RW, "tile"), field(rw_word, Opcode.RW, "count"))),
+            rw_queue.w_en.eq(seq.rw.valid),
+            seq.rw.ready.eq(rw_queue.w_rdy),
+            wfifo.load.payload.tile.eq(rw_queue.r_data[:24]),
+            wfifo.load.payload.count.eq(rw_queue.r_data[24:48]),
+            wfifo.load.valid.eq(rw_queue.r_rdy),
+            rw_queue.r_en.eq(wfifo.load.ready),
+        ]
+        wiring.connect(m, wfifo.mem_request, wmem.request)
+        wiring.connect(m, wmem.response, wfifo.mem_response)
+        wiring.connect(m, wiring.flipped(self.wmem_fill), wmem.fill)
+        wiring.connect(m, wfifo.o, engine.weights)
+
+        # Matrix engine.
+        wiring.connect(m, mmc.rows, engine.act)
+        with m.If(act.idle):
+            m.d.comb += [engine.acc_read.en.eq(self.debug_acc.en),
+                         engine.acc_read.addr.eq(self.debug_acc.addr)]
+        with m.Else():
+            m.d.comb += [engine.acc_read.en.eq(act.acc.en), engine.acc_read.addr.eq(act.acc.addr)]
+        m.d.comb += [act.acc.data.eq(engine.acc_read.data), self.debug_acc.data.eq(engine.acc_read.data)]
+
+        # Status.
+        m.d.comb += [
+            self.halted.eq(seq.halted),
+            self.fault.eq(seq.fault),
+            self.fault_index.eq(seq.fault_index),
+            self.irq.eq(seq.irq),
+            self.irq_code.eq(seq.irq_code),
+            self.busy.eq(~seq.idle),
+        ]
+
+        # Performance counters.
+        running = ~seq.halted
+        row_in = engine.act.valid & engine.act.ready
+        events = {
+            "cycles":       running,
+            "mxu_active":   row_in,
+            "weight_stall": engine.act.valid & ~engine.act.ready,
+            "weight_shift": engine.weights.valid & engine.weights.ready,
+            "non_matrix":   running & ~row_in,
+            "raw_stall":    seq.raw_stall,
+            "host_stall":   (~rhm.idle & ~self.host_read_data.valid) |
+                            (self.host_write_data.valid & ~self.host_write_data.ready),
+        }
+        for name, event in events.items():
+            counter = getattr(self.counters, name)
+            m.d.sync += counter.eq(counter + event)
+        m.d.sync += self.counters.useful_macs.eq(
+            self.counters.useful_macs + Mux(row_in, cfg.rows * cfg.cols, 0))
+        return m

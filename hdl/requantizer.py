@@ -1,0 +1,111 @@
+"""Requantization of one column: int32 accumulator value to a clamped 8-bit value."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .activation_settings import SHIFT_WIDTH, VALUE_WIDTH
+
+
+__all__ = ["Requantizer"]
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+
+
+class Requantizer(wiring.Component):
+    """``clamp(MultiplyByQuantizedMultiplier(acc + bias, multiplier, shift) + zero_point)``.
+
+    TFLite's double-rounding requantization, bit for bit (see
+    ``sim/activation_model.py``), as a five-stage pipeline without stalls:
+    `value` is the result for the `acc` presented `latency` cycles earlier.
+    The settings inputs must not change while values are in flight.
+
+    Stages:
+
+    1. ``x = acc + bias`` (wrapping), then the left shift ``x << max(shift, 0)``
+       (wrapping, as TFLite's ``x * (1 << left_shift)``);
+    2. the 32 x 32-bit signed product;
+    3. ``SaturatingRoundingDoublingHighMul``: with gemmlowp's nudge and C
+       division the high half is ``floor((p + 2**30) / 2**31)`` for either sign
+       of ``p``; ``INT32_MIN * INT32_MIN`` saturates to ``INT32_MAX``;
+    4. ``RoundingDivideByPOT`` by ``r = max(-shift, 0)``: ``(y + 2**(r-1) -
+       (y < 0)) >> r`` for ``r > 0`` (round half away from zero), ``y`` for ``r = 0``;
+    5. ``+ zero_point`` (exact), then ``min(max(., low), high)``.
+
+    Members
+    -------
+    acc : In(signed(32))
+        Accumulator value.
+    bias, multiplier : In(signed(32))
+        Column settings.
+    shift : In(signed(6))
+        Column shift: positive shifts left before the multiply, negative
+        divides by a power of two after it.
+    zero_point, low, high : In(signed(9))
+        Output zero point and clamp bounds (``high`` wins over ``low``).
+    value : Out(signed(9))
+        The clamped result.
+    """
+
+    latency = 5
+
+    def __init__(self):
+        super().__init__({
+            "acc":        In(signed(32)),
+            "bias":       In(signed(32)),
+            "multiplier": In(signed(32)),
+            "shift":      In(signed(SHIFT_WIDTH)),
+            "zero_point": In(signed(VALUE_WIDTH)),
+            "low":        In(signed(VALUE_WIDTH)),
+            "high":       In(signed(VALUE_WIDTH)),
+            "value":      Out(signed(VALUE_WIDTH)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+
+        left = Signal(range(1 << (SHIFT_WIDTH - 1)))      # 0..31
+        right = Signal(range((1 << (SHIFT_WIDTH - 1)) + 1))   # 0..32
+        m.d.comb += [
+            left.eq(Mux(self.shift > 0, self.shift, 0)),
+            right.eq(Mux(self.shift < 0, -self.shift, 0)),
+        ]
+
+        # 1: bias, left shift.
+        biased = Signal(signed(32))
+        shifted = Signal(signed(32))
+        m.d.comb += biased.eq(self.acc + self.bias)
+        m.d.sync += shifted.eq(biased << left)
+
+        # 2: product, and the one product that saturates.
+        product = Signal(signed(64))
+        saturate = Signal()
+        m.d.sync += [
+            product.eq(shifted * self.multiplier),
+            saturate.eq((shifted == INT32_MIN) & (self.multiplier == INT32_MIN)),
+        ]
+
+        # 3: rounding doubling high half.
+        high_mul = Signal(signed(32))
+        m.d.sync += high_mul.eq(Mux(saturate, INT32_MAX, (product + (1 << 30)) >> 31))
+
+        # 4: rounding divide by a power of two.
+        half = Signal(33)
+        rounding = Signal(signed(34))
+        divided = Signal(signed(32))
+        m.d.comb += [
+            half.eq((Const(1, 34) << right) >> 1),
+            rounding.eq(Mux(right == 0, 0, half - high_mul[31])),
+        ]
+        m.d.sync += divided.eq((high_mul + rounding) >> right)
+
+        # 5: zero point and clamp.
+        offset = Signal(signed(34))
+        raised = Signal(signed(34))
+        m.d.comb += [
+            offset.eq(divided + self.zero_point),
+            raised.eq(Mux(offset < self.low, self.low, offset)),
+        ]
+        m.d.sync += self.value.eq(Mux(raised > self.high, self.high, raised))
+        return m

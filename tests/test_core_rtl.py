@@ -1,0 +1,48 @@
+"""The whole core RTL against the golden chip model, under both simulators:
+random programs with every kind of hazard, and every fault kind."""
+
+import pytest
+from amaranth.back import verilog
+
+from conftest import base_seed
+from tpu import TPUConfig
+from tpu.hdl.core import TPUCore
+from tpu.sim.harness import run
+from tpu.sim.program_generator import FAULT_KINDS
+
+
+TOP = "tpu_core"
+CONFIGS = [
+    TPUConfig(rows=4, cols=4, acc_rows=32, ub_rows=64, weight_mem_tiles=8, weight_fifo_tiles=2,
+              weight_mem_latency=3, weight_mem_bytes_per_cycle=4, pool_max_width=8),
+    TPUConfig(rows=8, cols=4, acc_rows=32, ub_rows=48, weight_mem_tiles=8, weight_fifo_tiles=4,
+              weight_mem_latency=9, weight_mem_bytes_per_cycle=2, pool_max_width=8),
+]
+_SOURCES = {}
+
+
+def _source(config):
+    if config not in _SOURCES:
+        _SOURCES[config] = verilog.convert(TPUCore(config), name=TOP, emit_src=False)
+    return _SOURCES[config]
+
+
+def _run(simulator, config, seed, **env):
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    tests, failures = run(config, simulator, "tpu.sim.tb_core", testcase="random_programs",
+                          seed=seed, toplevel=TOP, verilog_source=_source(config),
+                          extra_env={k: str(v) for k, v in env.items()})
+    assert tests == 1 and failures == 0, f"failed with seed {seed} (replay with TPU_SEED={seed})"
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("n", range(4))
+def test_random_program(simulator, config, n):
+    _run(simulator, config, base_seed() + n, TPU_LENGTH=40)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("fault", FAULT_KINDS)
+def test_fault(simulator, fault):
+    _run(simulator, CONFIGS[0], base_seed(), TPU_FAULT=fault, TPU_LENGTH=20)
