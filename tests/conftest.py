@@ -6,6 +6,10 @@ from tpu import TPUConfig
 from tpu.sim.harness import SIMULATORS, missing_simulator
 
 
+# Test simulations are short: build Verilator models without C++ optimisation,
+# which roughly halves their build time.
+os.environ.setdefault("TPU_VERILATOR_OPT", "-O0")
+
 # The configurations every RTL test runs on (rows x cols).
 RTL_SHAPES = [(1, 1), (2, 2), (4, 4), (8, 8), (4, 8), (8, 4), (16, 16)]
 

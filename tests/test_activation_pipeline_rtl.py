@@ -7,9 +7,6 @@ simulation per (simulator, configuration) runs every testcase of
 ``tpu.sim.tb_activation_pipeline``.
 """
 
-import json
-import os
-import xml.etree.ElementTree as ElementTree
 from functools import lru_cache
 
 import pytest
@@ -18,7 +15,7 @@ from amaranth.back import verilog
 from conftest import base_seed
 from tpu import TPUConfig
 from tpu.hdl.activation_pipeline import ActivationPipeline
-from tpu.sim.harness import build
+from tpu.sim.harness import run
 
 
 TOPLEVEL = "tpu_activation_pipeline"
@@ -33,64 +30,15 @@ def verilog_source(config):
     return verilog.convert(ActivationPipeline(config), name=TOPLEVEL, emit_src=False)
 
 
-def run_all(config, simulator, seed):
-    """Run every testcase in one simulation; return ({testcase: failure
-    message or None}, log path)."""
-    from cocotb_tools.runner import get_runner
-
-    build_dir = build(config, simulator, verilog_source=verilog_source(config), toplevel=TOPLEVEL)
-    test_dir = build_dir / "runs" / f"all-{seed}"
-    test_dir.mkdir(parents=True, exist_ok=True)
-    results = (test_dir / "results.xml").resolve()
-    log = test_dir / "sim.log"
-    try:
-        get_runner(simulator).test(
-            test_module=TEST_MODULE,
-            hdl_toplevel=TOPLEVEL,
-            hdl_toplevel_lang="verilog",
-            seed=seed,
-            build_dir=build_dir,
-            test_dir=test_dir,
-            extra_env={"TPU_CONFIG": json.dumps(config.to_dict()), "TPU_SEED": str(seed)},
-            timescale=("1ns", "1ps") if simulator == "icarus" else None,
-            results_xml=str(results),
-            log_file=log,
-        )
-    except SystemExit:
-        pass    # under pytest the runner exits when a testcase fails; the results stay
-    if not results.exists():
-        raise AssertionError(f"the simulation left no results (see {log})")
-    outcome = {}
-    for case in ElementTree.parse(results).getroot().iter("testcase"):
-        failure = case.find("failure")
-        if failure is None:
-            failure = case.find("error")
-        outcome[case.get("name")] = None if failure is None else (
-            failure.get("message") or "failed")
-    return outcome, log
-
-
-@pytest.fixture
-def quick_cxx(monkeypatch):
-    """Compile Verilator models without C++ optimisation: the C++ compiler
-    dominates these builds and the simulations are short. (The harness passes
-    MAKEFLAGS on to Verilator's make; the setting is undone after the test.)"""
-    flags = os.environ.get("MAKEFLAGS", "").split()
-    flags += ["OPT_FAST=-O0", "OPT_SLOW=-O0", "OPT_GLOBAL=-O0"]
-    monkeypatch.setenv("MAKEFLAGS", " ".join(flags))
-
-
 @pytest.mark.rtl
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"cols{c.cols}")
-def test_activation_pipeline(simulator, config, quick_cxx):
+def test_activation_pipeline(simulator, config):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
-    outcome, log = run_all(config, simulator, seed)
-    missing = [name for name in TESTCASES if name not in outcome]
-    assert not missing, f"{missing} did not run (see {log})"
-    failed = {name: message for name, message in outcome.items() if message}
-    assert not failed, (f"failed with seed {seed} (replay with TPU_SEED={seed}, log {log}): "
-                        + "; ".join(f"{name}: {message}" for name, message in failed.items()))
+    tests, failures = run(config, simulator, TEST_MODULE, seed=seed, toplevel=TOPLEVEL,
+                          verilog_source=verilog_source(config))
+    assert tests == len(TESTCASES), f"{len(TESTCASES) - tests} testcases did not run"
+    assert failures == 0, f"{failures} testcases failed with seed {seed} (replay with TPU_SEED={seed})"
 
 
 def test_elaborates_for_every_width():
