@@ -57,7 +57,7 @@ def _verilog_summary(text, module):
 def cmd_verilog(args):
     from .hdl.verilog import generate_verilog
     config = _config_from(args)
-    text = generate_verilog(config)
+    text = generate_verilog(config, top=args.top)
     if args.output in (None, "-"):
         sys.stdout.write(text)
     else:
@@ -87,16 +87,16 @@ def cmd_sim(args):
 
 def cmd_demo(args):
     import numpy as np
-    from .hdl.verilog import generate_verilog, TOP_NAME
+    from .hdl.verilog import generate_verilog, CORE_NAME
     from .sim.matrix_engine_model import MatMul, MatrixEngineModel
     config = _config_from(args)
     started = time.perf_counter()
-    text = generate_verilog(config)
+    text = generate_verilog(config, top="core")
     elapsed = time.perf_counter() - started
     path = Path(args.output)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    module = TOP_NAME
+    module = CORE_NAME
     ports = _verilog_summary(text, module)
     print(f"configuration: {config}")
     print(f"module {module}: {len(text.splitlines())} lines of Verilog in {path} "
@@ -188,6 +188,8 @@ def _parser():
     p = commands.add_parser("verilog", help="write the Verilog of a configuration")
     _add_config_options(p)
     p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
+    p.add_argument("--top", choices=["core", "engine"], default="core",
+                   help="the whole core (default) or the matrix engine alone")
     p.set_defaults(func=cmd_verilog)
 
     p = commands.add_parser("sim", help="run the RTL testbenches of a configuration")
@@ -200,8 +202,8 @@ def _parser():
 
     p = commands.add_parser("demo", help="generate the default chip and summarise it")
     _add_config_options(p)
-    p.add_argument("-o", "--output", metavar="FILE", default="build/tpu_matrix_engine.v",
-                   help="where to write the Verilog (default build/tpu_matrix_engine.v)")
+    p.add_argument("-o", "--output", metavar="FILE", default="build/tpu_core.v",
+                   help="where to write the Verilog (default build/tpu_core.v)")
     p.set_defaults(func=cmd_demo)
 
     p = commands.add_parser("asm", help="assemble a program into its binary",
