@@ -48,7 +48,8 @@ class Sequencer(wiring.Component):
 
     An instruction is issued when its unit is free and no instruction still
     running in another unit writes what it reads, reads what it writes, or
-    writes what it writes (UB rows and accumulator rows, compared as ranges).
+    writes what it writes (UB rows and accumulator rows, compared as ranges;
+    host memory as a whole: RHM and WHM never overlap).
     So a program written in plain order, with no NOPs, always computes what it
     would compute one instruction at a time. MMCs stay "in flight" for the
     accumulator rows they write until the matrix engine has stored every row.
@@ -194,6 +195,11 @@ class Sequencer(wiring.Component):
             ]
             hazard_terms.append(~target[unit] & Cat(*terms).any())
         hazard_terms.append(~target["mmc"] & (acc_r.overlaps(drain) | acc_w.overlaps(drain)))
+        # Host memory is one more shared memory: RHM and WHM wait for each
+        # other, so a read never overtakes an earlier write, nor a write an
+        # earlier read.
+        hazard_terms.append(target["rhm"] & ~self.whm_idle)
+        hazard_terms.append(target["whm"] & ~self.rhm_idle)
         hazard = Signal()
         m.d.comb += hazard.eq(Cat(*hazard_terms).any())
 
