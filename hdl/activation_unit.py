@@ -70,7 +70,6 @@ class ActivationUnit(wiring.Component):
 
         word = Signal(128)
         out_rows = Signal(24)
-        op = word[:8]
         regs = {reg: Signal(signed(32), name=f"reg_{reg.name.lower()}") for reg in Reg}
 
         # ACT: accumulator rows into the pipeline, results into the UB.

@@ -4,7 +4,6 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..config import TPUConfig
 from ..isa import Opcode
 from .decoder import field
 from .matrix_engine import ActivationRow

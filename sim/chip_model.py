@@ -5,13 +5,11 @@ unified buffer, accumulators, host memory, fault code and faulting
 instruction, and the same interrupts.
 """
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from ..config import TPUConfig
 from ..isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Nop, Reg, Rhm, Rw, Sync, Whm,
-                   Pool, check, decode, IllegalInstruction, ldl_rows, ldq_rows, ldq_sections,
+                   Pool, check, decode, ldl_rows, ldq_rows, ldq_sections,
                    INSTRUCTION_BYTES)
 from ..hdl.activation_settings import SHIFT_WIDTH, VALUE_WIDTH
 from .activation_model import ActivationSettings, run_operation

@@ -1,9 +1,7 @@
 """Random programs for the chip: legal ones with every kind of data hazard,
 and ones that fault on purpose."""
 
-import random
-
-from ..isa import (Act, Cfg, Conv, Fault, Func, Halt, Int, Ldl, Ldq, Mmc, Nop, Pool, Reg, Rhm,
+from ..isa import (Act, Cfg, Conv, Func, Halt, Int, Ldl, Ldq, Mmc, Nop, Pool, Reg, Rhm,
                    Rw, Sync, Whm, encode_program, ldl_rows, ldq_rows)
 
 

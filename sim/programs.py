@@ -789,7 +789,7 @@ def act_pooling_program(seed=6, *, config=PROGRAM_CONFIG):
     strides 1..3, global average, int8 and uint8, an image narrower than
     the batch."""
     cfg = config
-    R, C = cfg.rows, cfg.cols
+    C = cfg.cols
     rng = np.random.default_rng(seed)
     in_h, in_w = 4, 6
     n = in_h * in_w

@@ -9,10 +9,43 @@ flip-flops, so the result is the same under every simulator.
 
 import random
 
+import cocotb
+from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 
-__all__ = ["StreamSource", "CycleLoop", "pack_fields"]
+__all__ = ["StreamSource", "CycleLoop", "pack_fields", "pack_array", "unpack_array",
+           "start_clock_and_reset"]
+
+
+def pack_array(values, width):
+    """Pack integers into one word, element 0 in the lowest `width` bits."""
+    word = 0
+    mask = (1 << width) - 1
+    for i, v in enumerate(values):
+        word |= (int(v) & mask) << (width * i)
+    return word
+
+
+def unpack_array(word, width, count, *, signed):
+    """The `count` elements of `width` bits in `word`, element 0 lowest."""
+    out = []
+    mask = (1 << width) - 1
+    for i in range(count):
+        v = (word >> (width * i)) & mask
+        if signed and v >> (width - 1):
+            v -= 1 << width
+        out.append(v)
+    return out
+
+
+async def start_clock_and_reset(dut, cycles=3):
+    """Start a 100 MHz clock on ``dut.clk`` and hold ``dut.rst`` for `cycles`."""
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    for _ in range(cycles):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
 
 
 def pack_fields(layout, values):

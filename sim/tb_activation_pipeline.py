@@ -12,8 +12,6 @@ from dataclasses import replace
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import RisingEdge
 
 from ..hdl.activation_pipeline import ActivationPipeline
 from ..hdl.activation_settings import (ChannelWrite, InputRow, LutWrite, SettingsLayout,
@@ -22,7 +20,7 @@ from .activation_model import (ActivationSettings, Function, Pooling,
                                multiply_by_quantized_multiplier, output_rows, quantize_multiplier,
                                run_operation, sigmoid_table, tanh_table)
 from .harness import config_from_env
-from .streams import CycleLoop, StreamSource, pack_fields
+from .streams import CycleLoop, StreamSource, pack_fields, start_clock_and_reset
 
 
 LATENCY = ActivationPipeline.latency
@@ -105,11 +103,7 @@ class TB:
         raise AssertionError(f"{message} [config {self.config.name}, seed {self.seed}]")
 
     async def reset(self):
-        cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
-        self.dut.rst.value = 1
-        for _ in range(3):
-            await RisingEdge(self.dut.clk)
-        self.dut.rst.value = 0
+        await start_clock_and_reset(self.dut)
 
     # Stimulus ------------------------------------------------------------
 

@@ -12,7 +12,6 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..hdl.core import COUNTERS
@@ -20,24 +19,11 @@ from ..isa import Fault, INSTRUCTION_BYTES
 from .chip_model import ChipModel
 from .harness import config_from_env
 from .program_generator import FAULT_KINDS, HOST_INPUT, random_program
-from .streams import CycleLoop, StreamSource
+from .streams import CycleLoop, StreamSource, pack_array, start_clock_and_reset, unpack_array
 
 
-def _pack(values, width):
-    word = 0
-    for i, v in enumerate(values):
-        word |= (int(v) & ((1 << width) - 1)) << (width * i)
-    return word
-
-
-def _unpack(word, width, count, signed):
-    out = []
-    for i in range(count):
-        v = (word >> (width * i)) & ((1 << width) - 1)
-        if signed and v >> (width - 1):
-            v -= 1 << width
-        out.append(v)
-    return out
+# Kept for the testbenches that build on this one.
+_pack = pack_array
 
 
 class HostModel:
@@ -83,7 +69,8 @@ class HostModel:
         if int(dut.host_write_data__valid.value) and int(dut.host_write_data__ready.value):
             assert self.writes, "host write data without a request"
             addr, left, row = self.writes[0]
-            data = _unpack(dut.host_write_data__payload.value.to_unsigned(), 8, R, False)
+            word = dut.host_write_data__payload.value.to_unsigned()
+            data = unpack_array(word, 8, R, signed=False)
             for i, b in enumerate(data):
                 self.memory[addr + row * R + i] = b
             self.writes[0][2] += 1
@@ -119,11 +106,7 @@ class TB:
         raise AssertionError(f"{message} [config {self.cfg.name}, seed {self.seed}]")
 
     async def reset(self):
-        cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
-        self.dut.rst.value = 1
-        for _ in range(3):
-            await RisingEdge(self.dut.clk)
-        self.dut.rst.value = 0
+        await start_clock_and_reset(self.dut)
 
     async def load_memories(self):
         """Random weights in weight memory, random bytes in host memory."""
@@ -163,7 +146,8 @@ class TB:
         await RisingEdge(self.dut.clk)
         getattr(self.dut, f"{prefix}__en").value = 0
         await ReadOnly()
-        return _unpack(getattr(self.dut, f"{prefix}__data").value.to_unsigned(), width, count, signed)
+        word = getattr(self.dut, f"{prefix}__data").value.to_unsigned()
+        return unpack_array(word, width, count, signed=signed)
 
     async def check(self):
         cfg, model = self.cfg, self.model

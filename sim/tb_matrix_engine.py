@@ -9,30 +9,13 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..hdl.matrix_engine import ActivationRow
 from .harness import config_from_env
 from .matrix_engine_model import MatMul, MatrixEngineModel, ideal_schedule
-from .streams import CycleLoop, StreamSource, pack_fields
-
-
-def _pack_array(values, width):
-    word = 0
-    mask = (1 << width) - 1
-    for i, v in enumerate(values):
-        word |= (int(v) & mask) << (width * i)
-    return word
-
-
-def _unpack_signed(word, width, count):
-    out = np.empty(count, dtype=np.int64)
-    mask = (1 << width) - 1
-    for i in range(count):
-        v = (word >> (width * i)) & mask
-        out[i] = v - (1 << width) if v >> (width - 1) else v
-    return out
+from .streams import (CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset,
+                      unpack_array)
 
 
 class TB:
@@ -62,24 +45,20 @@ class TB:
             word = self.dut.written__data.value.to_unsigned()
             self.writes.append((cycle, int(self.dut.written__addr.value),
                                 int(self.dut.written__accumulate.value),
-                                _unpack_signed(word, 32, self.config.cols)))
+                                np.array(unpack_array(word, 32, self.config.cols, signed=True))))
 
     def fail(self, message):
         raise AssertionError(f"{message} [config {self.config.name}, seed {self.seed}]")
 
     async def reset(self):
-        cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
-        self.dut.rst.value = 1
-        for _ in range(3):
-            await RisingEdge(self.dut.clk)
-        self.dut.rst.value = 0
+        await start_clock_and_reset(self.dut)
 
     # Stimulus ------------------------------------------------------------
 
     def push_tile(self, w):
         self.model.push_tile(w)
         for k in range(self.config.rows):
-            self.weights.send(_pack_array(w[k], 8))
+            self.weights.send(pack_array(w[k], 8))
 
     def matmul(self, op):
         before = self.model.acc.copy()
@@ -93,7 +72,7 @@ class TB:
             acc[addr] = ((old + sums[b] + (1 << 31)) % (1 << 32)) - (1 << 31)
             self.expected.append((addr, acc[addr].astype(np.int64).copy()))
             self.act.send(pack_fields(self.row_layout, {
-                "data": _pack_array(op.x[b], 8),
+                "data": pack_array(op.x[b], 8),
                 "acc_addr": addr,
                 "accumulate": int(op.accumulate),
                 "unsigned": int(op.unsigned),
@@ -134,7 +113,8 @@ class TB:
         await RisingEdge(self.dut.clk)
         self.dut.acc_read__en.value = 0
         await ReadOnly()
-        return _unpack_signed(self.dut.acc_read__data.value.to_unsigned(), 32, self.config.cols)
+        word = self.dut.acc_read__data.value.to_unsigned()
+        return np.array(unpack_array(word, 32, self.config.cols, signed=True))
 
     async def check_memory(self):
         touched = sorted({addr for addr, _ in self.expected})

@@ -72,7 +72,7 @@ def cmd_verilog(args):
 
 
 def cmd_sim(args):
-    from .sim.harness import SIMULATORS, missing_simulator, run
+    from .sim.harness import missing_simulator, run
     config = _config_from(args)
     reason = missing_simulator(args.sim)
     if reason:
