@@ -12,23 +12,11 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge
 
 from ..hdl.weight_fifo import WeightLoad
 from .harness import config_from_env
-from .streams import CycleLoop, StreamSource, pack_fields
-
-
-def _pack(values):
-    word = 0
-    for i, v in enumerate(values):
-        word |= (int(v) & 0xFF) << (8 * i)
-    return word
-
-
-def _unpack(word, count):
-    return [((word >> (8 * i)) & 0xFF) - (256 if (word >> (8 * i + 7)) & 1 else 0) for i in range(count)]
+from .streams import CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset, unpack_array
 
 
 class Sink:
@@ -45,7 +33,7 @@ class Sink:
 
     def sample(self, cycle):
         if int(self.dut.o__valid.value) and int(self.dut.o__ready.value):
-            self.rows.append(_unpack(self.dut.o__payload.value.to_unsigned(), self.cols))
+            self.rows.append(unpack_array(self.dut.o__payload.value.to_unsigned(), 8, self.cols, signed=True))
             self.cycles.append(cycle)
 
 
@@ -55,19 +43,15 @@ async def _setup(dut, stall, idle):
     dut._log.info("config %s, seed %d", cfg, seed)
     rng = np.random.default_rng(seed)
     pyrng = random.Random(seed)
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
     dut.fill__en.value = 0
-    for _ in range(2):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
+    await start_clock_and_reset(dut)
     memory = rng.integers(-128, 128, size=(cfg.weight_mem_tiles, cfg.rows, cfg.cols))
     for t in range(cfg.weight_mem_tiles):
         for k in range(cfg.rows):
             await RisingEdge(dut.clk)
             dut.fill__en.value = 1
             dut.fill__addr.value = t * cfg.rows + k
-            dut.fill__data.value = _pack(memory[t, k])
+            dut.fill__data.value = pack_array(memory[t, k], 8)
     await RisingEdge(dut.clk)
     dut.fill__en.value = 0
     source = StreamSource(dut, "load", idle=idle, rng=pyrng)
