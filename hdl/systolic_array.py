@@ -155,12 +155,13 @@ class SystolicArray(wiring.Component):
                 psum = Signal(signed(width), name=f"pe_{k}_{n}_psum")
 
                 below = transit[k + 1][n] if k + 1 < rows else col_wdata[n]
-                with m.If(col_shift[n]):
-                    m.d.sync += transit[k][n].eq(below)
-                with m.If(col_capture[n]):
-                    m.d.sync += shadow.eq(transit[k][n])
-                with m.If(switch):
-                    m.d.sync += active.eq(shadow)
+                # Plain multiplexers rather than `m.If`: at 256x256 the
+                # per-PE conditional processes are what exhausts Yosys.
+                m.d.sync += [
+                    transit[k][n].eq(Mux(col_shift[n], below, transit[k][n])),
+                    shadow.eq(Mux(col_capture[n], transit[k][n], shadow)),
+                    active.eq(Mux(switch, shadow, active)),
+                ]
                 m.d.sync += [
                     product.eq(act * Mux(switch, shadow, active)),
                     psum.eq(psum_in[n] + product),
