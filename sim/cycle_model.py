@@ -1,0 +1,528 @@
+"""Cycle estimate of a program on the core, without the RTL.
+
+`estimate_cycles` follows the program instruction by instruction, as the
+sequencer issues it, and computes when each instruction issues and when its
+unit is done, from the timing rules of each block (docs/core.md,
+docs/matrix_engine.md, docs/core_performance.md). It is event based: one step
+per instruction and per weight tile, with closed forms for the rows of an
+MMC, so its cost hardly grows with the number of rows.
+
+Cycle 0 is the cycle in which the first instruction is offered to the core;
+the instruction stream is assumed never to idle. The host answers a read
+request `host_latency` cycles after the first cycle it could (0: the data's
+first beat comes in the cycle after the request is accepted) and then sends
+one UB row per cycle; it takes write data at once.
+
+What is modelled (each rule is the RTL's, in cycles):
+
+* the instruction queue (an instruction can be decoded 2 cycles after it was
+  written), decode in 2 cycles, 27 for an MMC with CONV and 79 for a windowed
+  ACT (the serial divisions), the next decode starting in the cycle an
+  instruction issues;
+* in-order issue, one instruction at a time per unit, with the range-based
+  interlocks: a hazard on a unit's running instruction clears in the cycle
+  after that unit is idle; an RHM waits for a running WHM to be idle, and a
+  WHM for an RHM (host memory is read and written in program order); a
+  hazard on the accumulator rows of the MMCs in flight (the union of all of
+  them since the engine last drained) clears two cycles after the last row
+  is stored; SYNC, INT and HALT wait for every unit to be idle and the
+  engine drained;
+* RHM: rows in cycles ``issue + 2 + host_latency ..``, one per cycle (a cycle
+  in which ACT writes the UB delays it by one); WHM: rows leave in
+  ``issue + 3 ..``;
+* MMC: UB reads from ``issue + 1``, rows at the engine two cycles after their
+  read, at most three rows read ahead of the engine; the next MMC is taken in
+  the cycle of the last read; a row with SWITCH waits for its tile; rows are
+  stored ``rows + cols + 2`` cycles after they enter the array;
+* weights: RW reaches the weight FIFO 2 cycles after issue, one command at a
+  time; a tile is requested when fewer than ``weight_fifo_tiles`` tiles are
+  requested and not yet passed to the array and the weight memory has fewer
+  than 4 requests waiting; its first row is read ``max(weight_mem_latency, 2)``
+  cycles after the request, rows are read every ``ceil(cols /
+  min(bytes_per_cycle, cols))`` cycles, and each reaches the array 4 cycles
+  after its read; the array takes a tile's rows into its transit registers
+  once the previous tile is captured into shadow; a tile is captured one
+  cycle after its last row, and not before ``rows - 1`` cycles after the
+  switch that emptied the shadow registers; a switch comes at least one cycle
+  after the capture of its tile;
+* ACT: settings written 2 cycles after issue (37 with average pooling: the
+  reciprocal's division), once the pipeline has finished the previous ACT's
+  rows; rows read one per cycle from the next cycle; done ``rows + 2`` cycles
+  after the settings or 15 cycles after the row that completes the last
+  result (the 10-cycle pipeline, the UB write), whichever is later: ``rows +
+  16`` cycles for an ACT without pooling. CFG takes 1 cycle, LDQ ``19 x cols
+  + 1``, LDL ``2 x ceil(256 / rows) + 257``.
+
+A program that faults is followed up to the faulting instruction, which then
+behaves as HALT (the chip halts when the earlier ones are done). Without a
+HALT the estimate ends when everything is idle.
+"""
+
+from dataclasses import dataclass, field
+
+from ..config import TPUConfig
+from ..isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
+                   INSTRUCTION_BYTES, check, decode, ldl_rows, ldq_rows)
+
+
+__all__ = ["estimate_cycles", "TIMING"]
+
+
+#: The fixed latencies the estimate uses, in cycles (see the module docstring).
+TIMING = {
+    "queue": 2,              # instruction written -> can be loaded into the decoder
+    "decode": 2,             # load -> issue, most instructions
+    "decode_conv": 27,       # MMC with CONV: one serial division
+    "decode_window": 79,     # ACT with MAX/AVG pooling: three serial divisions
+    "rhm_first_row": 2,      # RHM issue -> first row written (ideal host)
+    "whm_idle": 3,           # WHM issue -> idle, after `rows` rows
+    "mmc_first_read": 1,     # MMC issue -> first UB read
+    "mmc_read_to_row": 2,    # UB read -> row at the matrix engine
+    "mmc_read_ahead": 3,     # rows read and not yet in the array
+    "range_clear": 1,        # unit idle -> its ranges stop blocking
+    "drain_clear": 2,        # last row stored -> accumulator ranges stop blocking
+    "rw_to_fifo": 3,         # RW issue -> first tile request
+    "rw_next_command": 2,    # last request of a command -> first of the next
+    "wmem_min_latency": 2,   # request -> first row read, at least
+    "wmem_outstanding": 4,   # requests the weight memory queues
+    "wmem_to_array": 4,      # row read -> row at the array's weight port
+    "act_settings": 2,       # ACT issue -> settings written (pipeline idle)
+    "act_reciprocal": 35,    # extra before that for AVG / GLOBAL_AVG (34-bit division)
+    "act_read_done": 2,      # settings -> idle, beyond the rows (all rows read)
+    "act_last_write": 15,    # settings -> idle, after the row completing the last result
+    "act_pipeline_free": 12, # settings -> pipeline free for new settings, beyond the rows
+    "act_first_write": 13,   # settings -> first UB row written
+    "ldq_column": 19,        # LDQ: cycles per column (9 UB reads, a channel write)
+    "ldq_first_channel": 19, # LDQ issue -> first channel written
+    "ldl_first_entry": 3,    # LDL issue -> first table entry written
+}
+
+
+@dataclass
+class _Tile:
+    command_issue: int
+    first_of_command: bool
+    request: int = None
+    reads: tuple = None      # first and last row read
+    beats: tuple = None      # first and last row into the array
+    capture: int = None
+    switch: int = None
+
+
+@dataclass
+class _Unit:
+    ready: int = 0           # the unit takes its next instruction from this cycle
+    idle: int = 0            # idle from this cycle on
+    ranges: dict = field(default_factory=dict)
+
+
+def _span(first, count):
+    return (first, first + count - 1) if count else None
+
+
+def _overlap(a, b):
+    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def _ranges(ins, config):
+    """UB and accumulator rows an instruction reads and writes (as the sequencer sees them)."""
+    r = {}
+    if isinstance(ins, Rhm):
+        r["ub_w"] = _span(ins.ub, ins.rows)
+    elif isinstance(ins, Whm):
+        r["ub_r"] = _span(ins.ub, ins.rows)
+    elif isinstance(ins, Mmc):
+        r["ub_r"] = (ins.ub, ins.last_ub_row) if ins.rows else None
+        r["acc_w"] = _span(ins.acc, ins.rows)
+    elif isinstance(ins, Act):
+        r["acc_r"] = _span(ins.acc, ins.rows)
+        r["ub_w"] = _span(ins.ub, ins.output_rows)
+    elif isinstance(ins, Ldq):
+        r["ub_r"] = _span(ins.ub, ldq_rows(config))
+    elif isinstance(ins, Ldl):
+        r["ub_r"] = _span(ins.ub, ldl_rows(config))
+    return {k: v for k, v in r.items() if v is not None}
+
+
+def _last_completing_row(act):
+    """Index of the input row of `act` that completes its last output row."""
+    if not act.windowed:
+        return act.rows - 1
+    out_h, out_w = act.output_shape
+    k, s = act.pool_size, act.pool_stride
+    return ((out_h - 1) * s + k - 1) * act.in_w + (out_w - 1) * s + k - 1
+
+
+def _completing_rows(act):
+    """Indices of the input rows of `act` whose result is written to the UB."""
+    if act.pool == Pool.GLOBAL_AVG:
+        return [act.rows - 1]
+    if not act.windowed:
+        return range(act.rows)
+    out_h, out_w = act.output_shape
+    k, s = act.pool_size, act.pool_stride
+    return [(oy * s + k - 1) * act.in_w + ox * s + k - 1
+            for oy in range(out_h) for ox in range(out_w)]
+
+
+def _rhm_end(first, rows, writes):
+    """The cycle an RHM whose rows could be written one per cycle from `first`
+    is idle, when the UB write port is taken in the `writes` cycles (intervals)
+    by the activation unit, which has priority."""
+    t, left = first, rows
+    for a, b in sorted(writes):
+        if b < t:
+            continue
+        if a > t:
+            step = min(left, a - t)
+            left -= step
+            t += step
+            if not left:
+                break
+        t = max(t, b + 1)
+    return t + left
+
+
+def _conflict(new, running):
+    """The sequencer's hazard rule: write/read, read/write, write/write on UB or accumulators."""
+    for space in ("ub", "acc"):
+        w, r = new.get(f"{space}_w"), new.get(f"{space}_r")
+        rw, rr = running.get(f"{space}_w"), running.get(f"{space}_r")
+        if _overlap(w, rr) or _overlap(w, rw) or _overlap(r, rw):
+            return True
+    return False
+
+
+class _WeightPath:
+    """RW commands -> weight FIFO -> weight memory -> the array's weight registers."""
+
+    def __init__(self, config):
+        self.cfg = config
+        self.tiles = []
+        self.gap = _ceil_div(config.cols, min(config.weight_mem_bytes_per_cycle, config.cols))
+        self.latency = max(config.weight_mem_latency, TIMING["wmem_min_latency"])
+        self.done = 0            # tiles whose timing is computed
+
+    def request(self, issue, count):
+        for k in range(count):
+            self.tiles.append(_Tile(issue, k == 0))
+
+    def _guard(self, switch):
+        """First cycle a capture may come after `switch` emptied the shadow registers."""
+        return switch if self.cfg.rows == 1 else switch + self.cfg.rows - 1
+
+    def compute(self, upto):
+        """Timing of tiles up to `upto` (their beats; captures where possible)."""
+        cfg, T = self.cfg, self.tiles
+        while self.done <= upto and self.done < len(T):
+            k = self.done
+            tile = T[k]
+            q = tile.command_issue + TIMING["rw_to_fifo"]
+            if k:
+                q = max(q, T[k - 1].request + (TIMING["rw_next_command"] if tile.first_of_command
+                                              else 1))
+            if k >= cfg.weight_fifo_tiles:       # room reserved in the weight FIFO
+                q = max(q, T[k - cfg.weight_fifo_tiles].beats[1] + 1)
+            if k >= TIMING["wmem_outstanding"]:  # the weight memory's request queue
+                q = max(q, T[k - TIMING["wmem_outstanding"]].reads[1] + 1)
+            tile.request = q
+            first = q + self.latency
+            if k:
+                first = max(first, T[k - 1].reads[1] + self.gap)
+            tile.reads = (first, first + (cfg.rows - 1) * self.gap)
+            # Into the transit registers once the previous tile is captured.
+            beat = first + TIMING["wmem_to_array"]
+            if k:
+                if T[k - 1].capture is None:
+                    break                         # waits for a switch not yet known
+                beat = max(beat, T[k - 1].beats[1] + 1, T[k - 1].capture)
+            tile.beats = (beat, max(tile.reads[1] + TIMING["wmem_to_array"], beat + cfg.rows - 1))
+            self.done += 1
+            self._capture(k)
+
+    def _capture(self, k):
+        T = self.tiles
+        tile = T[k]
+        if tile.beats is None or tile.capture is not None:
+            return
+        capture = tile.beats[1] + 1
+        if k:
+            if T[k - 1].switch is None:
+                return                            # the shadow is still full
+            capture = max(capture, self._guard(T[k - 1].switch))
+        tile.capture = capture
+
+    def switch_ready(self, k):
+        """First cycle a row switching to tile `k` can enter the array."""
+        self.compute(k)
+        self._capture(k)
+        return self.tiles[k].capture + 1
+
+    def switched(self, k, cycle):
+        self.tiles[k].switch = cycle
+        if k + 1 < len(self.tiles):
+            self._capture(k + 1)
+
+
+def estimate_cycles(config, program, *, host_latency=0, schedule=False, drain="union"):
+    """Estimate the core's cycles and performance counters for `program`.
+
+    Parameters
+    ----------
+    config : TPUConfig
+    program : bytes or list of instructions
+        The encoded program (or `tpu.isa` instructions).
+    host_latency : int
+        Extra cycles before the first row of each RHM arrives (0: the ideal
+        host of ``sim/bench_core.py``).
+    schedule : bool
+        Also return, per instruction, its issue cycle and the cycle its unit
+        is done with it.
+    drain : "union" or "per_mmc"
+        How the accumulator rows of the MMCs in flight block other units:
+        ``"union"`` as the RTL does (one range, the union of every MMC since
+        the engine last drained, free when the engine drains), or
+        ``"per_mmc"``, a what-if: each MMC's rows are free two cycles after
+        its own last row is stored.
+
+    Returns
+    -------
+    dict
+        ``cycles`` (as the RTL's ``cycles`` counter: until halted), ``counters``
+        (the estimated value of every performance counter), ``matrix_phase``
+        (``first_row``, ``last_row``, ``cycles``: from the first row into the
+        array to the last), ``utilisation`` (``matrix_phase`` and
+        ``program``), and with `schedule` a list ``schedule``.
+    """
+    if not isinstance(config, TPUConfig):
+        raise TypeError(f"estimate_cycles needs a TPUConfig, not {config!r}")
+    if drain not in ("union", "per_mmc"):
+        raise ValueError(f"drain must be 'union' or 'per_mmc', not {drain!r}")
+    exact_drain = drain == "per_mmc"
+    if isinstance(program, (bytes, bytearray)):
+        words = [bytes(program[i:i + INSTRUCTION_BYTES])
+                 for i in range(0, len(program) - INSTRUCTION_BYTES + 1, INSTRUCTION_BYTES)]
+    else:
+        words = [ins.encode() for ins in program]
+    cfg = config
+    latency = cfg.rows + cfg.cols + 2
+    units = {name: _Unit() for name in ("rhm", "whm", "mmc", "act")}
+    weights = _WeightPath(cfg)
+    requested = switched = 0
+    counters = dict.fromkeys(("mxu_active", "weight_stall", "raw_stall", "host_stall"), 0)
+    rows_entered = []        # entry cycles of the last three rows into the array
+    drain_rows = None        # accumulator rows of the MMCs in flight (their union)
+    drain_clear = 0
+    stored = 0               # all rows so far stored by then
+    act_writes = []          # (first, last) cycles of ACT writes into the UB
+    pipe_free = 0            # the activation pipeline takes new settings from this cycle
+    in_flight = []           # (accumulator rows, free from) of each MMC, for drain="per_mmc"
+    rhm_rows = None          # first row cycle and rows of the last RHM
+    first_row = last_row = None
+    issue_prev = None
+    log = []
+    halt = None
+
+    def all_idle():
+        return max(units["rhm"].idle, units["whm"].idle, units["act"].idle, units["mmc"].idle,
+                   stored + 1)
+
+    for index, word in enumerate(words):
+        load = index + TIMING["queue"] if issue_prev is None else max(issue_prev,
+                                                                       index + TIMING["queue"])
+        fault = check(word, cfg)
+        ins = None if fault != Fault.NONE else decode(word)
+        decode_cycles = TIMING["decode"]
+        if isinstance(ins, Mmc) and ins.conv is not None and ins.rows:
+            decode_cycles = TIMING["decode_conv"]
+        if isinstance(ins, Act) and ins.windowed and ins.rows:
+            decode_cycles = TIMING["decode_window"]
+        ready = load + decode_cycles
+        if isinstance(ins, Rw) and requested - switched + ins.count > cfg.weight_fifo_tiles + 2:
+            fault = Fault.WEIGHT_FIFO_OVERFLOW
+        if isinstance(ins, Mmc) and ins.switch and ins.rows and requested == switched:
+            fault = Fault.WEIGHT_FIFO_UNDERFLOW
+        if fault != Fault.NONE:
+            halt = max(ready, all_idle())
+            log.append({"index": index, "instruction": f"fault {Fault(fault).name}",
+                        "issue": None, "done": halt})
+            break
+
+        target = {Rhm: "rhm", Whm: "whm", Mmc: "mmc", Act: "act", Cfg: "act", Ldq: "act",
+                  Ldl: "act"}.get(type(ins))
+        ranges = _ranges(ins, cfg)
+        if isinstance(ins, (Sync, Int, Halt)):
+            unit_ready = all_idle()
+        elif target is not None:
+            unit_ready = units[target].ready
+        else:
+            unit_ready = 0
+        hazard = 0
+        for name, unit in units.items():
+            if name != target and unit.ranges and _conflict(ranges, unit.ranges):
+                hazard = max(hazard, unit.idle + TIMING["range_clear"])
+        # Host memory: an RHM waits while a WHM runs and a WHM while an RHM
+        # runs (from the cycle the other unit is idle).
+        if target in ("rhm", "whm"):
+            hazard = max(hazard, units["whm" if target == "rhm" else "rhm"].idle)
+        if target != "mmc" and drain_rows is not None and (
+                _overlap(ranges.get("acc_r"), drain_rows)
+                or _overlap(ranges.get("acc_w"), drain_rows)):
+            if exact_drain:
+                hazard = max([hazard] + [clear for rows, clear in in_flight
+                                         if _overlap(ranges.get("acc_r"), rows)
+                                         or _overlap(ranges.get("acc_w"), rows)])
+            else:
+                hazard = max(hazard, drain_clear)
+        issue = max(ready, unit_ready, hazard)
+        counters["raw_stall"] += max(0, issue - max(ready, unit_ready))
+        done = issue
+
+        if isinstance(ins, Halt):
+            halt = issue
+            log.append({"index": index, "instruction": str(ins), "issue": issue, "done": issue})
+            break
+        elif isinstance(ins, Rhm):
+            u = units["rhm"]
+            if ins.rows:
+                first = issue + TIMING["rhm_first_row"] + host_latency
+                rhm_rows = (first, ins.rows)
+                done = _rhm_end(first, ins.rows, act_writes)
+                counters["host_stall"] += 1 + host_latency
+            u.ready = u.idle = done
+            u.ranges = ranges
+        elif isinstance(ins, Whm):
+            u = units["whm"]
+            if ins.rows:
+                done = issue + TIMING["whm_idle"] + ins.rows
+            u.ready = u.idle = done
+            u.ranges = ranges
+        elif isinstance(ins, Rw):
+            if ins.count:
+                weights.request(issue, ins.count)
+                requested += ins.count
+        elif isinstance(ins, Mmc):
+            u = units["mmc"]
+            if ins.rows:
+                n = ins.rows
+                before = rows_entered          # entry cycles of the last rows before it
+
+                def entered(j):                # entry of row j of this MMC (j < 0: before it)
+                    if j >= 0:
+                        return e0 + j
+                    return before[j] if len(before) >= -j else None
+
+                # Row 0: read when the reader has room, at the array two cycles
+                # later, entering when the row before it has and its tile is there.
+                behind = entered(-3)
+                read0 = issue + TIMING["mmc_first_read"]
+                if behind is not None:
+                    read0 = max(read0, behind + 1)
+                head = read0 + TIMING["mmc_read_to_row"]
+                if before:
+                    head = max(head, before[-1] + 1)
+                e0 = head
+                if ins.switch:
+                    e0 = max(e0, weights.switch_ready(switched))
+                    counters["weight_stall"] += e0 - head
+                    weights.switched(switched, e0)
+                    switched += 1
+                # Later rows enter one per cycle; each is read once the row
+                # three before it has entered.
+                read = read0
+                for r in range(1, min(n, 3)):
+                    behind = entered(r - 3)
+                    read = max(read + 1, behind + 1 if behind is not None else 0)
+                last_read = read if n <= 3 else max(read + n - 3, e0 + n - 3)
+                last_entry = e0 + n - 1
+                rows_entered = (rows_entered + list(range(max(e0, last_entry - 2),
+                                                          last_entry + 1)))[-3:]
+                counters["mxu_active"] += n
+                first_row = e0 if first_row is None else first_row
+                last_row = last_entry
+                u.ready = last_read
+                u.idle = last_read + 1
+                u.ranges = {k: v for k, v in ranges.items() if k == "ub_r"}
+                # Accumulator rows held until the engine drains.
+                if drain_rows is None or issue >= drain_clear:
+                    drain_rows = ranges["acc_w"]
+                else:
+                    drain_rows = (min(drain_rows[0], ranges["acc_w"][0]),
+                                  max(drain_rows[1], ranges["acc_w"][1]))
+                stored = last_entry + latency
+                drain_clear = stored + TIMING["drain_clear"]
+                in_flight = [m for m in in_flight if m[1] > issue] + [(ranges["acc_w"], drain_clear)]
+                done = stored
+        elif isinstance(ins, Act):
+            u = units["act"]
+            if ins.rows:
+                extra = TIMING["act_reciprocal"] if ins.pool in (Pool.AVG, Pool.GLOBAL_AVG) else 0
+                # The settings are written once the pipeline has finished the
+                # rows of the previous ACT; rows are read from the next cycle.
+                start = max(issue + TIMING["act_settings"] + extra, pipe_free)
+                # Done when every row is read and the last result (from the
+                # row that completes the last pooling window) is written.
+                completing = _last_completing_row(ins)
+                done = max(start + ins.rows + TIMING["act_read_done"],
+                           start + completing + TIMING["act_last_write"])
+                pipe_free = start + ins.rows + TIMING["act_pipeline_free"]
+                first_write = start + TIMING["act_first_write"]
+                act_writes.extend((first_write + j, first_write + j) for j in _completing_rows(ins))
+                # An RHM still running loses a cycle for every UB write of this ACT.
+                r = units["rhm"]
+                if rhm_rows is not None and r.idle > first_write:
+                    r.idle = r.ready = _rhm_end(*rhm_rows, act_writes)
+            else:
+                done = issue + 1
+            u.ready = u.idle = done
+            u.ranges = ranges
+        elif isinstance(ins, Cfg):
+            u = units["act"]
+            done = issue + 1
+            u.ready = u.idle = done
+            u.ranges = ranges
+        elif isinstance(ins, Ldq):
+            u = units["act"]
+            done = issue + TIMING["ldq_column"] * cfg.cols + 1 + max(
+                0, pipe_free - issue - TIMING["ldq_first_channel"])
+            u.ready = u.idle = done
+            u.ranges = ranges
+        elif isinstance(ins, Ldl):
+            u = units["act"]
+            done = issue + 2 * _ceil_div(256, cfg.rows) + 257 + max(
+                0, pipe_free - issue - TIMING["ldl_first_entry"])
+            u.ready = u.idle = done
+            u.ranges = ranges
+        # NOP, SYNC, INT: nothing to do after issue.
+        log.append({"index": index, "instruction": str(ins), "issue": issue, "done": done})
+        issue_prev = issue
+
+    if halt is None:
+        halt = all_idle() - 1 if words else 0
+    cycles = halt + 1
+    counters["cycles"] = cycles
+    counters["useful_macs"] = counters["mxu_active"] * cfg.rows * cfg.cols
+    counters["non_matrix"] = cycles - counters["mxu_active"]
+    # Tiles shift in ahead of use: every tile switched to and up to two more
+    # (transit and shadow registers). The counter is not stopped by the halt,
+    # so it ends with all of them.
+    counters["weight_shift"] = min(requested, switched + 2) * cfg.rows
+    order = ("cycles", "mxu_active", "useful_macs", "weight_stall", "weight_shift", "non_matrix",
+             "raw_stall", "host_stall")
+    span = last_row - first_row + 1 if first_row is not None else 0
+    result = {
+        "cycles": cycles,
+        "counters": {name: counters[name] for name in order},
+        "matrix_phase": {"first_row": first_row, "last_row": last_row, "cycles": span},
+        "utilisation": {
+            "matrix_phase": counters["mxu_active"] / span if span else 0.0,
+            "program": counters["mxu_active"] / cycles if cycles else 0.0,
+        },
+    }
+    if schedule:
+        result["schedule"] = log
+    return result

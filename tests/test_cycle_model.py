@@ -1,0 +1,284 @@
+"""The cycle estimate (`tpu.sim.cycle_model`) on small programs whose timing
+can be worked out by hand from the rules in docs/core_performance.md.
+
+Cycle 0 is the cycle the first instruction is offered; it can be decoded
+from cycle 2 and issues at 4; each later instruction is decoded from the
+cycle the one before it issues, and issues two cycles later at the earliest.
+"""
+
+import pytest
+
+from tpu import TPUConfig
+from tpu.isa import (Act, Cfg, Conv, Func, Halt, Mmc, Nop, Pool, Rhm, Rw, Sync, Whm,
+                     encode_program)
+from tpu.sim.bench_core import stream_program
+from tpu.sim.cycle_model import estimate_cycles
+
+
+CFG = TPUConfig()                      # 8x8, weight memory latency 8, 8 bytes per cycle
+R, C, L = CFG.rows, CFG.cols, CFG.weight_mem_latency
+LATENCY = R + C + 2                    # matrix engine: row in -> accumulator row stored
+
+
+def est(program, config=CFG, **kw):
+    return estimate_cycles(config, encode_program(program), schedule=True, **kw)
+
+
+def issues(result):
+    return [s["issue"] for s in result["schedule"]]
+
+
+def test_halt_alone():
+    r = est([Halt()])
+    assert r["cycles"] == 5                      # HALT issues at 4; halted from 5
+    assert r["counters"] == {"cycles": 5, "mxu_active": 0, "useful_macs": 0, "weight_stall": 0,
+                             "weight_shift": 0, "non_matrix": 5, "raw_stall": 0, "host_stall": 0}
+
+
+def test_two_cycles_per_instruction():
+    r = est([Nop(), Nop(), Cfg("out_zero_point", 3), Halt()])
+    assert issues(r) == [4, 6, 8, 10]
+    assert r["cycles"] == 11
+
+
+def test_accepts_instructions_or_bytes():
+    program = [Nop(), Halt()]
+    assert estimate_cycles(CFG, program)["cycles"] == estimate_cycles(
+        CFG, encode_program(program))["cycles"] == 7
+
+
+@pytest.mark.parametrize("n", [1, 5, 64])
+def test_rhm(n):
+    # Rows are written in cycles 6 .. n + 5; the unit is idle at n + 6, when
+    # HALT (decoded by 6) sees every unit idle.
+    r = est([Rhm(0, n, 0x1000), Halt()])
+    assert issues(r) == [4, n + 6]
+    assert r["cycles"] == n + 7
+    assert r["counters"]["host_stall"] == 1      # the request cycle
+    assert r["counters"]["raw_stall"] == 0       # HALT waits, but not on a hazard
+
+
+def test_host_latency():
+    n, h = 10, 7
+    assert est([Rhm(0, n, 0x1000), Halt()], host_latency=h)["cycles"] == n + 7 + h
+    assert est([Rhm(0, n, 0x1000), Halt()], host_latency=h)["counters"]["host_stall"] == 1 + h
+
+
+def test_read_after_write_interlock():
+    # WHM of the rows an RHM writes waits until the cycle after the RHM is
+    # idle (n + 7); it is ready at 6, so it waits n + 1 cycles on the hazard.
+    n = 16
+    r = est([Rhm(0, n, 0x1000), Whm(0, n, 0x2000), Halt()])
+    assert issues(r) == [4, n + 7, 2 * n + 10]   # WHM idle n + 7 + 3 + n
+    assert r["counters"]["raw_stall"] == n + 1
+    assert r["cycles"] == 2 * n + 11
+
+
+def test_no_interlock_on_other_rows():
+    # An MMC reading other UB rows than the RHM writes issues at once.
+    n = 16
+    r = est([Rhm(0, n, 0x1000), Mmc(n, 4, 0), Halt()])
+    assert issues(r)[:2] == [4, 6]
+    assert r["counters"]["raw_stall"] == 0
+
+
+def test_rhm_and_whm_never_overlap():
+    # Host memory is read and written in program order: a WHM of other rows
+    # still waits for the RHM, from the cycle the RHM is idle (n + 6; one
+    # cycle earlier than a hazard on UB rows clears).
+    n = 16
+    r = est([Rhm(0, n, 0x1000), Whm(n, n, 0x2000), Rhm(2 * n, 4, 0x3000), Halt()])
+    assert issues(r) == [4, n + 6, 2 * n + 9, 2 * n + 15]
+    assert r["counters"]["raw_stall"] == n + (2 * n + 9 - (n + 8))
+
+
+def test_first_tile_and_mmc_latency():
+    # RW at 4 requests tile 0 at 7; its rows are read from 7 + L, one per
+    # cycle, and reach the array 4 cycles after their read: 19 .. 26 with
+    # L = 8. The tile is captured at 27 and the switching row enters at 28.
+    # The MMC issued at 6 reads its row at 7, which is at the array at 9.
+    r = est([Rw(0, 1), Mmc(0, 1, 0, switch=True), Halt()])
+    assert r["matrix_phase"]["first_row"] == L + R + 12 == 28
+    assert r["counters"]["weight_stall"] == 28 - 9
+    # HALT waits until the row is stored (28 + LATENCY) and the engine idle.
+    assert r["cycles"] == 28 + LATENCY + 2
+    assert r["counters"]["weight_shift"] == R
+    assert r["counters"]["mxu_active"] == 1
+    assert r["counters"]["useful_macs"] == R * C
+
+
+@pytest.mark.parametrize("latency, first", [(0, 22), (1, 22), (2, 22), (3, 23), (30, 50)])
+def test_weight_memory_latency(latency, first):
+    # The first row is read max(latency, 2) cycles after the request.
+    cfg = CFG.replace(weight_mem_latency=latency)
+    r = est([Rw(0, 1), Mmc(0, 1, 0, switch=True), Halt()], config=cfg)
+    assert r["matrix_phase"]["first_row"] == first == max(latency, 2) + R + 12
+
+
+@pytest.mark.parametrize("bpc, gap", [(8, 1), (4, 2), (3, 3), (2, 4), (1, 8)])
+def test_weight_memory_bandwidth(bpc, gap):
+    # A row every ceil(cols / bytes_per_cycle) cycles: the last row of tile 0
+    # is read at 15 + 7 * gap and reaches the array 4 cycles later.
+    cfg = CFG.replace(weight_mem_bytes_per_cycle=bpc)
+    r = est([Rw(0, 1), Mmc(0, 1, 0, switch=True), Halt()], config=cfg)
+    assert r["matrix_phase"]["first_row"] == 15 + (R - 1) * gap + 4 + 2
+
+
+def test_tile_switches_rows_cycles_apart():
+    # Each tile is used for 2 rows, fewer than the R cycles a switch needs:
+    # consecutive switches are exactly R cycles apart.
+    program = [Rw(0, 6)] + [Mmc(0, 2, 2 * t, switch=True) for t in range(6)] + [Halt()]
+    r = est(program)
+    assert r["matrix_phase"]["first_row"] == 28
+    assert r["matrix_phase"]["last_row"] == 28 + 5 * R + 1
+    assert r["utilisation"]["matrix_phase"] == pytest.approx(12 / (5 * R + 2))
+
+
+def test_back_to_back_mmcs_without_bubbles():
+    # MMCs of at least R rows each, each with a new tile, stream with no gap.
+    B = 3 * R
+    program = [Rhm(0, B, 0x1000), Rw(0, 4)] + [Mmc(0, B, 0, switch=True) for _ in range(4)]
+    r = est(program + [Halt()])
+    phase = r["matrix_phase"]
+    assert phase["cycles"] == 4 * B
+    assert r["utilisation"]["matrix_phase"] == 1.0
+    assert r["counters"]["weight_stall"] == 0
+    # The first MMC waits for the RHM (idle at B + 6) and issues at B + 7;
+    # its first row is at the array 3 cycles later. The next MMC issues in the
+    # cycle the last row of the one before is read.
+    assert phase["first_row"] == B + 10
+    mmc = [s["issue"] for s in r["schedule"] if s["instruction"].startswith("mmc")]
+    assert mmc == [B + 7 + k * B for k in range(4)]
+
+
+def test_act_waits_for_the_engine_to_drain():
+    # ACT reads accumulator rows the MMC writes: it issues two cycles after
+    # the last row is stored (last row in + LATENCY + 2). Without pooling it
+    # is idle B + 16 cycles after its issue.
+    B = 16
+    program = [Rhm(0, B, 0x1000), Rw(0, 1), Mmc(0, B, 0, switch=True),
+               Act(0, B, B, func=Func.RELU), Halt()]
+    r = est(program)
+    last = r["matrix_phase"]["last_row"]
+    act = r["schedule"][3]
+    assert act["issue"] == last + LATENCY + 2
+    assert act["done"] == act["issue"] + B + 16
+    assert r["cycles"] == act["done"] + 1
+
+
+def test_act_on_other_rows_does_not_wait():
+    B = 16
+    program = [Rhm(0, B, 0x1000), Rw(0, 1), Mmc(0, B, 0, switch=True), Sync(),
+               Mmc(0, B, 0), Act(B, B, B), Halt()]
+    r = est(program)
+    mmc2, act = r["schedule"][4], r["schedule"][5]
+    # The ACT's rows are not in flight, but they are inside the union of the
+    # rows in flight since the engine last drained only if they overlap: here
+    # they do not, so it issues right after the MMC.
+    assert act["issue"] == mmc2["issue"] + 2
+
+
+def test_drain_range_is_a_union():
+    # Two MMCs into rows 0..7 and 32..39 in flight together hold 0..39, so an
+    # ACT of rows 16..23 waits for both to be stored.
+    program = [Rw(0, 2), Mmc(0, R, 0, switch=True), Mmc(0, R, 32, switch=True),
+               Act(16, 100, R), Halt()]
+    r = est(program)
+    assert r["schedule"][3]["issue"] == r["matrix_phase"]["last_row"] + LATENCY + 2
+
+
+def test_decode_of_convolution_and_windowed_pooling():
+    conv = est([Mmc(0, 4, 0, conv=Conv(2, 1, 4)), Halt()])
+    plain = est([Mmc(0, 4, 0), Halt()])
+    assert issues(conv)[0] == 2 + 27 and issues(plain)[0] == 4
+    pooled = est([Act(0, 0, 16, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=4), Halt()])
+    assert issues(pooled)[0] == 2 + 79
+
+
+def test_average_pooling_reciprocal():
+    plain = est([Act(0, 0, 8), Halt()])["schedule"][0]
+    avg = est([Act(0, 0, 8, pool=Pool.GLOBAL_AVG), Halt()])["schedule"][0]
+    assert plain["done"] - plain["issue"] == 8 + 16
+    assert avg["done"] - avg["issue"] == 8 + 16 + 35
+
+
+def test_underflow_fault_halts():
+    # MMC with SWITCH and no tile requested: the chip halts when it is decoded.
+    r = est([Mmc(0, 4, 0, switch=True), Nop(), Halt()])
+    assert r["cycles"] == 5
+    assert r["counters"]["mxu_active"] == 0
+
+
+def test_no_halt_ends_when_idle():
+    assert est([Rhm(0, 10, 0x1000)])["cycles"] == 4 + 2 + 10
+
+
+# The benchmark programs (sim/bench_core.py), in closed form --------------------
+
+def stream_cycles(config, tiles, batch):
+    """Cycles of `stream_program` with its epilogue (ACT + WHM of one block):
+    the last row plus R + C + 4 to the ACT, B + 17 to the WHM, B + 3 to HALT."""
+    R_, C_ = config.rows, config.cols
+    gap = -(-C_ // min(config.weight_mem_bytes_per_cycle, C_))
+    first = max(batch + 10,                                      # after the RHM
+                config.weight_mem_latency + (R_ - 1) * gap + 15)  # after the first tile
+    interval = max(batch, R_, R_ * gap)                          # between switches
+    last = first + (tiles - 1) * interval + batch - 1
+    return first, last, last + R_ + C_ + 2 * batch + 25
+
+
+@pytest.mark.parametrize("config, tiles, batch", [
+    (CFG, 16, 64),                                             # compute-bound
+    (CFG, 4, 8),
+    (CFG, 32, 2),                                              # memory-bound
+    (CFG, 32, 1),
+    (CFG.replace(weight_mem_bytes_per_cycle=2), 16, 8),        # low bandwidth
+    (TPUConfig(rows=16, cols=16, weight_mem_bytes_per_cycle=16), 8, 128),
+    (TPUConfig(rows=16, cols=16, weight_mem_bytes_per_cycle=16), 32, 2),
+])
+def test_stream_program_closed_form(config, tiles, batch):
+    r = est(stream_program(config, tiles=tiles, batch=batch), config=config)
+    first, last, cycles = stream_cycles(config, tiles, batch)
+    assert (r["matrix_phase"]["first_row"], r["matrix_phase"]["last_row"], r["cycles"]) == \
+        (first, last, cycles)
+    c = r["counters"]
+    assert c["mxu_active"] == tiles * batch
+    assert c["non_matrix"] == cycles - tiles * batch
+    assert c["weight_shift"] == tiles * config.rows
+    gap = -(-config.cols // min(config.weight_mem_bytes_per_cycle, config.cols))
+    interval = max(batch, config.rows, config.rows * gap)
+    # The first switching row waits from when it is at the array (B + 10)
+    # for its tile; every later one waits interval - B cycles.
+    assert c["weight_stall"] == first - (batch + 10) + (tiles - 1) * (interval - batch)
+
+
+def test_compute_bound_utilisation():
+    r = est(stream_program(CFG, tiles=16, batch=8 * R))
+    assert r["utilisation"]["matrix_phase"] == 1.0
+    assert r["counters"]["weight_stall"] == 0
+    # The whole program: 16 x 64 rows in 1024 + 3 x 64 + 8 + 8 + 34 cycles.
+    assert r["cycles"] == 1024 + 242
+    # Waits on hazards: the first MMC for the RHM (ready at 8, issued at B +
+    # 7), the ACT for the engine to drain (ready two cycles after the last MMC
+    # issues, 3 + B cycles before its last row enters; issued R + C + 4 after
+    # that row), the WHM for the ACT (B + 15).
+    B = 8 * R
+    assert r["counters"]["raw_stall"] == (B - 1) + (B + R + C + 4) + (B + 15) == 226
+    long = est(stream_program(CFG, tiles=128, batch=8 * R))
+    assert long["utilisation"]["program"] > 0.95
+
+
+def test_layer_act_bubble_and_per_mmc_what_if():
+    # An ACT between streaming MMCs waits for the engine to empty (the
+    # accumulator rows in flight are one union): R + C + 8 idle cycles each.
+    from tpu.sim.bench_core import layer_program
+    program = layer_program(CFG, blocks=4, k_tiles=4, batch=64, act_lag=1)
+    union = est(program)
+    assert union["matrix_phase"]["cycles"] == 16 * 64 + 3 * (R + C + 8)
+    # Released per MMC, the ACT placed after the next block's first MMC
+    # costs nothing.
+    per_mmc = est(program, drain="per_mmc")
+    assert per_mmc["utilisation"]["matrix_phase"] == 1.0
+    assert per_mmc["cycles"] == union["cycles"] - 3 * (R + C + 8)
+    with pytest.raises(ValueError):
+        est(program, drain="none")
