@@ -50,6 +50,7 @@ def test_demo(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "module tpu_core" in result.stdout
     assert "golden model: 4 uint8 rows x one tile matches numpy" in result.stdout
+    assert "MLP" in result.stdout and "output matches the numpy integer reference" in result.stdout
     assert out.exists()
 
 
