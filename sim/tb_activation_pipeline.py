@@ -20,20 +20,12 @@ from .activation_model import (ActivationSettings, Function, Pooling,
                                multiply_by_quantized_multiplier, output_rows, quantize_multiplier,
                                run_operation, sigmoid_table, tanh_table)
 from .harness import config_from_env
-from .streams import CycleLoop, StreamSource, pack_fields, start_clock_and_reset
+from .streams import CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset
 
 
 LATENCY = ActivationPipeline.latency
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
-
-
-def _pack_array(values, width):
-    word = 0
-    mask = (1 << width) - 1
-    for i, v in enumerate(values):
-        word |= (int(v) & mask) << (width * i)
-    return word
 
 
 class StreamSink:
@@ -145,7 +137,7 @@ class TB:
             self.expected.append((op, row, self.rows_sent + int(end)))
         for b, row in enumerate(acc):
             self.rows.send(pack_fields(self.row_layout, {
-                "data": _pack_array(row, 32), "last": int(b == len(acc) - 1)}))
+                "data": pack_array(row, 32), "last": int(b == len(acc) - 1)}))
         self.rows_sent += len(acc)
 
     # Checking ------------------------------------------------------------

@@ -22,10 +22,6 @@ from .program_generator import FAULT_KINDS, HOST_INPUT, random_program
 from .streams import CycleLoop, StreamSource, pack_array, start_clock_and_reset, unpack_array
 
 
-# Kept for the testbenches that build on this one.
-_pack = pack_array
-
-
 class HostModel:
     """Serves the core's host DMA ports from a byte dictionary, with random
     waits on every stream."""
@@ -49,7 +45,7 @@ class HostModel:
             base = addr + row * self.cfg.rows
             data = [self.memory.get(base + i, 0) for i in range(self.cfg.rows)]
             self._offered = True
-            dut.host_read_data__payload.value = _pack(data, 8)
+            dut.host_read_data__payload.value = pack_array(data, 8)
         dut.host_read_data__valid.value = int(self._offered is not None)
 
     def sample(self, cycle):
@@ -112,20 +108,26 @@ class TB:
         """Random weights in weight memory, random bytes in host memory."""
         cfg = self.cfg
         tiles = self.np_rng.integers(-128, 128, size=(cfg.weight_mem_tiles, cfg.rows, cfg.cols))
-        self.model.weight_memory[:] = tiles
-        for t in range(cfg.weight_mem_tiles):
-            for k in range(cfg.rows):
-                await RisingEdge(self.dut.clk)
-                self.dut.wmem_fill__en.value = 1
-                self.dut.wmem_fill__addr.value = t * cfg.rows + k
-                self.dut.wmem_fill__data.value = _pack(tiles[t, k], 8)
-        await RisingEdge(self.dut.clk)
-        self.dut.wmem_fill__en.value = 0
+        await self.fill_weights(tiles)
         data = self.np_rng.integers(0, 256, size=64 * cfg.rows, dtype=np.uint8)
         # Some structure so LDQ tables hold plausible multipliers and shifts.
         self.model.host.write(HOST_INPUT, data.tobytes())
         for i, b in enumerate(data):
             self.host.memory[HOST_INPUT + i] = int(b)
+
+    async def fill_weights(self, tiles, numbers=None):
+        """Write `tiles` into weight memory (as tile `numbers`, by default
+        0, 1, ...), in the RTL and in the golden model."""
+        numbers = range(len(tiles)) if numbers is None else numbers
+        for t, tile in zip(numbers, tiles):
+            self.model.weight_memory[t] = tile
+            for k in range(self.cfg.rows):
+                await RisingEdge(self.dut.clk)
+                self.dut.wmem_fill__en.value = 1
+                self.dut.wmem_fill__addr.value = t * self.cfg.rows + k
+                self.dut.wmem_fill__data.value = pack_array(tile[k], 8)
+        await RisingEdge(self.dut.clk)
+        self.dut.wmem_fill__en.value = 0
 
     async def run_program(self, program, *, timeout=None):
         self.model.run(program)

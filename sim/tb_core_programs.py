@@ -23,11 +23,10 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.triggers import RisingEdge
 
 from ..isa import INSTRUCTION_BYTES, Opcode
 from .programs import PROGRAMS, ChipProgram
-from .tb_core import TB, _pack
+from .tb_core import TB
 
 
 class ProgramTB(TB):
@@ -41,17 +40,7 @@ class ProgramTB(TB):
                              f"the simulated core is {self.cfg}")
 
     async def load_memories(self):
-        cfg, dut = self.cfg, self.dut
-        tiles = np.asarray(self.program.weights, dtype=np.int8)
-        self.model.weight_memory[:len(tiles)] = tiles
-        for t, tile in enumerate(tiles):
-            for k in range(cfg.rows):
-                await RisingEdge(dut.clk)
-                dut.wmem_fill__en.value = 1
-                dut.wmem_fill__addr.value = t * cfg.rows + k
-                dut.wmem_fill__data.value = _pack(tile[k], 8)
-        await RisingEdge(dut.clk)
-        dut.wmem_fill__en.value = 0
+        await self.fill_weights(np.asarray(self.program.weights, dtype=np.int8))
         for addr, data in self.program.host.items():
             self.model.host.write(addr, data)
             for i, byte in enumerate(data):
