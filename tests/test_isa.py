@@ -205,15 +205,19 @@ def test_random_instructions_are_legal_under_the_pooling_limits(seed):
     rng = random.Random(seed)
     widest = TPUConfig(pool_max_width=0xFFFF)
     global_rows = set()
+    windows = set()
     for _ in range(2000):
         act = random_instruction(rng, Opcode.ACT)
         assert check(act, widest) != Fault.ILLEGAL_FIELD, f"seed {seed}: {act!r}"
         if act.windowed:
-            assert 1 <= act.pool_size <= 4 and 1 <= act.pool_stride <= 4
+            windows.add((act.pool_size, act.pool_stride))
         if act.pool == Pool.GLOBAL_AVG:
             assert act.rows <= MAX_POOL_COUNT, f"seed {seed}: {act!r}"
             global_rows.add(act.rows)
     assert {0, MAX_POOL_COUNT} <= global_rows
+    # Every legal window size and stride comes up, and nothing beyond them.
+    assert {size for size, _ in windows} == {1, 2, 3, 4}, f"seed {seed}: sizes {windows}"
+    assert {stride for _, stride in windows} == {1, 2, 3, 4}, f"seed {seed}: strides {windows}"
 
 
 def test_random_instruction_covers_the_ends_of_ranges():
