@@ -83,14 +83,12 @@ class ActivationUnit(wiring.Component):
         m.d.comb += [
             reader.i.payload.addr.eq(acc_addr),
             reader.i.payload.side.eq(to_read == 1),
-            self.acc.en.eq(reader.en),
-            self.acc.addr.eq(reader.addr),
-            reader.rdata.eq(self.acc.data),
             pipe.i.payload.data.eq(reader.o.payload.data),
             pipe.i.payload.last.eq(reader.o.payload.side),
             pipe.i.valid.eq(reader.o.valid),
             reader.o.ready.eq(pipe.i.ready),
         ]
+        wiring.connect(m, reader.port, wiring.flipped(self.acc))
         with m.If(reader.i.valid & reader.i.ready):
             m.d.sync += [acc_addr.eq(acc_addr + 1), to_read.eq(to_read - 1)]
 

@@ -19,6 +19,28 @@ def HostRequest():
     return data.StructLayout({"addr": 64, "rows": 24})
 
 
+def _take_transfer(m, unit, opcode, ub_rows, counts):
+    """Accept `unit`'s RHM/WHM command while `unit.cmd.ready`: latch its first
+    UB row, set every signal in `counts` to its row count, and offer its host
+    request once. Returns the UB row and the "request not yet taken" flag."""
+    word = unit.cmd.payload.word
+    addr = Signal(range(ub_rows))
+    requesting = Signal()
+    with m.If(unit.cmd.valid & unit.cmd.ready):
+        rows = field(word, opcode, "rows")
+        m.d.sync += [
+            addr.eq(field(word, opcode, "ub")),
+            requesting.eq(rows != 0),
+            unit.request.payload.addr.eq(field(word, opcode, "host")),
+            unit.request.payload.rows.eq(rows),
+            *[count.eq(rows) for count in counts],
+        ]
+    m.d.comb += unit.request.valid.eq(requesting)
+    with m.If(unit.request.valid & unit.request.ready):
+        m.d.sync += requesting.eq(0)
+    return addr, requesting
+
+
 class HostReadUnit(wiring.Component):
     """Executes RHM: asks the host side for the bytes, writes them to the UB.
 
@@ -45,26 +67,12 @@ class HostReadUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        word = self.cmd.payload.word
-        addr = Signal(range(self._config.ub_rows))
         left = Signal(24)
-        requesting = Signal()
+        addr, requesting = _take_transfer(m, self, Opcode.RHM, self._config.ub_rows, [left])
         m.d.comb += [
             self.idle.eq((left == 0) & ~requesting),
             self.cmd.ready.eq(self.idle),
         ]
-        with m.If(self.cmd.valid & self.cmd.ready):
-            rows = field(word, Opcode.RHM, "rows")
-            m.d.sync += [
-                addr.eq(field(word, Opcode.RHM, "ub")),
-                left.eq(rows),
-                requesting.eq(rows != 0),
-                self.request.payload.addr.eq(field(word, Opcode.RHM, "host")),
-                self.request.payload.rows.eq(rows),
-            ]
-        m.d.comb += self.request.valid.eq(requesting)
-        with m.If(self.request.valid & self.request.ready):
-            m.d.sync += requesting.eq(0)
 
         m.d.comb += [
             self.ub.valid.eq(self.data.valid & (left != 0)),
@@ -103,42 +111,25 @@ class HostWriteUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        word = self.cmd.payload.word
         m.submodules.reader = reader = MemoryReader(addr_shape=range(cfg.ub_rows),
                                                     data_shape=UbRow(cfg))
-        addr = Signal(range(cfg.ub_rows))
         to_read = Signal(24)
         to_send = Signal(24)
-        requesting = Signal()
+        addr, requesting = _take_transfer(m, self, Opcode.WHM, cfg.ub_rows, [to_read, to_send])
         m.d.comb += [
             self.idle.eq((to_send == 0) & ~requesting),
             self.cmd.ready.eq(self.idle),
         ]
-        with m.If(self.cmd.valid & self.cmd.ready):
-            rows = field(word, Opcode.WHM, "rows")
-            m.d.sync += [
-                addr.eq(field(word, Opcode.WHM, "ub")),
-                to_read.eq(rows),
-                to_send.eq(rows),
-                requesting.eq(rows != 0),
-                self.request.payload.addr.eq(field(word, Opcode.WHM, "host")),
-                self.request.payload.rows.eq(rows),
-            ]
-        m.d.comb += self.request.valid.eq(requesting)
-        with m.If(self.request.valid & self.request.ready):
-            m.d.sync += requesting.eq(0)
 
         m.d.comb += [
             reader.i.valid.eq(to_read != 0),
             reader.i.payload.addr.eq(addr),
-            self.ub.en.eq(reader.en),
-            self.ub.addr.eq(reader.addr),
-            reader.rdata.eq(self.ub.data),
             # Data follows its request, never precedes it.
             self.data.payload.eq(reader.o.payload.data),
             self.data.valid.eq(reader.o.valid & ~requesting),
             reader.o.ready.eq(self.data.ready & ~requesting),
         ]
+        wiring.connect(m, reader.port, wiring.flipped(self.ub))
         with m.If(reader.i.valid & reader.i.ready):
             m.d.sync += [addr.eq(addr + 1), to_read.eq(to_read - 1)]
         with m.If(self.data.valid & self.data.ready):

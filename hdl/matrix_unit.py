@@ -82,10 +82,8 @@ class MatrixUnit(wiring.Component):
             reader.i.payload.side.accumulate.eq(accumulate),
             reader.i.payload.side.unsigned.eq(unsigned),
             reader.i.payload.side.switch.eq(switch),
-            self.ub.en.eq(reader.en),
-            self.ub.addr.eq(reader.addr),
-            reader.rdata.eq(self.ub.data),
         ]
+        wiring.connect(m, reader.port, wiring.flipped(self.ub))
 
         with m.If(reader.i.valid & reader.i.ready):
             m.d.sync += [left.eq(left - 1), acc_addr.eq(acc_addr + 1), switch.eq(0)]

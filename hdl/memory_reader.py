@@ -19,10 +19,9 @@ class MemoryReader(wiring.Component):
     -------
     i : In(stream.Signature(StructLayout{addr, side}))
         Addresses, each with a sideband value that comes out with its data.
-    en, addr : Out(1), Out(addr_shape)
-        To the memory's read port.
-    rdata : In(data_shape)
-        From the memory's read port, one cycle after ``en``.
+    port : Out(Signature{en, addr, data})
+        To the memory's read port (``data`` one cycle after ``en``); the
+        same members as `UbReadSignature` and `AccReadSignature`.
     o : Out(stream.Signature(StructLayout{data, side}))
         What was read, in order.
     idle : Out(1)
@@ -36,9 +35,11 @@ class MemoryReader(wiring.Component):
         self._out_layout = data.StructLayout({"data": data_shape, "side": side_shape})
         super().__init__({
             "i":     In(stream.Signature(self._in_layout)),
-            "en":    Out(1),
-            "addr":  Out(addr_shape),
-            "rdata": In(data_shape),
+            "port":  Out(wiring.Signature({
+                "en":   Out(1),
+                "addr": Out(addr_shape),
+                "data": In(data_shape),
+            })),
             "o":     Out(stream.Signature(self._out_layout)),
             "idle":  Out(1),
         })
@@ -52,13 +53,13 @@ class MemoryReader(wiring.Component):
         m.d.comb += [
             self.i.ready.eq(buffer.level + in_flight < self.DEPTH),
             fire.eq(self.i.valid & self.i.ready),
-            self.en.eq(fire),
-            self.addr.eq(self.i.payload.addr),
+            self.port.en.eq(fire),
+            self.port.addr.eq(self.i.payload.addr),
         ]
         m.d.sync += [in_flight.eq(fire), side.eq(self.i.payload.side)]
         m.d.comb += [
             buffer.w_en.eq(in_flight),
-            buffer.w_data.eq(Cat(self.rdata, side)),
+            buffer.w_data.eq(Cat(self.port.data, side)),
             self.o.payload.eq(buffer.r_data),
             self.o.valid.eq(buffer.r_rdy),
             buffer.r_en.eq(self.o.ready),
