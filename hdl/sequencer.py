@@ -78,8 +78,6 @@ class Sequencer(wiring.Component):
         One-cycle pulse: INT, HALT or a fault was reached; ``irq_code`` is the
         INT code (0 for HALT and faults).
     irq_code : Out(16)
-    issued : Out(32)
-        Instructions issued since reset.
     idle : Out(1)
         Nothing is queued, being decoded, or running.
     raw_stall : Out(1)
@@ -104,7 +102,6 @@ class Sequencer(wiring.Component):
             "fault_index": Out(32),
             "irq":         Out(1),
             "irq_code":    Out(16),
-            "issued":      Out(32),
             "idle":        Out(1),
             "raw_stall":   Out(1),
         })
@@ -285,11 +282,5 @@ class Sequencer(wiring.Component):
         with m.If(go & (opcode == Opcode.INT)):
             m.d.sync += [self.irq.eq(1), self.irq_code.eq(field(word, Opcode.INT, "code"))]
 
-        issued = Signal(32)
-        with m.If(go):
-            m.d.sync += issued.eq(issued + 1)
-        m.d.comb += [
-            self.issued.eq(issued),
-            self.idle.eq(~queue.r_rdy & ~loaded & all_idle),
-        ]
+        m.d.comb += self.idle.eq(~queue.r_rdy & ~loaded & all_idle)
         return m

@@ -78,12 +78,12 @@ class MatrixEngineModel:
         return wrap_int32(sums)
 
 
-def ideal_schedule(config, ops, *, weights_from=0):
+def ideal_schedule(config, ops):
     """Cycle in which each row of `ops` is accepted when nothing is idle.
 
-    The weight tiles are streamed one row per cycle from cycle `weights_from`
-    on, each as soon as the engine can take it, and rows are presented back to
-    back from cycle 0. This is the engine's documented timing:
+    The weight tiles are streamed one row per cycle from cycle 0 on, each as
+    soon as the engine can take it, and rows are presented back to back from
+    cycle 0. This is the engine's documented timing:
 
     * a tile's rows enter the transit chain one per cycle; the chain hands the
       tile to the shadow registers (a *capture*) once it is complete, the
@@ -95,7 +95,7 @@ def ideal_schedule(config, ops, *, weights_from=0):
     """
     rows = config.rows
     cycle = 0
-    transit_full_at = weights_from + rows   # capture possible from this cycle
+    transit_full_at = rows          # capture possible from this cycle
     last_switch = None
     result = []
     for op in ops:
