@@ -19,7 +19,9 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "rows": (1, 256), "cols": (1, 256), "acc_rows": (1, 1 << 16), "ub_rows": (1, 1 << 20),
         "weight_fifo_tiles": (1, 64), "weight_mem_tiles": (1, 1 << 20),
         "weight_mem_latency": (0, 1024), "weight_mem_bytes_per_cycle": (1, 1 << 16),
-        "pool_max_width": (1, 65535),
+        "pool_max_width": (1, 65535), "link_dw": (1, 8), "max_payload": (128, 4096),
+        "max_read_request": (128, 4096), "read_tags": (1, 32), "cpl_timeout": (16, 1 << 24),
+        "dma_windows": (1, 16),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -54,3 +56,9 @@ def test_pool_max_width_is_described():
         "widest image line (in_w) windowed pooling supports: the pooling line buffer's length "
         "(1..65535)")
     assert TPUConfig().replace(pool_max_width=300).pool_max_width == 300
+
+
+@pytest.mark.parametrize("name, value", [("link_dw", 3), ("max_payload", 384), ("max_read_request", 1000)])
+def test_link_sizes_are_powers_of_two(name, value):
+    with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is not a power of two"):
+        TPUConfig(**{name: value})

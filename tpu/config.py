@@ -27,7 +27,15 @@ _RANGES = {
     "weight_mem_bytes_per_cycle": (1, 1 << 16, "weight-memory bandwidth in bytes per cycle"),
     "pool_max_width":    (1, 65535,    "widest image line (in_w) windowed pooling supports: "
                                        "the pooling line buffer's length"),
+    "link_dw":           (1, 8,        "width of the host link's TLP stream, in 32-bit words (a power of two)"),
+    "max_payload":       (128, 4096,   "largest TLP payload the chip sends, in bytes (a power of two)"),
+    "max_read_request":  (128, 4096,   "largest read the chip requests in one TLP, in bytes (a power of two)"),
+    "read_tags":         (1, 32,       "host reads the chip keeps in flight (TLP tags)"),
+    "cpl_timeout":       (16, 1 << 24, "cycles the chip waits for a read completion before reporting an error"),
+    "dma_windows":       (1, 16,       "host-memory windows the driver can open for DMA"),
 }
+
+_POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +63,17 @@ class TPUConfig:
         Widest image line (ACT's ``in_w``) that windowed pooling (MAX, AVG)
         supports: the length of the pooling line buffer, in pixels. A wider
         ACT is the fault ILLEGAL_FIELD.
+    link_dw : int
+        Width of the host link's TLP stream in 32-bit words (docs/host_interface.md).
+    max_payload, max_read_request : int
+        PCIe Max_Payload_Size and Max_Read_Request_Size, in bytes: the chip
+        splits its DMA writes and read requests at these sizes.
+    read_tags : int
+        Host reads in flight at once.
+    cpl_timeout : int
+        Cycles without a completion after which an outstanding read is an error.
+    dma_windows : int
+        Host-memory windows the driver can open; DMA outside them is an error.
 
     Raises
     ------
@@ -73,6 +92,12 @@ class TPUConfig:
     weight_mem_latency: int = 8
     weight_mem_bytes_per_cycle: int = 8
     pool_max_width: int = 64
+    link_dw: int = 2
+    max_payload: int = 256
+    max_read_request: int = 512
+    read_tags: int = 8
+    cpl_timeout: int = 4096
+    dma_windows: int = 4
 
     def __post_init__(self):
         for f in fields(self):
@@ -83,6 +108,8 @@ class TPUConfig:
             if not low <= value <= high:
                 raise ConfigError(f"TPUConfig.{f.name} = {value} is out of range: "
                                   f"{meaning} must be in {low}..{high}")
+            if f.name in _POWERS_OF_TWO and value & (value - 1):
+                raise ConfigError(f"TPUConfig.{f.name} = {value} is not a power of two: {meaning}")
 
     @classmethod
     def field_names(cls):

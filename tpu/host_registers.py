@@ -1,0 +1,157 @@
+"""BAR0: the chip's host-visible registers, one table for the RTL, the driver
+and the docs.
+
+Every register is 32 bits wide at a 4-byte aligned offset in a 4 KiB BAR.
+64-bit quantities are a ``_LO``/``_HI`` pair; reading a counter's ``_LO``
+latches its ``_HI`` half so the pair is read atomically (read ``_LO`` first).
+Writes to read-only or unmapped offsets are ignored; reads of unmapped
+offsets return `UNMAPPED`.
+"""
+
+import enum
+from dataclasses import dataclass
+
+from .isa import ISA_VERSION
+
+
+__all__ = ["Register", "registers", "register_map", "BAR0_BYTES", "CHIP_ID", "HW_VERSION",
+           "UNMAPPED", "Control", "Status", "Irq", "HostError", "COUNTER_NAMES",
+           "window_offset", "counter_offset", "config_words"]
+
+
+BAR0_BYTES = 4096
+CHIP_ID = 0x54505531      # "TPU1"
+HW_VERSION = 0x00010000   # 1.0
+UNMAPPED = 0xBADADD00     # what a read of an unmapped offset returns
+
+
+class Control(enum.IntFlag):
+    """CONTROL bits. Writing 1 acts; the register reads as 0."""
+    START = 1 << 0        #: fetch and run PROG_LEN instructions from PROG_ADDR
+    ABORT = 1 << 1        #: stop the running program and DMA; the chip comes back idle
+    SOFT_RESET = 1 << 2   #: ABORT, then every writable register back to its reset value
+    WFILL = 1 << 3        #: copy WFILL_TILES tiles from host WFILL_ADDR into weight memory
+
+
+class Status(enum.IntFlag):
+    """STATUS bits (read-only)."""
+    BUSY = 1 << 0         #: a program or weight fill is running
+    HALTED = 1 << 1       #: the last program ran to its HALT
+    ERROR = 1 << 2        #: the chip stopped with ERROR_CODE
+    WFILL_BUSY = 1 << 3   #: a weight fill is running
+
+
+class Irq(enum.IntFlag):
+    """IRQ_ENABLE / IRQ_STATUS bits. IRQ_STATUS is write-1-to-clear."""
+    HALT = 1 << 0
+    INT = 1 << 1          #: an INT instruction; its code is in IRQ_CODE
+    ERROR = 1 << 2
+    WFILL_DONE = 1 << 3
+
+
+class HostError(enum.IntEnum):
+    """ERROR_CODE values above the core's `tpu.isa.Fault` codes (0..15): errors
+    of the host interface itself. FAULT_INDEX is meaningful for core faults only."""
+    FETCH_RANGE = 16      #: PROG_ADDR/PROG_LEN outside the DMA windows
+    WFILL_RANGE = 17      #: WFILL_ADDR/WFILL_TILES outside the windows or weight memory
+    CPL_STATUS = 18       #: a read completion came back with a status other than SC
+    CPL_UNEXPECTED = 19   #: a completion whose tag has no read outstanding
+    CPL_MALFORMED = 20    #: a completion whose length or byte count does not fit its read
+    CPL_TIMEOUT = 21      #: a read had no completion for cpl_timeout cycles
+    BAD_START = 22        #: START or WFILL while the chip was busy or stopped with an error
+
+
+COUNTER_NAMES = ("cycles", "mxu_active", "useful_macs", "weight_stall", "weight_shift",
+                 "non_matrix", "raw_stall", "host_stall")
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    offset: int
+    access: str       #: "ro", "rw", "wo" (reads 0), "w1c"
+    reset: int
+    meaning: str
+
+
+def window_offset(index):
+    """Offset of DMA window `index`'s BASE_LO register."""
+    return 0x100 + 16 * index
+
+
+def counter_offset(index):
+    """Offset of performance counter `index`'s _LO register."""
+    return 0x200 + 8 * index
+
+
+def _table(dma_windows):
+    regs = [
+        Register("ID", 0x000, "ro", CHIP_ID, "chip identifier, 0x54505531 (\"TPU1\")"),
+        Register("VERSION", 0x004, "ro", HW_VERSION, "hardware version, major << 16 | minor"),
+        Register("ISA_VERSION", 0x008, "ro", ISA_VERSION, "instruction-set version (tpu.isa)"),
+        Register("ARRAY", 0x00C, "ro", 0, "rows | cols << 16 of the systolic array"),
+        Register("ACC_ROWS", 0x010, "ro", 0, "accumulator rows"),
+        Register("UB_ROWS", 0x014, "ro", 0, "unified-buffer rows"),
+        Register("WEIGHT_FIFO_TILES", 0x018, "ro", 0, "weight FIFO depth in tiles"),
+        Register("WEIGHT_MEM_TILES", 0x01C, "ro", 0, "weight memory size in tiles"),
+        Register("LINK", 0x020, "ro", 0, "link_dw | read_tags << 8 | dma_windows << 16"),
+        Register("MAX_PAYLOAD", 0x024, "ro", 0, "max payload size in bytes"),
+        Register("MAX_READ_REQUEST", 0x028, "ro", 0, "max read request size in bytes"),
+        Register("CONTROL", 0x040, "wo", 0, "Control bits: START, ABORT, SOFT_RESET, WFILL"),
+        Register("STATUS", 0x044, "ro", 0, "Status bits: BUSY, HALTED, ERROR, WFILL_BUSY"),
+        Register("ERROR_CODE", 0x048, "ro", 0, "tpu.isa.Fault (< 16) or HostError (>= 16); 0: none"),
+        Register("FAULT_INDEX", 0x04C, "ro", 0, "index in the program of the faulting instruction"),
+        Register("PROG_ADDR_LO", 0x050, "rw", 0, "host address of the program, bits 31:0"),
+        Register("PROG_ADDR_HI", 0x054, "rw", 0, "host address of the program, bits 63:32"),
+        Register("PROG_LEN", 0x058, "rw", 0, "program length in instructions (16 bytes each)"),
+        Register("IRQ_ENABLE", 0x060, "rw", 0, "Irq bits that send an interrupt"),
+        Register("IRQ_STATUS", 0x064, "w1c", 0, "Irq bits raised since last cleared"),
+        Register("IRQ_CODE", 0x068, "ro", 0, "code of the last INT instruction"),
+        Register("MSI_ADDR_LO", 0x070, "rw", 0, "interrupt write address, bits 31:0"),
+        Register("MSI_ADDR_HI", 0x074, "rw", 0, "interrupt write address, bits 63:32"),
+        Register("MSI_DATA", 0x078, "rw", 0, "interrupt write data (one 32-bit word)"),
+        Register("WFILL_ADDR_LO", 0x080, "rw", 0, "host address of the weight tiles, bits 31:0"),
+        Register("WFILL_ADDR_HI", 0x084, "rw", 0, "host address of the weight tiles, bits 63:32"),
+        Register("WFILL_TILE", 0x088, "rw", 0, "first weight-memory tile to fill"),
+        Register("WFILL_TILES", 0x08C, "rw", 0, "tiles to fill (rows x cols bytes each, row-major)"),
+        Register("BAD_REQUESTS", 0x090, "ro", 0, "host requests answered UR or dropped as malformed"),
+    ]
+    for i in range(dma_windows):
+        base = window_offset(i)
+        regs += [
+            Register(f"WIN{i}_BASE_LO", base + 0x0, "rw", 0, f"DMA window {i} base, bits 31:0"),
+            Register(f"WIN{i}_BASE_HI", base + 0x4, "rw", 0, f"DMA window {i} base, bits 63:32"),
+            Register(f"WIN{i}_SIZE_LO", base + 0x8, "rw", 0, f"DMA window {i} size in bytes, bits 31:0 (0: closed)"),
+            Register(f"WIN{i}_SIZE_HI", base + 0xC, "rw", 0, f"DMA window {i} size in bytes, bits 63:32"),
+        ]
+    for i, name in enumerate(COUNTER_NAMES):
+        regs += [
+            Register(f"{name.upper()}_LO", counter_offset(i), "ro", 0,
+                     f"counter {name}, bits 31:0 (latches bits 63:32)"),
+            Register(f"{name.upper()}_HI", counter_offset(i) + 4, "ro", 0,
+                     f"counter {name}, bits 63:32 as latched by the last _LO read"),
+        ]
+    return tuple(regs)
+
+
+def registers(config):
+    """The register table of a chip built with `config`."""
+    return _table(config.dma_windows)
+
+
+def register_map(config):
+    return {r.name: r for r in registers(config)}
+
+
+def config_words(config):
+    """The values of the read-only configuration registers for `config`."""
+    return {
+        "ARRAY": config.rows | config.cols << 16,
+        "ACC_ROWS": config.acc_rows,
+        "UB_ROWS": config.ub_rows,
+        "WEIGHT_FIFO_TILES": config.weight_fifo_tiles,
+        "WEIGHT_MEM_TILES": config.weight_mem_tiles,
+        "LINK": config.link_dw | config.read_tags << 8 | config.dma_windows << 16,
+        "MAX_PAYLOAD": config.max_payload,
+        "MAX_READ_REQUEST": config.max_read_request,
+    }
