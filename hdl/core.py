@@ -8,7 +8,7 @@ from ..config import TPUConfig
 from ..isa import INSTRUCTION_BITS, Opcode
 from .accumulators import AccReadSignature
 from .activation_unit import ActivationUnit
-from .decoder import field
+from .decoder import DmaWindows, field
 from .host_dma import HostReadUnit, HostRequest, HostWriteUnit
 from .matrix_engine import MatrixEngine
 from .matrix_unit import MatrixUnit
@@ -50,6 +50,15 @@ class TPUCore(wiring.Component):
         WHM's bytes, one UB row per beat.
     wmem_fill : In(WeightMemoryFillSignature)
         Writes weight memory (one tile row per cycle).
+    windows : In(ArrayLayout(StructLayout({"base": 64, "size": 64}), dma_windows))
+        The host-memory windows DMA may touch: bytes ``[base, base + size)``
+        (``size`` 0: closed). An RHM or WHM whose bytes are not all inside one
+        window faults with HOST_RANGE before it starts. Held by the host
+        interface; sampled when each instruction is decoded.
+    dma_error : In(1)
+        The host interface failed a DMA (an error completion or a timeout),
+        held until reset: the core stops issuing and halts with DMA_ERROR at
+        the RHM or WHM issued last (see `Sequencer`).
     debug_ub : In(UbReadSignature)
     debug_acc : In(AccReadSignature)
         Read ports for tests and the host; ``debug_acc`` is served only while
@@ -70,6 +79,8 @@ class TPUCore(wiring.Component):
             "host_write_req":  Out(stream.Signature(HostRequest())),
             "host_write_data": Out(stream.Signature(UbRow(config))),
             "wmem_fill":       In(WeightMemoryFillSignature(config)),
+            "windows":         In(DmaWindows(config)),
+            "dma_error":       In(1),
             "debug_ub":        In(UbReadSignature(config)),
             "debug_acc":       In(AccReadSignature(acc_rows=config.acc_rows, cols=config.cols)),
             "halted":          Out(1),
@@ -110,6 +121,9 @@ class TPUCore(wiring.Component):
             seq.mmc_idle.eq(mmc.idle),
             seq.act_idle.eq(act.idle),
             seq.mmc_drained.eq(mmc.drained & ~engine.busy),
+            seq.acc_stored.eq(engine.written.valid),
+            seq.windows.eq(self.windows),
+            seq.dma_error.eq(self.dma_error),
         ]
 
         # Host DMA.

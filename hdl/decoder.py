@@ -1,7 +1,7 @@
 """Instruction decoder: legality and range checks, generated from the ISA table."""
 
 from amaranth import *
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
@@ -9,7 +9,16 @@ from ..isa import LAYOUTS, MAX_POOL_COUNT, Fault, Opcode, Pool, ldl_rows, ldq_ro
 from .serial_divider import SerialDivider
 
 
-__all__ = ["InstructionDecoder", "field"]
+__all__ = ["InstructionDecoder", "field", "DmaWindow", "DmaWindows"]
+
+
+#: A DMA window: host bytes ``[base, base + size)``; ``size`` 0: closed.
+DmaWindow = data.StructLayout({"base": 64, "size": 64})
+
+
+def DmaWindows(config):
+    """The `DmaWindow` of each of the chip's ``config.dma_windows`` windows."""
+    return data.ArrayLayout(DmaWindow, config.dma_windows)
 
 
 def _fields(opcode):
@@ -29,15 +38,20 @@ class InstructionDecoder(wiring.Component):
     Every rule comes from `tpu.isa.LAYOUTS` and the `TPUConfig`: the opcode,
     reserved bits, enumerations and field ranges (ILLEGAL_OPCODE,
     ILLEGAL_FIELD), and the UB, accumulator, weight-memory and host address
-    ranges. Convolution and pooling geometry need divisions: those
-    instructions take about 24 cycles per division on a serial divider; all
-    others are decoded in the cycle after ``start``.
+    ranges; and, beyond `tpu.isa.check`, that an RHM or WHM moves only host
+    bytes inside one of the DMA ``windows`` (HOST_RANGE). Convolution and
+    pooling geometry need divisions: those instructions take about 24 cycles
+    per division on a serial divider; all others are decoded in the cycle
+    after ``start``.
 
     Members
     -------
     start : In(1)
         A new ``word`` is presented (and held until the next start).
     word : In(128)
+    windows : In(DmaWindows(config))
+        Sampled in the cycle after ``start``: the host interface must not
+        change them while an instruction is being decoded or waits to issue.
     done : Out(1)
         ``fault`` and the derived values below are valid for ``word``.
     fault : Out(4)
@@ -55,6 +69,7 @@ class InstructionDecoder(wiring.Component):
         super().__init__({
             "start":    In(1),
             "word":     In(INSTRUCTION_BITS),
+            "windows":  In(DmaWindows(config)),
             "done":     Out(1),
             "fault":    Out(4),
             "ub_last":  Out(25),
@@ -111,6 +126,15 @@ class InstructionDecoder(wiring.Component):
         windowed = is_act & ((act["pool"] == Pool.MAX) | (act["pool"] == Pool.AVG)) & (act["rows"] != 0)
         conv = is_mmc & mmc["conv"] & (mmc["rows"] != 0)
 
+        # RHM and WHM: inside one DMA window. The comparisons are wide
+        # (65-bit window end) and would sit on the issue path, so the result
+        # is registered with the geometry, which RHM and WHM do not need.
+        dma = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
+        dma_end = dma["host"] + dma["rows"] * cfg.rows
+        fits = [(w.size != 0) & (dma["host"] >= w.base) & (dma_end <= w.base + w.size)
+                for w in (self.windows[i] for i in range(cfg.dma_windows))]
+        outside_windows = Signal()
+
         in_h = Signal(24)
         win_bad = Signal()
         out_h = Signal(24)
@@ -125,6 +149,7 @@ class InstructionDecoder(wiring.Component):
                     m.d.sync += [geometry_done.eq(0), win_bad.eq(0)]
                     m.next = "START"
             with m.State("START"):
+                m.d.sync += outside_windows.eq(~Cat(*fits).any())
                 with m.If(windowed):
                     m.d.comb += [div.start.eq(1), div.dividend.eq(act["rows"]),
                                  div.divisor.eq(act["in_w"])]
@@ -200,11 +225,9 @@ class InstructionDecoder(wiring.Component):
         host_bad = Signal()
         with m.Switch(opcode):
             with m.Case(Opcode.RHM, Opcode.WHM):
-                rhm = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
                 m.d.comb += [
-                    ub_bad.eq(span_bad(rhm["ub"], rhm["rows"], cfg.ub_rows)),
-                    host_bad.eq((rhm["rows"] != 0) &
-                                ((rhm["host"] + rhm["rows"] * cfg.rows) > (1 << 64))),
+                    ub_bad.eq(span_bad(dma["ub"], dma["rows"], cfg.ub_rows)),
+                    host_bad.eq((dma["rows"] != 0) & ((dma_end > (1 << 64)) | outside_windows)),
                 ]
             with m.Case(Opcode.RW):
                 rw = {name: field(word, Opcode.RW, name) for name in _fields(Opcode.RW)}

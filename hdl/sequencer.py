@@ -6,10 +6,10 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
 from ..isa import INSTRUCTION_BITS, Fault, Opcode, ldl_rows, ldq_rows
-from .decoder import InstructionDecoder, field
+from .decoder import DmaWindows, InstructionDecoder, field
 
 
-__all__ = ["Sequencer", "Command", "UNITS"]
+__all__ = ["Sequencer", "Command", "UNITS", "ACC_SLOTS"]
 
 
 def Command():
@@ -23,6 +23,10 @@ def Command():
 
 # The execution units; each runs one instruction at a time, in issue order.
 UNITS = ("rhm", "whm", "mmc", "act")
+
+#: The accumulator ranges of MMCs in flight that the sequencer tracks one by
+#: one; when all are taken, a new MMC's range is merged into the youngest.
+ACC_SLOTS = 4
 
 
 class _Range:
@@ -51,13 +55,18 @@ class Sequencer(wiring.Component):
     writes what it writes (UB rows and accumulator rows, compared as ranges;
     host memory as a whole: RHM and WHM never overlap).
     So a program written in plain order, with no NOPs, always computes what it
-    would compute one instruction at a time. MMCs stay "in flight" for the
-    accumulator rows they write until the matrix engine has stored every row.
+    would compute one instruction at a time. Each MMC holds the accumulator
+    rows it writes until the matrix engine has stored its last row, in one of
+    `ACC_SLOTS` slots; with every slot taken, a new MMC's rows are merged into
+    the youngest slot's (which then frees with the new MMC's last row), so an
+    MMC never waits for a slot and a range is only ever held longer.
 
     SYNC, INT and HALT wait until every unit is idle. A fault (from the
     decoder, or WEIGHT_FIFO_UNDERFLOW / WEIGHT_FIFO_OVERFLOW at issue) stops
     issue before the faulting instruction: earlier instructions finish, the
-    chip halts with the fault code and the instruction's index.
+    chip halts with the fault code and the instruction's index. A DMA error
+    (``dma_error``) halts at once with DMA_ERROR and the index of the RHM or
+    WHM it belongs to (see ``dma_error``).
 
     Members
     -------
@@ -69,6 +78,18 @@ class Sequencer(wiring.Component):
         The unit has no command in progress.
     mmc_drained : In(1)
         No matrix row is in flight anywhere (the accumulators are written).
+    acc_stored : In(1)
+        The matrix engine stores an accumulator row this cycle.
+    windows : In(DmaWindows(config))
+        The host-memory windows RHM and WHM may touch (see
+        `InstructionDecoder`); outside them: HOST_RANGE.
+    dma_error : In(1)
+        A level, held until reset: the host side failed a DMA. While not
+        halted, the sequencer issues nothing more from the first cycle it is
+        high and halts in the next with DMA_ERROR, ``fault_index`` being the
+        index of the RHM or WHM issued last. RHM and WHM never overlap, so
+        that is the one running, if any; if none has been issued since
+        reset, ``fault_index`` is ``2**32 - 1``. Ignored once halted.
     halted : Out(1)
         HALT or a fault was issued; nothing more is issued until reset.
     fault : Out(4)
@@ -97,6 +118,9 @@ class Sequencer(wiring.Component):
             members[f"{unit}_idle"] = In(1)
         members.update({
             "mmc_drained": In(1),
+            "acc_stored":  In(1),
+            "windows":     In(DmaWindows(config)),
+            "dma_error":   In(1),
             "halted":      Out(1),
             "fault":       Out(4),
             "fault_index": Out(32),
@@ -120,6 +144,7 @@ class Sequencer(wiring.Component):
         ]
 
         m.submodules.decoder = decoder = InstructionDecoder(cfg)
+        m.d.comb += decoder.windows.eq(self.windows)
         word = Signal(INSTRUCTION_BITS)
         loaded = Signal()           # `word` holds an instruction not yet issued
         index = Signal(32)          # its index in the program
@@ -139,7 +164,8 @@ class Sequencer(wiring.Component):
             m.d.sync += loaded.eq(0)
 
         opcode = word[:8]
-        ready = loaded & decoder.done & ~halted
+        # Nothing issues from the cycle a DMA error is seen.
+        ready = loaded & decoder.done & ~halted & ~self.dma_error
 
         # What the instruction reads and writes.
         ub_r, ub_w, acc_r, acc_w = (_Range(n) for n in ("d_ub_r", "d_ub_w", "d_acc_r", "d_acc_w"))
@@ -180,7 +206,7 @@ class Sequencer(wiring.Component):
         # What each running unit reads and writes.
         running = {unit: {kind: _Range(f"{unit}_{kind}") for kind in ("ub_r", "ub_w", "acc_r", "acc_w")}
                    for unit in UNITS}
-        drain = _Range("mmc_drain")
+        slots = [_Range(f"acc_slot{i}") for i in range(ACC_SLOTS)]
         idle_in = {unit: getattr(self, f"{unit}_idle") for unit in UNITS}
 
         hazard_terms = []
@@ -191,7 +217,10 @@ class Sequencer(wiring.Component):
                 acc_w.overlaps(r["acc_r"]), acc_w.overlaps(r["acc_w"]), acc_r.overlaps(r["acc_w"]),
             ]
             hazard_terms.append(~target[unit] & Cat(*terms).any())
-        hazard_terms.append(~target["mmc"] & (acc_r.overlaps(drain) | acc_w.overlaps(drain)))
+        # MMCs write their accumulator rows in issue order, so only other
+        # units wait for a slot.
+        hazard_terms.append(~target["mmc"] & Cat(*[acc_r.overlaps(slot) | acc_w.overlaps(slot)
+                                                   for slot in slots]).any())
         # Host memory is one more shared memory: RHM and WHM wait for each
         # other, so a read never overtakes an earlier write, nor a write an
         # earlier read.
@@ -263,18 +292,21 @@ class Sequencer(wiring.Component):
                              *(r["acc_w"].copy_from(acc_w) if unit != "mmc" else [])]
             with m.Elif(idle_in[unit]):
                 m.d.sync += [r[kind].valid.eq(0) for kind in r]
-        with m.If(go & target["mmc"] & acc_w.valid):
-            with m.If(drain.valid):
-                m.d.sync += [drain.lo.eq(Mux(acc_w.lo < drain.lo, acc_w.lo, drain.lo)),
-                             drain.hi.eq(Mux(acc_w.hi > drain.hi, acc_w.hi, drain.hi))]
-            with m.Else():
-                m.d.sync += drain.copy_from(acc_w)
-        with m.Elif(self.mmc_drained):
-            m.d.sync += drain.valid.eq(0)
+        self._acc_slots(m, slots, go & target["mmc"] & acc_w.valid, acc_w,
+                        field(word, Opcode.MMC, "rows"))
+
+        # The RHM or WHM a DMA error belongs to: they never overlap, so the
+        # last one issued.
+        dma_index = Signal(32, init=(1 << 32) - 1)
+        with m.If(go & (target["rhm"] | target["whm"])):
+            m.d.sync += dma_index.eq(index)
 
         # Halting, faults and interrupts.
         m.d.sync += self.irq.eq(0)
-        with m.If(ready & (fault != Fault.NONE) & all_idle):
+        with m.If(self.dma_error & ~halted):
+            m.d.sync += [halted.eq(1), self.fault.eq(Fault.DMA_ERROR),
+                         self.fault_index.eq(dma_index), self.irq.eq(1), self.irq_code.eq(0)]
+        with m.Elif(ready & (fault != Fault.NONE) & all_idle):
             m.d.sync += [halted.eq(1), self.fault.eq(fault), self.fault_index.eq(index),
                          self.irq.eq(1), self.irq_code.eq(0)]
         with m.If(go & (opcode == Opcode.HALT)):
@@ -284,3 +316,53 @@ class Sequencer(wiring.Component):
 
         m.d.comb += self.idle.eq(~queue.r_rdy & ~loaded & all_idle)
         return m
+
+    def _acc_slots(self, m, slots, take, rows_range, rows):
+        """The accumulator ranges of the MMCs in flight, oldest first.
+
+        Rows are stored in issue order, so an MMC's rows are all stored once
+        the count of rows stored reaches the count of rows issued up to and
+        including it (its ``end``); only the oldest slot can be next. Both
+        counts wrap: the rows issued and not yet stored never exceed one MMC's
+        (at most ``acc_rows``) plus those in the matrix unit's reader and the
+        engine, so the width below keeps ``end - stored`` unambiguous.
+        """
+        cfg = self._config
+        n = len(slots)
+        if n < 2:
+            raise ValueError("a merge into the youngest slot must never meet the oldest retiring")
+        width = (cfg.acc_rows + cfg.rows + cfg.cols + 16).bit_length() + 1
+        ends = Array(Signal(width, name=f"acc_slot{i}_end") for i in range(n))
+        issued = Signal(width)
+        stored = Signal(width)
+        head = Signal(range(n))
+        tail = Signal(range(n))
+        used = Signal(range(n + 1))
+
+        def advance(ptr):
+            return Mux(ptr == n - 1, 0, ptr + 1)
+
+        m.d.sync += stored.eq(stored + self.acc_stored)
+        # Freed in the cycle after the MMC's last row is counted: two cycles
+        # after it is stored, when an ACT may issue and read it.
+        retire = (used != 0) & (stored == ends[head])
+        end = Signal(width)
+        m.d.comb += end.eq(issued + rows)
+        allocate = take & (used != n)
+        with m.If(take):
+            m.d.sync += issued.eq(end)
+        youngest = Mux(tail == 0, n - 1, tail - 1)
+        for i, slot in enumerate(slots):
+            with m.If(retire & (head == i)):
+                m.d.sync += slot.valid.eq(0)
+            with m.If(allocate & (tail == i)):
+                m.d.sync += [*slot.copy_from(rows_range), ends[i].eq(end)]
+            with m.Elif(take & ~allocate & (youngest == i)):
+                m.d.sync += [slot.lo.eq(Mux(rows_range.lo < slot.lo, rows_range.lo, slot.lo)),
+                             slot.hi.eq(Mux(rows_range.hi > slot.hi, rows_range.hi, slot.hi)),
+                             ends[i].eq(end)]
+        with m.If(retire):
+            m.d.sync += head.eq(advance(head))
+        with m.If(allocate):
+            m.d.sync += tail.eq(advance(tail))
+        m.d.sync += used.eq(used + allocate - retire)

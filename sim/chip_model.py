@@ -16,12 +16,25 @@ from .activation_model import ActivationSettings, run_operation
 from .matrix_engine_model import wrap_int32
 
 
-__all__ = ["ChipModel", "ChipFault"]
+__all__ = ["ChipModel", "ChipFault", "ALL_HOST_MEMORY", "in_window"]
+
+#: `ChipModel`'s default windows: one covering every host address. The
+#: chip's window registers cannot hold it (their size is below 2**64).
+ALL_HOST_MEMORY = ((0, 1 << 64),)
 
 
 def _saturate(value, width):
     low, high = -(1 << (width - 1)), (1 << (width - 1)) - 1
     return max(low, min(high, int(value)))
+
+
+def in_window(windows, host, nbytes):
+    """Whether host bytes ``[host, host + nbytes)`` lie inside one of `windows`
+    (``(base, size)`` pairs, bytes ``[base, base + size)``; size 0: closed).
+    Addresses do not wrap: a window ends at 2**64 at the latest."""
+    end = host + nbytes
+    return end <= 1 << 64 and any(
+        size and base <= host and end <= base + size for base, size in windows)
 
 
 class ChipFault(Exception):
@@ -48,10 +61,19 @@ class HostMemory:
 
 
 class ChipModel:
-    """The chip's memories and registers, and an instruction interpreter."""
+    """The chip's memories and registers, and an instruction interpreter.
 
-    def __init__(self, config=TPUConfig()):
+    `windows` are the DMA windows the driver has opened, as ``(base, size)``
+    pairs (at most ``config.dma_windows``; the chip's registers hold
+    ``0 <= base, size < 2**64``): an RHM or WHM with rows whose host bytes
+    ``[host, host + rows * config.rows)`` are not all inside one window faults
+    with HOST_RANGE, after the faults of `tpu.isa.check`. The default,
+    `ALL_HOST_MEMORY`, lets every DMA through.
+    """
+
+    def __init__(self, config=TPUConfig(), windows=ALL_HOST_MEMORY):
         cfg = self.config = config
+        self.windows = self._check_windows(windows)
         self.ub = np.zeros((cfg.ub_rows, cfg.rows), dtype=np.uint8)
         self.acc = np.zeros((cfg.acc_rows, cfg.cols), dtype=np.int32)
         self.weight_memory = np.zeros((cfg.weight_mem_tiles, cfg.rows, cfg.cols), dtype=np.int8)
@@ -69,6 +91,15 @@ class ChipModel:
         self.matrix_rows = 0        # rows through the systolic array
         self.tiles_requested = 0
         self.tiles_switched = 0
+
+    def _check_windows(self, windows):
+        windows = tuple((int(base), int(size)) for base, size in windows)
+        if len(windows) > self.config.dma_windows:
+            raise ValueError(f"{len(windows)} windows, the chip has {self.config.dma_windows}")
+        for base, size in windows:
+            if not (0 <= base < 1 << 64 and 0 <= size <= 1 << 64):
+                raise ValueError(f"window base 0x{base:x} size 0x{size:x} is not 64-bit")
+        return windows
 
     # Program execution -----------------------------------------------------
 
@@ -93,6 +124,9 @@ class ChipModel:
             raise ChipFault(fault, index)
         instruction = decode(word)
         cfg = self.config
+        if isinstance(instruction, (Rhm, Whm)) and instruction.rows and not in_window(
+                self.windows, instruction.host, instruction.rows * cfg.rows):
+            raise ChipFault(Fault.HOST_RANGE, index, "outside the DMA windows")
         match instruction:
             case Nop() | Sync():
                 pass

@@ -23,10 +23,11 @@ What is modelled (each rule is the RTL's, in cycles):
   interlocks: a hazard on a unit's running instruction clears in the cycle
   after that unit is idle; an RHM waits for a running WHM to be idle, and a
   WHM for an RHM (host memory is read and written in program order); a
-  hazard on the accumulator rows of the MMCs in flight (the union of all of
-  them since the engine last drained) clears two cycles after the last row
-  is stored; SYNC, INT and HALT wait for every unit to be idle and the
-  engine drained;
+  hazard on the accumulator rows of an MMC in flight clears two cycles after
+  that MMC's last row is stored (the sequencer tracks the ranges of up to
+  `ACC_SLOTS` MMCs; with every slot taken, a new MMC's rows are merged into
+  the youngest slot, which then frees with the new MMC); SYNC, INT and HALT
+  wait for every unit to be idle and the engine drained;
 * RHM: rows in cycles ``issue + 2 + host_latency ..``, one per cycle (a cycle
   in which ACT writes the UB delays it by one); WHM: rows leave in
   ``issue + 3 ..``;
@@ -61,6 +62,7 @@ HALT the estimate ends when everything is idle.
 from dataclasses import dataclass, field
 
 from ..config import TPUConfig
+from ..hdl.sequencer import ACC_SLOTS
 from ..isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
                    INSTRUCTION_BYTES, check, decode, ldl_rows, ldq_rows)
 
@@ -268,7 +270,7 @@ class _WeightPath:
             self._capture(k + 1)
 
 
-def estimate_cycles(config, program, *, host_latency=0, schedule=False, drain="union"):
+def estimate_cycles(config, program, *, host_latency=0, schedule=False):
     """Estimate the core's cycles and performance counters for `program`.
 
     Parameters
@@ -282,12 +284,6 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False, drain="u
     schedule : bool
         Also return, per instruction, its issue cycle and the cycle its unit
         is done with it.
-    drain : "union" or "per_mmc"
-        How the accumulator rows of the MMCs in flight block other units:
-        ``"union"`` as the RTL does (one range, the union of every MMC since
-        the engine last drained, free when the engine drains), or
-        ``"per_mmc"``, a what-if: each MMC's rows are free two cycles after
-        its own last row is stored.
 
     Returns
     -------
@@ -300,9 +296,6 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False, drain="u
     """
     if not isinstance(config, TPUConfig):
         raise TypeError(f"estimate_cycles needs a TPUConfig, not {config!r}")
-    if drain not in ("union", "per_mmc"):
-        raise ValueError(f"drain must be 'union' or 'per_mmc', not {drain!r}")
-    exact_drain = drain == "per_mmc"
     if isinstance(program, (bytes, bytearray)):
         words = [bytes(program[i:i + INSTRUCTION_BYTES])
                  for i in range(0, len(program) - INSTRUCTION_BYTES + 1, INSTRUCTION_BYTES)]
@@ -315,12 +308,10 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False, drain="u
     requested = switched = 0
     counters = dict.fromkeys(("mxu_active", "weight_stall", "raw_stall", "host_stall"), 0)
     rows_entered = []        # entry cycles of the last three rows into the array
-    drain_rows = None        # accumulator rows of the MMCs in flight (their union)
-    drain_clear = 0
     stored = 0               # all rows so far stored by then
     act_writes = []          # (first, last) cycles of ACT writes into the UB
     pipe_free = 0            # the activation pipeline takes new settings from this cycle
-    in_flight = []           # (accumulator rows, free from) of each MMC, for drain="per_mmc"
+    in_flight = []           # the sequencer's accumulator slots: [rows, free from], oldest first
     rhm_rows = None          # first row cycle and rows of the last RHM
     first_row = last_row = None
     issue_prev = None
@@ -369,15 +360,10 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False, drain="u
         # runs (from the cycle the other unit is idle).
         if target in ("rhm", "whm"):
             hazard = max(hazard, units["whm" if target == "rhm" else "rhm"].idle)
-        if target != "mmc" and drain_rows is not None and (
-                _overlap(ranges.get("acc_r"), drain_rows)
-                or _overlap(ranges.get("acc_w"), drain_rows)):
-            if exact_drain:
-                hazard = max([hazard] + [clear for rows, clear in in_flight
-                                         if _overlap(ranges.get("acc_r"), rows)
-                                         or _overlap(ranges.get("acc_w"), rows)])
-            else:
-                hazard = max(hazard, drain_clear)
+        if target != "mmc":
+            hazard = max([hazard] + [clear for rows, clear in in_flight
+                                     if _overlap(ranges.get("acc_r"), rows)
+                                     or _overlap(ranges.get("acc_w"), rows)])
         issue = max(ready, unit_ready, hazard)
         counters["raw_stall"] += max(0, issue - max(ready, unit_ready))
         done = issue
@@ -447,15 +433,16 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False, drain="u
                 u.ready = last_read
                 u.idle = last_read + 1
                 u.ranges = {k: v for k, v in ranges.items() if k == "ub_r"}
-                # Accumulator rows held until the engine drains.
-                if drain_rows is None or issue >= drain_clear:
-                    drain_rows = ranges["acc_w"]
-                else:
-                    drain_rows = (min(drain_rows[0], ranges["acc_w"][0]),
-                                  max(drain_rows[1], ranges["acc_w"][1]))
+                # Accumulator rows held until this MMC's last row is stored.
                 stored = last_entry + latency
-                drain_clear = stored + TIMING["drain_clear"]
-                in_flight = [m for m in in_flight if m[1] > issue] + [(ranges["acc_w"], drain_clear)]
+                clear = stored + TIMING["drain_clear"]
+                in_flight = [s for s in in_flight if s[1] > issue]
+                if len(in_flight) < ACC_SLOTS:
+                    in_flight.append([ranges["acc_w"], clear])
+                else:
+                    rows = in_flight[-1][0]
+                    in_flight[-1] = [(min(rows[0], ranges["acc_w"][0]),
+                                      max(rows[1], ranges["acc_w"][1])), clear]
                 done = stored
         elif isinstance(ins, Act):
             u = units["act"]

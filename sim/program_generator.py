@@ -3,25 +3,65 @@ and ones that fault on purpose."""
 
 from ..isa import (Act, Cfg, Conv, Func, Halt, Int, Ldl, Ldq, Mmc, Nop, Pool, Reg, Rhm,
                    Rw, Sync, Whm, encode_program, ldl_rows, ldq_rows)
+from .chip_model import ALL_HOST_MEMORY, in_window
 
 
-__all__ = ["random_program", "HOST_INPUT", "HOST_OUTPUT", "FAULT_KINDS"]
+__all__ = ["random_program", "random_windows", "HOST_INPUT", "HOST_OUTPUT", "FAULT_KINDS",
+           "OPEN_WINDOW"]
 
 #: Host addresses of the random input data and of the output area.
 HOST_INPUT = 0x10000
 HOST_OUTPUT = 0x80000
 
 FAULT_KINDS = ("illegal_opcode", "illegal_field", "ub_range", "acc_range", "weight_mem_range",
-               "underflow", "overflow")
+               "underflow", "overflow", "host_range")
+
+#: The widest window the chip's registers hold: every host byte but the last.
+OPEN_WINDOW = (0, (1 << 64) - 1)
+
+# Host bytes the random programs' RHMs and WHMs can touch (see random_program).
+_OUTPUT_ROWS = 256 + 8
 
 
-def random_program(config, rng, *, length=40, fault=None, input_rows=64):
+def random_windows(config, rng, *, input_rows=64):
+    """Random DMA windows (``config.dma_windows`` ``(base, size)`` pairs, 0
+    size: closed) for the programs of `random_program`: one window open on
+    (almost) all host memory; windows exactly on its input and output areas;
+    the input area split between two adjacent windows at a random byte (a DMA
+    across the split is in neither window alone: HOST_RANGE); or only part of
+    the input area open. Unused windows are closed or open far away."""
+    R = config.rows
+    inputs = (HOST_INPUT, input_rows * R)
+    outputs = (HOST_OUTPUT, _OUTPUT_ROWS * R)
+    kind = rng.choices(["open", "exact", "split", "partial"], weights=[4, 3, 2, 1])[0]
+    if kind == "open" or config.dma_windows < 2:
+        windows = [OPEN_WINDOW]
+    elif kind == "exact":
+        windows = [inputs, outputs]
+    elif kind == "split" and config.dma_windows >= 3:
+        cut = rng.randrange(1, inputs[1])
+        windows = [(inputs[0], cut), (inputs[0] + cut, inputs[1] - cut), outputs]
+    else:
+        windows = [(inputs[0] + rng.randrange(0, inputs[1] // 2), rng.randrange(1, inputs[1])),
+                   outputs]
+    while len(windows) < config.dma_windows:
+        far = rng.randrange(1 << 40, 1 << 64)
+        windows.append(rng.choice([(0, 0), (rng.getrandbits(64), 0),
+                                   (far, rng.randrange(0, (1 << 64) - far))]))
+    rng.shuffle(windows)
+    return windows
+
+
+def random_program(config, rng, *, length=40, fault=None, input_rows=64, windows=ALL_HOST_MEMORY):
     """A random program for `config`, ending with HALT.
 
     Addresses are random, so instructions often read what an earlier one is
-    still writing, which the hardware must interlock. With `fault` (one of
-    `FAULT_KINDS`) an instruction that faults that way is placed at a random
-    point. Returns ``(instructions, encoded bytes)``.
+    still writing, which the hardware must interlock. RHMs read host bytes
+    from `HOST_INPUT` (`input_rows` UB rows' worth), WHMs write from
+    `HOST_OUTPUT`; whether they fit the DMA `windows` is left to chance. With
+    `fault` (one of `FAULT_KINDS`) an instruction that faults that way is
+    placed at a random point (``host_range``: an RHM or WHM outside
+    `windows`). Returns ``(instructions, encoded bytes)``.
     """
     cfg = config
     R = cfg.rows
@@ -35,7 +75,7 @@ def random_program(config, rng, *, length=40, fault=None, input_rows=64):
 
     for i in range(length):
         if i == fault_at:
-            program.extend(_faulting(cfg, rng, fault, pending))
+            program.extend(_faulting(cfg, rng, fault, pending, windows))
             continue
         kind = rng.choices(
             ["rhm", "whm", "rw", "mmc", "act", "cfg", "ldq", "ldl", "sync", "int", "nop"],
@@ -45,7 +85,7 @@ def random_program(config, rng, *, length=40, fault=None, input_rows=64):
             program.append(Rhm(ub, n, HOST_INPUT + R * rng.randrange(0, input_rows - n + 1)))
         elif kind == "whm":
             ub, n = span(8, cfg.ub_rows)
-            program.append(Whm(ub, n, HOST_OUTPUT + R * rng.randrange(0, 256)))
+            program.append(Whm(ub, n, HOST_OUTPUT + R * rng.randrange(0, _OUTPUT_ROWS - 8)))
         elif kind == "rw":
             room = cfg.weight_fifo_tiles + 2 - pending
             if room <= 0:
@@ -128,7 +168,25 @@ class _RawWord:
         return f".raw 0x{self.word:032x}"
 
 
-def _faulting(cfg, rng, kind, pending):
+def _outside(cfg, rng, windows):
+    """An RHM or WHM whose host bytes are not inside one of `windows`."""
+    ub, n = rng.randrange(0, cfg.ub_rows - 1), rng.randint(1, 2)
+    nbytes = n * cfg.rows
+    op = rng.choice([Rhm, Whm])
+    # Across the start or the end of a window (or just past it), or anywhere.
+    candidates = [host for base, size in windows if size
+                  for host in (base - rng.randint(1, nbytes),
+                               base + size - rng.randint(0, nbytes - 1))]
+    candidates += [rng.getrandbits(64) for _ in range(4)]
+    rng.shuffle(candidates)
+    for host in candidates:
+        if 0 <= host < 1 << 64 and not in_window(windows, host, nbytes):
+            return op(ub, n, host)
+    # Past the end of the address space: no window holds it.
+    return op(ub, n, (1 << 64) - nbytes + 1)
+
+
+def _faulting(cfg, rng, kind, pending, windows=ALL_HOST_MEMORY):
     """Instructions whose last one faults as `kind` says."""
     if kind == "illegal_opcode":
         return [_RawWord(rng.choice([0x04, 0x12, 0x31, 0x53, 0xFF]) | (rng.getrandbits(120) << 8))]
@@ -145,4 +203,6 @@ def _faulting(cfg, rng, kind, pending):
         return [Mmc(0, 1, 0, switch=True)] * (pending + 1)
     if kind == "overflow":
         return [Rw(0, cfg.weight_fifo_tiles + 3 - pending)]
+    if kind == "host_range":
+        return [_outside(cfg, rng, windows)]
     raise ValueError(f"unknown fault kind {kind!r}")

@@ -4,7 +4,9 @@ A program runs on the RTL with a host-memory model behind its DMA ports
 (random delays on every stream) and on `ChipModel`; afterwards the unified
 buffer, the accumulators, host memory, the fault status and the interrupts
 must be identical. Programs come from ``TPU_PROGRAM`` (a file of encoded
-instructions) or from the random generator with ``TPU_SEED``.
+instructions) or from the random generator with ``TPU_SEED``; the random
+programs run against random DMA windows (`random_windows`), so some fault
+with HOST_RANGE.
 """
 
 import os
@@ -18,7 +20,7 @@ from ..hdl.core import COUNTERS
 from ..isa import Fault, INSTRUCTION_BYTES
 from .chip_model import ChipModel
 from .harness import config_from_env
-from .program_generator import FAULT_KINDS, HOST_INPUT, random_program
+from .program_generator import FAULT_KINDS, HOST_INPUT, OPEN_WINDOW, random_program, random_windows
 from .streams import CycleLoop, StreamSource, pack_array, start_clock_and_reset, unpack_array
 
 
@@ -91,8 +93,16 @@ class TB:
         # Every input defined from the start: X must not leak in from here.
         for name in ("wmem_fill__en", "wmem_fill__addr", "wmem_fill__data", "debug_ub__en",
                      "debug_ub__addr", "debug_acc__en", "debug_acc__addr", "instr__payload",
-                     "host_read_data__payload"):
+                     "host_read_data__payload", "dma_error"):
             getattr(dut, name).value = 0
+        self.set_windows([OPEN_WINDOW])
+
+    def set_windows(self, windows):
+        """Open the DMA `windows` (``(base, size)`` pairs; the rest closed), in
+        the RTL and in the golden model."""
+        windows = list(windows) + [(0, 0)] * (self.cfg.dma_windows - len(windows))
+        self.dut.windows.value = pack_array([base | size << 64 for base, size in windows], 128)
+        self.model.windows = tuple(windows)
 
     def _monitor(self, cycle):
         if int(self.dut.irq.value):
@@ -215,8 +225,159 @@ async def random_programs(dut):
         fault = os.environ.get("TPU_FAULT") or None
         if fault == "random":
             fault = tb.rng.choice(FAULT_KINDS)
-        instructions, program = random_program(tb.cfg, tb.rng, fault=fault,
+        windows = random_windows(tb.cfg, tb.rng)
+        dut._log.info("DMA windows: %s", ", ".join(f"0x{b:x}+0x{s:x}" for b, s in windows))
+        tb.set_windows(windows)
+        instructions, program = random_program(tb.cfg, tb.rng, fault=fault, windows=windows,
                                                length=int(os.environ.get("TPU_LENGTH", "40")))
         dut._log.info("program:\n%s", "\n".join(str(i) for i in instructions))
     await tb.run_program(program)
     await tb.check()
+
+
+# Directed: DMA windows and DMA errors ------------------------------------------------
+
+_AUX = (0x40000, 0x1000)        # a window for the DMAs around the one under test
+_WIN = 0x10000                  # where the window under test opens
+_TOP = 1 << 64
+
+
+def _window_cases(R):
+    """``(name, windows, the DMA at index 2, expected fault)``."""
+    from ..isa import Rhm, Whm
+    n = 2 * R                    # bytes of a 2-row DMA
+    return [
+        ("crosses the end", [(_WIN, 16 * R)], Rhm(8, 2, _WIN + 16 * R - R), Fault.HOST_RANGE),
+        ("crosses the start", [(_WIN, 16 * R)], Whm(0, 2, _WIN - 1), Fault.HOST_RANGE),
+        ("fits exactly (RHM)", [(_WIN, n)], Rhm(8, 2, _WIN), Fault.NONE),
+        ("fits exactly (WHM)", [(_WIN, n)], Whm(0, 2, _WIN), Fault.NONE),
+        ("closed window", [(_WIN, 0)], Rhm(8, 1, _WIN), Fault.HOST_RANGE),
+        ("two adjacent windows (RHM)", [(_WIN, R), (_WIN + R, R)], Rhm(8, 2, _WIN), Fault.HOST_RANGE),
+        ("two adjacent windows (WHM)", [(_WIN + R, R), (_WIN, R)], Whm(0, 2, _WIN), Fault.HOST_RANGE),
+        ("window past 2**64", [(_TOP - n, _TOP - 1)], Rhm(8, 2, _TOP - n), Fault.NONE),
+        ("DMA past 2**64", [(_TOP - n, _TOP - 1)], Rhm(8, 2, _TOP - R), Fault.HOST_RANGE),
+        ("no rows, no window", [], Rhm(8, 0, _WIN), Fault.NONE),
+    ]
+
+
+async def _reset(dut):
+    dut.rst.value = 1
+    for _ in range(3):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+
+
+@cocotb.test()
+async def host_windows(dut):
+    """An RHM or WHM outside the DMA windows faults with HOST_RANGE before it
+    starts, like the golden model: spans across either end of a window, a
+    closed window, two adjacent windows that only together hold the span, a
+    window ending beyond 2**64; and spans that fit exactly do not fault."""
+    from ..isa import Halt, Mmc, Rhm, Whm, encode_program
+    first = True
+    R = config_from_env().rows
+    previous = None
+    for name, windows, dma, fault in _window_cases(R):
+        if not first:
+            await RisingEdge(dut.clk)      # out of the read-only phase of the last check
+        tb = TB(dut)
+        if previous:
+            # Reset clears neither the UB nor the accumulators.
+            tb.model.ub[:], tb.model.acc[:] = previous.ub, previous.acc
+        previous = tb.model
+        if first:
+            await tb.reset()
+            first = False
+        else:
+            await _reset(dut)
+        dut._log.info("case %s: %s", name, dma)
+        await tb.load_memories()
+        tb.host.stall = 0.0
+        tb.set_windows([_AUX] + windows)
+        program = encode_program([Rhm(0, 4, _AUX[0]), Mmc(0, 4, 0), dma,
+                                  Whm(0, 4, _AUX[0] + 0x800), Halt()])
+        await tb.run_program(program)
+        if tb.model.fault != fault or (fault and tb.model.fault_index != 2):
+            tb.fail(f"{name}: the golden model says {tb.model.fault.name} at "
+                    f"{tb.model.fault_index}, expected {fault.name}")
+        await tb.check()
+
+
+class _Raise:
+    """Raises ``dma_error`` at a cycle (or when `when()` holds) and keeps it high."""
+
+    def __init__(self, dut, when):
+        self.dut, self.when, self.cycle = dut, when, None
+
+    def drive(self, cycle):
+        if self.cycle is None and self.when(cycle):
+            self.cycle = cycle
+            self.dut.dma_error.value = 1
+
+    def sample(self, cycle):
+        pass
+
+
+@cocotb.test()
+async def dma_error(dut):
+    """``dma_error`` halts the core at once with DMA_ERROR, the index of the RHM
+    or WHM issued last and one interrupt; nothing issues after it."""
+    from ..isa import Halt, Int, Mmc, Nop, Rhm, Whm, encode_program
+    none = (1 << 32) - 1
+    acc_rows = config_from_env().acc_rows
+    cases = [
+        # (name, program, host stalls, raise dma_error when, expected index or None)
+        ("stuck RHM", [Nop(), Rhm(0, 4, 0x1000), Mmc(8, 2, 0), Int(5), Halt()], True, 40, 1),
+        ("stuck WHM", [Nop(), Mmc(8, 2, 0), Whm(0, 4, 0x1000), Int(5), Halt()], True, 40, 2),
+        ("behind a stuck RHM, a fault waits", [Rhm(0, 4, 0x1000), Mmc(0, 2, acc_rows - 1), Halt()],
+         True, 40, 0),
+        ("after the DMA completed", [Rhm(0, 2, 0x1000), Mmc(0, 2, 0), Nop(), Nop(), Nop(), Nop(),
+                                     Whm(0, 1, 0x2000)] + [Nop()] * 40 + [Int(5), Halt()],
+         False, "whm done", 6),
+        ("before any DMA", [Mmc(0, 2, 0)] * 30 + [Halt()], False, 12, none),
+        ("after HALT", [Nop(), Halt()], False, 60, None),
+    ]
+    first = True
+    for name, instructions, stuck, when, index in cases:
+        if not first:
+            await RisingEdge(dut.clk)
+        tb = TB(dut)
+        if first:
+            await tb.reset()
+            first = False
+        else:
+            await _reset(dut)
+        dut._log.info("case %s", name)
+        tb.host.stall = 1.0 if stuck else 0.0
+        tb.instr.idle = 0.0
+        start = tb.loop.cycle + 1
+        if when == "whm done":
+            fired = []
+            tb.loop.monitors.append(
+                lambda c: fired.append(c) if int(dut.host_write_data__valid.value)
+                and int(dut.host_write_data__ready.value) else None)
+            trigger = _Raise(dut, lambda c: bool(fired) and c > fired[0] + 4)
+        else:
+            trigger = _Raise(dut, lambda c, t=when: c - start == t)
+        tb.loop.sources.append(trigger)
+        program = encode_program(instructions)
+        for i in range(len(instructions)):
+            tb.instr.send(int.from_bytes(program[16 * i:16 * (i + 1)], "little"))
+        await tb.loop.run_until(lambda: trigger.cycle is not None and tb.loop.cycle > trigger.cycle + 30,
+                                timeout=400, what="the DMA error")
+        halted, fault, fault_index = (int(dut.halted.value), int(dut.fault.value),
+                                      int(dut.fault_index.value))
+        codes = [code for _, code in tb.interrupts]
+        if index is None:
+            if (halted, fault, codes) != (1, Fault.NONE, [0]):
+                tb.fail(f"{name}: halted {halted}, fault {fault}, interrupts {codes}")
+            continue
+        if (halted, fault, fault_index) != (1, Fault.DMA_ERROR, index):
+            tb.fail(f"{name}: halted {halted}, fault {fault} at {fault_index}, expected "
+                    f"DMA_ERROR at {index}")
+        # One interrupt (code 0), in the cycle after dma_error is first high;
+        # the INT after the DMA never issued.
+        if [c for c, _ in tb.interrupts if c > trigger.cycle] != [trigger.cycle + 1] or codes[-1] != 0:
+            tb.fail(f"{name}: interrupts {tb.interrupts}, dma_error raised in {trigger.cycle}")
+        if 5 in codes:
+            tb.fail(f"{name}: the INT after the DMA error issued")

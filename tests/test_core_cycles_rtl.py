@@ -15,12 +15,15 @@ from amaranth.back import verilog
 
 from tpu import TPUConfig
 from tpu.hdl.core import COUNTERS, TPUCore
-from tpu.sim.bench_core import TOP
+from tpu.hdl.sequencer import ACC_SLOTS
+from tpu.isa import Act, Func, Halt, Mmc, Rhm, Rw, Whm
+from tpu.sim.bench_core import HOST_IN, HOST_OUT, TOP
 from tpu.sim.harness import run
 
 
 CONFIG = TPUConfig()          # 8x8, weight memory: latency 8, 8 bytes (one tile row) per cycle
 R, C, L = CONFIG.rows, CONFIG.cols, CONFIG.weight_mem_latency
+LATENCY = R + C + 2           # matrix engine: row in -> accumulator row stored
 _SOURCE = {}
 
 
@@ -107,4 +110,70 @@ def test_random_program_estimate(simulator, tmp_path, seed):
     """A random legal program (every opcode, hazards everywhere)."""
     r = _bench(simulator, tmp_path, {"name": "random", "program": "random", "seed": seed,
                                      "length": 40})
+    _check_estimate(r)
+
+
+def _asm(name, instructions):
+    return {"name": name, "program": "asm", "text": "\n".join(str(i) for i in instructions)}
+
+
+@pytest.mark.rtl
+def test_accumulator_double_buffering(simulator, tmp_path):
+    """MMC into accumulator rows B..2B-1 while an ACT reads rows 0..B-1,
+    written by the MMC before: the ACT issues two cycles after the first
+    MMC's last row is stored, while the second MMC's rows still enter the
+    array (it does not wait for the engine to drain), and the array never
+    idles."""
+    B = 8 * R
+    program = [Rhm(0, B, HOST_IN), Rw(0, 2), Mmc(0, B, 0, switch=True),
+               Mmc(0, B, B, switch=True), Act(0, 2 * B, B, func=Func.RELU),
+               Whm(2 * B, B, HOST_OUT), Halt()]
+    r = _bench(simulator, tmp_path, _asm("double_buffer", program))
+    c = r["counters"]
+    first, last = B + 10, B + 10 + 2 * B - 1
+    assert (r["matrix_phase"]["first_row"], r["matrix_phase"]["last_row"]) == (first, last)
+    assert r["utilisation"]["matrix_phase"] == 1.0
+    # The ACT is ready two cycles after the second MMC issues (2B + 7) and
+    # waits R + C + 4 cycles, for the first MMC's last row (first + B - 1) to
+    # be stored; the first MMC waits B - 1 cycles for the RHM, the WHM B + 15
+    # for the ACT.
+    act_issue = (2 * B + 9) + (R + C + 4)
+    assert act_issue == first + B - 1 + LATENCY + 2
+    assert act_issue < last                      # rows still entering the array
+    assert c["raw_stall"] == (B - 1) + (R + C + 4) + (B + 15)
+    assert c["cycles"] == act_issue + (B + 17) + (B + 3) + 1 == 4 * B + R + C + 34
+    _check_estimate(r)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("merged", [False, True])
+def test_accumulator_slots_exhausted(simulator, tmp_path, merged):
+    """ACC_SLOTS one-row MMCs take every slot; a 6-row MMC is then merged
+    into the youngest slot. An ACT of the rows of the second-youngest
+    one-row MMC waits for that MMC only; one of the youngest's rows waits
+    for the merged MMC's last row too."""
+    n = ACC_SLOTS
+    reads = n - 1 if merged else n - 2
+    program = [Mmc(0, 1, k) for k in range(n)] + [Mmc(0, 6, n), Act(reads, 100, 1), Halt()]
+    r = _bench(simulator, tmp_path, _asm("slots", program))
+    # MMC k issues at 4 + 2k and its row enters at 7 + 2k; the 6-row MMC's
+    # rows enter at 2n + 7 .. 2n + 12. The ACT is ready at 2n + 6.
+    assert r["matrix_phase"]["last_row"] == 2 * n + 12
+    if merged:
+        assert r["counters"]["raw_stall"] == (2 * n + 12 + LATENCY + 2) - (2 * n + 6)
+    else:
+        assert r["counters"]["raw_stall"] == (7 + 2 * reads + LATENCY + 2) - (2 * n + 6)
+    _check_estimate(r)
+
+
+@pytest.mark.rtl
+def test_layer_act_hidden(simulator, tmp_path):
+    """The benchmark's dense layer (two accumulator regions, each block's ACT
+    after the next block's first MMC): the array takes a row every cycle from
+    the first to the last."""
+    r = _bench(simulator, tmp_path, {"name": "layer", "program": "layer", "blocks": 4,
+                                     "k_tiles": 4, "batch": 8 * R, "act_lag": 1})
+    assert r["matrix_phase"]["cycles"] == 16 * 8 * R
+    assert r["utilisation"]["matrix_phase"] == 1.0
+    assert r["counters"]["cycles"] == 1650
     _check_estimate(r)

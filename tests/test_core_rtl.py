@@ -46,3 +46,15 @@ def test_random_program(simulator, config, n):
 @pytest.mark.parametrize("fault", FAULT_KINDS)
 def test_fault(simulator, fault):
     _run(simulator, CONFIGS[0], base_seed(), TPU_FAULT=fault, TPU_LENGTH=20)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("testcase", ["host_windows", "dma_error"])
+def test_dma_windows_and_errors(simulator, testcase):
+    """HOST_RANGE against the DMA windows (spans across a window's edges, an
+    exact fit, a closed window, two adjacent windows that only together hold
+    the span) and DMA_ERROR (fault code, index, interrupt, halt)."""
+    seed = base_seed()
+    tests, failures = run(CONFIGS[0], simulator, "tpu.sim.tb_core", testcase=testcase,
+                          seed=seed, toplevel=TOP, verilog_source=_source(CONFIGS[0]))
+    assert tests == 1 and failures == 0, f"failed with seed {seed} (replay with TPU_SEED={seed})"

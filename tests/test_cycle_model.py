@@ -11,6 +11,7 @@ import pytest
 from tpu import TPUConfig
 from tpu.isa import (Act, Cfg, Conv, Func, Halt, Mmc, Nop, Pool, Rhm, Rw, Sync, Whm,
                      encode_program)
+from tpu.hdl.sequencer import ACC_SLOTS
 from tpu.sim.bench_core import stream_program
 from tpu.sim.cycle_model import estimate_cycles
 
@@ -151,7 +152,7 @@ def test_back_to_back_mmcs_without_bubbles():
     assert mmc == [B + 7 + k * B for k in range(4)]
 
 
-def test_act_waits_for_the_engine_to_drain():
+def test_act_waits_for_its_rows():
     # ACT reads accumulator rows the MMC writes: it issues two cycles after
     # the last row is stored (last row in + LATENCY + 2). Without pooling it
     # is idle B + 16 cycles after its issue.
@@ -172,19 +173,46 @@ def test_act_on_other_rows_does_not_wait():
                Mmc(0, B, 0), Act(B, B, B), Halt()]
     r = est(program)
     mmc2, act = r["schedule"][4], r["schedule"][5]
-    # The ACT's rows are not in flight, but they are inside the union of the
-    # rows in flight since the engine last drained only if they overlap: here
-    # they do not, so it issues right after the MMC.
     assert act["issue"] == mmc2["issue"] + 2
 
 
-def test_drain_range_is_a_union():
-    # Two MMCs into rows 0..7 and 32..39 in flight together hold 0..39, so an
-    # ACT of rows 16..23 waits for both to be stored.
+def test_rows_between_mmcs_in_flight_are_free():
+    # MMCs into rows 0..7 and 32..39 hold just those rows: an ACT of rows
+    # 16..23 issues right after them.
     program = [Rw(0, 2), Mmc(0, R, 0, switch=True), Mmc(0, R, 32, switch=True),
                Act(16, 100, R), Halt()]
     r = est(program)
-    assert r["schedule"][3]["issue"] == r["matrix_phase"]["last_row"] + LATENCY + 2
+    assert r["schedule"][3]["issue"] == r["schedule"][2]["issue"] + 2
+
+
+def test_act_waits_only_for_the_mmc_of_its_rows():
+    # Double buffering: an ACT of the rows of the first MMC issues two cycles
+    # after that MMC's last row is stored, while the second MMC (other rows)
+    # is still streaming; the array never idles.
+    B = 2 * R
+    program = [Rhm(0, B, 0x1000), Rw(0, 2), Mmc(0, B, 0, switch=True),
+               Mmc(0, B, B, switch=True), Act(0, 2 * B, B), Halt()]
+    r = est(program)
+    first = r["matrix_phase"]["first_row"]
+    assert r["schedule"][4]["issue"] == first + B - 1 + LATENCY + 2
+    assert r["schedule"][4]["issue"] < r["matrix_phase"]["last_row"] + LATENCY
+    assert r["utilisation"]["matrix_phase"] == 1.0
+
+
+@pytest.mark.parametrize("reads, waits_for", [(ACC_SLOTS - 2, "own"), (ACC_SLOTS - 1, "merged")])
+def test_slots_exhausted_merge_into_the_youngest(reads, waits_for):
+    # ACC_SLOTS one-row MMCs (rows 0, 1, ...) take every slot; the next MMC
+    # (6 rows) is merged into the youngest slot, which then holds until its
+    # last row is stored. Row k's MMC issues at 4 + 2k, its row enters at
+    # 7 + 2k; the 6-row MMC's last row enters last.
+    n = ACC_SLOTS
+    program = [Mmc(0, 1, k) for k in range(n)] + [Mmc(0, 6, n), Act(reads, 100, 1), Halt()]
+    r = est(program)
+    act = r["schedule"][n + 1]
+    if waits_for == "own":
+        assert act["issue"] == 7 + 2 * reads + LATENCY + 2
+    else:
+        assert act["issue"] == r["matrix_phase"]["last_row"] + LATENCY + 2
 
 
 def test_decode_of_convolution_and_windowed_pooling():
@@ -259,7 +287,7 @@ def test_compute_bound_utilisation():
     # The whole program: 16 x 64 rows in 1024 + 3 x 64 + 8 + 8 + 34 cycles.
     assert r["cycles"] == 1024 + 242
     # Waits on hazards: the first MMC for the RHM (ready at 8, issued at B +
-    # 7), the ACT for the engine to drain (ready two cycles after the last MMC
+    # 7), the ACT for the last MMC's rows (ready two cycles after the last MMC
     # issues, 3 + B cycles before its last row enters; issued R + C + 4 after
     # that row), the WHM for the ACT (B + 15).
     B = 8 * R
@@ -268,17 +296,12 @@ def test_compute_bound_utilisation():
     assert long["utilisation"]["program"] > 0.95
 
 
-def test_layer_act_bubble_and_per_mmc_what_if():
-    # An ACT between streaming MMCs waits for the engine to empty (the
-    # accumulator rows in flight are one union): R + C + 8 idle cycles each.
+@pytest.mark.parametrize("act_lag", [1, 2])
+def test_layer_act_is_hidden(act_lag):
+    # Each block's ACT, placed after the next block's first MMC(s), waits
+    # only for its own block's rows: the array never idles.
     from tpu.sim.bench_core import layer_program
-    program = layer_program(CFG, blocks=4, k_tiles=4, batch=64, act_lag=1)
-    union = est(program)
-    assert union["matrix_phase"]["cycles"] == 16 * 64 + 3 * (R + C + 8)
-    # Released per MMC, the ACT placed after the next block's first MMC
-    # costs nothing.
-    per_mmc = est(program, drain="per_mmc")
-    assert per_mmc["utilisation"]["matrix_phase"] == 1.0
-    assert per_mmc["cycles"] == union["cycles"] - 3 * (R + C + 8)
-    with pytest.raises(ValueError):
-        est(program, drain="none")
+    program = layer_program(CFG, blocks=4, k_tiles=4, batch=64, act_lag=act_lag)
+    r = est(program)
+    assert r["matrix_phase"]["cycles"] == 16 * 64
+    assert r["utilisation"]["matrix_phase"] == 1.0

@@ -209,8 +209,9 @@ def _parser():
     p = commands.add_parser("verilog", help="write the Verilog of a configuration")
     _add_config_options(p)
     p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
-    p.add_argument("--top", choices=["core", "engine"], default="core",
-                   help="the whole core (default) or the matrix engine alone")
+    p.add_argument("--top", choices=["chip", "core", "engine"], default="core",
+                   help="the core behind row-level DMA ports (default), the chip with its "
+                        "PCIe-style host interface, or the matrix engine alone")
     p.set_defaults(func=cmd_verilog)
 
     p = commands.add_parser("sim", help="run the RTL testbenches of a configuration")

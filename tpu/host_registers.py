@@ -51,14 +51,19 @@ class Irq(enum.IntFlag):
 
 class HostError(enum.IntEnum):
     """ERROR_CODE values above the core's `tpu.isa.Fault` codes (0..15): errors
-    of the host interface itself. FAULT_INDEX is meaningful for core faults only."""
+    of the host interface itself.
+
+    A failed DMA read while an RHM runs also faults the core with DMA_ERROR:
+    ERROR_CODE then holds the CPL_* code and FAULT_INDEX the RHM's index.
+    START or WFILL while the chip is busy or stopped with an error is ignored
+    and counted in BAD_REQUESTS (it is not an error: the running program is
+    left alone)."""
     FETCH_RANGE = 16      #: PROG_ADDR/PROG_LEN outside the DMA windows
     WFILL_RANGE = 17      #: WFILL_ADDR/WFILL_TILES outside the windows or weight memory
     CPL_STATUS = 18       #: a read completion came back with a status other than SC
     CPL_UNEXPECTED = 19   #: a completion whose tag has no read outstanding
     CPL_MALFORMED = 20    #: a completion whose length or byte count does not fit its read
     CPL_TIMEOUT = 21      #: a read had no completion for cpl_timeout cycles
-    BAD_START = 22        #: START or WFILL while the chip was busy or stopped with an error
 
 
 COUNTER_NAMES = ("cycles", "mxu_active", "useful_macs", "weight_stall", "weight_shift",
@@ -100,7 +105,8 @@ def _table(dma_windows):
         Register("CONTROL", 0x040, "wo", 0, "Control bits: START, ABORT, SOFT_RESET, WFILL"),
         Register("STATUS", 0x044, "ro", 0, "Status bits: BUSY, HALTED, ERROR, WFILL_BUSY"),
         Register("ERROR_CODE", 0x048, "ro", 0, "tpu.isa.Fault (< 16) or HostError (>= 16); 0: none"),
-        Register("FAULT_INDEX", 0x04C, "ro", 0, "index in the program of the faulting instruction"),
+        Register("FAULT_INDEX", 0x04C, "ro", 0xFFFFFFFF, "index in the program of the faulting "
+                                                          "instruction; 0xFFFFFFFF: none faulted"),
         Register("PROG_ADDR_LO", 0x050, "rw", 0, "host address of the program, bits 31:0"),
         Register("PROG_ADDR_HI", 0x054, "rw", 0, "host address of the program, bits 63:32"),
         Register("PROG_LEN", 0x058, "rw", 0, "program length in instructions (16 bytes each)"),
@@ -114,7 +120,9 @@ def _table(dma_windows):
         Register("WFILL_ADDR_HI", 0x084, "rw", 0, "host address of the weight tiles, bits 63:32"),
         Register("WFILL_TILE", 0x088, "rw", 0, "first weight-memory tile to fill"),
         Register("WFILL_TILES", 0x08C, "rw", 0, "tiles to fill (rows x cols bytes each, row-major)"),
-        Register("BAD_REQUESTS", 0x090, "ro", 0, "host requests answered UR or dropped as malformed"),
+        Register("BAD_REQUESTS", 0x090, "ro", 0, "host requests answered UR or dropped, and "
+                                                  "START/WFILL refused because the chip was busy or stopped"),
+        Register("DMA_ERROR", 0x094, "ro", 0, "HostError (CPL_*) of the DMA read that failed; 0: none"),
     ]
     for i in range(dma_windows):
         base = window_offset(i)

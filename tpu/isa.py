@@ -1035,6 +1035,8 @@ def check(instruction, config):
     tile count is 0 addresses nothing and never faults on a range. When several
     faults apply, the lowest code wins. WEIGHT_FIFO_UNDERFLOW, HOST_RANGE
     against the DMA windows and DMA_ERROR depend on the run and are raised
-    while it executes.
+    while it executes (HOST_RANGE against the windows still before the RHM or
+    WHM starts, after the faults checked here: see
+    `tpu.sim.chip_model.ChipModel`).
     """
     return diagnose(instruction, config)[0]

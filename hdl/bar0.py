@@ -1,0 +1,249 @@
+"""BAR0: the register file the host reads and writes over MMIO."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..host_registers import (BAR0_BYTES, COUNTER_NAMES, UNMAPPED, config_words, registers)
+from .tlp import CplStatus, FmtType, TlpHeader, has_data, tlp_stream
+
+
+__all__ = ["Bar0", "Window"]
+
+
+#: One DMA window: host bytes [base, base + size); size 0 closes it.
+Window = data.StructLayout({"base": 64, "size": 64})
+
+#: Reads and writes longer than this many words are answered UR / dropped:
+#: a 64-bit access is the widest a driver needs.
+MAX_ACCESS_WORDS = 2
+
+
+def _byte_count(first_be, last_be, length):
+    """Bytes a read of `length` words with these byte enables returns (PCIe
+    base specification, table 2-38), and the offset of its first byte."""
+    first = Mux(first_be[0], 0, Mux(first_be[1], 1, Mux(first_be[2], 2, Mux(first_be[3], 3, 0))))
+    first_last = Mux(first_be[3], 3, Mux(first_be[2], 2, Mux(first_be[1], 1, 0)))
+    last = Mux(last_be[3], 3, Mux(last_be[2], 2, Mux(last_be[1], 1, 0)))
+    single = Mux(first_be == 0, 1, first_last - first + 1)
+    multi = length * 4 - first - (3 - last)
+    return Mux(length == 1, single, multi), first
+
+
+class Bar0(wiring.Component):
+    """Serves the host's memory requests to BAR0 from the register table in
+    `tpu.host_registers`.
+
+    Every request the chip receives that is not a completion comes here. Memory
+    reads and writes of one or two whole words are served; any other memory
+    request, and any non-posted request of another type, is answered with an
+    Unsupported Request completion and counted in BAD_REQUESTS; other posted
+    requests (messages) are dropped and counted.
+
+    Ports
+    -----
+    request : In(tlp_stream)
+    completion : Out(tlp_stream)
+    completer_id : In(16)
+    rw : Out(StructLayout)
+        The writable registers' values, by name (e.g. ``rw.PROG_LEN``).
+    windows : Out(ArrayLayout(Window, dma_windows))
+    control : Out(4)
+        One-cycle pulses of the CONTROL bits written.
+    irq_status : Out(32)
+    irq_raise : In(32)
+        Bits to set in IRQ_STATUS (the host clears them by writing 1).
+    status, error_code, fault_index, irq_code, dma_error : In(32)
+        Read-only registers.
+    counters : In(StructLayout of 64-bit counters)
+    soft_reset : In(1)
+        Every writable register back to its reset value.
+    malformed, refused : In(1)
+        Pulses counted in BAD_REQUESTS: the receiver dropped a malformed
+        packet; a START or WFILL was refused.
+    """
+
+    def __init__(self, config):
+        self._config = config
+        self._table = registers(config)
+        self._rw = [r for r in self._table if r.access == "rw"
+                    and not r.name.startswith("WIN")]
+        super().__init__({
+            "request":      In(tlp_stream(config.link_dw)),
+            "completion":   Out(tlp_stream(config.link_dw)),
+            "completer_id": In(16),
+            "rw":           Out(data.StructLayout({r.name: 32 for r in self._rw})),
+            "windows":      Out(data.ArrayLayout(Window, config.dma_windows)),
+            "control":      Out(4),
+            "irq_status":   Out(32),
+            "irq_raise":    In(32),
+            "status":       In(32),
+            "error_code":   In(32),
+            "fault_index":  In(32),
+            "irq_code":     In(32),
+            "dma_error":    In(32),
+            "counters":     In(data.StructLayout({name: 64 for name in COUNTER_NAMES})),
+            "soft_reset":   In(1),
+            "malformed":    In(1),
+            "refused":      In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        link_dw = cfg.link_dw
+
+        # Register storage.
+        stored = {r.name: Signal(32, name=f"reg_{r.name.lower()}", init=r.reset)
+                  for r in self._table if r.access == "rw"}
+        irq_status = Signal(32)
+        counter_hi = Signal(32)
+        bad_requests = Signal(32)
+        m.d.comb += self.irq_status.eq(irq_status)
+        for r in self._rw:
+            m.d.comb += self.rw[r.name].eq(stored[r.name])
+        for i in range(cfg.dma_windows):
+            m.d.comb += [
+                self.windows[i].base.eq(Cat(stored[f"WIN{i}_BASE_LO"], stored[f"WIN{i}_BASE_HI"])),
+                self.windows[i].size.eq(Cat(stored[f"WIN{i}_SIZE_LO"], stored[f"WIN{i}_SIZE_HI"])),
+            ]
+
+        constants = {"ID", "VERSION", "ISA_VERSION", *config_words(cfg)}
+        words = config_words(cfg)
+        inputs = {"STATUS": self.status, "ERROR_CODE": self.error_code,
+                  "FAULT_INDEX": self.fault_index, "IRQ_CODE": self.irq_code,
+                  "DMA_ERROR": self.dma_error, "BAD_REQUESTS": bad_requests,
+                  "IRQ_STATUS": irq_status, "CONTROL": C(0, 32)}
+        for i, name in enumerate(COUNTER_NAMES):
+            inputs[f"{name.upper()}_LO"] = self.counters[name][:32]
+            inputs[f"{name.upper()}_HI"] = counter_hi
+
+        def read(offset):
+            """The value at word `offset` (a signal), and whether it is a counter _LO."""
+            value = Signal(32)
+            latch = Signal()
+            with m.Switch(offset):
+                for r in self._table:
+                    with m.Case(r.offset >> 2):
+                        if r.name in stored:
+                            m.d.comb += value.eq(stored[r.name])
+                        elif r.name in inputs:
+                            m.d.comb += value.eq(inputs[r.name])
+                        elif r.name in constants:
+                            m.d.comb += value.eq(words.get(r.name, r.reset))
+                        else:
+                            raise AssertionError(f"register {r.name} has no source")
+                        if r.name.endswith("_LO") and r.name[:-3].lower() in COUNTER_NAMES:
+                            m.d.comb += latch.eq(1)
+                with m.Default():
+                    m.d.comb += value.eq(UNMAPPED)
+            return value, latch
+
+        # The request, one packet at a time: its header is on every beat.
+        beat = self.request.payload
+        hdr = beat.header
+        fmt = hdr.fmt_type
+        is_mem = (fmt == FmtType.MRD_32) | (fmt == FmtType.MRD_64) | \
+                 (fmt == FmtType.MWR_32) | (fmt == FmtType.MWR_64)
+        is_write = is_mem & has_data(fmt)
+        posted = has_data(fmt) & ~((fmt == FmtType.IOWR) | (fmt == FmtType.CFGWR0) |
+                                   (fmt == FmtType.CFGWR1))
+        length = Mux(hdr.length == 0, 1024, hdr.length)
+        whole = (hdr.first_be == 0xF) & ((length == 1) | (hdr.last_be == 0xF))
+        served = is_mem & (length <= MAX_ACCESS_WORDS) & ~hdr.ep
+        word_offset = hdr.address[2:12]
+
+        # Writes: apply each payload word as it passes (`index`: word of the packet).
+        index = Signal(range(1024 + link_dw + 1))
+        control = Signal(4)
+        m.d.comb += self.control.eq(control)
+        m.d.sync += control.eq(0)
+
+        with m.If(self.request.valid & self.request.ready):
+            m.d.sync += index.eq(Mux(beat.last, 0, index + link_dw))
+
+        write_ok = is_write & served & whole
+        cleared = Signal(32)
+        for lane in range(link_dw):
+            offset = Signal(10, name=f"write_offset_{lane}")
+            value = beat.data[32 * lane:32 * (lane + 1)]
+            m.d.comb += offset.eq(word_offset + index + lane)
+            with m.If(self.request.valid & self.request.ready & write_ok & (lane < beat.words)):
+                with m.Switch(offset):
+                    for r in self._table:
+                        if r.access == "rw":
+                            with m.Case(r.offset >> 2):
+                                m.d.sync += stored[r.name].eq(value)
+                        elif r.access == "w1c":
+                            with m.Case(r.offset >> 2):
+                                m.d.comb += cleared.eq(value)
+                        elif r.name == "CONTROL":
+                            with m.Case(r.offset >> 2):
+                                m.d.sync += control.eq(value[:4])
+
+        # A raise wins over a clear in the same cycle: an event is never lost.
+        m.d.sync += irq_status.eq((irq_status & ~cleared) | self.irq_raise)
+
+        # Non-posted requests are answered: a read of registers or UR.
+        responding = Signal()
+        resp = Signal(TlpHeader)
+        resp_words = Signal(range(MAX_ACCESS_WORDS + 1))
+        resp_data = Signal(32 * MAX_ACCESS_WORDS)
+        sent = Signal(range(MAX_ACCESS_WORDS + link_dw + 1))
+
+        m.d.comb += self.request.ready.eq(~responding)
+        bad = Signal()
+        m.d.sync += bad_requests.eq(bad_requests + bad + self.malformed + self.refused)
+        with m.If(self.request.valid & self.request.ready & beat.last):
+            m.d.comb += bad.eq(~served | (is_write & ~whole))
+            with m.If(~posted):
+                count, first = _byte_count(hdr.first_be, hdr.last_be, length)
+                ok = served & ~is_write
+                m.d.sync += [
+                    responding.eq(1),
+                    sent.eq(0),
+                    resp.fmt_type.eq(Mux(ok, FmtType.CPLD, FmtType.CPL)),
+                    resp.tc.eq(hdr.tc),
+                    resp.attr.eq(hdr.attr),
+                    resp.length.eq(Mux(ok, length, 0)),
+                    resp.requester_id.eq(hdr.requester_id),
+                    resp.tag.eq(hdr.tag),
+                    resp.completer_id.eq(self.completer_id),
+                    resp.status.eq(Mux(ok, CplStatus.SC, CplStatus.UR)),
+                    resp.byte_count.eq(Mux(ok, count, 4)),
+                    resp.lower_address.eq(Mux(ok, Cat(first[:2], hdr.address[2:7]), 0)),
+                    resp_words.eq(Mux(ok, length, 0)),
+                ]
+                latched = Signal(32)
+                for w in range(MAX_ACCESS_WORDS):
+                    value, latch = read(word_offset + w)
+                    m.d.sync += resp_data[32 * w:32 * (w + 1)].eq(value)
+                    # A _LO read latches its counter's upper half for the _HI read.
+                    with m.If(ok & latch & (w < length)):
+                        hi_offset = word_offset + w + 1
+                        with m.Switch(hi_offset):
+                            for i, name in enumerate(COUNTER_NAMES):
+                                with m.Case((0x200 >> 2) + 2 * i + 1):
+                                    m.d.sync += counter_hi.eq(self.counters[name][32:])
+
+        # The completion: header on every beat, then the words.
+        out = self.completion.payload
+        remaining = resp_words - sent
+        m.d.comb += [
+            self.completion.valid.eq(responding),
+            out.header.eq(resp),
+            out.data.eq((resp_data >> (32 * sent))[:32 * link_dw]),
+            out.words.eq(Mux(remaining > link_dw, link_dw, remaining)),
+            out.last.eq(remaining <= link_dw),
+        ]
+        with m.If(self.completion.valid & self.completion.ready):
+            m.d.sync += sent.eq(sent + link_dw)
+            with m.If(out.last):
+                m.d.sync += responding.eq(0)
+
+        with m.If(self.soft_reset):
+            for r in self._table:
+                if r.name in stored:
+                    m.d.sync += stored[r.name].eq(r.reset)
+            m.d.sync += [irq_status.eq(0), bad_requests.eq(0)]
+        return m

@@ -1,0 +1,351 @@
+"""DMA reader: reads host memory with memory-read TLPs, reassembles the
+completions in request order and delivers each job's bytes."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..host_registers import HostError
+from .byte_gearbox import ByteGearbox, byte_stream
+from .dma_split import request_header, split_request
+from .tlp import CplStatus, FmtType, tlp_stream
+
+
+__all__ = ["DmaReader", "ReadJob"]
+
+
+ReadJob = data.StructLayout({"addr": 64, "length": 32, "channel": 2})
+
+
+def _log2(n):
+    return n.bit_length() - 1
+
+
+class DmaReader(wiring.Component):
+    """Reads `length` (>= 1) bytes at any host byte address, job by job.
+
+    Members
+    -------
+    requester_id : In(16)
+    job : In(stream.Signature(ReadJob))
+        Taken once the previous job's last request has been issued, so the
+        requests of consecutive jobs follow each other without a gap.
+    request : Out(tlp_stream(link_dw))
+        MRd TLPs, one header-only beat each, cut at every
+        ``max_read_request``-aligned address (MRD_32 below 4 GiB, else
+        MRD_64), tags handed out in turn from 0..read_tags-1.
+    completion : In(tlp_stream(link_dw))
+        Every completion the chip receives. Always ready.
+    data : Out(byte_stream(4 * link_dw, channel=2))
+        Each job's bytes, in job order, the job's first byte in lane 0 and
+        its ``channel`` on every beat.
+    error : Out(5)
+        The `HostError` code of the first error, 0 for none; held until
+        ``flush``. From an error on, no request is issued and no data
+        delivered (completions are still taken).
+    flush : In(1)
+        Abort: drop the current job and every byte not yet delivered, clear
+        ``error``. Tags with completions still to come stay reserved until
+        those arrive (they are discarded silently) or time out.
+    idle : Out(1)
+        No job in progress, no tag reserved, no byte held.
+
+    Request tag t owns slot t of a reorder buffer of ``read_tags`` x
+    ``max_read_request`` bytes; a completion's bytes go to their place in
+    the slot, and the slots are read in tag order, each as far as its
+    request's bytes have arrived, so delivery overlaps reception.
+    docs/dma.md gives the checks that make a completion an error.
+    """
+
+    def __init__(self, config):
+        self._config = config
+        super().__init__({
+            "requester_id": In(16),
+            "job":          In(stream.Signature(ReadJob)),
+            "request":      Out(tlp_stream(config.link_dw)),
+            "completion":   In(tlp_stream(config.link_dw)),
+            "data":         Out(byte_stream(4 * config.link_dw, channel=2)),
+            "error":        Out(5),
+            "flush":        In(1),
+            "idle":         Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        link_dw = cfg.link_dw
+        beat = 4 * link_dw
+        tags = cfg.read_tags
+        mrr = cfg.max_read_request
+        rows = mrr // beat                     # reorder-buffer rows per slot
+        tag_bits = max(1, (tags - 1).bit_length())
+        flush = self.flush
+        ok = self.error == 0
+
+        def next_tag(t):
+            return Mux(t == tags - 1, 0, t + 1)
+
+        # Per-tag state. `busy`: the slot holds a request's bytes not yet
+        # delivered. `outstanding`: completions are still due. `stale`: they
+        # belong to a flushed request and are dropped without complaint.
+        busy = Signal(tags)
+        outstanding = Signal(tags)
+        stale = Signal(tags)
+        left = Array(Signal(range(mrr + 1), name=f"left{t}") for t in range(tags))
+        # Offset in the request's max_read_request-aligned block of the next
+        # byte due, so also where its bytes have arrived up to.
+        next_off = Array(Signal(range(mrr + 1), name=f"next_off{t}") for t in range(tags))
+        start = Array(Signal(range(mrr), name=f"start{t}") for t in range(tags))
+        length = Array(Signal(range(mrr + 1), name=f"length{t}") for t in range(tags))
+        job_end = Signal(tags)
+        channel = Array(Signal(2, name=f"channel{t}") for t in range(tags))
+        timer = Array(Signal(range(cfg.cpl_timeout), name=f"timer{t}") for t in range(tags))
+
+        error_now = Signal(5)       # an error found this cycle (latest wins)
+
+        # -- Requests --------------------------------------------------
+        active = Signal()
+        addr = Signal(64)
+        job_left = Signal(32)
+        job_channel = Signal(2)
+        tail = Signal(tag_bits)     # the next tag to hand out
+        req_valid = Signal()
+
+        m.d.comb += self.job.ready.eq(~active & ~flush)
+        with m.If(self.job.valid & self.job.ready):
+            m.d.sync += [
+                active.eq(1),
+                addr.eq(self.job.payload.addr),
+                job_left.eq(self.job.payload.length),
+                job_channel.eq(self.job.payload.channel),
+            ]
+
+        split = split_request(m, addr, job_left, mrr, fmt32=FmtType.MRD_32, fmt64=FmtType.MRD_64)
+        tail_free = ~busy.bit_select(tail, 1) & ~outstanding.bit_select(tail, 1)
+        issue = Signal()
+        m.d.comb += [
+            issue.eq(active & tail_free & ok & ~flush & (~req_valid | self.request.ready)),
+            self.request.valid.eq(req_valid),
+        ]
+        with m.If(self.request.ready):
+            m.d.sync += req_valid.eq(0)
+        is_job_end = split["bytes"] == job_left
+        with m.If(issue):
+            m.d.sync += [
+                *request_header(self.request.payload.header, split, addr, self.requester_id, tail),
+                self.request.payload.last.eq(1),
+                req_valid.eq(1),
+                addr.eq(addr + split["bytes"]),
+                job_left.eq(job_left - split["bytes"]),
+                tail.eq(next_tag(tail)),
+            ]
+            with m.If(is_job_end):
+                m.d.sync += active.eq(0)
+
+        # -- Completions -----------------------------------------------
+        cpl = self.completion
+        hdr = cpl.payload.header
+        m.d.comb += cpl.ready.eq(1)
+        in_packet = Signal()        # a beat after the first of a completion
+        with m.If(cpl.valid):
+            m.d.sync += in_packet.eq(~cpl.payload.last)
+        first = cpl.valid & ~in_packet
+
+        # Checks on a completion's first beat, against its tag's request.
+        ctag = hdr.tag[:tag_bits]
+        matched = (hdr.tag < tags) & outstanding.bit_select(ctag, 1)
+        c_stale = stale.bit_select(ctag, 1)
+        c_left = left[ctag]
+        c_next = next_off[ctag]
+        lead = c_next[:2]
+        dwords = Signal(11)
+        covered = Signal(13)        # bytes from the word holding the next byte
+        need = Signal(13)           # ... to the end of the request
+        c_bytes = Signal(range(mrr + 1))
+        m.d.comb += [
+            dwords.eq(Mux(hdr.length == 0, 1024, hdr.length)),
+            covered.eq(dwords << 2),
+            need.eq(lead + c_left),
+        ]
+        final = (need + 3) >> 2 == dwords
+        partial = covered < need
+        shape_ok = ((hdr.fmt_type == FmtType.CPLD)
+                    & (Mux(hdr.byte_count == 0, 4096, hdr.byte_count) == c_left)
+                    & (hdr.lower_address == c_next[:7])
+                    & (final | partial))
+        m.d.comb += c_bytes.eq(Mux(final, c_left, covered - lead))
+        status_ok = hdr.status == CplStatus.SC
+
+        # What the rest of a multi-beat completion needs from its first beat.
+        p_tag = Signal(tag_bits)
+        p_good = Signal()           # its payload is written and counted
+        p_final = Signal()
+        p_dwords = Signal(11)
+        p_bytes = Signal(range(mrr + 1))
+        p_base = Signal(range(mrr // 4 + 1))
+        p_count = Signal(12)        # payload words so far, saturating
+        e_tag = Mux(first, ctag, p_tag)
+        e_good = Mux(first, matched & status_ok & shape_ok, p_good)
+        e_final = Mux(first, final, p_final)
+        e_dwords = Mux(first, dwords, p_dwords)
+        e_bytes = Mux(first, c_bytes, p_bytes)
+        e_base = Mux(first, c_next >> 2, p_base)
+        e_count = Mux(first, 0, p_count)
+        words = cpl.payload.words
+        count_after = Signal(12)
+        m.d.comb += count_after.eq(e_count + words)
+        with m.If(first):
+            m.d.sync += [p_tag.eq(ctag), p_good.eq(matched & status_ok & shape_ok),
+                         p_final.eq(final), p_dwords.eq(dwords), p_bytes.eq(c_bytes),
+                         p_base.eq(c_next >> 2)]
+        with m.If(cpl.valid):
+            m.d.sync += p_count.eq(Mux(count_after > 2047, 2047, count_after))
+        complete = cpl.valid & cpl.payload.last & e_good
+        length_ok = count_after == e_dwords
+
+        # The reorder buffer: one bank per payload word lane, so a beat whose
+        # first word is at any word offset lands in one cycle.
+        lane_bits = _log2(link_dw)
+        row_bits = _log2(rows)
+        banks = []
+        for k in range(link_dw):
+            bank = Memory(shape=32, depth=tags * rows, init=[])
+            m.submodules[f"bank{k}"] = bank
+            wr = bank.write_port()
+            rd = bank.read_port()
+            banks.append(rd)
+            pos = Signal(range(mrr // 4 + link_dw + 1), name=f"pos{k}")   # word offset in the slot
+            j = Signal(range(link_dw), name=f"j{k}")                          # its payload word
+            if link_dw == 1:
+                m.d.comb += j.eq(0)
+            else:
+                m.d.comb += j.eq((k - (e_base + e_count)[:lane_bits])[:lane_bits])
+            m.d.comb += [
+                pos.eq(e_base + e_count + j),
+                wr.addr.eq(Cat((pos >> lane_bits)[:row_bits], e_tag)),
+                wr.data.eq(cpl.payload.data.word_select(j, 32)),
+                wr.en.eq(cpl.valid & e_good & (j < words) & (e_count + j < e_dwords)),
+            ]
+
+        # -- Per-tag bookkeeping ---------------------------------------
+        head = Signal(tag_bits)     # the tag being delivered
+        row = Signal(range(rows))   # row of the head slot being read, from its first
+        deliver_last_row = Signal()
+        read = Signal()
+        for t in range(tags):
+            with m.If(outstanding[t]):
+                m.d.sync += timer[t].eq(timer[t] + 1)
+                with m.If(timer[t] == cfg.cpl_timeout - 1):
+                    m.d.sync += outstanding[t].eq(0)
+                    with m.If(~stale[t]):
+                        m.d.comb += error_now.eq(HostError.CPL_TIMEOUT)
+            with m.If(first & matched & (ctag == t)):
+                m.d.sync += timer[t].eq(0)
+                with m.If(~status_ok | ~shape_ok):
+                    m.d.sync += outstanding[t].eq(0)
+            with m.If(complete & (e_tag == t)):
+                with m.If(length_ok):
+                    m.d.sync += [left[t].eq(left[t] - e_bytes), next_off[t].eq(next_off[t] + e_bytes)]
+                    with m.If(e_final):
+                        m.d.sync += outstanding[t].eq(0)
+                with m.Else():
+                    m.d.sync += outstanding[t].eq(0)
+            with m.If(read & deliver_last_row & (head == t)):
+                m.d.sync += busy[t].eq(0)
+            with m.If(issue & (tail == t)):
+                m.d.sync += [
+                    busy[t].eq(1), outstanding[t].eq(1), stale[t].eq(0), timer[t].eq(0),
+                    left[t].eq(split["bytes"]),
+                    next_off[t].eq(addr[:_log2(mrr)]),
+                    start[t].eq(addr[:_log2(mrr)]),
+                    length[t].eq(split["bytes"]),
+                    job_end[t].eq(is_job_end),
+                    channel[t].eq(job_channel),
+                ]
+
+        # Completion errors, reported unless the tag is stale.
+        with m.If(first):
+            with m.If(~matched):
+                m.d.comb += error_now.eq(HostError.CPL_UNEXPECTED)
+            with m.Elif(~c_stale & ~status_ok):
+                m.d.comb += error_now.eq(HostError.CPL_STATUS)
+            with m.Elif(~c_stale & ~shape_ok):
+                m.d.comb += error_now.eq(HostError.CPL_MALFORMED)
+        with m.If(complete & ~length_ok & ~stale.bit_select(e_tag, 1)):
+            m.d.comb += error_now.eq(HostError.CPL_MALFORMED)
+
+        with m.If(ok):
+            m.d.sync += self.error.eq(error_now)
+
+        # -- Delivery --------------------------------------------------
+        h_start = start[head]
+        h_end = Signal(range(mrr))  # offset of the request's last byte
+        m.d.comb += h_end.eq(h_start + length[head] - 1)
+        first_row = h_start >> _log2(beat)
+        last_row = h_end >> _log2(beat)
+        abs_row = Signal(range(rows))
+        m.d.comb += [
+            abs_row.eq(first_row + row),
+            deliver_last_row.eq(abs_row == last_row),
+        ]
+        arrived = ~outstanding.bit_select(head, 1) | (((abs_row + 1) << _log2(beat)) <= next_off[head])
+
+        m.submodules.pack = pack = ResetInserter(flush)(ByteGearbox(beat, beat))
+        r_valid = Signal()          # a read's data is on the banks' outputs
+        r_lane = Signal(range(beat))
+        r_count = Signal(range(beat + 1))
+        r_last = Signal()
+        r_channel = Signal(2)
+        advance = ~r_valid | pack.i.ready
+        m.d.comb += read.eq(busy.bit_select(head, 1) & arrived & ok & ~flush & advance)
+        for rd in banks:
+            m.d.comb += [rd.addr.eq(Cat(abs_row[:row_bits], head)), rd.en.eq(advance)]
+        with m.If(advance):
+            m.d.sync += [
+                r_valid.eq(read),
+                r_lane.eq(Mux(row == 0, h_start[:_log2(beat)], 0)),
+                r_count.eq(Mux(deliver_last_row, h_end[:_log2(beat)] + 1, beat)
+                           - Mux(row == 0, h_start[:_log2(beat)], 0)),
+                r_last.eq(job_end.bit_select(head, 1) & deliver_last_row),
+                r_channel.eq(channel[head]),
+            ]
+        with m.If(read):
+            with m.If(deliver_last_row):
+                m.d.sync += [head.eq(next_tag(head)), row.eq(0)]
+            with m.Else():
+                m.d.sync += row.eq(row + 1)
+
+        out_channel = Signal(2)     # the gearbox holds one job at a time
+        m.d.comb += [
+            pack.i.valid.eq(r_valid),
+            pack.i.payload.data.eq(Cat(rd.data for rd in banks) >> (r_lane * 8)),
+            pack.i.payload.count.eq(r_count),
+            pack.i.payload.last.eq(r_last),
+            self.data.valid.eq(pack.o.valid & ok & ~flush),
+            self.data.payload.data.eq(pack.o.payload.data),
+            self.data.payload.count.eq(pack.o.payload.count),
+            self.data.payload.last.eq(pack.o.payload.last),
+            self.data.payload.channel.eq(out_channel),
+            pack.o.ready.eq(self.data.ready & ok & ~flush),
+        ]
+        with m.If(pack.i.valid & pack.i.ready):
+            m.d.sync += out_channel.eq(r_channel)
+
+        # -- Abort -----------------------------------------------------
+        with m.If(flush):
+            m.d.sync += [
+                self.error.eq(0),
+                active.eq(0),
+                busy.eq(0),
+                stale.eq(outstanding),
+                r_valid.eq(0),
+                # The slots are handed out in turn; the next request's comes
+                # first for delivery.
+                head.eq(tail),
+                row.eq(0),
+            ]
+
+        m.d.comb += self.idle.eq(~active & (busy == 0) & (outstanding == 0) & ~req_valid
+                                 & ~r_valid & pack.idle)
+        return m

@@ -1,0 +1,65 @@
+"""How the DMA engines cut a transfer into memory-request TLPs.
+
+Both engines cut at every `max_bytes`-aligned address: `max_bytes` (the
+Max_Payload_Size or Max_Read_Request_Size) is a power of two no larger than
+4096, so no TLP exceeds it or crosses a 4 KiB boundary, and every TLP but a
+transfer's first starts aligned.
+"""
+
+from amaranth import *
+
+from .tlp import FmtType
+
+
+__all__ = ["split_request", "request_header"]
+
+
+def split_request(m, addr, left, max_bytes, *, fmt32, fmt64):
+    """Comb signals describing the next TLP of a transfer of `left` (>= 1)
+    bytes at byte address `addr`.
+
+    Returns a dict: ``bytes`` (its byte count), ``words`` (its Length in
+    words, 1024 as 0 like the header field), ``dwords`` (its word count),
+    ``first_be``, ``last_be`` (a one-word TLP has ``last_be`` 0) and
+    ``fmt_type`` (`fmt32` while the TLP lies below 4 GiB, else `fmt64`).
+    """
+    bits = max_bytes.bit_length() - 1
+    room = Signal(range(max_bytes + 1))
+    chunk = Signal(range(max_bytes + 1))
+    dwords = Signal(range(max_bytes // 4 + 2))
+    end = Signal(2)        # lane of the last byte in its word
+    first_be = Signal(4)
+    last_be = Signal(4)
+    lead = addr[:2]
+    m.d.comb += [
+        room.eq(max_bytes - addr[:bits]),
+        chunk.eq(Mux(left < room, left, room)),
+        dwords.eq((lead + chunk + 3) >> 2),
+        end.eq(lead + chunk - 1),
+        first_be.eq(0xF << lead),
+        last_be.eq(0xF >> ~end),
+    ]
+    one = dwords == 1
+    return {
+        "bytes": chunk,
+        "words": dwords[:10],
+        "dwords": dwords,
+        "first_be": Mux(one, first_be & last_be, first_be),
+        "last_be": Mux(one, 0, last_be),
+        # A TLP never crosses 4 KiB, so its first byte decides.
+        "fmt_type": Mux(addr[32:] == 0, int(fmt32), int(fmt64)),
+    }
+
+
+def request_header(header, split, addr, requester_id, tag=0):
+    """Assignments setting `header` (a TlpHeader view) for the TLP described
+    by `split`; the other fields are left alone (zero)."""
+    return [
+        header.fmt_type.eq(split["fmt_type"]),
+        header.length.eq(split["words"]),
+        header.requester_id.eq(requester_id),
+        header.tag.eq(tag),
+        header.first_be.eq(split["first_be"]),
+        header.last_be.eq(split["last_be"]),
+        header.address.eq(Cat(C(0, 2), addr[2:])),
+    ]

@@ -1,0 +1,151 @@
+"""DMA writer: sends a job's bytes to host memory as memory-write TLPs."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .byte_gearbox import append_bytes, byte_stream
+from .dma_split import request_header, split_request
+from .tlp import FmtType, TlpHeader, tlp_stream
+
+
+__all__ = ["DmaWriter", "WriteJob"]
+
+
+WriteJob = data.StructLayout({"addr": 64, "length": 32})
+
+
+class DmaWriter(wiring.Component):
+    """Writes `length` (>= 1) bytes at any host byte address.
+
+    Members
+    -------
+    requester_id : In(16)
+    job : In(stream.Signature(WriteJob))
+        Taken when the previous job's last TLP has been sent.
+    data : In(byte_stream(4 * link_dw))
+        Exactly the job's bytes, ``length`` counting them (``last`` is not
+        looked at).
+    request : Out(tlp_stream(link_dw))
+        MWr TLPs cut at every ``max_payload``-aligned address, each a 3-word
+        (MWR_32) header below 4 GiB, else MWR_64; the byte at address A in
+        byte lane A % 4 of the first payload word, first/last BE marking
+        exactly the job's bytes (a one-word TLP has last BE 0).
+    flush : In(1)
+        Drop the current job: bytes already taken from ``data`` are
+        discarded and no more are taken (the producer is flushed by the same
+        abort). A TLP whose first beat has been sent is finished first, so
+        the link never sees a truncated packet; lanes of it whose bytes had
+        not arrived carry zeros (inside the job's range, whose contents an
+        abort leaves undefined). A TLP not yet started is never sent.
+    idle : Out(1)
+        No job is in progress.
+
+    Sends one beat per cycle while ``data`` keeps up; jobs are separated by
+    one idle cycle.
+    """
+
+    def __init__(self, config):
+        self._config = config
+        super().__init__({
+            "requester_id": In(16),
+            "job":          In(stream.Signature(WriteJob)),
+            "data":         In(byte_stream(4 * config.link_dw)),
+            "request":      Out(tlp_stream(config.link_dw)),
+            "flush":        In(1),
+            "idle":         Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        link_dw = cfg.link_dw
+        beat = 4 * link_dw
+        max_payload = cfg.max_payload
+
+        active = Signal()
+        addr = Signal(64)                  # of the next TLP
+        left = Signal(32)                  # bytes not yet given to a TLP
+        in_left = Signal(32)               # bytes still to take from `data`
+        tlp = Signal()                     # `hdr` is a TLP being sent
+        started = Signal()                 # ... and its first beat has gone
+        draining = Signal()                # flushed while a TLP was half sent
+        tlp_left = Signal(range(max_payload + 4))   # its bytes still to send
+        hdr = Signal(TlpHeader)
+        # Room for two beats in flight plus one arriving, plus the up to three
+        # lanes that place the first byte in its word.
+        size = 3 * beat + 3
+        buf = Signal(8 * size)
+        fill = Signal(range(size + 1))
+
+        split = split_request(m, addr, left, max_payload,
+                              fmt32=FmtType.MWR_32, fmt64=FmtType.MWR_64)
+
+        take = Signal(range(beat + 1))
+        m.d.comb += take.eq(Mux(tlp_left < beat, tlp_left, beat))
+        out = self.request
+        m.d.comb += [
+            out.valid.eq(tlp & (draining | (fill >= take))),
+            out.payload.header.eq(hdr),
+            out.payload.data.eq(buf[:8 * beat]),
+            out.payload.words.eq(Mux(tlp_left < beat, (tlp_left + 3) >> 2, link_dw)),
+            out.payload.last.eq(tlp_left <= beat),
+        ]
+        out_fire = out.valid & out.ready
+        tlp_end = out_fire & out.payload.last
+
+        in_count = Signal(range(beat + 1))
+        m.d.comb += [
+            in_count.eq(Mux(self.data.payload.count < in_left, self.data.payload.count, in_left)),
+            self.data.ready.eq(active & ~draining & (in_left != 0) & (fill <= size - beat)),
+        ]
+        in_fire = self.data.valid & self.data.ready
+        # Only a draining TLP can want more bytes than are held.
+        removed = Mux(out_fire, Mux(take > fill, fill, take), 0)
+        append_bytes(m, buf, fill, removed, self.data.payload.data, in_count, in_fire)
+        with m.If(in_fire):
+            m.d.sync += in_left.eq(in_left - in_count)
+
+        with m.If(out_fire):
+            m.d.sync += [tlp_left.eq(tlp_left - take), started.eq(1)]
+        # The next header is ready as the previous TLP's last beat goes, so
+        # TLPs follow each other without a gap.
+        with m.If(active & ~draining & (left != 0) & (~tlp | tlp_end)):
+            m.d.sync += [
+                *request_header(hdr, split, addr, self.requester_id),
+                tlp.eq(1),
+                started.eq(0),
+                # The buffer starts with addr % 4 zero lanes (see `job`).
+                tlp_left.eq(addr[:2] + split["bytes"]),
+                addr.eq(addr + split["bytes"]),
+                left.eq(left - split["bytes"]),
+            ]
+        with m.Elif(tlp_end):
+            m.d.sync += [tlp.eq(0), started.eq(0)]
+        with m.If(active & ~tlp & (left == 0)):
+            m.d.sync += active.eq(0)
+
+        m.d.comb += [
+            self.job.ready.eq(~active & ~self.flush),
+            self.idle.eq(~active),
+        ]
+        with m.If(self.job.valid & self.job.ready):
+            m.d.sync += [
+                active.eq(1),
+                addr.eq(self.job.payload.addr),
+                left.eq(self.job.payload.length),
+                in_left.eq(self.job.payload.length),
+                # Zero lanes in front of the first byte put it in lane addr % 4.
+                fill.eq(self.job.payload.addr[:2]),
+            ]
+
+        stop = [active.eq(0), tlp.eq(0), started.eq(0), draining.eq(0), fill.eq(0), buf.eq(0),
+                left.eq(0), in_left.eq(0)]
+        with m.If(draining & tlp_end):
+            m.d.sync += stop
+        with m.If(self.flush):
+            with m.If(tlp & (started | out_fire) & ~tlp_end):
+                m.d.sync += draining.eq(1)
+            with m.Else():
+                m.d.sync += stop
+        return m

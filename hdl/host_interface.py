@@ -1,0 +1,312 @@
+"""The chip as the host sees it: a TPU core behind a PCIe-style transaction layer."""
+
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..host_registers import Control, HostError, Irq, Status
+from ..isa import Fault, INSTRUCTION_BYTES
+from .bar0 import Bar0
+from .byte_gearbox import ByteGearbox
+from .core import TPUCore
+from .dma_read import DmaReader, ReadJob
+from .dma_write import DmaWriter
+from .program_fetcher import ProgramFetcher
+from .tlp import FmtType, link_stream
+from .tlp_arbiter import TlpArbiter
+from .tlp_rx import TlpReceiver
+from .tlp_tx import TlpTransmitter
+from .weight_filler import WeightFiller
+from .window import inside_a_window
+
+
+__all__ = ["HostInterface", "Channel"]
+
+
+class Channel:
+    """DMA read channels: whose bytes a read job fetches."""
+    PROGRAM = 0
+    RHM = 1
+    WEIGHTS = 2
+
+
+class HostInterface(wiring.Component):
+    """A `TPUCore` with its host side: TLP receiver and transmitter, the BAR0
+    register file, the DMA reader and writer, the program fetcher, the weight
+    filler and MSI-style interrupts (docs/host_interface.md).
+
+    Ports
+    -----
+    rx : In(link_stream)
+        TLPs from the host (memory requests to BAR0, completions of the chip's reads).
+    tx : Out(link_stream)
+        TLPs to the host (completions of MMIO reads, DMA reads and writes, MSIs).
+    pcie_id : In(16)
+        The chip's bus/device/function, as enumeration assigned it.
+    irq_pending : Out(1)
+        IRQ_STATUS & IRQ_ENABLE is not zero (for hosts without MSI).
+    """
+
+    def __init__(self, config):
+        self._config = config
+        super().__init__({
+            "rx":          In(link_stream(config.link_dw)),
+            "tx":          Out(link_stream(config.link_dw)),
+            "pcie_id":     In(16),
+            "irq_pending": Out(1),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._config
+        beat_bytes = 4 * cfg.link_dw
+
+        abort = Signal()        # ABORT or SOFT_RESET this cycle
+        m.submodules.rx = rx = TlpReceiver(cfg.link_dw, max_payload=cfg.max_payload)
+        m.submodules.tx = tx = TlpTransmitter(cfg.link_dw)
+        m.submodules.bar0 = bar0 = Bar0(cfg)
+        m.submodules.reader = reader = DmaReader(cfg)
+        m.submodules.writer = writer = DmaWriter(cfg)
+        m.submodules.fetcher = fetcher = ProgramFetcher(cfg)
+        m.submodules.filler = filler = WeightFiller(cfg)
+        m.submodules.arbiter = arbiter = TlpArbiter(cfg.link_dw, 3)
+        core = TPUCore(cfg)
+        core_reset = Signal()
+        m.submodules.core = ResetInserter(core_reset)(core)
+        m.submodules.rhm_gearbox = rhm_gearbox = ResetInserter(abort)(ByteGearbox(beat_bytes, cfg.rows))
+        m.submodules.whm_gearbox = whm_gearbox = ResetInserter(abort)(ByteGearbox(cfg.rows, beat_bytes))
+
+        wiring.connect(m, wiring.flipped(self.rx), rx.link)
+        wiring.connect(m, tx.link, wiring.flipped(self.tx))
+        m.d.comb += [
+            bar0.completer_id.eq(self.pcie_id),
+            bar0.malformed.eq(rx.malformed),
+            reader.requester_id.eq(self.pcie_id),
+            writer.requester_id.eq(self.pcie_id),
+        ]
+
+        # Received TLPs: completions answer the DMA reader, the rest is for BAR0.
+        is_cpl = (rx.tlp.payload.header.fmt_type & 0xBE) == FmtType.CPL
+        m.d.comb += [
+            reader.completion.payload.eq(rx.tlp.payload),
+            bar0.request.payload.eq(rx.tlp.payload),
+            reader.completion.valid.eq(rx.tlp.valid & is_cpl),
+            bar0.request.valid.eq(rx.tlp.valid & ~is_cpl),
+            rx.tlp.ready.eq(Mux(is_cpl, reader.completion.ready, bar0.request.ready)),
+        ]
+
+        # Sent TLPs: register completions, read requests, writes.
+        wiring.connect(m, bar0.completion, arbiter.i0)
+        wiring.connect(m, reader.request, arbiter.i1)
+        wiring.connect(m, writer.request, arbiter.i2)
+        wiring.connect(m, arbiter.o, tx.tlp)
+
+        rw = bar0.rw
+        control = bar0.control
+        windows = bar0.windows
+
+        # --- Errors and status -------------------------------------------------
+        error_code = Signal(8)
+        host_error = Signal(8)     # this cycle's new host-side error, if any
+        running = Signal()         # a program was started and has not ended
+        halted = Signal()
+        irq_code = Signal(16)
+        busy = Signal()
+        m.d.comb += busy.eq(running | filler.busy)
+        idle_ok = ~busy & (error_code == 0)
+
+        start = control[Control.START.bit_length() - 1] & idle_ok
+        wfill = control[Control.WFILL.bit_length() - 1] & idle_ok
+        m.d.comb += abort.eq(control[Control.ABORT.bit_length() - 1] |
+                             control[Control.SOFT_RESET.bit_length() - 1])
+        m.d.comb += bar0.soft_reset.eq(control[Control.SOFT_RESET.bit_length() - 1])
+        m.d.comb += bar0.refused.eq(
+            (control[Control.START.bit_length() - 1] | control[Control.WFILL.bit_length() - 1]) &
+            ~idle_ok & ~abort)
+
+        prog_addr = Cat(rw.PROG_ADDR_LO, rw.PROG_ADDR_HI)
+        prog_ok = inside_a_window(m, windows, prog_addr, rw.PROG_LEN * INSTRUCTION_BYTES)
+        wfill_addr = Cat(rw.WFILL_ADDR_LO, rw.WFILL_ADDR_HI)
+        wfill_ok = (inside_a_window(m, windows, wfill_addr, rw.WFILL_TILES * cfg.tile_bytes) &
+                    (rw.WFILL_TILE + rw.WFILL_TILES <= cfg.weight_mem_tiles) &
+                    (rw.WFILL_TILE < cfg.weight_mem_tiles))
+        start_ok = start & prog_ok
+        wfill_go = wfill & wfill_ok
+
+        with m.If(start & ~prog_ok):
+            m.d.comb += host_error.eq(HostError.FETCH_RANGE)
+        with m.Elif(wfill & ~wfill_ok):
+            m.d.comb += host_error.eq(HostError.WFILL_RANGE)
+        reader_failed = Signal()
+        m.d.sync += reader_failed.eq(reader.error != 0)
+        with m.If((reader.error != 0) & ~reader_failed):
+            m.d.comb += host_error.eq(reader.error)
+
+        core_fault = core.irq & (core.fault != 0)
+        new_error = Signal(8)
+        m.d.comb += new_error.eq(Mux(host_error != 0, host_error, Mux(core_fault, core.fault, 0)))
+        with m.If((error_code == 0) & (new_error != 0)):
+            m.d.sync += error_code.eq(new_error)
+        m.d.comb += core.dma_error.eq(reader.error != 0)
+
+        program_done = ~fetcher.busy & ~core.busy
+        with m.If(start_ok):
+            m.d.sync += [running.eq(1), halted.eq(0)]
+        with m.Elif(running & ((core.irq & core.halted) | (new_error != 0) | (error_code != 0)
+                               | program_done)):
+            m.d.sync += running.eq(0)
+        with m.If(core.irq & core.halted & (core.fault == 0)):
+            m.d.sync += halted.eq(1)
+        with m.If(core.irq & ~core.halted):
+            m.d.sync += irq_code.eq(core.irq_code)
+
+        m.d.comb += [
+            bar0.status.eq(Mux(busy, Status.BUSY, 0) | Mux(halted, Status.HALTED, 0) |
+                           Mux(error_code != 0, Status.ERROR, 0) |
+                           Mux(filler.busy, Status.WFILL_BUSY, 0)),
+            bar0.error_code.eq(error_code),
+            bar0.fault_index.eq(Mux(core.fault != 0, core.fault_index, 0xFFFFFFFF)),
+            bar0.irq_code.eq(irq_code),
+            bar0.dma_error.eq(reader.error),
+            bar0.counters.eq(core.counters),
+        ]
+
+        # --- Interrupts ----------------------------------------------------------
+        raised = Signal(32)
+        m.d.comb += raised.eq(
+            Mux(core.irq & core.halted & (core.fault == 0), Irq.HALT, 0) |
+            Mux(core.irq & ~core.halted, Irq.INT, 0) |
+            Mux((error_code == 0) & (new_error != 0), Irq.ERROR, 0) |
+            Mux(filler.done, Irq.WFILL_DONE, 0))
+        m.d.comb += bar0.irq_raise.eq(raised)
+        m.d.comb += self.irq_pending.eq((bar0.irq_status & rw.IRQ_ENABLE) != 0)
+        msi_pending = Signal()
+        msi_addr = Cat(rw.MSI_ADDR_LO, rw.MSI_ADDR_HI)
+
+        # --- Core and resets -------------------------------------------------
+        m.d.comb += [
+            core_reset.eq(abort | start_ok),
+            core.windows.eq(windows),
+        ]
+        with m.If(abort):
+            m.d.sync += [error_code.eq(0), running.eq(0), halted.eq(0)]
+
+        # --- DMA reads: program, RHM, weights --------------------------------
+        m.d.comb += [
+            fetcher.start.eq(start_ok),
+            fetcher.addr.eq(prog_addr),
+            fetcher.length.eq(rw.PROG_LEN),
+            fetcher.flush.eq(abort | (error_code != 0)),
+            filler.start.eq(wfill_go),
+            filler.addr.eq(wfill_addr),
+            filler.tile.eq(rw.WFILL_TILE),
+            filler.tiles.eq(rw.WFILL_TILES),
+            filler.flush.eq(abort),
+            reader.flush.eq(abort),
+            writer.flush.eq(abort),
+        ]
+        wiring.connect(m, fetcher.instr, core.instr)
+        wiring.connect(m, filler.fill, core.wmem_fill)
+
+        rhm_job = Signal(ReadJob)
+        m.d.comb += [
+            rhm_job.addr.eq(core.host_read_req.payload.addr),
+            rhm_job.length.eq(core.host_read_req.payload.rows * cfg.rows),
+            rhm_job.channel.eq(Channel.RHM),
+        ]
+        # Fixed priority: jobs are single beats, and each source waits for its
+        # own data before asking again, so none starves the others.
+        sources = [(fetcher.job, Channel.PROGRAM, fetcher.job.payload),
+                   (core.host_read_req, Channel.RHM, rhm_job),
+                   (filler.job, Channel.WEIGHTS, filler.job.payload)]
+        with m.If(error_code == 0):
+            for n, (source, channel, payload) in enumerate(sources):
+                earlier = [s.valid for s, _, _ in sources[:n]]
+                with m.If(source.valid & ~Cat(*earlier).any() if earlier else source.valid):
+                    m.d.comb += [
+                        reader.job.valid.eq(1),
+                        reader.job.payload.addr.eq(payload.addr),
+                        reader.job.payload.length.eq(payload.length),
+                        reader.job.payload.channel.eq(channel),
+                        source.ready.eq(reader.job.ready),
+                    ]
+
+        # The bytes go back to whoever asked.
+        consumers = {Channel.PROGRAM: fetcher.data, Channel.RHM: rhm_gearbox.i,
+                     Channel.WEIGHTS: filler.data}
+        out = reader.data
+        for channel, sink in consumers.items():
+            m.d.comb += [
+                sink.payload.data.eq(out.payload.data),
+                sink.payload.count.eq(out.payload.count),
+                sink.payload.last.eq(out.payload.last),
+                sink.valid.eq(out.valid & (out.payload.channel == channel)),
+            ]
+            with m.If(out.payload.channel == channel):
+                m.d.comb += out.ready.eq(sink.ready)
+        m.d.comb += [
+            core.host_read_data.payload.eq(rhm_gearbox.o.payload.data[:8 * cfg.rows]),
+            core.host_read_data.valid.eq(rhm_gearbox.o.valid),
+            rhm_gearbox.o.ready.eq(core.host_read_data.ready),
+        ]
+
+        # --- DMA writes: WHM bytes, then interrupts ----------------------------
+        # An MSI waits for the write in progress to finish, so the host sees a
+        # WHM's bytes before the interrupt that says they are there.
+        whm_rows = Signal(24)      # rows of the current WHM still to pass
+        # The payload is assigned here whole, never in part inside the FSM: a
+        # constant part would become an always block that Icarus never runs.
+        m.d.comb += [
+            whm_gearbox.i.payload.data.eq(core.host_write_data.payload),
+            whm_gearbox.i.payload.count.eq(cfg.rows),
+            whm_gearbox.i.payload.last.eq(whm_rows == 1),
+        ]
+        with m.FSM(name="write_source"):
+            with m.State("IDLE"):
+                with m.If(msi_pending):
+                    m.d.comb += [
+                        writer.job.valid.eq(1),
+                        writer.job.payload.addr.eq(msi_addr),
+                        writer.job.payload.length.eq(4),
+                    ]
+                    with m.If(writer.job.ready):
+                        m.d.sync += msi_pending.eq(0)
+                        m.next = "MSI"
+                with m.Elif(core.host_write_req.valid):
+                    req = core.host_write_req.payload
+                    m.d.comb += [
+                        writer.job.valid.eq(1),
+                        writer.job.payload.addr.eq(req.addr),
+                        writer.job.payload.length.eq(req.rows * cfg.rows),
+                        core.host_write_req.ready.eq(writer.job.ready),
+                    ]
+                    with m.If(writer.job.ready):
+                        m.d.sync += whm_rows.eq(req.rows)
+                        m.next = "WHM"
+            with m.State("MSI"):
+                m.d.comb += [
+                    writer.data.valid.eq(1),
+                    writer.data.payload.data.eq(rw.MSI_DATA),
+                    writer.data.payload.count.eq(4),
+                    writer.data.payload.last.eq(1),
+                ]
+                with m.If(writer.data.ready | abort):
+                    m.next = "IDLE"
+            with m.State("WHM"):
+                m.d.comb += [
+                    whm_gearbox.i.valid.eq(core.host_write_data.valid),
+                    core.host_write_data.ready.eq(whm_gearbox.i.ready),
+                ]
+                with m.If(core.host_write_data.valid & whm_gearbox.i.ready):
+                    m.d.sync += whm_rows.eq(whm_rows - 1)
+                wiring.connect(m, whm_gearbox.o, writer.data)
+                with m.If((writer.data.valid & writer.data.ready & writer.data.payload.last) | abort):
+                    m.next = "IDLE"
+        # After the FSM's clear, so an interrupt raised as an MSI leaves is not lost.
+        with m.If((raised & rw.IRQ_ENABLE) != 0):
+            m.d.sync += msi_pending.eq(msi_addr != 0)
+        return m

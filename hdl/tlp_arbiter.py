@@ -1,0 +1,62 @@
+"""Merges several parsed-TLP streams into one, a whole packet at a time."""
+
+from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .tlp import tlp_stream
+
+
+__all__ = ["TlpArbiter"]
+
+
+class TlpArbiter(wiring.Component):
+    """Round-robin between `count` packet streams; a granted stream keeps the
+    output until its ``last`` beat, so packets never interleave.
+
+    Round robin rather than fixed priority: completions, read requests and
+    writes all make progress, so no source can starve another (a starved
+    completion would stall the host's MMIO reads).
+
+    Ports
+    -----
+    i : In(tlp_stream) x count (``i__0`` ...)
+    o : Out(tlp_stream)
+    """
+
+    def __init__(self, link_dw, count):
+        self._count = count
+        super().__init__({
+            **{f"i{n}": In(tlp_stream(link_dw)) for n in range(count)},
+            "o": Out(tlp_stream(link_dw)),
+        })
+
+    def inputs(self):
+        return [getattr(self, f"i{n}") for n in range(self._count)]
+
+    def elaborate(self, platform):
+        m = Module()
+        inputs = self.inputs()
+        grant = Signal(range(self._count))
+        locked = Signal()   # inside a packet of `grant`
+
+        # Next grant: the first valid input after the current one.
+        choice = Signal.like(grant)
+        with m.If(locked):
+            m.d.comb += choice.eq(grant)
+        with m.Else():
+            m.d.comb += choice.eq(grant)
+            for offset in reversed(range(1, self._count + 1)):
+                n = (grant + offset) % self._count
+                with m.If(Array(s.valid for s in inputs)[n]):
+                    m.d.comb += choice.eq(n)
+
+        valid = Array(s.valid for s in inputs)[choice]
+        payload = Array(s.payload.as_value() for s in inputs)[choice]
+        m.d.comb += [self.o.valid.eq(valid), self.o.payload.eq(payload)]
+        for n, s in enumerate(inputs):
+            m.d.comb += s.ready.eq((choice == n) & self.o.ready)
+
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += [grant.eq(choice), locked.eq(~self.o.payload.last)]
+        return m

@@ -1,0 +1,276 @@
+"""The host side of a simulated chip: cocotbext-pcie's root complex, bridged to
+the `HostInterface` RTL's link streams, and a driver `Link` over it.
+
+The root complex, its memory and its MSI controller are cocotbext-pcie's own
+models, so the TLPs our RTL sends and accepts are checked by code written
+independently of ours. Between the two, `PcieBridge` makes the host awkward
+on purpose: completions for different tags are reordered and delayed at
+random, the root complex splits its completions at random boundaries, and
+both link streams see random idle cycles and backpressure.
+"""
+
+import random
+import warnings
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import Event, FallingEdge, First, ReadOnly, RisingEdge, Timer
+from cocotb.utils import get_sim_time
+from cocotbext.pcie.core import Device, RootComplex
+from cocotbext.pcie.core.caps import MsiCapability
+from cocotbext.pcie.core.tlp import TlpType
+
+from ..hdl.tlp import LinkBeat
+from ..host_registers import BAR0_BYTES
+from ..driver.link import Link
+from .streams import pack_fields
+from .tlp_link import beats_to_tlp, tlp_to_beats
+
+
+# cocotbext-pcie 0.2 still calls cocotb APIs that cocotb 2 deprecates
+# (Task.join); that is its business, and must not fail our runs, which turn
+# every warning of our own code into an error.
+warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.")
+
+__all__ = ["PcieBridge", "RtlLink", "open_rtl_link", "CLOCK_NS"]
+
+CLOCK_NS = 4          # a 250 MHz core clock, as a PCIe Gen3 x8 block's user clock
+VENDOR_ID = 0x1234    # a placeholder vendor ID, as open hardware without one uses
+DEVICE_ID = 0x7401
+
+_COMPLETIONS = {TlpType.CPL, TlpType.CPL_DATA, TlpType.CPL_LOCKED, TlpType.CPL_LOCKED_DATA}
+_CONFIG = {TlpType.CFG_READ_0, TlpType.CFG_WRITE_0}
+
+
+def _field(word, layout, name):
+    field = layout[name]
+    return (word >> field.offset) & ((1 << field.width) - 1)
+
+
+class PcieBridge(Device):
+    """A cocotbext-pcie `Device` whose function's memory requests and
+    completions are carried to and from the RTL's ``rx``/``tx`` link streams.
+
+    Config space (BAR0 of `BAR0_BYTES`, an MSI capability) lives in the
+    model's function, as it would in a PCIe hard block.
+    """
+
+    def __init__(self, dut, config, rng, *, idle=0.0, backpressure=0.0, reorder=True,
+                 max_delay=0):
+        super().__init__()
+        self.dut = dut
+        self.config = config
+        self.rng = rng
+        self.idle = idle
+        self.backpressure = backpressure
+        self.reorder = reorder
+        self.max_delay = max_delay
+        self.layout = LinkBeat(config.link_dw)
+
+        function = self.make_function()
+        function.vendor_id = VENDOR_ID
+        function.device_id = DEVICE_ID
+        function.configure_bar(0, BAR0_BYTES)
+        self.msi_cap = MsiCapability()
+        self.msi_cap.msi_64bit_address_capable = 1
+        self.msi_cap.msi_multiple_message_capable = 0
+        function.register_capability(self.msi_cap)
+
+        self.requests = []        # TLPs to BAR0, in order
+        self.completions = {}     # tag -> [(ready cycle, TLP)], in order per tag
+        self.cycle = 0
+        self.sent = []            # every TLP the chip sent, for tests
+        self.received = []        # every TLP the chip was given
+        self._tx_queue = cocotb.queue.Queue()
+        dut.rx__valid.value = 0
+        dut.tx__ready.value = 0
+
+    @property
+    def function(self):
+        return self.functions[0]
+
+    # -- from the root complex ---------------------------------------------
+    async def upstream_recv(self, tlp):
+        if tlp.fmt_type in _CONFIG:
+            self.bus_num = tlp.completer_id.bus
+            await self.function.upstream_recv(tlp)
+            return
+        tlp.release_fc()
+        if tlp.fmt_type in _COMPLETIONS:
+            delay = self.rng.randint(0, self.max_delay) if self.max_delay else 0
+            self.completions.setdefault(tlp.tag, []).append((self.cycle + delay, tlp))
+        else:
+            self.requests.append(tlp)
+
+    def inject(self, tlp):
+        """Hand the chip a TLP directly (for malformed and unexpected packets)."""
+        if tlp.fmt_type in _COMPLETIONS:
+            self.completions.setdefault(tlp.tag, []).append((self.cycle, tlp))
+        else:
+            self.requests.append(tlp)
+
+    def _next_tlp(self):
+        ready = [tag for tag, queue in self.completions.items() if queue and queue[0][0] <= self.cycle]
+        choices = [("req", None)] * bool(self.requests) + [("cpl", tag) for tag in ready]
+        if not choices:
+            return None
+        kind, tag = self.rng.choice(choices) if self.reorder else choices[0]
+        if kind == "req":
+            return self.requests.pop(0)
+        tlp = self.completions[tag].pop(0)[1]
+        if not self.completions[tag]:
+            del self.completions[tag]
+        return tlp
+
+    # -- cycle by cycle ----------------------------------------------------
+    def start(self):
+        cocotb.start_soon(self._run())
+        cocotb.start_soon(self._send_upstream())
+
+    async def _run(self):
+        dut, layout = self.dut, self.layout
+        beats = []          # the packet being driven
+        gathered = []       # the packet being received
+        while True:
+            await FallingEdge(dut.clk)
+            self.cycle += 1
+            dut.pcie_id.value = int(self.function.pcie_id)
+            if not beats and self.rng.random() >= self.idle:
+                tlp = self._next_tlp()
+                if tlp is not None:
+                    self.received.append(tlp)
+                    beats = list(tlp_to_beats(tlp, self.config.link_dw))
+            if beats:
+                data, keep, last = beats[0]
+                dut.rx__payload.value = pack_fields(layout, {"data": data, "keep": keep, "last": last})
+            dut.rx__valid.value = int(bool(beats))
+            dut.tx__ready.value = int(self.rng.random() >= self.backpressure)
+            await ReadOnly()
+            if beats and dut.rx__ready.value:
+                beats.pop(0)
+            if dut.tx__valid.value and dut.tx__ready.value:
+                word = int(dut.tx__payload.value)
+                beat = (_field(word, layout, "data"), _field(word, layout, "keep"),
+                        _field(word, layout, "last"))
+                gathered.append(beat)
+                if beat[2]:
+                    tlp = beats_to_tlp(gathered)
+                    gathered = []
+                    self.sent.append(tlp)
+                    self._tx_queue.put_nowait(tlp)
+            await RisingEdge(dut.clk)
+
+    async def _send_upstream(self):
+        # One sender keeps the chip's TLPs in the order it sent them.
+        while True:
+            tlp = await self._tx_queue.get()
+            await self.send(tlp)
+
+
+class RtlLink(Link):
+    """The driver's `Link` to the RTL through the root complex: MMIO through
+    BAR0's window, host memory in a region of the root complex's memory, and
+    interrupts from its MSI controller."""
+
+    clock_hz = 1e9 / CLOCK_NS
+
+    def __init__(self, dut, rc, pci_device, bridge, memory_bytes, backend):
+        self.backend = backend
+        self.dut = dut
+        self.rc = rc
+        self.pci = pci_device
+        self.bridge = bridge
+        self.bar = pci_device.bar_window[0]
+        self._base, self._memory = rc.alloc_region(memory_bytes)
+        self._next = self._base
+        self._interrupt = Event()
+        pci_device.request_irq(0, self._on_msi)
+
+    async def _on_msi(self):
+        self._interrupt.set()
+
+    async def read32(self, offset):
+        return await self.bar.read_dword(offset)
+
+    async def write32(self, offset, value):
+        await self.bar.write_dword(offset, value & 0xFFFFFFFF)
+
+    def alloc(self, nbytes, align=64):
+        addr = -(-self._next // align) * align
+        if addr + nbytes > self._base + len(self._memory):
+            raise MemoryError(f"host memory exhausted: {nbytes} bytes asked, "
+                              f"{self._base + len(self._memory) - addr} left")
+        self._next = addr + nbytes
+        return addr
+
+    def write_memory(self, addr, data):
+        offset = addr - self._base
+        self._memory[offset:offset + len(data)] = bytes(data)
+
+    def read_memory(self, addr, nbytes):
+        offset = addr - self._base
+        return bytes(self._memory[offset:offset + nbytes])
+
+    @property
+    def memory_range(self):
+        return self._base, len(self._memory)
+
+    @property
+    def msi_address(self):
+        return self.pci.msi_vectors[0].addr
+
+    @property
+    def msi_data(self):
+        return self.pci.msi_vectors[0].data
+
+    async def wait_interrupt(self, timeout):
+        if not self._interrupt.is_set() and timeout > 0:
+            await First(self._interrupt.wait(), Timer(self._ns(timeout), "ns"))
+        seen = self._interrupt.is_set()
+        self._interrupt.clear()
+        return seen
+
+    async def sleep(self, seconds):
+        await Timer(self._ns(seconds), "ns")
+
+    def time(self):
+        return get_sim_time("ns") * 1e-9
+
+    @staticmethod
+    def _ns(seconds):
+        # Whole clock periods, at least one: the simulator's time is discrete.
+        return max(1, round(seconds * 1e9 / CLOCK_NS)) * CLOCK_NS
+
+
+async def open_rtl_link(dut, config, *, seed, backend="rtl", memory_bytes=1 << 21, idle=None,
+                        backpressure=None, max_delay=None):
+    """Start the clock, reset the RTL, enumerate it under a root complex and
+    return its `RtlLink`. Random host behaviour is drawn from `seed`."""
+    rng = random.Random(seed)
+    cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+    dut.rst.value = 1
+    bridge = PcieBridge(dut, config, rng,
+                        idle=rng.choice([0.0, 0.2, 0.5]) if idle is None else idle,
+                        backpressure=rng.choice([0.0, 0.2, 0.5]) if backpressure is None else backpressure,
+                        max_delay=rng.choice([0, 8, 40]) if max_delay is None else max_delay)
+    rc = RootComplex()
+    # Completions split at every read-completion boundary, sometimes, and
+    # payloads as large as the chip allows.
+    rc.max_payload_size = (config.max_payload // 128).bit_length() - 1
+    rc.split_on_all_rcb = rng.random() < 0.5
+    rc.read_completion_boundary = rng.random() < 0.5
+    rc.make_port().connect(bridge)
+    for _ in range(4):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    bridge.start()
+    await rc.enumerate()
+    pci_device = rc.find_device(bridge.function.pcie_id)
+    await pci_device.enable_device()
+    await pci_device.set_master()
+    await pci_device.alloc_irq_vectors(1, 1)
+    link = RtlLink(dut, rc, pci_device, bridge, memory_bytes, backend)
+    dut._log.info(f"host: seed {seed}, idle {bridge.idle}, backpressure {bridge.backpressure}, "
+                  f"completion delay <= {bridge.max_delay}, split on every RCB {rc.split_on_all_rcb}, "
+                  f"RCB {128 if rc.read_completion_boundary else 64}")
+    return link

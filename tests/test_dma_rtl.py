@@ -1,0 +1,54 @@
+"""DMA reader, DMA writer and byte gearboxes under both simulators."""
+
+import json
+
+import pytest
+from amaranth.back import verilog
+
+from conftest import base_seed
+from tpu import TPUConfig
+from tpu.sim.harness import run
+from tpu.sim.dma_top import DmaTop, GearboxTop
+
+
+# Small cpl_timeout keeps the timeout case short; it is still far above the
+# host model's delays.
+CONFIGS = [
+    TPUConfig(link_dw=1, max_read_request=128, max_payload=128, read_tags=1, cpl_timeout=1500),
+    TPUConfig(link_dw=2, max_read_request=512, max_payload=256, read_tags=4, cpl_timeout=1500),
+    TPUConfig(link_dw=4, max_read_request=128, max_payload=256, read_tags=8, cpl_timeout=1500),
+    TPUConfig(link_dw=4, max_read_request=512, max_payload=128, read_tags=8, cpl_timeout=1500),
+]
+TOP = "tpu_dma"
+
+
+def _id(config):
+    return f"{config.link_dw}dw-mrr{config.max_read_request}-mps{config.max_payload}-tags{config.read_tags}"
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("config", CONFIGS, ids=_id)
+@pytest.mark.parametrize("testcase", ["reads", "read_errors", "writes", "throughput"])
+def test_dma(simulator, config, testcase, tmp_path):
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    report = tmp_path / "report.jsonl"
+    source = verilog.convert(DmaTop(config), name=TOP, emit_src=False)
+    tests, failures = run(config, simulator, "tpu.sim.tb_dma", testcase=testcase, seed=seed,
+                          toplevel=TOP, verilog_source=source,
+                          extra_env={"TPU_DMA_REPORT": str(report)})
+    assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed}"
+    if report.exists():
+        for line in report.read_text().splitlines():
+            print(json.dumps(json.loads(line), indent=1))
+
+
+@pytest.mark.rtl
+def test_byte_gearboxes(simulator):
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    config = TPUConfig()
+    source = verilog.convert(GearboxTop(), name="tpu_gearboxes", emit_src=False)
+    tests, failures = run(config, simulator, "tpu.sim.tb_dma", testcase="gearboxes", seed=seed,
+                          toplevel="tpu_gearboxes", verilog_source=source)
+    assert tests == 1 and failures == 0, f"gearboxes failed with seed {seed}"

@@ -1,0 +1,260 @@
+"""The driver and the golden model of the host interface.
+
+The checks in `tpu.driver.checks` run on every backend that is available
+(only "golden" here; the RTL backends run the same checks under cocotb).
+The golden-only tests below cover what a backend-independent check cannot
+reach: counters past 2**32, host memory the host does not back, the MSI log.
+"""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from tpu import TPUConfig
+from tpu.driver import (BACKENDS, ChipFault, Device, DeviceTimeout, GoldenLink, TpuError,
+                        register_backend, run)
+from tpu.driver.checks import CHECKS, long_program
+from tpu.driver.errors import describe_error
+from tpu.host_registers import (COUNTER_NAMES, Control, HostError, Irq, Status, register_map,
+                                window_offset)
+from tpu.isa import Fault, Halt, Int, Nop, Rhm, Whm
+
+
+CONFIGS = [TPUConfig(), TPUConfig(rows=4, cols=8, acc_rows=64, ub_rows=256, weight_mem_tiles=16,
+                                  dma_windows=2)]
+
+
+def golden(config, coroutine_function, **options):
+    """Run ``coroutine_function(device)`` on a fresh golden device, with a timeout."""
+    async def main(device):
+        return await asyncio.wait_for(coroutine_function(device), timeout=60)
+    return run(main, backend="golden", config=config, **options)
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.name)
+def test_check(check, config):
+    if check in ("mlp", "timeout", "abort", "interrupts") and config.rows != config.cols:
+        pytest.skip("the MLP keeps its hidden layer's N tiles as K tiles: rows == cols")
+    golden(config, CHECKS[check])
+
+
+def test_backends():
+    assert "golden" in BACKENDS
+    with pytest.raises(ValueError, match="unknown backend 'nope'.*golden"):
+        run(lambda device: None, backend="nope")
+    register_backend("echo", lambda main, config, **options: (main, config, options))
+    try:
+        assert run("main", backend="echo", x=1) == ("main", TPUConfig(), {"x": 1})
+    finally:
+        del BACKENDS["echo"]
+    assert golden(TPUConfig(), lambda device: _value(device.link.backend)) == "golden"
+
+
+async def _value(value):
+    return value
+
+
+def test_program_forms():
+    """A program as assembly text, as instructions and as bytes gives the same result."""
+    async def main(device):
+        src = device.alloc(8)
+        device.write(src, bytes(range(8)))
+        dst = device.alloc(8)
+        text = f"rhm ub=0, rows=1, host=0x{src.addr:x}\nwhm ub=0, rows=1, host=0x{dst.addr:x}\nhalt\n"
+        instructions = [Rhm(ub=0, rows=1, host=src.addr), Whm(ub=0, rows=1, host=dst.addr), Halt()]
+        for program in (text, instructions, b"".join(i.encode() for i in instructions)):
+            device.write(dst, bytes(8))
+            result = await device.run(program, timeout=1e-3)
+            assert result.halted and device.read(dst) == bytes(range(8))
+        with pytest.raises(ValueError, match="whole 16-byte instructions"):
+            await device.start(b"\x00" * 17)
+        with pytest.raises(TypeError, match="instruction 0 is not an instruction"):
+            await device.start(["nop"])
+    golden(TPUConfig(), main)
+
+
+def test_program_without_halt():
+    """A program that runs off its end leaves the chip idle, neither halted nor in error."""
+    async def main(device):
+        result = await device.run([Nop(), Nop()], timeout=1e-3)
+        assert not result.halted and not result.by_interrupt
+        result = await device.run(b"", timeout=1e-3)
+        assert not result.halted
+        status = await device.status()
+        assert status.idle and not status.halted
+    golden(TPUConfig(), main)
+
+
+def test_fault_message():
+    async def main(device):
+        program = [Nop()] * 5 + [Rhm(ub=device.config.ub_rows, rows=1, host=device.arena.addr)]
+        with pytest.raises(ChipFault) as info:
+            await device.run(program, timeout=1e-3)
+        assert info.value.code is Fault.UB_RANGE and info.value.index == 5
+        assert str(info.value).startswith(
+            "chip stopped with UB_RANGE (3) at instruction 5: the instruction addresses a "
+            "unified-buffer row >= ub_rows")
+        assert "rhm ub=2048" in str(info.value)
+    golden(TPUConfig(), main)
+    assert describe_error(16).startswith("FETCH_RANGE (16): ")
+    assert describe_error(99).startswith("unknown error code 99")
+    error = ChipFault(HostError.FETCH_RANGE)
+    assert error.index is None and str(error).startswith("chip stopped with FETCH_RANGE (16): ")
+
+
+def test_busy_doorbell_refused_by_driver():
+    async def main(device):
+        job = await device.start(long_program(device.config, 5000))
+        with pytest.raises(TpuError, match="busy"):
+            await device.run([Halt()])
+        await device.abort()
+        with pytest.raises(TpuError, match="already ended"):
+            await device.wait(job)
+    golden(TPUConfig(), main)
+
+
+def test_arena():
+    async def main(device):
+        a = device.alloc(100)
+        b = device.alloc(5000, align=4096)
+        assert a.addr % 64 == 0 and b.addr % 4096 == 0
+        assert device.arena.addr <= a.addr and b.end <= device.arena.end
+        with pytest.raises(TpuError, match="no room"):
+            device.alloc(device.arena.size)
+        device.free(a)
+        device.free(b)
+        with pytest.raises(ValueError, match="already free"):
+            device.free(a)
+        whole = device.alloc(device.arena.size)
+        assert whole.addr == device.arena.addr
+        with pytest.raises(ValueError, match="do not fit"):
+            device.write(whole, b"x", offset=device.arena.size)
+    golden(TPUConfig(), main, open={"arena_bytes": 1 << 16})
+
+
+# ---------------------------------------------------------------------------------------
+# The golden link itself
+
+
+def test_golden_counter_latch_past_32_bits():
+    async def main(device):
+        link = device.link
+        regs = register_map(device.config)
+        link.poke_counter("useful_macs", 0x1_2345_6789)
+        link.poke_counter("cycles", 0x7_0000_0001)
+        assert await link.read32(regs["USEFUL_MACS_LO"].offset) == 0x2345_6789
+        link.poke_counter("useful_macs", 0x5_0000_0000)
+        assert await link.read32(regs["USEFUL_MACS_HI"].offset) == 1      # latched at the _LO read
+        # One latch for all counters: a _HI reads the last _LO's upper half.
+        assert await link.read32(regs["CYCLES_LO"].offset) == 1
+        assert await link.read32(regs["USEFUL_MACS_HI"].offset) == 7
+        counters = await device.counters()
+        assert counters["useful_macs"] == 0x5_0000_0000 and counters["cycles"] == 0x7_0000_0001
+        assert set(counters) == set(COUNTER_NAMES)
+    golden(TPUConfig(), main)
+
+
+def test_golden_unbacked_host_memory():
+    """DMA inside a window but outside the host's RAM: reads fail with
+    CPL_STATUS (the RHM's index in FAULT_INDEX, the code in DMA_ERROR)."""
+    async def main(device):
+        link = device.link
+        beyond = link.ram_base + link.ram_bytes
+        await device.write_register(window_offset(1), beyond & 0xFFFFFFFF)
+        await device.write_register(window_offset(1) + 4, beyond >> 32)
+        await device.write_register(window_offset(1) + 8, 1 << 16)
+        program = [Nop(), Whm(ub=0, rows=1, host=beyond), Rhm(ub=0, rows=1, host=beyond), Halt()]
+        with pytest.raises(ChipFault) as info:
+            await device.run(program, timeout=1e-3)
+        assert info.value.code is HostError.CPL_STATUS and info.value.index == 2
+        fetch = await device.submit(beyond, 1)
+        with pytest.raises(ChipFault) as info:
+            await device.wait(fetch, 1e-3)
+        assert info.value.code is HostError.CPL_STATUS and info.value.index is None
+        job = await device.fill(beyond, 0, 1)
+        await device.link.sleep(1e-5)
+        assert await device.read_register("DMA_ERROR") == HostError.CPL_STATUS
+        with pytest.raises(ChipFault, match="CPL_STATUS"):
+            await device.wait(job, 1e-3)
+        assert await device.read_register("DMA_ERROR") == 0          # cleared by ABORT
+    golden(TPUConfig(), main)
+
+
+def test_golden_msi_rules():
+    """One MSI per enabled event, none with MSI_ADDR 0; events set IRQ_STATUS regardless."""
+    async def main(device):
+        link = device.link
+        await device.run([Int(code=1), Halt()], timeout=1e-3)
+        assert [data for _, _, data in link.msi_log] == [link.msi_data] * 2
+        await device.write_register("MSI_ADDR_LO", 0)
+        await device.write_register("MSI_ADDR_HI", 0)
+        result = await device.run([Int(code=2), Halt()], timeout=1e-3)
+        assert len(link.msi_log) == 2 and not result.by_interrupt and result.int_codes == [2]
+        await device.reset()
+        await device.write_register("IRQ_ENABLE", Irq.ERROR)
+        await device.run([Halt()], timeout=1e-3)
+        assert len(link.msi_log) == 2
+        with pytest.raises(ChipFault):
+            await device.run([Rhm(ub=0, rows=1, host=0)], timeout=1e-3)
+        assert len(link.msi_log) == 3
+    golden(TPUConfig(), main)
+
+
+def test_golden_start_and_wfill_together():
+    """One CONTROL write with START and WFILL starts both; FETCH_RANGE wins over WFILL_RANGE."""
+    async def main(device):
+        cfg = device.config
+        tiles = (np.arange(8 * cfg.tile_bytes) % 256).astype(np.uint8).view(np.int8).reshape(
+            8, cfg.rows, cfg.cols)
+        wbuf = device.alloc(tiles.nbytes)
+        device.write(wbuf, tiles)
+        pbuf = device.alloc(16)
+        device.write(pbuf, Halt().encode())
+        for name, value in (("WFILL_ADDR_LO", wbuf.addr & 0xFFFFFFFF), ("WFILL_ADDR_HI", wbuf.addr >> 32),
+                            ("WFILL_TILE", 3), ("WFILL_TILES", 8),
+                            ("PROG_ADDR_LO", pbuf.addr & 0xFFFFFFFF), ("PROG_ADDR_HI", pbuf.addr >> 32),
+                            ("PROG_LEN", 1)):
+            await device.write_register(name, value)
+        await device.write_register("CONTROL", Control.START | Control.WFILL)
+        assert Status(await device.read_register("STATUS")) & Status.WFILL_BUSY
+        await device.link.sleep(1e-4)
+        assert Status(await device.read_register("STATUS")) == Status.HALTED
+        assert await device.read_register("IRQ_STATUS") == Irq.HALT | Irq.WFILL_DONE
+        assert (device.link.weight_memory[3:11] == tiles).all()
+        await device.write_register("WFILL_TILE", cfg.weight_mem_tiles)
+        await device.write_register("PROG_LEN", 1 << 20)
+        await device.write_register("CONTROL", Control.START | Control.WFILL)
+        assert await device.read_register("ERROR_CODE") == HostError.FETCH_RANGE
+        assert await device.read_register("FAULT_INDEX") == 0xFFFFFFFF
+        await device.abort()
+    golden(TPUConfig(), main)
+
+
+def test_golden_timeout_without_events():
+    """wait_interrupt with nothing pending returns False after the timeout, in link time."""
+    async def main(device):
+        link = device.link
+        t = link.time()
+        assert not await link.wait_interrupt(0.5)
+        assert link.time() - t == pytest.approx(0.5)
+        with pytest.raises(ValueError, match="infinite"):
+            await link.wait_interrupt(float("inf"))
+        with pytest.raises(ValueError, match="register offset"):
+            await link.read32(2)
+        with pytest.raises(ValueError, match="register offset"):
+            await link.write32(4096, 0)
+        with pytest.raises(ValueError, match="32 bits"):
+            await link.write32(0, 1 << 32)
+        with pytest.raises(ValueError, match="outside the golden link's RAM"):
+            link.read_memory(0, 4)
+    golden(TPUConfig(), main)
+
+
+def test_golden_timeout_is_link_time():
+    """A long program times out in link time, not wall-clock time."""
+    async def main(device):
+        with pytest.raises(DeviceTimeout, match="was not done after 1e-05 s of golden link time"):
+            await device.run(long_program(device.config, 100000), timeout=1e-5)
+    golden(TPUConfig(), main)

@@ -1,0 +1,44 @@
+"""The chip behind its PCIe-style host interface, driven through cocotbext-pcie's
+root complex, under both simulators."""
+
+import pytest
+
+from conftest import base_seed
+from tpu import TPUConfig
+from tpu.driver.checks import CHECKS
+from tpu.hdl.verilog import CHIP_NAME, generate_verilog
+from tpu.sim.harness import run
+
+
+# A narrow link with small splits and few tags, and a wide one with the defaults.
+NARROW = TPUConfig(rows=4, cols=4, acc_rows=256, ub_rows=1024, weight_mem_tiles=64, link_dw=1,
+                   max_payload=128, max_read_request=128, read_tags=2, cpl_timeout=2000)
+WIDE = TPUConfig(rows=8, cols=8, acc_rows=256, ub_rows=1024, weight_mem_tiles=64, link_dw=4,
+                 cpl_timeout=2000)
+
+
+def _run(config, simulator, testcase, **env):
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    tests, failures = run(config, simulator, "tpu.sim.tb_host", testcase=testcase, seed=seed,
+                          toplevel=CHIP_NAME, verilog_source=generate_verilog(config, top="chip"),
+                          extra_env={"TPU_SIMULATOR": simulator, **env})
+    assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("config", [NARROW, WIDE], ids=lambda c: f"{c.name}-dw{c.link_dw}")
+def test_registers(simulator, config):
+    _run(config, simulator, "registers_test")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_driver_check(simulator, check):
+    _run(NARROW, simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("check", ["mlp", "faults", "abort"])
+def test_driver_check_wide(simulator, check):
+    _run(WIDE, simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")

@@ -1,0 +1,61 @@
+"""The host driver: `Device` over a `Link`, and the golden backend.
+
+``tpu.driver.run(main, backend="golden", config=TPUConfig())`` runs the
+coroutine function ``main(device)`` on a freshly opened `Device` of the
+named backend and returns what it returns. A backend is a factory
+``factory(main, config, **options) -> main's result`` that builds the link,
+opens the device and drives its event loop to the end; the golden backend
+uses plain asyncio. Simulation backends (a cocotb simulation of the RTL,
+whose event loop cocotb owns) register themselves with `register_backend`.
+"""
+
+import asyncio
+
+from ..config import TPUConfig
+from .device import Device, DeviceStatus, HostBuffer, Job, RunResult
+from .errors import ChipFault, ConfigMismatch, DeviceTimeout, NotATpu, TpuError
+from .golden import GoldenLink
+from .link import Link
+
+
+__all__ = ["run", "register_backend", "BACKENDS", "Device", "DeviceStatus", "HostBuffer", "Job",
+           "RunResult", "Link", "GoldenLink", "TpuError", "ChipFault", "ConfigMismatch",
+           "DeviceTimeout", "NotATpu"]
+
+
+#: backend name -> factory(main, config, **options) -> the result of main(device)
+BACKENDS = {}
+
+
+def register_backend(name, factory):
+    """Make `run(main, backend=name)` call ``factory(main, config, **options)``."""
+    if not callable(factory):
+        raise TypeError(f"the factory of backend {name!r} is not callable: {factory!r}")
+    BACKENDS[name] = factory
+
+
+def run(main, backend="golden", config=TPUConfig(), **options):
+    """Run ``await main(device)`` on a `Device` of `backend`; its result.
+
+    `options` go to the backend (for "golden": `GoldenLink` parameters, and
+    ``open``: a dict of `Device.open` keywords)."""
+    try:
+        factory = BACKENDS[backend]
+    except KeyError:
+        raise ValueError(f"unknown backend {backend!r}; registered: "
+                         f"{', '.join(sorted(BACKENDS)) or 'none'}") from None
+    return factory(main, config, **options)
+
+
+def _golden(main, config, *, open=None, **link_options):
+    async def session():
+        link = GoldenLink(config, **link_options)
+        device = await Device.open(link, config, **(open or {}))
+        try:
+            return await main(device)
+        finally:
+            await link.close()
+    return asyncio.run(session())
+
+
+register_backend("golden", _golden)

@@ -1,0 +1,453 @@
+"""Checks of a chip through the driver, the same on every backend.
+
+Each check is a coroutine function ``check(device)`` that raises
+`AssertionError` when the chip (or the driver) does something other than
+docs/driver.md says. They use only the `Device` API and its link, so a
+simulation backend of the RTL runs them unchanged: `CHECKS` maps a name to
+each. A check leaves the device idle, soft-reset where it changed registers,
+and wants a freshly opened device (registers at their power-on values).
+"""
+
+import dataclasses
+
+import numpy as np
+
+from ..asm import parse
+from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, UNMAPPED, Control, HostError, Irq,
+                              Status, config_words, registers)
+from ..isa import Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
+from ..sim.cycle_model import estimate_cycles
+from ..sim.programs import blocked, mlp_program
+from .device import Device
+from .errors import ChipFault, ConfigMismatch, DeviceTimeout, NotATpu
+from .link import Link
+
+
+__all__ = ["CHECKS", "relocate", "long_program", "fault_programs", "load_program_data"]
+
+
+# Counters that count every cycle the core is not halted, also while idle.
+FREE_RUNNING = ("CYCLES_LO", "CYCLES_HI", "NON_MATRIX_LO", "NON_MATRIX_HI")
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def relocate(program, regions):
+    """`program` (instructions) with every RHM/WHM host address moved:
+    `regions` are ``(old_address, size, HostBuffer)``; an address inside
+    ``[old, old + size)`` moves to the same offset in the buffer."""
+    out = []
+    for instruction in program:
+        if isinstance(instruction, (Rhm, Whm)):
+            for old, size, buffer in regions:
+                if old <= instruction.host < old + size:
+                    instruction = dataclasses.replace(instruction,
+                                                      host=buffer.addr + instruction.host - old)
+                    break
+            else:
+                raise ValueError(f"{instruction} addresses no region of the program's data")
+        out.append(instruction)
+    return out
+
+
+def load_program_data(device, chip_program):
+    """Buffers for a `tpu.sim.programs.ChipProgram`'s host data (written) and
+    outputs; ``(instructions relocated to them, {old address: buffer})``."""
+    buffers = {}
+    for old, data in chip_program.host.items():
+        buffers[old] = device.alloc(len(data))
+        device.write(buffers[old], data)
+    for old, data in chip_program.expected_host.items():
+        buffers[old] = device.alloc(len(data))
+    regions = [(old, b.size, b) for old, b in buffers.items()]
+    return relocate(parse(chip_program.text), regions), buffers
+
+
+def long_program(config, cycles):
+    """A program (instructions) that runs for at least `cycles` cycles: MMCs
+    streaming the whole accumulator memory through the array, then HALT."""
+    rows = min(config.acc_rows, config.ub_rows)
+    count = -(-cycles // rows) + 1
+    return [Mmc(ub=0, rows=rows, acc=0)] * count + [Halt()]
+
+
+def _seconds(device, program):
+    """The estimated run time of `program` on the device, in link seconds."""
+    return estimate_cycles(device.config, encode_program(program))["cycles"] / device.link.clock_hz
+
+
+def fault_programs(device, outside):
+    """``{Fault: program}``: three NOPs, the faulting instruction (index 3),
+    HALT. `outside` is a host address outside every open window."""
+    cfg = device.config
+    nops = encode_program([Nop()] * 3)
+    halt = Halt().encode()
+    raw = lambda *b: bytes(b) + bytes(16 - len(b))
+    overflow = [Rw(tile=0, count=1)] * (cfg.weight_fifo_tiles + 3)
+    return {
+        Fault.ILLEGAL_OPCODE: nops + raw(0x7F) + halt,
+        Fault.ILLEGAL_FIELD: nops + raw(0x00, 0x01) + halt,
+        Fault.UB_RANGE: nops + Rhm(ub=cfg.ub_rows - 1, rows=2, host=device.arena.addr).encode() + halt,
+        Fault.ACC_RANGE: nops + Mmc(ub=0, rows=2, acc=cfg.acc_rows - 1).encode() + halt,
+        Fault.WEIGHT_MEM_RANGE: nops + Rw(tile=cfg.weight_mem_tiles, count=1).encode() + halt,
+        Fault.WEIGHT_FIFO_UNDERFLOW: nops + Mmc(ub=0, rows=1, acc=0, switch=True).encode() + halt,
+        Fault.HOST_RANGE: nops + Rhm(ub=0, rows=1, host=outside).encode() + halt,
+        # The overflowing RW is the last of the run of RWs, not index 3.
+        Fault.WEIGHT_FIFO_OVERFLOW: encode_program(overflow + [Halt()]),
+    }
+
+
+async def _expect_fault(awaitable, code, index):
+    try:
+        await awaitable
+    except ChipFault as fault:
+        assert fault.code == code, f"expected {code!r}, the chip stopped with {fault}"
+        assert fault.index == index, f"expected {code.name} at instruction {index}: {fault}"
+        assert code.name in str(fault)
+        return fault
+    raise AssertionError(f"expected the chip to stop with {code!r}, it did not")
+
+
+async def _assert_idle(device):
+    status = await device.status()
+    assert status.idle, f"the chip is not idle: {status}"
+
+
+async def _assert_runs(device):
+    """A tiny program runs to its HALT: the chip is usable."""
+    result = await device.run([Nop(), Sync(), Halt()], timeout=1e-3)
+    assert result.halted, result
+
+
+def _expected_reset(device):
+    """Register name -> value right after SOFT_RESET (free-running counters left out)."""
+    words = config_words(device.config)
+    out = {}
+    for r in registers(device.config):
+        if r.name in FREE_RUNNING:
+            continue
+        out[r.name] = words.get(r.name, r.reset)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Register semantics
+
+
+async def check_register_reset(device):
+    """After SOFT_RESET every register reads its table value."""
+    await device.write_register("CONTROL", Control.SOFT_RESET)
+    try:
+        for name, value in _expected_reset(device).items():
+            got = await device.read_register(name)
+            assert got == value, f"{name} reads 0x{got:x} after SOFT_RESET, the table says 0x{value:x}"
+        assert await device.read_register("ID") == CHIP_ID
+    finally:
+        await device.reset()
+
+
+async def check_register_access(device):
+    """rw registers hold what is written (all 32 bits) until SOFT_RESET; ro
+    registers and unmapped offsets ignore writes; unmapped offsets read
+    UNMAPPED; CONTROL reads 0."""
+    table = registers(device.config)
+    mapped = {r.offset for r in table}
+    await device.write_register("CONTROL", Control.SOFT_RESET)
+    try:
+        before = {r.name: await device.read_register(r.name) for r in table
+                  if r.name not in FREE_RUNNING}
+        for r in table:
+            if r.access == "rw":
+                for pattern in (0xFFFFFFFF, 0xA5A55A5A, 0x00000001):
+                    await device.write_register(r.name, pattern)
+                    got = await device.read_register(r.name)
+                    assert got == pattern, f"rw {r.name} reads 0x{got:x} after writing 0x{pattern:x}"
+            elif r.access == "ro" and r.name not in FREE_RUNNING:
+                await device.write_register(r.name, before[r.name] ^ 0xFFFFFFFF)
+                got = await device.read_register(r.name)
+                assert got == before[r.name], f"ro {r.name} changed to 0x{got:x} when written"
+            elif r.access == "wo":
+                assert await device.read_register(r.name) == 0, f"wo {r.name} does not read 0"
+        await device.write_register("CONTROL", Control.SOFT_RESET)
+        for r in table:
+            if r.access == "rw":
+                got = await device.read_register(r.name)
+                assert got == r.reset, f"rw {r.name} reads 0x{got:x} after SOFT_RESET, not 0x{r.reset:x}"
+        for offset in range(0, BAR0_BYTES, 4):
+            if offset in mapped:
+                continue
+            await device.link.write32(offset, 0xFFFFFFFF)
+            got = await device.link.read32(offset)
+            assert got == UNMAPPED, f"unmapped offset 0x{offset:03x} reads 0x{got:x}, not UNMAPPED"
+        after = {name: await device.read_register(name) for name in before}
+        changed = {n: (before[n], after[n]) for n in before if before[n] != after[n]}
+        assert not changed, f"writes to unmapped offsets changed registers: {changed}"
+    finally:
+        await device.reset()
+
+
+async def check_irq_status_w1c(device):
+    """IRQ_STATUS records events even when not enabled; writing 1 clears a
+    bit, writing 0 does nothing. IRQ_CODE holds the last INT's code."""
+    await device.set_interrupts(False)
+    try:
+        job = await device.start([Int(code=0x1234), Int(code=0x55), Halt()])
+        result = await _poll_without_ack(device, job)
+        assert result & Status.HALTED
+        irq = await device.read_register("IRQ_STATUS")
+        assert irq == Irq.HALT | Irq.INT, f"IRQ_STATUS 0x{irq:x} after INT and HALT"
+        assert await device.read_register("IRQ_CODE") == 0x55
+        await device.write_register("IRQ_STATUS", 0)
+        assert await device.read_register("IRQ_STATUS") == Irq.HALT | Irq.INT
+        await device.write_register("IRQ_STATUS", Irq.INT | Irq.WFILL_DONE)
+        assert await device.read_register("IRQ_STATUS") == Irq.HALT
+        await device.write_register("IRQ_STATUS", 0xFFFFFFFF)
+        assert await device.read_register("IRQ_STATUS") == 0
+    finally:
+        await device.reset()
+
+
+async def _poll_without_ack(device, job, timeout=1e-3):
+    """STATUS once the program ends, leaving IRQ_STATUS alone."""
+    deadline = device.link.time() + timeout
+    while True:
+        status = Status(await device.read_register("STATUS"))
+        if not status & Status.BUSY:
+            break
+        assert device.link.time() < deadline, "the program did not end"
+        await device.link.sleep(device.poll_interval)
+    device._end(job)
+    return status
+
+
+async def check_counter_latch(device):
+    """Reading a counter's _LO latches its _HI: _HI then reads the upper half
+    as it was at the _LO read."""
+    result = await device.run(long_program(device.config, 2000), timeout=1e-2)
+    for name in COUNTER_NAMES:
+        lo = await device.read_register(f"{name.upper()}_LO")
+        hi = await device.read_register(f"{name.upper()}_HI")
+        if name not in ("cycles", "non_matrix"):
+            assert hi << 32 | lo == result.counters[name], name
+
+
+# ---------------------------------------------------------------------------------------
+# Opening
+
+
+class _Relabelled(Link):
+    """Another link's chip with one register reading a different value."""
+
+    def __init__(self, link, offset, value):
+        self._link, self._offset, self._value = link, offset, value
+        self.backend = link.backend
+        self.msi_address, self.msi_data, self.clock_hz = link.msi_address, link.msi_data, link.clock_hz
+
+    async def read32(self, offset):
+        value = await self._link.read32(offset)
+        return self._value if offset == self._offset else value
+
+    async def write32(self, offset, value):
+        await self._link.write32(offset, value)
+
+    def alloc(self, nbytes, align=64):
+        return self._link.alloc(nbytes, align)
+
+    def write_memory(self, addr, data):
+        self._link.write_memory(addr, data)
+
+    def read_memory(self, addr, n):
+        return self._link.read_memory(addr, n)
+
+    async def wait_interrupt(self, timeout):
+        return await self._link.wait_interrupt(timeout)
+
+    async def sleep(self, seconds):
+        await self._link.sleep(seconds)
+
+    def time(self):
+        return self._link.time()
+
+
+async def check_open(device):
+    """open() refuses a chip of another configuration (naming the register
+    and both values) and a device that is not this chip."""
+    cfg = device.config
+    other = cfg.replace(ub_rows=cfg.ub_rows + 1 if cfg.ub_rows < 1 << 20 else cfg.ub_rows - 1)
+    try:
+        await Device.open(device.link, other)
+    except ConfigMismatch as error:
+        assert error.register == "UB_ROWS", error
+        assert (error.chip, error.expected) == (cfg.ub_rows, other.ub_rows), error
+        assert "UB_ROWS" in str(error) and str(cfg.ub_rows) in str(error) \
+            and str(other.ub_rows) in str(error), error
+    else:
+        raise AssertionError("Device.open accepted a chip of another configuration")
+    regs = {r.name: r.offset for r in registers(cfg)}
+    try:
+        await Device.open(_Relabelled(device.link, regs["ID"], 0x12345678), cfg)
+    except NotATpu as error:
+        assert "0x12345678" in str(error), error
+    else:
+        raise AssertionError("Device.open accepted a device whose ID is not the chip's")
+    try:
+        await Device.open(_Relabelled(device.link, regs["ISA_VERSION"], 99), cfg)
+    except ConfigMismatch as error:
+        assert error.register == "ISA_VERSION" and error.chip == 99, error
+    else:
+        raise AssertionError("Device.open accepted a chip of another ISA version")
+
+
+# ---------------------------------------------------------------------------------------
+# Programs
+
+
+async def check_mlp(device, seed=1):
+    """The two-layer MLP of tpu.sim.programs: weights by WFILL, data in host
+    buffers, the program by doorbell; the output equals the integer reference."""
+    cfg = device.config
+    p = mlp_program(seed, config=cfg)
+    await device.load_weights(p.weights)
+    program, buffers = load_program_data(device, p)
+    result = await device.run(program, timeout=1e-2)
+    assert result.halted, result
+    (out_addr, expected), = p.expected_host.items()
+    got = device.read(buffers[out_addr])
+    assert got == blocked(p.reference["y"], cfg.cols) == expected, "MLP output differs from the reference"
+    counters = estimate_cycles(cfg, encode_program(program))["counters"]
+    for name in ("mxu_active", "useful_macs", "weight_shift"):
+        assert result.counters[name] == counters[name], \
+            f"counter {name} is {result.counters[name]}, the model says {counters[name]}"
+    for buffer in buffers.values():
+        device.free(buffer)
+    return result
+
+
+async def check_faults(device):
+    """Each fault stops the chip with its code and the faulting instruction's
+    index; the driver aborts, and the next program runs."""
+    outside = device.arena.end
+    for fault, program in fault_programs(device, outside).items():
+        index = device.config.weight_fifo_tiles + 2 if fault == Fault.WEIGHT_FIFO_OVERFLOW else 3
+        error = await _expect_fault(device.run(program, timeout=1e-3), fault, index)
+        assert error.instruction is not None, error
+        await _assert_idle(device)
+        await _assert_runs(device)
+
+
+async def check_host_errors(device):
+    """FETCH_RANGE for a program outside the window (or running past its end),
+    WFILL_RANGE for weights outside the window or past weight memory."""
+    cfg = device.config
+    end = device.arena.end
+    for addr, count in ((end, 1), (end - 16, 2), (device.arena.addr - 16, 1)):
+        job = await device.submit(addr, count)
+        await _expect_fault(device.wait(job, 1e-3), HostError.FETCH_RANGE, None)
+        await _assert_idle(device)
+    tiles = np.ones((2, cfg.rows, cfg.cols), dtype=np.int8)
+    await _expect_fault(device.load_weights(tiles, first_tile=cfg.weight_mem_tiles - 1, timeout=1e-3),
+                        HostError.WFILL_RANGE, None)
+    await _expect_fault(device.load_weights(tiles[:0], first_tile=cfg.weight_mem_tiles, timeout=1e-3),
+                        HostError.WFILL_RANGE, None)
+    job = await device.fill(end - cfg.tile_bytes + 1, 0, 1)
+    await _expect_fault(device.wait(job, 1e-3), HostError.WFILL_RANGE, None)
+    await _assert_idle(device)
+    result = await device.load_weights(tiles[:0], first_tile=0, timeout=1e-3)
+    assert not result.halted
+    await _assert_runs(device)
+
+
+async def check_refused_doorbell(device):
+    """START or WFILL while a program runs is ignored and counted in
+    BAD_REQUESTS; the running program ends normally."""
+    program = long_program(device.config, 3000)
+    job = await device.start(program)
+    before = await device.read_register("BAD_REQUESTS")
+    await device.write_register("CONTROL", Control.START)
+    await device.write_register("CONTROL", Control.WFILL)
+    assert await device.read_register("BAD_REQUESTS") == before + 2
+    assert (await device.status()).busy
+    result = await device.wait(job, timeout=10 * _seconds(device, program) + 1e-3)
+    assert result.halted, result
+    await _assert_idle(device)
+
+
+async def check_timeout(device):
+    """A program that outlasts its timeout raises DeviceTimeout and is
+    aborted; the next program runs correctly."""
+    program = long_program(device.config, 20000)
+    try:
+        await device.run(program, timeout=_seconds(device, program) / 10)
+    except DeviceTimeout as error:
+        assert "aborted" in str(error)
+    else:
+        raise AssertionError("a program 10x longer than its timeout did not time out")
+    await _assert_idle(device)
+    await check_mlp(device)
+
+
+async def check_abort(device):
+    """ABORT stops a running program: idle at once, and the next program runs."""
+    program = long_program(device.config, 20000)
+    job = await device.start(program)
+    await device.link.sleep(_seconds(device, program) / 10)
+    assert (await device.status()).busy
+    await device.abort()
+    status = await device.status()
+    assert status.idle and not status.halted, status
+    assert job.done
+    await check_mlp(device)
+
+
+async def check_interrupts(device):
+    """With interrupts the end is noticed through an MSI to the link's
+    address; with them off, or the MSI sent elsewhere, by polling STATUS;
+    the results are the same."""
+    link = device.link
+    with_irq = await check_mlp(device)
+    assert with_irq.by_interrupt and with_irq.interrupts >= 1, with_irq
+    assert link.read_memory(link.msi_address, 4) == link.msi_data.to_bytes(4, "little")
+    await device.set_interrupts(False)
+    polled = await check_mlp(device)
+    assert not polled.by_interrupt and polled.interrupts == 0, polled
+    # Interrupts on, but the MSI goes to another address: polling still ends the run.
+    await device.set_interrupts(True)
+    elsewhere = device.alloc(4)
+    await device.write_register("MSI_ADDR_LO", elsewhere.addr & 0xFFFFFFFF)
+    await device.write_register("MSI_ADDR_HI", elsewhere.addr >> 32)
+    lost = await check_mlp(device)
+    assert not lost.by_interrupt and lost.interrupts == 0, lost
+    assert device.read(elsewhere) == link.msi_data.to_bytes(4, "little")
+    await device.reset()
+    device.free(elsewhere)
+
+
+async def check_int_codes(device):
+    """INT interrupts the host with its code while the program runs on."""
+    gap = long_program(device.config, 5000)[:-1]
+    program = [Int(code=7)] + gap + [Int(code=9)] + gap + [Halt()]
+    result = await device.run(program, timeout=10 * _seconds(device, program) + 1e-3)
+    assert result.halted and result.int_codes == [7, 9], result
+    await device.set_interrupts(False)
+    result = await device.run(program, timeout=10 * _seconds(device, program) + 1e-3)
+    assert result.int_codes == [9], result
+    await device.set_interrupts(True)
+
+
+CHECKS = {
+    "register_reset": check_register_reset,
+    "register_access": check_register_access,
+    "irq_status_w1c": check_irq_status_w1c,
+    "counter_latch": check_counter_latch,
+    "open": check_open,
+    "mlp": check_mlp,
+    "faults": check_faults,
+    "host_errors": check_host_errors,
+    "refused_doorbell": check_refused_doorbell,
+    "timeout": check_timeout,
+    "abort": check_abort,
+    "interrupts": check_interrupts,
+    "int_codes": check_int_codes,
+}

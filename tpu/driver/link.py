@@ -1,0 +1,160 @@
+"""`Link`: what the driver needs from whatever connects it to a chip.
+
+The driver (`tpu.driver.Device`) never touches a transport directly. Every
+backend -- the Python golden model (`tpu.driver.golden.GoldenLink`), a cocotb
+simulation of the RTL, a board behind a UART bridge -- implements this one
+small interface, so the same driver code and the same checks run on all of
+them.
+
+The interface is asynchronous because two of its users are event loops that
+the driver does not own: cocotb schedules simulation time in its own loop,
+and plain asyncio drives the golden model. A blocking transport (a serial
+port) implements the coroutines by doing the work inline or in a thread.
+
+The contract
+------------
+Registers
+    ``await read32(offset)`` and ``await write32(offset, value)`` access one
+    32-bit BAR0 register (`tpu.host_registers`): `offset` is a byte offset,
+    a multiple of 4 below ``BAR0_BYTES``; values are unsigned 32-bit ints.
+    A write may be posted (return before the chip has seen it), but reads and
+    writes reach the chip in the order they were issued, and a read returns
+    only after every earlier write has taken effect -- as on PCIe, where a
+    non-posted read pushes earlier posted writes ahead of it. A backend
+    raises `ValueError` for an offset that is not 4-byte aligned or not
+    inside BAR0, and for a value outside ``0 .. 2**32 - 1`` (`check_offset`,
+    `check_value`).
+
+Host memory
+    The memory the chip reaches by DMA. ``alloc(nbytes, align)`` reserves
+    `nbytes` bytes at an address that is a multiple of `align` (a power of
+    two) and returns the address; the bytes start as zeros. Allocations are
+    never freed by the link: the driver takes one large arena and manages it
+    itself (`Device.alloc`). ``write_memory(addr, data)`` and
+    ``read_memory(addr, n)`` are plain synchronous methods: on a board they
+    copy to and from a pinned buffer; a backend that must move bytes over a
+    slow transport does so there, before returning. Accesses outside memory
+    the link allocated are a `ValueError`. Addresses are 64-bit; the chip uses
+    them as they are (no IOMMU translation is modelled).
+
+Interrupts
+    The chip signals the host with an MSI: a 4-byte memory write of MSI_DATA
+    to MSI_ADDR. The link provides the pair it watches, ``msi_address`` and
+    ``msi_data``; the driver programs them into the chip. ``await
+    wait_interrupt(timeout)`` returns True as soon as at least one such write
+    has arrived since the previous call returned (consuming all of them), or
+    False once `timeout` seconds of link time have passed without one;
+    ``timeout=0`` only checks. A link without interrupts sets ``msi_address``
+    to None and returns False from `wait_interrupt` after sleeping; the driver
+    then polls STATUS. Interrupts carry no cause: the driver reads IRQ_STATUS.
+
+Time
+    ``time()`` is the link's clock in seconds (simulation time for a
+    simulator, a monotonic clock for hardware) and ``await sleep(seconds)``
+    lets that much of it pass. Every timeout the driver applies is measured
+    with `time`, so a simulation never hangs on wall-clock time and a board
+    never waits on simulated time. ``clock_hz`` is the chip's clock, so
+    callers can turn cycle estimates into link time.
+
+Identity
+    ``backend`` names the backend (``"golden"``, ``"icarus"``, ...), for
+    messages and test ids.
+
+A board backend (UART bridge)
+-----------------------------
+Implement `read32`/`write32` as bridge transactions (one request, one
+answer; writes may be acknowledged or fire-and-forget as long as ordering
+holds), `alloc`/`read_memory`/`write_memory` over the board's DMA-able
+buffer (or its host-memory emulation in FPGA RAM, with the bridge moving
+the bytes), `wait_interrupt` by polling the bridge for the MSI write (or for
+the chip's ``irq_pending`` line) until the timeout, `sleep` with
+``asyncio.sleep`` and `time` with ``time.monotonic``.
+"""
+
+import abc
+
+
+__all__ = ["Link", "check_offset", "check_value"]
+
+
+def check_offset(offset, bar_bytes=4096):
+    """`offset` as an int, or `ValueError` if it is not a register offset."""
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        raise TypeError(f"a BAR0 offset must be an int, not {offset!r}")
+    if offset % 4 or not 0 <= offset < bar_bytes:
+        raise ValueError(f"BAR0 offset 0x{offset:x} is not a register offset: registers are "
+                         f"32-bit words at multiples of 4 below 0x{bar_bytes:x}")
+    return offset
+
+
+def check_value(value):
+    """`value` as an int, or `ValueError` if it does not fit 32 bits."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"a register value must be an int, not {value!r}")
+    if not 0 <= value < 1 << 32:
+        raise ValueError(f"register value {value:#x} does not fit 32 bits")
+    return value
+
+
+class Link(abc.ABC):
+    """The transport between the driver and one chip; see the module docstring.
+
+    Attributes
+    ----------
+    backend : str
+        The backend's name.
+    msi_address : int or None
+        The host address whose 4-byte write of `msi_data` is an interrupt.
+    msi_data : int
+    clock_hz : float
+        The chip's clock frequency.
+    """
+
+    backend = "abstract"
+    msi_address = None
+    msi_data = 0
+    clock_hz = 100e6
+
+    # BAR0 -----------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def read32(self, offset):
+        """The 32-bit register at byte `offset` of BAR0."""
+
+    @abc.abstractmethod
+    async def write32(self, offset, value):
+        """Write the 32-bit register at byte `offset` of BAR0."""
+
+    # Host memory ------------------------------------------------------------
+
+    @abc.abstractmethod
+    def alloc(self, nbytes, align=64):
+        """Reserve `nbytes` zeroed bytes of DMA-able host memory; their address."""
+
+    @abc.abstractmethod
+    def write_memory(self, addr, data):
+        """Copy `data` (bytes-like) to host memory at `addr`."""
+
+    @abc.abstractmethod
+    def read_memory(self, addr, n):
+        """`n` bytes of host memory from `addr`, as `bytes`."""
+
+    # Interrupts and time ----------------------------------------------------
+
+    @abc.abstractmethod
+    async def wait_interrupt(self, timeout):
+        """True once an MSI has arrived since the last call, False after `timeout` seconds."""
+
+    @abc.abstractmethod
+    async def sleep(self, seconds):
+        """Let `seconds` of link time pass."""
+
+    @abc.abstractmethod
+    def time(self):
+        """The link's clock, in seconds."""
+
+    async def close(self):
+        """Release the transport. The default does nothing."""
+
+    def __repr__(self):
+        return f"<{type(self).__name__} backend={self.backend!r}>"
