@@ -191,7 +191,15 @@ class Bar0(wiring.Component):
         resp_data = Signal(32 * MAX_ACCESS_WORDS)
         sent = Signal(range(MAX_ACCESS_WORDS + link_dw + 1))
 
-        m.d.comb += self.request.ready.eq(~responding)
+        # A request that follows a write waits until the write has taken full
+        # effect (a CONTROL bit acts two cycles later), so a read always sees
+        # what the writes before it did: STATUS read right after START says BUSY.
+        settle = Signal(2)
+        with m.If(settle != 0):
+            m.d.sync += settle.eq(settle - 1)
+        with m.If(self.request.valid & self.request.ready & beat.last & is_write):
+            m.d.sync += settle.eq(3)
+        m.d.comb += self.request.ready.eq(~responding & (settle == 0))
         bad = Signal()
         m.d.sync += bad_requests.eq(bad_requests + bad + self.malformed + self.refused)
         with m.If(self.request.valid & self.request.ready & beat.last):

@@ -181,8 +181,9 @@ class RtlLink(Link):
         self.pci = pci_device
         self.bridge = bridge
         self.bar = pci_device.bar_window[0]
-        self._base, self._memory = rc.alloc_region(memory_bytes)
-        self._next = self._base
+        self._base, self._memory = rc.alloc_region(memory_bytes + 4096)
+        # Host address 0 means "no MSI" to the chip: keep buffers off it.
+        self._next = self._base + 4096
         self._interrupt = Event()
         pci_device.request_irq(0, self._on_msi)
 
@@ -203,12 +204,19 @@ class RtlLink(Link):
         self._next = addr + nbytes
         return addr
 
-    def write_memory(self, addr, data):
+    def _offset(self, addr, nbytes):
         offset = addr - self._base
+        if offset < 0 or offset + nbytes > len(self._memory):
+            raise ValueError(f"host bytes 0x{addr:x} + {nbytes} are outside the link's RAM "
+                             f"(0x{self._base:x} + {len(self._memory)})")
+        return offset
+
+    def write_memory(self, addr, data):
+        offset = self._offset(addr, len(data))
         self._memory[offset:offset + len(data)] = bytes(data)
 
     def read_memory(self, addr, nbytes):
-        offset = addr - self._base
+        offset = self._offset(addr, nbytes)
         return bytes(self._memory[offset:offset + nbytes])
 
     @property
