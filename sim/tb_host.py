@@ -8,7 +8,9 @@ the RTL, the same function the golden backend runs.
 """
 
 import importlib
+import importlib.util
 import os
+import pickle
 import random
 
 import cocotb
@@ -98,15 +100,33 @@ async def registers_test(dut):
     assert bad_after == bad_before + 1, f"BAD_REQUESTS {bad_before} -> {bad_after}"
 
 
+def _load(target):
+    """The function `target` names: ``package.module:function`` or
+    ``/path/to/file.py:function``."""
+    module, _, name = target.rpartition(":")
+    if module.endswith(".py"):
+        spec = importlib.util.spec_from_file_location("tpu_host_main", module)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+    else:
+        loaded = importlib.import_module(module)
+    function = loaded
+    for part in name.split("."):
+        function = getattr(function, part)
+    return function
+
+
 @cocotb.test()
 async def check(dut):
     from ..driver import Device
     config = config_from_env()
     seed = _seed()
     target = os.environ["TPU_HOST_CHECK"]
-    module, _, name = target.partition(":")
-    function = getattr(importlib.import_module(module), name)
+    function = _load(target)
     link = await open_rtl_link(dut, config, seed=seed, backend=os.environ.get("TPU_SIMULATOR", "rtl"))
     device = await Device.open(link, config)
     dut._log.info(f"running {target} with seed {seed}")
-    await function(device)
+    result = await function(device)
+    if os.environ.get("TPU_HOST_RESULT"):
+        with open(os.environ["TPU_HOST_RESULT"], "wb") as file:
+            pickle.dump(result, file)

@@ -5,8 +5,10 @@ coroutine function ``main(device)`` on a freshly opened `Device` of the
 named backend and returns what it returns. A backend is a factory
 ``factory(main, config, **options) -> main's result`` that builds the link,
 opens the device and drives its event loop to the end; the golden backend
-uses plain asyncio. Simulation backends (a cocotb simulation of the RTL,
-whose event loop cocotb owns) register themselves with `register_backend`.
+uses plain asyncio. The simulation backends "icarus" and "verilator"
+(`tpu.sim.driver_backend`) run `main` inside a cocotb simulation of the
+whole chip, whose event loop cocotb owns; `main` must then be a module-level
+function, and what it returns must pickle.
 """
 
 import asyncio
@@ -59,3 +61,16 @@ def _golden(main, config, *, open=None, **link_options):
 
 
 register_backend("golden", _golden)
+
+
+def _simulation(simulator):
+    def factory(main, config, **options):
+        # Imported on use: the simulation stack (Amaranth, cocotb) is not
+        # needed to drive the golden model or a board.
+        from ..sim.driver_backend import simulation_backend
+        return simulation_backend(simulator)(main, config, **options)
+    return factory
+
+
+register_backend("icarus", _simulation("icarus"))
+register_backend("verilator", _simulation("verilator"))

@@ -1,0 +1,62 @@
+"""The driver's simulation backends: ``tpu.driver.run(main, backend="icarus")``
+and ``backend="verilator"`` run ``main(device)`` against the RTL of the whole
+chip, behind cocotbext-pcie's root complex (`tpu.sim.pcie_host`).
+
+cocotb owns the simulator's event loop, so `main` runs inside the simulation
+process: it is named there by module and function (or script file and
+function), and its return value comes back pickled.
+"""
+
+import pickle
+import sys
+import tempfile
+from pathlib import Path
+
+from ..hdl.verilog import CHIP_NAME, generate_verilog
+from .harness import SimulatorMissing, missing_simulator, run
+
+
+__all__ = ["simulation_backend", "main_target"]
+
+
+def main_target(main):
+    """How the simulation process finds `main`: ``module:function`` or
+    ``/path/file.py:function``."""
+    module = getattr(main, "__module__", None)
+    name = getattr(main, "__qualname__", "")
+    if not callable(main) or not module or "<locals>" in name or "<lambda>" in name:
+        raise ValueError(f"{main!r} cannot run on a simulation backend: the simulator runs it in "
+                         f"another process, so it must be a module-level async function")
+    if module == "tpu" or module.startswith("tpu."):
+        return f"{module}:{name}"
+    # Anything else (a script, a test module) is loaded from its file, which
+    # need not be importable by name in the simulation process.
+    path = getattr(sys.modules.get(module), "__file__", None)
+    if path is None:
+        raise ValueError(f"{name} is defined in an interactive session; a simulation backend "
+                         f"needs it in a module or script file")
+    return f"{Path(path).resolve()}:{name}"
+
+
+def simulation_backend(simulator):
+    """A `tpu.driver.register_backend` factory for `simulator`."""
+    def factory(main, config, *, seed=1, **options):
+        if options:
+            raise TypeError(f"the {simulator} backend takes no options {', '.join(sorted(options))} "
+                            f"(only seed)")
+        reason = missing_simulator(simulator)
+        if reason:
+            raise SimulatorMissing(reason)
+        target = main_target(main)
+        with tempfile.TemporaryDirectory() as scratch:
+            result = Path(scratch) / "result.pickle"
+            tests, failures = run(config, simulator, "tpu.sim.tb_host", testcase="check", seed=seed,
+                                  toplevel=CHIP_NAME,
+                                  verilog_source=generate_verilog(config, top="chip"),
+                                  extra_env={"TPU_HOST_CHECK": target, "TPU_SIMULATOR": simulator,
+                                             "TPU_HOST_RESULT": str(result)})
+            if tests != 1 or failures:
+                raise RuntimeError(f"{target} failed on the {simulator} simulation (seed {seed}); "
+                                   f"its log is under build/sim/{simulator}/")
+            return pickle.loads(result.read_bytes())
+    return factory

@@ -1,0 +1,31 @@
+"""`tpu.driver.run` gives the same Device API, and the same results, on the
+golden model and on the RTL under each simulator."""
+
+import pytest
+
+from tpu.driver import run
+from tpu.driver.checks import check_mlp
+from tpu.sim.driver_backend import main_target
+
+from test_host_interface_rtl import NARROW
+
+
+@pytest.mark.rtl
+def test_mlp_same_on_golden_and_rtl(simulator):
+    golden = run(check_mlp, backend="golden", config=NARROW)
+    rtl = run(check_mlp, backend=simulator, config=NARROW)
+    assert rtl.halted and golden.halted
+    for name in ("mxu_active", "useful_macs", "weight_shift"):
+        assert rtl.counters[name] == golden.counters[name], name
+
+
+def test_simulation_backends_need_module_level_functions():
+    async def local(device):
+        pass
+    with pytest.raises(ValueError, match="module-level async function"):
+        main_target(local)
+    with pytest.raises(ValueError, match="module-level async function"):
+        main_target(lambda device: None)
+    assert main_target(check_mlp) == "tpu.driver.checks:check_mlp"
+    assert main_target(test_mlp_same_on_golden_and_rtl).endswith(
+        "test_driver_backends_rtl.py:test_mlp_same_on_golden_and_rtl")
