@@ -146,8 +146,12 @@ class Bar0(wiring.Component):
         is_mem = (fmt == FmtType.MRD_32) | (fmt == FmtType.MRD_64) | \
                  (fmt == FmtType.MWR_32) | (fmt == FmtType.MWR_64)
         is_write = is_mem & has_data(fmt)
-        posted = has_data(fmt) & ~((fmt == FmtType.IOWR) | (fmt == FmtType.CFGWR0) |
-                                   (fmt == FmtType.CFGWR1))
+        # Messages (Type 10rrr) are posted with or without data: a completion
+        # for one would reach the root complex as a stray, under a tag one of
+        # its own reads may be waiting on.
+        message = fmt[3:5] == 0b10
+        posted = (has_data(fmt) & ~((fmt == FmtType.IOWR) | (fmt == FmtType.CFGWR0) |
+                                    (fmt == FmtType.CFGWR1))) | message
         length = Mux(hdr.length == 0, 1024, hdr.length)
         whole = (hdr.first_be == 0xF) & ((length == 1) | (hdr.last_be == 0xF))
         served = is_mem & (length <= MAX_ACCESS_WORDS) & ~hdr.ep

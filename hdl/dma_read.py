@@ -175,7 +175,8 @@ class DmaReader(wiring.Component):
                     & (hdr.lower_address == c_next[:7])
                     & (final | partial))
         m.d.comb += c_bytes.eq(Mux(final, c_left, covered - lead))
-        status_ok = hdr.status == CplStatus.SC
+        # A poisoned completion's data is known bad: refuse it like an error status.
+        status_ok = (hdr.status == CplStatus.SC) & ~hdr.ep
 
         # What the rest of a multi-beat completion needs from its first beat.
         p_tag = Signal(tag_bits)

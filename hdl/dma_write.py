@@ -34,10 +34,11 @@ class DmaWriter(wiring.Component):
     flush : In(1)
         Drop the current job: bytes already taken from ``data`` are
         discarded and no more are taken (the producer is flushed by the same
-        abort). A TLP whose first beat has been sent is finished first, so
-        the link never sees a truncated packet; lanes of it whose bytes had
-        not arrived carry zeros (inside the job's range, whose contents an
-        abort leaves undefined). A TLP not yet started is never sent.
+        abort). A TLP once offered on ``request`` is finished first (the
+        transmitter may have sent its header words already), so the link
+        never sees a truncated packet; lanes of it whose bytes had not
+        arrived carry zeros (inside the job's range, whose contents an abort
+        leaves undefined). A TLP not yet offered is never sent.
     idle : Out(1)
         No job is in progress.
 
@@ -68,7 +69,7 @@ class DmaWriter(wiring.Component):
         left = Signal(32)                  # bytes not yet given to a TLP
         in_left = Signal(32)               # bytes still to take from `data`
         tlp = Signal()                     # `hdr` is a TLP being sent
-        started = Signal()                 # ... and its first beat has gone
+        started = Signal()                 # ... and has been offered on `request`
         draining = Signal()                # flushed while a TLP was half sent
         tlp_left = Signal(range(max_payload + 4))   # its bytes still to send
         hdr = Signal(TlpHeader)
@@ -106,8 +107,14 @@ class DmaWriter(wiring.Component):
         with m.If(in_fire):
             m.d.sync += in_left.eq(in_left - in_count)
 
+        # Offered is as good as started: on a narrow link the transmitter
+        # sends the header words before it takes the first beat, so a TLP
+        # withdrawn then would leave a truncated packet on the link (and the
+        # arbiter waiting on it).
+        with m.If(out.valid):
+            m.d.sync += started.eq(1)
         with m.If(out_fire):
-            m.d.sync += [tlp_left.eq(tlp_left - take), started.eq(1)]
+            m.d.sync += tlp_left.eq(tlp_left - take)
         # The next header is ready as the previous TLP's last beat goes, so
         # TLPs follow each other without a gap.
         with m.If(active & ~draining & (left != 0) & (~tlp | tlp_end)):
@@ -144,7 +151,7 @@ class DmaWriter(wiring.Component):
         with m.If(draining & tlp_end):
             m.d.sync += stop
         with m.If(self.flush):
-            with m.If(tlp & (started | out_fire) & ~tlp_end):
+            with m.If(tlp & (started | out.valid) & ~tlp_end):
                 m.d.sync += draining.eq(1)
             with m.Else():
                 m.d.sync += stop

@@ -151,7 +151,11 @@ class HostInterface(wiring.Component):
         m.d.comb += new_error.eq(Mux(host_error != 0, host_error, Mux(core_fault, core.fault, 0)))
         with m.If((error_code == 0) & (new_error != 0)):
             m.d.sync += error_code.eq(new_error)
-        m.d.comb += core.dma_error.eq(reader.error != 0)
+        # Only a program's reads fault the core: a weight fill's failed read
+        # (or a stray completion while idle) is no instruction's, so
+        # FAULT_INDEX stays "none" even after a program that ran off its end
+        # without HALT, whose last RHM the core would otherwise name.
+        m.d.comb += core.dma_error.eq((reader.error != 0) & running)
 
         program_done = ~fetcher.busy & ~core.busy
         with m.If(start_ok):
@@ -163,6 +167,8 @@ class HostInterface(wiring.Component):
             m.d.sync += halted.eq(1)
         with m.If(core.irq & ~core.halted):
             m.d.sync += irq_code.eq(core.irq_code)
+        with m.If(bar0.soft_reset):
+            m.d.sync += irq_code.eq(0)
 
         m.d.comb += [
             bar0.status.eq(Mux(busy, Status.BUSY, 0) | Mux(halted, Status.HALTED, 0) |
@@ -205,7 +211,9 @@ class HostInterface(wiring.Component):
             filler.addr.eq(wfill_addr),
             filler.tile.eq(rw.WFILL_TILE),
             filler.tiles.eq(rw.WFILL_TILES),
-            filler.flush.eq(abort),
+            # A fill stopped by an error is over: STATUS drops WFILL_BUSY, so
+            # the driver sees the error instead of a fill that never ends.
+            filler.flush.eq(abort | (error_code != 0)),
             reader.flush.eq(abort),
             writer.flush.eq(abort),
         ]

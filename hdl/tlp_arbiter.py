@@ -11,8 +11,9 @@ __all__ = ["TlpArbiter"]
 
 
 class TlpArbiter(wiring.Component):
-    """Round-robin between `count` packet streams; a granted stream keeps the
-    output until its ``last`` beat, so packets never interleave.
+    """Round-robin between `count` packet streams; a stream granted keeps the
+    output from the cycle its packet is first offered until its ``last`` beat
+    is taken, so packets never interleave and an offered beat never changes.
 
     Round robin rather than fixed priority: completions, read requests and
     writes all make progress, so no source can starve another (a starved
@@ -57,6 +58,10 @@ class TlpArbiter(wiring.Component):
         for n, s in enumerate(inputs):
             m.d.comb += s.ready.eq((choice == n) & self.o.ready)
 
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += [grant.eq(choice), locked.eq(~self.o.payload.last)]
+        # Locked from the first cycle a packet is offered, not from its first
+        # accepted beat: the transmitter sends header-only link beats before
+        # it takes the first parsed beat, and a grant that moved meanwhile
+        # would splice another packet's words into the header on the link.
+        with m.If(self.o.valid):
+            m.d.sync += [grant.eq(choice), locked.eq(~(self.o.ready & self.o.payload.last))]
         return m

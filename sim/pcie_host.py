@@ -6,11 +6,16 @@ models, so the TLPs our RTL sends and accepts are checked by code written
 independently of ours. Between the two, `PcieBridge` makes the host awkward
 on purpose: completions for different tags are reordered and delayed at
 random, the root complex splits its completions at random boundaries, and
-both link streams see random idle cycles and backpressure.
+both link streams see random idle cycles and backpressure. Tests can also make
+it misbehave: `PcieBridge.fail_read` spoils the host's answer to one of the
+chip's reads (an error status, a lost, stray or malformed completion), and
+`PcieBridge.inject_raw` sends link beats that need not be a well-formed TLP.
 """
 
 import random
 import warnings
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import cocotb
 from cocotb.clock import Clock
@@ -18,13 +23,13 @@ from cocotb.triggers import Event, FallingEdge, First, ReadOnly, RisingEdge, Tim
 from cocotb.utils import get_sim_time
 from cocotbext.pcie.core import Device, RootComplex
 from cocotbext.pcie.core.caps import MsiCapability
-from cocotbext.pcie.core.tlp import TlpType
+from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpType
 
 from ..hdl.tlp import LinkBeat
 from ..host_registers import BAR0_BYTES
 from ..driver.link import Link
 from .streams import pack_fields
-from .tlp_link import beats_to_tlp, tlp_to_beats
+from .tlp_link import Beat, beats_to_tlp, tlp_to_beats, tlp_to_words, words_to_beats
 
 
 # cocotbext-pcie 0.2 still calls cocotb APIs that cocotb 2 deprecates
@@ -32,7 +37,8 @@ from .tlp_link import beats_to_tlp, tlp_to_beats
 # every warning of our own code into an error.
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.")
 
-__all__ = ["PcieBridge", "RtlLink", "open_rtl_link", "CLOCK_NS"]
+__all__ = ["PcieBridge", "RtlLink", "open_rtl_link", "CLOCK_NS", "ReadFault", "RawPacket",
+           "READ_FAULTS"]
 
 CLOCK_NS = 4          # a 250 MHz core clock, as a PCIe Gen3 x8 block's user clock
 VENDOR_ID = 0x1234    # a placeholder vendor ID, as open hardware without one uses
@@ -40,6 +46,66 @@ DEVICE_ID = 0x7401
 
 _COMPLETIONS = {TlpType.CPL, TlpType.CPL_DATA, TlpType.CPL_LOCKED, TlpType.CPL_LOCKED_DATA}
 _CONFIG = {TlpType.CFG_READ_0, TlpType.CFG_WRITE_0}
+_READS = {TlpType.MEM_READ, TlpType.MEM_READ_64}
+
+#: How `PcieBridge.fail_read` can spoil the answer to a read, and the
+#: `HostError` name the chip must report for each.
+READ_FAULTS = {
+    "status": "CPL_STATUS",           # a completion without data, status UR, CA or CRS
+    "poisoned": "CPL_STATUS",         # the right data, but with EP set: it must not be used
+    "drop": "CPL_TIMEOUT",            # this completion and the rest of the read never come
+    "unexpected": "CPL_UNEXPECTED",   # first a copy with a tag no read can have
+    "byte_count": "CPL_MALFORMED",    # byte count off
+    "lower_address": "CPL_MALFORMED",
+    "length": "CPL_MALFORMED",        # more payload words than the rest of the read
+    "no_data": "CPL_MALFORMED",       # a successful completion without data (Cpl, not CplD)
+    "link_length": "CPL_TIMEOUT",     # Length disagrees with the payload: the receiver
+                                      # drops it (a BAD_REQUEST), so the read never ends
+}
+
+
+class RawPacket(NamedTuple):
+    """Link beats sent as they are, well formed or not."""
+    beats: list
+    note: str = ""
+
+
+@dataclass(eq=False)
+class ReadFault:
+    """A spoilt answer to one of the chip's memory reads (`PcieBridge.fail_read`).
+
+    The fault goes to the first read whose MRd `select` accepts among those
+    answered from the time it is asked for, and to one of that read's
+    completions chosen at random (later ones are dropped, except for ``unexpected``, whose stray
+    copy only goes before it). Once it has struck, `read` is that MRd,
+    `address` the host address of the first byte of the spoilt completion
+    (the chip may deliver the bytes before it, never it or any after),
+    `applied` what was done (``length`` falls back to ``byte_count`` when the
+    payload cannot grow within `max_payload`) and `note` the details.
+    """
+    kind: str
+    select: Callable
+    status: CplStatus = CplStatus.UR
+    read: Tlp | None = None
+    address: int | None = None
+    applied: str | None = None
+    note: str = ""
+
+
+@dataclass(eq=False)
+class _Read:
+    tlp: Tlp
+    fault: ReadFault | None = None
+    seen: int = 0             # completions of it so far
+    over: bool = False        # the fault struck: the rest is dropped
+
+    @property
+    def first_byte(self):
+        return self.tlp.address + self.tlp.get_first_be_offset()
+
+    @property
+    def nbytes(self):
+        return self.tlp.get_be_byte_count()
 
 
 def _field(word, layout, name):
@@ -80,7 +146,9 @@ class PcieBridge(Device):
         self.completions = {}     # tag -> [(ready cycle, TLP)], in order per tag
         self.cycle = 0
         self.sent = []            # every TLP the chip sent, for tests
-        self.received = []        # every TLP the chip was given
+        self.received = []        # every TLP (or RawPacket) the chip was given
+        self.faults = []          # ReadFaults not yet struck
+        self._reads = {}          # tag -> the chip's latest read with it
         self._tx_queue = cocotb.queue.Queue()
         dut.rx__valid.value = 0
         dut.tx__ready.value = 0
@@ -98,7 +166,9 @@ class PcieBridge(Device):
         tlp.release_fc()
         if tlp.fmt_type in _COMPLETIONS:
             delay = self.rng.randint(0, self.max_delay) if self.max_delay else 0
-            self.completions.setdefault(tlp.tag, []).append((self.cycle + delay, tlp))
+            # Stand-ins for a completion keep its place among its tag's.
+            for packet in self._answer(tlp):
+                self.completions.setdefault(tlp.tag, []).append((self.cycle + delay, packet))
         else:
             self.requests.append(tlp)
 
@@ -108,6 +178,90 @@ class PcieBridge(Device):
             self.completions.setdefault(tlp.tag, []).append((self.cycle, tlp))
         else:
             self.requests.append(tlp)
+
+    def inject_raw(self, beats, note=""):
+        """Send link beats ``(data, keep, last)`` as they are, in order with the
+        host's requests: for packets no `Tlp` can describe."""
+        self.requests.append(RawPacket([Beat(*b) for b in beats], note))
+
+    def fail_read(self, kind, select=lambda tlp: True, status=CplStatus.UR):
+        """Spoil the answer to the next read `select` accepts (see `ReadFault`
+        and `READ_FAULTS`); returns the `ReadFault`, filled in once it struck."""
+        if kind not in READ_FAULTS:
+            raise ValueError(f"unknown read fault {kind!r}: one of {sorted(READ_FAULTS)}")
+        fault = ReadFault(kind, select, status)
+        self.faults.append(fault)
+        return fault
+
+    def _answer(self, cpl):
+        """What the chip gets instead of the host's completion `cpl`."""
+        read = self._reads.get(cpl.tag)
+        if read is None:
+            return [cpl]
+        read.seen += 1
+        if read.over:
+            return []
+        if read.fault is None and read.seen == 1:
+            for fault in self.faults:
+                if fault.select(read.tlp):
+                    self.faults.remove(fault)
+                    read.fault = fault
+                    break
+        fault = read.fault
+        final = cpl.byte_count <= 4 * cpl.length - (cpl.lower_address & 3)
+        if fault is None or fault.read is not None or not (final or self.rng.random() < 0.5):
+            return [cpl]
+        fault.read = read.tlp
+        fault.address = read.first_byte + read.nbytes - cpl.byte_count
+        fault.applied = kind = fault.kind
+        read.over = kind != "unexpected"
+        spoilt = Tlp(cpl)
+        if kind == "status":
+            spoilt = Tlp.create_completion_for_tlp(read.tlp, cpl.completer_id, status=fault.status)
+            spoilt.byte_count, spoilt.lower_address = cpl.byte_count, cpl.lower_address
+            spoilt.requester_id = cpl.requester_id
+            fault.note = f"status {fault.status.name}"
+        elif kind == "drop":
+            fault.note = "dropped"
+            return []
+        elif kind == "unexpected":
+            spoilt.tag = self.rng.randint(self.config.read_tags, 255)
+            fault.note = f"a copy with tag {spoilt.tag} first"
+            return [spoilt, cpl]
+        elif kind == "length":
+            need = -(-((cpl.lower_address & 3) + cpl.byte_count) // 4)
+            room = self.config.max_payload // 4 - need
+            if room >= 1:
+                extra = self.rng.randint(1, room)
+                spoilt.set_data(bytes(cpl.data[:4 * need]) +
+                                self.rng.randbytes(4 * (need - cpl.length + extra)))
+                fault.note = f"{spoilt.length} words where {need} end the read"
+            else:
+                fault.applied = kind = "byte_count"
+        if kind == "byte_count":
+            wrong = self.rng.choice([n for n in range(cpl.byte_count - 8, cpl.byte_count + 9)
+                                     if 0 < n <= 4096 and n != cpl.byte_count])
+            spoilt.byte_count = wrong & 0xFFF
+            fault.note += f"byte count {wrong} for {cpl.byte_count}"
+        elif kind == "lower_address":
+            spoilt.lower_address = cpl.lower_address ^ self.rng.randint(1, 127)
+            fault.note = f"lower address 0x{spoilt.lower_address:02x} for 0x{cpl.lower_address:02x}"
+        elif kind == "poisoned":
+            spoilt.ep = True
+            fault.note = "EP set"
+        elif kind == "no_data":
+            spoilt.fmt_type = TlpType.CPL
+            spoilt.length, spoilt.data = 0, bytearray()
+            fault.note = "Cpl with status SC"
+        elif kind == "link_length":
+            words = tlp_to_words(cpl)
+            if cpl.length > 1 and self.rng.random() < 0.5:
+                words = words[:-1]
+            else:
+                words = words + [self.rng.getrandbits(32)]
+            fault.note = f"Length {cpl.length} with {len(words) - 3} payload words"
+            return [RawPacket(words_to_beats(words, self.config.link_dw), fault.note)]
+        return [spoilt]
 
     def _next_tlp(self):
         ready = [tag for tag, queue in self.completions.items() if queue and queue[0][0] <= self.cycle]
@@ -121,6 +275,11 @@ class PcieBridge(Device):
         if not self.completions[tag]:
             del self.completions[tag]
         return tlp
+
+    def _packet_beats(self, packet):
+        if isinstance(packet, RawPacket):
+            return list(packet.beats)
+        return list(tlp_to_beats(packet, self.config.link_dw))
 
     # -- cycle by cycle ----------------------------------------------------
     def start(self):
@@ -139,7 +298,7 @@ class PcieBridge(Device):
                 tlp = self._next_tlp()
                 if tlp is not None:
                     self.received.append(tlp)
-                    beats = list(tlp_to_beats(tlp, self.config.link_dw))
+                    beats = self._packet_beats(tlp)
             if beats:
                 data, keep, last = beats[0]
                 dut.rx__payload.value = pack_fields(layout, {"data": data, "keep": keep, "last": last})
@@ -157,6 +316,11 @@ class PcieBridge(Device):
                     tlp = beats_to_tlp(gathered)
                     gathered = []
                     self.sent.append(tlp)
+                    if tlp.fmt_type in _READS:
+                        # A tag comes back only after every completion of its
+                        # last read arrived or timed out: completions of a
+                        # tag belong to its latest read.
+                        self._reads[tlp.tag] = _Read(tlp)
                     self._tx_queue.put_nowait(tlp)
             await RisingEdge(dut.clk)
 
@@ -278,6 +442,7 @@ async def open_rtl_link(dut, config, *, seed, backend="rtl", memory_bytes=1 << 2
     await pci_device.set_master()
     await pci_device.alloc_irq_vectors(1, 1)
     link = RtlLink(dut, rc, pci_device, bridge, memory_bytes, backend)
+    link.seed = seed        # checks draw their own random choices from it too
     dut._log.info(f"host: seed {seed}, idle {bridge.idle}, backpressure {bridge.backpressure}, "
                   f"completion delay <= {bridge.max_delay}, split on every RCB {rc.split_on_all_rcb}, "
                   f"RCB {128 if rc.read_completion_boundary else 64}")

@@ -42,3 +42,23 @@ def test_driver_check(simulator, check):
 @pytest.mark.parametrize("check", ["mlp", "faults", "abort"])
 def test_driver_check_wide(simulator, check):
     _run(WIDE, simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("stage", ["rhm", "fetch", "wfill"])
+def test_dma_faults(simulator, stage):
+    """Every bad answer to a DMA read while an RHM, a program fetch or a weight fill reads."""
+    _run(NARROW, simulator, "dma_faults", TPU_DMA_STAGE=stage)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("config", [NARROW, WIDE], ids=lambda c: f"{c.name}-dw{c.link_dw}")
+def test_bad_tlps(simulator, config):
+    """Malformed and unsupported packets from the host, and a stray completion."""
+    _run(config, simulator, "bad_tlps")
+
+
+@pytest.mark.rtl
+def test_abort_during_writes(simulator):
+    """Many ABORTs and SOFT_RESETs while WHM writes keep the link busy."""
+    _run(NARROW, simulator, "abort_during_writes")

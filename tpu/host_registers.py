@@ -60,7 +60,7 @@ class HostError(enum.IntEnum):
     left alone)."""
     FETCH_RANGE = 16      #: PROG_ADDR/PROG_LEN outside the DMA windows
     WFILL_RANGE = 17      #: WFILL_ADDR/WFILL_TILES outside the windows or weight memory
-    CPL_STATUS = 18       #: a read completion came back with a status other than SC
+    CPL_STATUS = 18       #: a read completion came back with a status other than SC, or poisoned (EP)
     CPL_UNEXPECTED = 19   #: a completion whose tag has no read outstanding
     CPL_MALFORMED = 20    #: a completion whose length or byte count does not fit its read
     CPL_TIMEOUT = 21      #: a read had no completion for cpl_timeout cycles

@@ -9,6 +9,8 @@ and wants a freshly opened device (registers at their power-on values).
 """
 
 import dataclasses
+import os
+import random
 
 import numpy as np
 
@@ -435,6 +437,212 @@ async def check_int_codes(device):
     await device.set_interrupts(True)
 
 
+# ---------------------------------------------------------------------------------------
+# DMA
+
+
+def _check_rng(device, seed=None):
+    """``(Random, seed)``: the link's seed when it has one (an RTL run's, to
+    replay), else a fresh one; messages quote it."""
+    if seed is None:
+        seed = getattr(device.link, "seed", None)
+    if seed is None:
+        seed = int.from_bytes(os.urandom(3), "little")
+    return random.Random(seed), seed
+
+
+def _place(device, rng, nbytes, guard=16):
+    """``(buffer, addr)``: `nbytes` at a random byte address inside a buffer
+    of random bytes, `guard` of them at least either side; a quarter of
+    the time the bytes straddle a 4 KiB line."""
+    if 1 < nbytes < 4096 - guard and rng.random() < 0.25:
+        buffer = device.alloc(nbytes + 2 * guard + 4096, 4096)
+        addr = buffer.addr + 4096 - rng.randint(1, nbytes - 1)
+    else:
+        buffer = device.alloc(nbytes + 2 * guard + 64, 64)
+        addr = buffer.addr + guard + rng.randrange(64)
+    device.write(buffer, rng.randbytes(buffer.size))
+    return buffer, addr
+
+
+def _arena_changes(device, before, allowed):
+    """Offsets in the arena where it differs from `before` outside the
+    `allowed` (addr, nbytes) ranges."""
+    arena = device.arena
+    after = np.frombuffer(device.link.read_memory(arena.addr, arena.size), np.uint8)
+    changed = np.flatnonzero(after != np.frombuffer(before, np.uint8))
+    mask = np.zeros(arena.size, bool)
+    for addr, n in allowed:
+        mask[addr - arena.addr:addr - arena.addr + n] = True
+    return changed[~mask[changed]]
+
+
+def _random_copies(device, rng, ops, max_bytes=1024):
+    """A random program of `ops` RHMs and WHMs: host bytes at random byte
+    addresses into random UB rows, rows known to hold bytes back out to
+    other random addresses, in a random order.
+
+    Returns ``(program, buffers, expected)``: `expected` maps each WHM's
+    destination address to the bytes it must hold afterwards."""
+    cfg = device.config
+    max_rows = max(1, max_bytes // cfg.rows)
+    ub = {}                 # UB row -> the bytes the program has put there
+    filled = []             # (ub, rows) of the RHMs so far
+    program, buffers, expected = [], [], {}
+    while len(program) < ops:
+        if not filled or rng.random() < 0.5:
+            rows = rng.randint(1, min(max_rows, cfg.ub_rows))
+            first = rng.randint(0, cfg.ub_rows - rows)
+            buffer, addr = _place(device, rng, rows * cfg.rows)
+            data = device.link.read_memory(addr, rows * cfg.rows)
+            for r in range(rows):
+                ub[first + r] = data[r * cfg.rows:(r + 1) * cfg.rows]
+            program.append(Rhm(ub=first, rows=rows, host=addr))
+            filled.append((first, rows))
+        else:
+            first, rows = rng.choice(filled)
+            skip = rng.randrange(rows)
+            first, rows = first + skip, rng.randint(1, rows - skip)
+            buffer, addr = _place(device, rng, rows * cfg.rows)
+            expected[addr] = b"".join(ub[first + r] for r in range(rows))
+            program.append(Whm(ub=first, rows=rows, host=addr))
+        buffers.append(buffer)
+    return program, buffers, expected
+
+
+async def _run_copies(device, rng, seed, ops, what):
+    """Run `_random_copies` and check every host byte of the arena."""
+    program, buffers, expected = _random_copies(device, rng, ops)
+    arena = device.arena
+    before = device.link.read_memory(arena.addr, arena.size)
+    job = await device.start(program + [Halt()])
+    allowed = [(job.buffer.addr, job.buffer.size)]
+    result = await device.wait(job, timeout=10 * _seconds(device, program) + 1e-3)
+    assert result.halted, f"{what} (seed {seed}): {result}"
+    for addr, data in expected.items():
+        got = device.link.read_memory(addr, len(data))
+        assert got == data, (f"{what} (seed {seed}): the WHM to 0x{addr:x} wrote {got.hex()}, "
+                             f"not {data.hex()}")
+        allowed.append((addr, len(data)))
+    outside = _arena_changes(device, before, allowed)
+    assert not len(outside), (f"{what} (seed {seed}): {len(outside)} host bytes changed that no "
+                              f"WHM writes, first at 0x{arena.addr + outside[0]:x}")
+    for buffer in buffers:
+        device.free(buffer)
+
+
+async def check_dma_random(device, seed=None, programs=2):
+    """RHMs and WHMs of random sizes at random byte addresses (some across
+    4 KiB lines), in random order: every WHM destination holds exactly the
+    bytes the RHMs put in its UB rows, and no other host byte changes."""
+    rng, seed = _check_rng(device, seed)
+    for n in range(programs):
+        await _run_copies(device, rng, seed, rng.randint(4, 10), f"random DMA program {n}")
+
+
+async def check_dma_windows(device, seed=None):
+    """An RHM or WHM not wholly inside one window (a byte past either end of
+    the driver's window, or spanning two adjacent open windows) faults with
+    HOST_RANGE at its index before any of its bytes moves; the instructions
+    before it have run, none after it; a WHM inside the second window works."""
+    rng, seed = _check_rng(device, seed)
+    cfg, link, arena = device.config, device.link, device.arena
+    # Host RAM right after the arena, for a second window and for bytes a
+    # WHM past the window's end would write.
+    extra = link.alloc(4096, 4096)
+    rows = rng.randint(1, max(1, 256 // cfg.rows))
+    nbytes = rows * cfg.rows
+    src, src_addr = _place(device, rng, nbytes)
+    done, done_addr = _place(device, rng, nbytes)
+    data = link.read_memory(src_addr, nbytes)
+    cases = [("WHM past the window's end", Whm, arena.end - nbytes + rng.randint(1, min(nbytes, 16))),
+             ("RHM before the window's start", Rhm, arena.addr - rng.randint(1, min(nbytes, 16)))]
+    if extra == arena.end and nbytes > 1:
+        cases.append(("WHM across two windows", Whm, arena.end - rng.randint(1, nbytes - 1)))
+    for name, op, addr in cases:
+        what = f"{name} (seed {seed})"
+        two = name.endswith("two windows")
+        if two:
+            offset = 0x100 + 16      # window 1
+            for i, value in enumerate((extra & 0xFFFFFFFF, extra >> 32, 4096, 0)):
+                await device.write_register(offset + 4 * i, value)
+        ok_rows = rng.randint(1, rows)
+        program = [Rhm(ub=0, rows=rows, host=src_addr), Whm(ub=0, rows=ok_rows, host=done_addr),
+                   op(ub=0, rows=rows, host=addr), Whm(ub=0, rows=rows, host=done_addr), Halt()]
+        before_arena = link.read_memory(arena.addr, arena.size)
+        before_extra = link.read_memory(extra, 4096)
+        job = await device.start(program)
+        allowed = [(job.buffer.addr, job.buffer.size), (done_addr, ok_rows * cfg.rows)]
+        await _expect_fault(device.wait(job, 1e-3), Fault.HOST_RANGE, 2)
+        assert link.read_memory(done_addr, ok_rows * cfg.rows) == data[:ok_rows * cfg.rows], \
+            f"{what}: the WHM before the faulting instruction did not run"
+        assert link.read_memory(done_addr + ok_rows * cfg.rows, nbytes - ok_rows * cfg.rows) == \
+            before_arena[done_addr + ok_rows * cfg.rows - arena.addr:done_addr + nbytes - arena.addr], \
+            f"{what}: the WHM after the faulting instruction ran"
+        changed = _arena_changes(device, before_arena, allowed)
+        assert not len(changed), f"{what}: host bytes at 0x{arena.addr + changed[0]:x} changed"
+        assert link.read_memory(extra, 4096) == before_extra, f"{what}: bytes past the window changed"
+        await _assert_idle(device)
+        if two:
+            # Inside the second window alone, the same WHM writes.
+            inside = extra + rng.randint(0, 4096 - nbytes)
+            result = await device.run([Rhm(ub=0, rows=rows, host=src_addr),
+                                       Whm(ub=0, rows=rows, host=inside), Halt()], timeout=1e-3)
+            assert result.halted and link.read_memory(inside, nbytes) == data, \
+                f"{what}: a WHM inside window 1 alone did not write"
+            await device.reset()
+    device.free(src)
+    device.free(done)
+
+
+async def check_stop_mid_program(device, seed=None):
+    """ABORT, then SOFT_RESET, at a random time while a program moves data
+    by RHM and WHM: the chip is idle at once (after SOFT_RESET with every
+    register at its reset value), no host byte changes outside the WHMs'
+    destinations, then or later, and the next programs run correctly."""
+    rng, seed = _check_rng(device, seed)
+    cfg, link, arena = device.config, device.link, device.arena
+    for control in (Control.ABORT, Control.SOFT_RESET):
+        what = f"{control.name} in mid-program (seed {seed})"
+        program, buffers, expected = _random_copies(device, rng, 8)
+        # Four passes, so that the stop lands among RHMs and WHMs at work.
+        program = program * 4 + [Halt()]
+        before = link.read_memory(arena.addr, arena.size)
+        job = await device.start(program)
+        allowed = [(job.buffer.addr, job.buffer.size)]
+        allowed += [(addr, len(data)) for addr, data in expected.items()]
+        await link.sleep(_seconds(device, program) * rng.uniform(0.05, 0.5))
+        assert (await device.status()).busy, f"{what}: the program ended too soon for the check"
+        if control == Control.ABORT:
+            await device.abort()
+        else:
+            await device.write_register("CONTROL", Control.SOFT_RESET)
+        status = await device.status()
+        assert status.idle and not status.halted and status.error_code == 0, f"{what}: {status}"
+        assert job.done or control == Control.SOFT_RESET
+        if control == Control.SOFT_RESET:
+            for name, value in _expected_reset(device).items():
+                got = await device.read_register(name)
+                assert got == value, f"{what}: {name} reads 0x{got:x}, not its reset 0x{value:x}"
+            await device.reset()
+        # Destinations may hold part of the copy; nothing else may change, and
+        # nothing at all once the chip is stopped.
+        await link.sleep(2e-6)
+        outside = _arena_changes(device, before, allowed)
+        assert not len(outside), (f"{what}: {len(outside)} host bytes changed that no WHM "
+                                  f"writes, first at 0x{arena.addr + outside[0]:x}")
+        stopped = link.read_memory(arena.addr, arena.size)
+        await _run_copies(device, rng, seed, 4, f"{what}, the next program")
+        for addr, data in expected.items():
+            offset = addr - arena.addr
+            assert link.read_memory(addr, len(data)) == stopped[offset:offset + len(data)], \
+                f"{what}: the stopped program's WHM to 0x{addr:x} went on writing"
+        for buffer in buffers:
+            device.free(buffer)
+    if cfg.rows == cfg.cols:        # the MLP's shape needs a square array
+        await check_mlp(device)
+
+
 CHECKS = {
     "register_reset": check_register_reset,
     "register_access": check_register_access,
@@ -449,4 +657,7 @@ CHECKS = {
     "abort": check_abort,
     "interrupts": check_interrupts,
     "int_codes": check_int_codes,
+    "dma_random": check_dma_random,
+    "dma_windows": check_dma_windows,
+    "stop_mid_program": check_stop_mid_program,
 }

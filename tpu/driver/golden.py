@@ -28,8 +28,8 @@ CONTROL (one write; bits acted on in this order)
       buffer, accumulators and weight memory keep their contents); STATUS,
       ERROR_CODE and DMA_ERROR clear; IRQ_STATUS, IRQ_CODE and the ``rw``
       registers are kept. SOFT_RESET also returns every ``rw`` register
-      (windows included) to its reset value and clears IRQ_STATUS and
-      BAD_REQUESTS. START and WFILL in the same write are ignored.
+      (windows included) to its reset value and clears IRQ_STATUS, IRQ_CODE
+      and BAD_REQUESTS. START and WFILL in the same write are ignored.
     * START or WFILL while the chip is busy or ERROR_CODE is set: ignored,
       BAD_REQUESTS counts the write (the running work is not disturbed).
     * START: the program's bytes ``[PROG_ADDR, PROG_ADDR + 16 * PROG_LEN)``
@@ -432,6 +432,7 @@ class GoldenLink(Link):
             if value & Control.SOFT_RESET:
                 self._rw = {r.name: r.reset for r in self._table if r.access == "rw"}
                 self._irq_status = 0
+                self._irq_code = 0
                 self._bad_requests = 0
             return
         start, wfill = bool(value & Control.START), bool(value & Control.WFILL)
