@@ -1,10 +1,10 @@
 """BAR0: the register file the host reads and writes over MMIO."""
 
 from amaranth import *
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host_registers import (BAR0_BYTES, COUNTER_NAMES, UNMAPPED, config_words, registers)
+from ..host_registers import COUNTER_NAMES, UNMAPPED, config_words, registers
 from .tlp import CplStatus, FmtType, TlpHeader, has_data, tlp_stream
 
 
@@ -226,7 +226,6 @@ class Bar0(wiring.Component):
                     resp.lower_address.eq(Mux(ok, Cat(first[:2], hdr.address[2:7]), 0)),
                     resp_words.eq(Mux(ok, length, 0)),
                 ]
-                latched = Signal(32)
                 for w in range(MAX_ACCESS_WORDS):
                     value, latch = read(word_offset + w)
                     m.d.sync += resp_data[32 * w:32 * (w + 1)].eq(value)

@@ -8,8 +8,6 @@ transfer's first starts aligned.
 
 from amaranth import *
 
-from .tlp import FmtType
-
 
 __all__ = ["split_request", "request_header"]
 

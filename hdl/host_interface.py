@@ -1,11 +1,11 @@
 """The chip as the host sees it: a TPU core behind a PCIe-style transaction layer."""
 
 from amaranth import *
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..host_registers import Control, HostError, Irq, Status
-from ..isa import Fault, INSTRUCTION_BYTES
+from ..isa import INSTRUCTION_BYTES
 from .bar0 import Bar0
 from .byte_gearbox import ByteGearbox
 from .core import TPUCore
@@ -90,6 +90,7 @@ class HostInterface(wiring.Component):
         ]
 
         # Received TLPs: completions answer the DMA reader, the rest is for BAR0.
+        # Cpl, CplD and their locked forms differ from Cpl only in bits 6 and 0.
         is_cpl = (rx.tlp.payload.header.fmt_type & 0xBE) == FmtType.CPL
         m.d.comb += [
             reader.completion.payload.eq(rx.tlp.payload),
@@ -119,14 +120,16 @@ class HostInterface(wiring.Component):
         m.d.comb += busy.eq(running | filler.busy)
         idle_ok = ~busy & (error_code == 0)
 
-        start = control[Control.START.bit_length() - 1] & idle_ok
-        wfill = control[Control.WFILL.bit_length() - 1] & idle_ok
-        m.d.comb += abort.eq(control[Control.ABORT.bit_length() - 1] |
-                             control[Control.SOFT_RESET.bit_length() - 1])
-        m.d.comb += bar0.soft_reset.eq(control[Control.SOFT_RESET.bit_length() - 1])
-        m.d.comb += bar0.refused.eq(
-            (control[Control.START.bit_length() - 1] | control[Control.WFILL.bit_length() - 1]) &
-            ~idle_ok & ~abort)
+        def bit(flag):
+            return control[flag.bit_length() - 1]
+
+        start = bit(Control.START) & idle_ok
+        wfill = bit(Control.WFILL) & idle_ok
+        m.d.comb += [
+            abort.eq(bit(Control.ABORT) | bit(Control.SOFT_RESET)),
+            bar0.soft_reset.eq(bit(Control.SOFT_RESET)),
+            bar0.refused.eq((bit(Control.START) | bit(Control.WFILL)) & ~idle_ok & ~abort),
+        ]
 
         prog_addr = Cat(rw.PROG_ADDR_LO, rw.PROG_ADDR_HI)
         prog_ok = inside_a_window(m, windows, prog_addr, rw.PROG_LEN * INSTRUCTION_BYTES)

@@ -1,7 +1,7 @@
 """Fetches a program from host memory by DMA into the core's instruction stream."""
 
 from amaranth import *
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import INSTRUCTION_BITS, INSTRUCTION_BYTES

@@ -18,7 +18,6 @@ Two stream formats, both documented in docs/host_interface.md:
 
 import enum
 
-from amaranth import *
 from amaranth.lib import data, stream
 
 

@@ -44,15 +44,14 @@ import random
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
-from cocotbext.pcie.core import RootComplex
+from cocotb.triggers import FallingEdge, ReadOnly
 
 from ..hdl.tlp import LinkBeat
 from ..host_registers import COUNTER_NAMES
 from ..isa import Halt, Rhm, Rw, Whm, encode_program
 from .cycle_model import estimate_cycles
 from .harness import config_from_env
-from .pcie_host import CLOCK_NS, PcieBridge, RtlLink
+from .pcie_host import CLOCK_NS, PcieBridge, RtlLink, attach_root_complex
 
 
 __all__ = ["LinkMonitor", "LatencyBridge", "open_bench_link", "PROGRAM_CASES", "read_program",
@@ -87,20 +86,8 @@ async def open_bench_link(dut, config, *, latency=0, memory_bytes=4 << 20):
     dut.rst.value = 1
     bridge = LatencyBridge(dut, config, random.Random(0), idle=0.0, backpressure=0.0,
                            reorder=False, max_delay=0, latency=latency)
-    rc = RootComplex()
-    rc.max_payload_size = (config.max_payload // 128).bit_length() - 1
-    rc.split_on_all_rcb = False
-    rc.read_completion_boundary = True
-    rc.make_port().connect(bridge)
-    for _ in range(4):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
-    bridge.start()
-    await rc.enumerate()
-    pci_device = rc.find_device(bridge.function.pcie_id)
-    await pci_device.enable_device()
-    await pci_device.set_master()
-    await pci_device.alloc_irq_vectors(1, 1)
+    rc, pci_device = await attach_root_complex(dut, config, bridge, split_on_all_rcb=False,
+                                               rcb_128=True)
     # The root complex logs every memory access at INFO: millions of lines.
     logging.getLogger("cocotb.pcie").setLevel(logging.WARNING)
     return RtlLink(dut, rc, pci_device, bridge, memory_bytes, "rtl")

@@ -2,7 +2,7 @@
 
 from amaranth import *
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from ..hdl.byte_gearbox import ByteGearbox
 from ..hdl.dma_read import DmaReader

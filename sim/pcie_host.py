@@ -37,7 +37,7 @@ from .tlp_link import Beat, beats_to_tlp, tlp_to_beats, tlp_to_words, words_to_b
 # every warning of our own code into an error.
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.")
 
-__all__ = ["PcieBridge", "RtlLink", "open_rtl_link", "CLOCK_NS", "ReadFault", "RawPacket",
+__all__ = ["PcieBridge", "RtlLink", "open_rtl_link", "attach_root_complex", "CLOCK_NS", "ReadFault", "RawPacket",
            "READ_FAULTS"]
 
 CLOCK_NS = 4          # a 250 MHz core clock, as a PCIe Gen3 x8 block's user clock
@@ -414,6 +414,27 @@ class RtlLink(Link):
         return max(1, round(seconds * 1e9 / CLOCK_NS)) * CLOCK_NS
 
 
+async def attach_root_complex(dut, config, bridge, *, split_on_all_rcb, rcb_128):
+    """Release the RTL's reset and enumerate it behind a new root complex
+    through `bridge`, with MSI enabled; ``(root complex, its view of the chip)``.
+    The root complex's payloads are as large as the chip allows."""
+    rc = RootComplex()
+    rc.max_payload_size = (config.max_payload // 128).bit_length() - 1
+    rc.split_on_all_rcb = split_on_all_rcb
+    rc.read_completion_boundary = rcb_128
+    rc.make_port().connect(bridge)
+    for _ in range(4):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    bridge.start()
+    await rc.enumerate()
+    pci_device = rc.find_device(bridge.function.pcie_id)
+    await pci_device.enable_device()
+    await pci_device.set_master()
+    await pci_device.alloc_irq_vectors(1, 1)
+    return rc, pci_device
+
+
 async def open_rtl_link(dut, config, *, seed, backend="rtl", memory_bytes=1 << 21, idle=None,
                         backpressure=None, max_delay=None):
     """Start the clock, reset the RTL, enumerate it under a root complex and
@@ -425,22 +446,10 @@ async def open_rtl_link(dut, config, *, seed, backend="rtl", memory_bytes=1 << 2
                         idle=rng.choice([0.0, 0.2, 0.5]) if idle is None else idle,
                         backpressure=rng.choice([0.0, 0.2, 0.5]) if backpressure is None else backpressure,
                         max_delay=rng.choice([0, 8, 40]) if max_delay is None else max_delay)
-    rc = RootComplex()
-    # Completions split at every read-completion boundary, sometimes, and
-    # payloads as large as the chip allows.
-    rc.max_payload_size = (config.max_payload // 128).bit_length() - 1
-    rc.split_on_all_rcb = rng.random() < 0.5
-    rc.read_completion_boundary = rng.random() < 0.5
-    rc.make_port().connect(bridge)
-    for _ in range(4):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
-    bridge.start()
-    await rc.enumerate()
-    pci_device = rc.find_device(bridge.function.pcie_id)
-    await pci_device.enable_device()
-    await pci_device.set_master()
-    await pci_device.alloc_irq_vectors(1, 1)
+    # Completions split at every read-completion boundary, sometimes.
+    rc, pci_device = await attach_root_complex(dut, config, bridge,
+                                               split_on_all_rcb=rng.random() < 0.5,
+                                               rcb_128=rng.random() < 0.5)
     link = RtlLink(dut, rc, pci_device, bridge, memory_bytes, backend)
     link.seed = seed        # checks draw their own random choices from it too
     dut._log.info(f"host: seed {seed}, idle {bridge.idle}, backpressure {bridge.backpressure}, "

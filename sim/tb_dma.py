@@ -213,7 +213,6 @@ class ReadHost:
 
     def completions(self, tag, lo, hi, fault):
         """Beat lists of the completions answering bytes lo..hi."""
-        link = self.cfg.link_dw
         out = []
         p = lo
         while p <= hi:

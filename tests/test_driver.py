@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tpu import TPUConfig
-from tpu.driver import (BACKENDS, ChipFault, Device, DeviceTimeout, GoldenLink, TpuError,
+from tpu.driver import (BACKENDS, ChipFault, DeviceTimeout, TpuError,
                         register_backend, run)
 from tpu.driver.checks import CHECKS, long_program
 from tpu.driver.errors import describe_error
