@@ -5,14 +5,11 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..host_registers import COUNTER_NAMES, UNMAPPED, config_words, registers
+from .window import DmaWindows
 from .tlp import CplStatus, FmtType, TlpHeader, has_data, tlp_stream
 
 
-__all__ = ["Bar0", "Window"]
-
-
-#: One DMA window: host bytes [base, base + size); size 0 closes it.
-Window = data.StructLayout({"base": 64, "size": 64})
+__all__ = ["Bar0"]
 
 #: Reads and writes longer than this many words are answered UR / dropped:
 #: a 64-bit access is the widest a driver needs.
@@ -47,7 +44,7 @@ class Bar0(wiring.Component):
     completer_id : In(16)
     rw : Out(StructLayout)
         The writable registers' values, by name (e.g. ``rw.PROG_LEN``).
-    windows : Out(ArrayLayout(Window, dma_windows))
+    windows : Out(DmaWindows)
     control : Out(4)
         One-cycle pulses of the CONTROL bits written.
     irq_status : Out(32)
@@ -73,7 +70,7 @@ class Bar0(wiring.Component):
             "completion":   Out(tlp_stream(config.link_dw)),
             "completer_id": In(16),
             "rw":           Out(data.StructLayout({r.name: 32 for r in self._rw})),
-            "windows":      Out(data.ArrayLayout(Window, config.dma_windows)),
+            "windows":      Out(DmaWindows(config)),
             "control":      Out(4),
             "irq_status":   Out(32),
             "irq_raise":    In(32),

@@ -8,7 +8,8 @@ from ..config import TPUConfig
 from ..isa import INSTRUCTION_BITS, Opcode
 from .accumulators import AccReadSignature
 from .activation_unit import ActivationUnit
-from .decoder import DmaWindows, field
+from .decoder import field
+from .window import DmaWindows
 from .host_dma import HostReadUnit, HostRequest, HostWriteUnit
 from .matrix_engine import MatrixEngine
 from .matrix_unit import MatrixUnit

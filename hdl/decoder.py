@@ -1,24 +1,16 @@
 """Instruction decoder: legality and range checks, generated from the ISA table."""
 
 from amaranth import *
-from amaranth.lib import data, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
 from ..isa import LAYOUTS, MAX_POOL_COUNT, Fault, Opcode, Pool, ldl_rows, ldq_rows, INSTRUCTION_BITS
 from .serial_divider import SerialDivider
+from .window import DmaWindows, inside_a_window
 
 
-__all__ = ["InstructionDecoder", "field", "DmaWindow", "DmaWindows"]
-
-
-#: A DMA window: host bytes ``[base, base + size)``; ``size`` 0: closed.
-DmaWindow = data.StructLayout({"base": 64, "size": 64})
-
-
-def DmaWindows(config):
-    """The `DmaWindow` of each of the chip's ``config.dma_windows`` windows."""
-    return data.ArrayLayout(DmaWindow, config.dma_windows)
+__all__ = ["InstructionDecoder", "field"]
 
 
 def _fields(opcode):
@@ -131,8 +123,7 @@ class InstructionDecoder(wiring.Component):
         # is registered with the geometry, which RHM and WHM do not need.
         dma = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
         dma_end = dma["host"] + dma["rows"] * cfg.rows
-        fits = [(w.size != 0) & (dma["host"] >= w.base) & (dma_end <= w.base + w.size)
-                for w in (self.windows[i] for i in range(cfg.dma_windows))]
+        inside = inside_a_window(m, self.windows, dma["host"], dma["rows"] * cfg.rows)
         outside_windows = Signal()
 
         in_h = Signal(24)
@@ -149,7 +140,7 @@ class InstructionDecoder(wiring.Component):
                     m.d.sync += [geometry_done.eq(0), win_bad.eq(0)]
                     m.next = "START"
             with m.State("START"):
-                m.d.sync += outside_windows.eq(~Cat(*fits).any())
+                m.d.sync += outside_windows.eq(~inside)
                 with m.If(windowed):
                     m.d.comb += [div.start.eq(1), div.dividend.eq(act["rows"]),
                                  div.divisor.eq(act["in_w"])]

@@ -6,7 +6,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
 from ..isa import INSTRUCTION_BITS, Fault, Opcode, ldl_rows, ldq_rows
-from .decoder import DmaWindows, InstructionDecoder, field
+from .decoder import InstructionDecoder, field
+from .window import DmaWindows
 
 
 __all__ = ["Sequencer", "Command", "UNITS", "ACC_SLOTS"]

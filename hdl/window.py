@@ -1,16 +1,26 @@
-"""Whether a host byte span lies inside one DMA window."""
+"""DMA windows: the host bytes the chip may touch, and the check against them."""
 
 from amaranth import *
+from amaranth.lib import data
 
 
-__all__ = ["inside_a_window"]
+__all__ = ["DmaWindow", "DmaWindows", "inside_a_window"]
+
+
+#: A DMA window: host bytes ``[base, base + size)``; ``size`` 0: closed.
+DmaWindow = data.StructLayout({"base": 64, "size": 64})
+
+
+def DmaWindows(config):
+    """The `DmaWindow` of each of the chip's ``config.dma_windows`` windows."""
+    return data.ArrayLayout(DmaWindow, config.dma_windows)
 
 
 def inside_a_window(m, windows, addr, nbytes):
     """A signal that is 1 when host bytes [addr, addr + nbytes) lie inside one
-    of `windows` (an array of ``{base, size}``, size 0 closed). An empty span
-    is always inside. Spans and windows are compared in 65 bits, so neither may
-    wrap past 2**64 unnoticed."""
+    of `windows` (a `DmaWindows` view). An empty span is always inside. Spans
+    and windows are compared in 65 bits, so neither may wrap past 2**64
+    unnoticed."""
     end = Signal(66)
     m.d.comb += end.eq(addr + nbytes)
     hits = []
