@@ -496,6 +496,11 @@ async def read_errors(dut):
             header = {"fmt_type": FmtType.CPLD if words else FmtType.CPL, "length": words, "tag": tag,
                       "byte_count": 4 * words, "lower_address": 0}
             host.inject.append(host.beats(header, [rng.getrandbits(32) for _ in range(words)]))
+            if tag < cfg.read_tags:
+                # A tag the reader could be using is unexpected only while it
+                # is not in flight: send it before the job asks for anything.
+                # With the tag in flight, the same completion is malformed.
+                await loop.run_until(lambda: host.quiet, timeout=1000, what="the injected completion")
         elif kind != "flush":
             host.fault = (kind, base + rng.randrange(requests))
         _read_job(cfg, memory, host, sink, source, addr, length, rng.randrange(4))
