@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tpu import TPUConfig
-from tpu.driver import (BACKENDS, ChipFault, DeviceTimeout, TpuError,
+from tpu.driver import (BACKENDS, ChipFault, DeviceTimeout, JobAborted, TpuError,
                         register_backend, run)
 from tpu.driver.checks import CHECKS, long_program
 from tpu.driver.errors import describe_error
@@ -46,7 +46,7 @@ def test_backends():
         run(lambda device: None, backend="nope")
     register_backend("echo", lambda main, config, **options: (main, config, options))
     try:
-        assert run("main", backend="echo", x=1) == ("main", TPUConfig(), {"x": 1})
+        assert run(_value, backend="echo", x=1) == (_value, TPUConfig(), {"x": 1})
     finally:
         del BACKENDS["echo"]
     assert golden(TPUConfig(), lambda device: _value(device.link.backend)) == "golden"
@@ -80,8 +80,8 @@ def test_program_without_halt():
     async def main(device):
         result = await device.run([Nop(), Nop()], timeout=1e-3)
         assert not result.halted and not result.by_interrupt
-        result = await device.run(b"", timeout=1e-3)
-        assert not result.halted
+        with pytest.raises(ValueError, match="run: the program is empty"):
+            await device.run(b"", timeout=1e-3)
         status = await device.status()
         assert status.idle and not status.halted
     golden(TPUConfig(), main)
@@ -110,7 +110,7 @@ def test_busy_doorbell_refused_by_driver():
         with pytest.raises(TpuError, match="busy"):
             await device.run([Halt()])
         await device.abort()
-        with pytest.raises(TpuError, match="already ended"):
+        with pytest.raises(JobAborted, match="stopped by abort"):
             await device.wait(job)
     golden(TPUConfig(), main)
 
