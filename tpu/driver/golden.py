@@ -75,7 +75,10 @@ Interrupts
 Time
     The link keeps a virtual clock in chip cycles (`clock_hz`); nothing waits
     on wall-clock time. A register read takes `read_cycles`, a write
-    `write_cycles`; `sleep` and `wait_interrupt` move the clock. A program's
+    `write_cycles`; `sleep` and `wait_interrupt` move the clock (at least one
+    cycle when asked for any time at all). Several asyncio tasks share the
+    clock: a wait moves it in steps of at most 1000 cycles, never past another
+    waiting task's deadline, and lets the other tasks run between steps. A program's
     effects on memory happen at START; its events (each INT at its issue
     cycle, the end at the estimated cycle count) come `start_cycles` later
     on the cycle estimate's schedule. A fill takes `start_cycles` plus one
@@ -123,6 +126,9 @@ _MODEL_TAKES_WINDOWS = "windows" in inspect.signature(ChipModel).parameters
 # A word that faults ILLEGAL_OPCODE: the cycle estimate stops at the first
 # fault, so it ends the estimate where the model's run ended.
 _STOP_WORD = bytes([0xFF]) + bytes(INSTRUCTION_BYTES - 1)
+# The most cycles the clock moves in one step of a wait before other tasks
+# get their turn.
+_QUANTUM = 1000
 
 
 def inside_a_window(windows, addr, nbytes):
@@ -226,6 +232,7 @@ class GoldenLink(Link):
         self.acc = np.zeros((cfg.acc_rows, cfg.cols), dtype=np.int32)
         self.weight_memory = np.zeros((cfg.weight_mem_tiles, cfg.rows, cfg.cols), dtype=np.int8)
         self._cycle = 0
+        self._waiters = {}              # a task in sleep/wait_interrupt -> its deadline cycle
         self._events = []
         self._order = itertools.count()
         self._msis = 0
@@ -280,17 +287,33 @@ class GoldenLink(Link):
     # Link: interrupts and time -----------------------------------------------
 
     async def wait_interrupt(self, timeout):
-        deadline = self._cycle + self._cycles(timeout)
-        while not self._msis and self._events and self._events[0][0] <= deadline:
-            self._advance(self._events[0][0])
-        if not self._msis:
-            self._advance(deadline)
-        await asyncio.sleep(0)
+        await self._pass_time(self._cycle + self._cycles(timeout), interrupt=True)
         got, self._msis = self._msis > 0, 0
         return got
 
     async def sleep(self, seconds):
-        self._advance(self._cycle + self._cycles(seconds))
+        await self._pass_time(self._cycle + self._cycles(seconds))
+
+    async def _pass_time(self, deadline, interrupt=False):
+        """Let the clock run to cycle `deadline` (with `interrupt`, only to the
+        first MSI before it).
+
+        Tasks share the clock, so it moves in steps of at most `_QUANTUM`
+        cycles, never past another waiting task's deadline, and every task
+        gets its turn between steps: one task waiting long does not carry the
+        others' time past what they wanted to do meanwhile."""
+        token = object()
+        self._waiters[token] = deadline
+        try:
+            while not (interrupt and self._msis) and self._cycle < deadline:
+                target = min(min(self._waiters.values()), self._cycle + _QUANTUM)
+                while self._events and self._events[0][0] <= target and not (interrupt and self._msis):
+                    self._advance(self._events[0][0])
+                if not (interrupt and self._msis):
+                    self._advance(target)
+                await asyncio.sleep(0)
+        finally:
+            del self._waiters[token]
         await asyncio.sleep(0)
 
     def time(self):
