@@ -115,20 +115,38 @@ _SPECS = {cls: _operands(cls) for cls in INSTRUCTIONS.values()}
 
 _NUMBER = re.compile(r"([+-]?)(0x[0-9a-f]+(?:_?[0-9a-f]+)*|0b[01]+(?:_?[01]+)*|[0-9]+(?:_?[0-9]+)*)",
                      re.IGNORECASE)
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# Control characters, and the Unicode line breaks other than \n: only \n (or
+# \r\n) ends a line, so line numbers are those of every editor and grep.
+_CONTROL = re.compile("[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f\\u2028\\u2029]")
+# The most digits a number may have: no field is wider than a .raw word's
+# 128 bits (a longer literal is a mistake, and Python refuses to convert
+# decimal strings of thousands of digits).
+_MAX_BITS = 8 * INSTRUCTION_BYTES
 _OPERAND = re.compile(r"([A-Za-z_]\w*)\s*(?:=\s*(.*)|\((.*)\))?", re.DOTALL)
+
+
+def _shown(text, limit=40):
+    """`text` for a message, cut short."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _number(text, what):
     match = _NUMBER.fullmatch(text)
     if not match:
-        raise _LineError(f"bad number '{text}' for {what}" if text else f"missing value for {what}")
+        raise _LineError(f"bad number '{_shown(text)}' for {what}" if text else
+                         f"missing value for {what}")
     sign, digits = match.groups()
     digits = digits.replace("_", "").lower()
-    if digits.startswith(("0x", "0b")):
-        value = int(digits[2:], 16 if digits[1] == "x" else 2)
-    else:
-        value = int(digits, 10)
+    base = {"0x": 16, "0b": 2}.get(digits[:2], 10)
+    if base != 10:
+        digits = digits[2:]
+    significant = digits.lstrip("0")
+    # Twice the digits a 128-bit number can need: a number just too large
+    # for its field gets the field's own message, an absurd one this.
+    if len(significant) > {16: 64, 2: 2 * _MAX_BITS, 10: 78}[base]:
+        raise _LineError(f"number '{_shown(text)}' for {what} is too large: no field is wider "
+                         f"than {_MAX_BITS} bits")
+    value = int(significant or "0", base)
     return -value if sign == "-" else value
 
 
@@ -266,16 +284,24 @@ def parse(text, filename="<input>", config=None):
     AsmError
         Naming `filename`, the line and the reason.
     """
+    if not isinstance(text, str):
+        raise TypeError(f"assembly must be text (str), not {type(text).__name__}")
     program = []
-    for number, line in enumerate(text.splitlines(), 1):
-        code = _strip_comment(line).strip()
-        if not code:
+    for number, line in enumerate(text.split("\n"), 1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        code = _strip_comment(line)
+        # Looked for before strip(), which takes Unicode line breaks for spaces.
+        control = _CONTROL.search(code)
+        code = code.strip()
+        if not code and not control:
             continue
         try:
-            control = _CONTROL.search(code)
             if control:
-                raise _LineError(f"control character 0x{ord(control.group()):02x} in the text "
-                                 f"(is this a binary file?)")
+                char = ord(control.group())
+                if char > 0xFF:
+                    raise _LineError(f"line separator U+{char:04X} in the text (only \\n ends a line)")
+                raise _LineError(f"control character 0x{char:02x} in the text (is this a binary file?)")
             instruction = _parse_line(code)
             if config is not None and not isinstance(instruction, Raw):
                 fault, message = diagnose(instruction, config)
@@ -332,6 +358,8 @@ def disassemble(data, strict=False):
     ValueError
         The length of `data` is not a multiple of 16.
     """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"disassemble needs bytes, not {type(data).__name__}")
     data = bytes(data)
     if len(data) % INSTRUCTION_BYTES:
         raise ValueError(f"a program is a whole number of {INSTRUCTION_BYTES}-byte instructions; "
