@@ -186,11 +186,12 @@ def _keyed(items, where):
     for item in items:
         match = _OPERAND.fullmatch(item)
         if not match:
-            raise _LineError(f"cannot parse operand '{item}' of {where}: expected key=value or a flag")
+            raise _LineError(f"cannot parse operand '{_shown(item)}' of {where}: "
+                             f"expected key=value or a flag")
         key, value, group = match.groups()
         key = key.lower()
         if key in seen:
-            raise _LineError(f"duplicate field '{key}' in {where}")
+            raise _LineError(f"duplicate field '{_shown(key)}' in {where}")
         seen.add(key)
         out.append((key, None if value is None else value.strip(), group))
     return out
@@ -201,7 +202,7 @@ def _parse_conv(group, mnemonic):
     values = {}
     for key, value, inner in _keyed(_split(group), where):
         if key not in _CONV_KEYS:
-            raise _LineError(f"unknown field '{key}' in {where} (fields: {', '.join(_CONV_KEYS)})")
+            raise _LineError(f"unknown field '{_shown(key)}' in {where} (fields: {', '.join(_CONV_KEYS)})")
         if value is None:
             raise _LineError(f"field '{key}' in {where} needs a value: {key}=N")
         values[key] = _number(value, f"conv {key}")
@@ -233,16 +234,16 @@ def _parse_line(code):
         except ValueError as error:
             raise _LineError(str(error)) from None
     if mnemonic.startswith("."):
-        raise _LineError(f"unknown directive '{head}'")
+        raise _LineError(f"unknown directive '{_shown(head)}'")
     cls = _MNEMONICS.get(mnemonic)
     if cls is None:
-        raise _LineError(f"unknown mnemonic '{head}'")
+        raise _LineError(f"unknown mnemonic '{_shown(head)}'")
     spec = _SPECS[cls]
     kwargs = {}
     for key, value, group in _keyed(_split(rest), mnemonic):
         if key not in spec:
             known = f"fields: {_describe_operands(spec)}" if spec else "it has no operands"
-            raise _LineError(f"unknown field '{key}' for {mnemonic} ({known})")
+            raise _LineError(f"unknown field '{_shown(key)}' for {mnemonic} ({known})")
         kind, _, field = spec[key]
         if kind == "flag":
             if value is not None or group is not None:
@@ -260,7 +261,7 @@ def _parse_line(code):
                 kwargs[key] = field.enum[value.upper()]
             except KeyError:
                 choices = ", ".join(m.keyword for m in field.enum)
-                raise _LineError(f"unknown {key} '{value}' (one of {choices})") from None
+                raise _LineError(f"unknown {key} '{_shown(value)}' (one of {choices})") from None
         else:
             kwargs[key] = _number(value, key)
     missing = [name for name, (_, required, _) in spec.items() if required and name not in kwargs]
