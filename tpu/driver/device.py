@@ -551,9 +551,9 @@ class Device:
         Returns a `Job` for `wait`. `program` (assembly lines) only improves
         fault messages."""
         addr = integer(addr, "submit: addr", 0, _U64)
-        count = integer(count, "submit: count", 0, _U32)
-        if count == 0:
-            raise ValueError("submit: count must be >= 1, not 0: an empty program runs nothing")
+        if integer(count, "submit: count", None) == 0:
+            raise ValueError("submit: count must be >= 1, not 0: the program is empty")
+        count = integer(count, "submit: count", 1, _U32)
         if program is not None and not (isinstance(program, list) and
                                         all(isinstance(line, str) for line in program)):
             raise TypeError(f"submit: program must be a list of assembly lines, not {show(program)}")
