@@ -9,6 +9,7 @@ and wants a freshly opened device (registers at their power-on values).
 """
 
 import asyncio
+import copy
 import dataclasses
 import math
 import os
@@ -895,7 +896,9 @@ async def check_buffers(device):
     for call, what in ((lambda: device.free(forged), "free"), (lambda: device.read(forged), "read"),
                        (lambda: device.write(forged, b"x"), "write"),
                        (lambda: device.free(device.arena), "free"),
-                       (lambda: device.free(HostBuffer(a.addr, a.size)), "free")):
+                       (lambda: device.free(HostBuffer(a.addr, a.size)), "free"),
+                       (lambda: device.read(dataclasses.replace(b)), "read"),
+                       (lambda: device.write(copy.copy(b), b"x"), "write")):
         try:
             call()
         except ValueError as error:

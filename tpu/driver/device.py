@@ -68,8 +68,8 @@ class HostBuffer:
     refused even when its bytes are those of a live buffer."""
     addr: int
     size: int
-    _owner: object = field(default=None, compare=False, repr=False)
-    _freed: bool = field(default=False, compare=False, repr=False)
+    _owner: object = field(default=None, init=False, compare=False, repr=False)
+    _freed: bool = field(default=False, init=False, compare=False, repr=False)
 
     @property
     def end(self):
@@ -77,6 +77,11 @@ class HostBuffer:
 
     def __repr__(self):
         return f"HostBuffer(addr=0x{self.addr:x}, size={self.size})"
+
+    def __reduce__(self):
+        # A copy (a pickled result of a simulation backend) is not the buffer
+        # alloc() returned: it carries the range, not the ownership.
+        return HostBuffer, (self.addr, self.size)
 
 
 @dataclass(frozen=True)
@@ -432,7 +437,8 @@ class Device:
         if align & (align - 1):
             raise ValueError(f"alloc: align must be a power of two, not {align}")
         self._check_open("alloc")
-        buffer = HostBuffer(self._arena.alloc(nbytes, align), nbytes, self)
+        buffer = HostBuffer(self._arena.alloc(nbytes, align), nbytes)
+        object.__setattr__(buffer, "_owner", self)
         self._live[buffer.addr] = buffer
         return buffer
 
