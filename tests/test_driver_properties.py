@@ -13,11 +13,12 @@ import json
 import os
 import random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from tpu import TPUConfig
-from tpu.driver import JobAborted, TpuError, run
+from tpu.driver import ChipFault, JobAborted, TpuError, run
 from tpu.driver.checks import long_program, together
 from tpu.isa import Halt, Rhm, Whm
 
@@ -39,6 +40,7 @@ operations = st.one_of(
     st.tuples(st.just("stop"), st.sampled_from(["abort", "reset"]), st.floats(0.05, 0.8)),
     st.tuples(st.just("busy"), st.sampled_from(["start", "submit", "fill", "run", "load_weights"])),
     st.tuples(st.just("bad"), st.integers(0, 1 << 16)),
+    st.tuples(st.just("weights"), st.integers(0, 1 << 16), st.integers(0, 3), st.integers(0, 255)),
 ).map(list)
 sequences = st.lists(operations, min_size=1, max_size=12)
 
@@ -173,6 +175,19 @@ async def apply(model, step):
         assert await device.read_register("BAD_REQUESTS") == bad
         await device.abort()
         await _expect(device.wait(job), JobAborted, "stopped by abort()", step)
+    elif kind == "weights":
+        # The first tile near either end of weight memory, sometimes past it.
+        _, pick, n, seed = step
+        tiles_total = cfg.weight_mem_tiles
+        first = [0, 1, tiles_total - 3, tiles_total - 1, tiles_total, tiles_total + 1][pick % 6]
+        tiles = np.frombuffer(random.Random(seed).randbytes(n * cfg.tile_bytes), np.int8).reshape(
+            n, cfg.rows, cfg.cols)
+        if first >= tiles_total or first + n > tiles_total:
+            await _expect(device.load_weights(tiles, first, timeout=1e-3), ChipFault,
+                          "WFILL_RANGE", step)
+        else:
+            result = await device.load_weights(tiles, first, timeout=1e-3)
+            assert not result.halted and result.counters is None, f"{step}: {result}"
     elif kind == "bad":
         index = step[1]
         buffer = model.live_with(index, 1)
@@ -215,6 +230,7 @@ def _golden(steps):
 @example([["alloc", 64], ["alloc", 64], ["copy", [[0, 1, 8], [1, 0, 8]]]])
 @example([["alloc", 16], ["free", 0], ["free", 0], ["write", 0, 0, 1, 0]])
 @example([["stop", "abort", 0.5], ["stop", "reset", 0.05], ["busy", "run"]])
+@example([["weights", 4, 0, 0], ["weights", 2, 3, 1], ["weights", 3, 2, 2]])
 def test_random_call_sequences_on_golden(steps):
     assert _golden(steps) == len(steps)
 
@@ -232,7 +248,7 @@ async def play_from_environment(device):
 RTL_STEPS = [["alloc", 64], ["alloc", 32], ["write", 0, 0, 64, 1], ["copy", [[0, 1, 8], [0, 1, 2]]],
              ["stop", "abort", 0.3], ["free", 1], ["write", 1, 0, 1, 0], ["busy", "fill"],
              ["alloc", 48], ["copy", [[0, 2, 4], [2, 0, 1], [0, 0, 3]]], ["stop", "reset", 0.5],
-             ["bad", 3], ["read", 2]]
+             ["bad", 3], ["weights", 2, 3, 5], ["weights", 3, 2, 6], ["read", 2]]
 
 
 @pytest.mark.rtl
