@@ -146,6 +146,7 @@ def test_only_newline_ends_a_line():
             parse(f"nop\nnop{separator}halt\nhalt\n", "f.s")
         assert info.value.line == 2 and name in info.value.reason, info.value
     assert parse("nop\r\nhalt\r\n") == parse("nop\nhalt\n")
+    assert parse("\ufeffnop\nhalt") == parse("nop\nhalt")
 
 
 def test_absurd_literals():

@@ -288,6 +288,8 @@ def parse(text, filename="<input>", config=None):
     if not isinstance(text, str):
         raise TypeError(f"assembly must be text (str), not {type(text).__name__}")
     program = []
+    # A byte-order mark some editors put first is not part of the first line.
+    text = text[1:] if text.startswith("\ufeff") else text
     for number, line in enumerate(text.split("\n"), 1):
         if line.endswith("\r"):
             line = line[:-1]
