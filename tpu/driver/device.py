@@ -542,8 +542,12 @@ class Device:
                 await self.write_register(name, value)
             if job.aborted_by is None:
                 await self.write_register("CONTROL", control)
-        except BaseException:
+        except BaseException as error:
             self._end(job)
+            if not isinstance(error, TpuError):
+                # Cancelled around the doorbell: the chip may have taken it,
+                # and nobody will wait for the job.
+                await self.write_register("CONTROL", Control.ABORT)
             raise
         if job.aborted_by is not None:
             # Stopped before (or while) its doorbell rang: make sure nothing runs.
