@@ -156,8 +156,13 @@ async def apply(model, step):
             await device.link.sleep(seconds * fraction)
             await (device.abort() if how == "abort" else device.reset())
 
-        (status, value), (stop_status, stop_value) = await together(
-            device.run(program, timeout=1.0), stop())
+        # The waiting run notices the stop at its next look at STATUS.
+        recheck, device.irq_recheck = device.irq_recheck, seconds / 20
+        try:
+            (status, value), (stop_status, stop_value) = await together(
+                device.run(program, timeout=1.0), stop())
+        finally:
+            device.irq_recheck = recheck
         assert stop_status == "ok", f"{step}: {how}() failed: {stop_value!r}"
         if status == "ok":
             assert value.halted, f"{step}: {value}"       # it ended before the stop
