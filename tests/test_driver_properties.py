@@ -77,7 +77,7 @@ class Model:
         assert bad == 0, f"after {step}: the chip refused {bad} requests"
 
 
-def _copy_program(src, dst, rows, config):
+def _copy_program(src, dst, rows):
     return [Rhm(ub=0, rows=rows, host=src.addr), Whm(ub=0, rows=rows, host=dst.addr), Halt()]
 
 
@@ -138,7 +138,7 @@ async def apply(model, step):
             dst = model.live_with(dst_index, rows * cfg.rows)
             if src is not None and dst is not None:
                 jobs.append((src, dst, rows))
-        outcomes = await together(*(device.run(_copy_program(s, d, r, cfg), timeout=1e-3)
+        outcomes = await together(*(device.run(_copy_program(s, d, r), timeout=1e-3)
                                     for s, d, r in jobs))
         for (src, dst, rows), (status, value) in zip(jobs, outcomes):
             assert status == "ok" and value.halted, f"{step}: a run gave {status} {value!r}"

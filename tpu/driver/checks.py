@@ -11,7 +11,6 @@ and wants a freshly opened device (registers at their power-on values).
 import asyncio
 import copy
 import dataclasses
-import math
 import os
 import random
 
