@@ -44,6 +44,10 @@ def simulation_backend(simulator):
         if options:
             raise TypeError(f"the {simulator} backend takes no options {', '.join(sorted(options))} "
                             f"(only seed)")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"the {simulator} backend's seed must be an int, not {seed!r}")
+        if seed < 0:
+            raise ValueError(f"the {simulator} backend's seed must be >= 0, not {seed}")
         reason = missing_simulator(simulator)
         if reason:
             raise SimulatorMissing(reason)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tpu import TPUConfig
-from tpu.driver import (BACKENDS, ChipFault, DeviceTimeout, TpuError,
-                        register_backend, run)
+from tpu.driver import (BACKENDS, ChipFault, Device, DeviceTimeout, GoldenLink, JobAborted,
+                        TpuError, register_backend, run)
 from tpu.driver.checks import CHECKS, long_program
 from tpu.driver.errors import describe_error
 from tpu.host_registers import (COUNTER_NAMES, Control, HostError, Irq, Status, register_map,
@@ -46,7 +46,7 @@ def test_backends():
         run(lambda device: None, backend="nope")
     register_backend("echo", lambda main, config, **options: (main, config, options))
     try:
-        assert run("main", backend="echo", x=1) == ("main", TPUConfig(), {"x": 1})
+        assert run(_value, backend="echo", x=1) == (_value, TPUConfig(), {"x": 1})
     finally:
         del BACKENDS["echo"]
     assert golden(TPUConfig(), lambda device: _value(device.link.backend)) == "golden"
@@ -80,8 +80,8 @@ def test_program_without_halt():
     async def main(device):
         result = await device.run([Nop(), Nop()], timeout=1e-3)
         assert not result.halted and not result.by_interrupt
-        result = await device.run(b"", timeout=1e-3)
-        assert not result.halted
+        with pytest.raises(ValueError, match="run: the program is empty"):
+            await device.run(b"", timeout=1e-3)
         status = await device.status()
         assert status.idle and not status.halted
     golden(TPUConfig(), main)
@@ -110,7 +110,7 @@ def test_busy_doorbell_refused_by_driver():
         with pytest.raises(TpuError, match="busy"):
             await device.run([Halt()])
         await device.abort()
-        with pytest.raises(TpuError, match="already ended"):
+        with pytest.raises(JobAborted, match="stopped by abort"):
             await device.wait(job)
     golden(TPUConfig(), main)
 
@@ -258,3 +258,117 @@ def test_golden_timeout_is_link_time():
         with pytest.raises(DeviceTimeout, match="was not done after 1e-05 s of golden link time"):
             await device.run(long_program(device.config, 100000), timeout=1e-5)
     golden(TPUConfig(), main)
+
+
+# ---------------------------------------------------------------------------------------
+# The contract under misuse (the checks cover what every backend shares)
+
+
+def test_gathered_runs_each_run_their_program():
+    """Two runs at once used to lose one program and report both halted."""
+    async def main(device):
+        bufs = [device.alloc(8) for _ in range(4)]
+        for i, buf in enumerate(bufs[:2]):
+            device.write(buf, bytes([i + 1]) * 8)
+        programs = [[Rhm(ub=0, rows=1, host=src.addr), Whm(ub=0, rows=1, host=dst.addr), Halt()]
+                    for src, dst in ((bufs[0], bufs[2]), (bufs[1], bufs[3]))]
+        results = await asyncio.gather(*(device.run(p, timeout=1e-3) for p in programs))
+        assert all(r.halted for r in results)
+        assert device.read(bufs[2]) == b"\x01" * 8 and device.read(bufs[3]) == b"\x02" * 8
+        assert await device.read_register("BAD_REQUESTS") == 0
+    golden(TPUConfig(), main)
+
+
+def test_cancelled_wait_aborts_the_chip():
+    async def main(device):
+        task = asyncio.ensure_future(device.run(long_program(device.config, 100000), timeout=1.0))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert (await device.status()).busy
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (await device.status()).idle
+        assert (await device.run([Halt()], timeout=1e-3)).halted
+    golden(TPUConfig(), main)
+
+
+def test_two_waits_for_one_job_and_closed_device():
+    async def main(device):
+        job = await device.start(long_program(device.config, 2000))
+        outcomes = await asyncio.gather(device.wait(job), device.wait(job), return_exceptions=True)
+        assert outcomes[0].halted and isinstance(outcomes[1], TpuError)
+        assert "another task is already waiting" in str(outcomes[1])
+        with pytest.raises(TpuError, match="already ended"):
+            await device.wait(job)
+        with pytest.raises(ValueError, match="not started by this device"):
+            other = await Device.open(device.link, device.config)
+            await other.wait(await device.start([Halt()]))
+        await device.close()
+        with pytest.raises(TpuError, match="run: the device is closed"):
+            await device.run([Halt()])
+    golden(TPUConfig(), main)
+
+
+@pytest.mark.parametrize("options", [{"interrupts": False, "poll_interval": 1e-12},
+                                     {"interrupts": True, "irq_recheck": 1e-12}])
+def test_no_hang_with_free_register_accesses(options):
+    """With register accesses taking no time and the shortest intervals, a
+    wait still moves the clock: `nop; halt` returns."""
+    async def main(device):
+        result = await device.run("nop\nhalt", timeout=1e-3)
+        assert result.halted and device.link.time() > 0
+    golden(TPUConfig(), main, read_cycles=0, write_cycles=0, open=options)
+
+
+@pytest.mark.parametrize("options, error, words", [
+    ({"clock_hz": 0}, ValueError, "GoldenLink: clock_hz must be a finite number of Hz > 0, not 0"),
+    ({"clock_hz": float("nan")}, ValueError, "GoldenLink: clock_hz"),
+    ({"clock_hz": "1e8"}, TypeError, "GoldenLink: clock_hz must be a real number of Hz, not '1e8'"),
+    ({"read_cycles": 1.5}, TypeError, "GoldenLink: read_cycles must be an int, not 1.5 (float)"),
+    ({"write_cycles": -1}, ValueError, "GoldenLink: write_cycles must be in 0..4294967296, not -1"),
+    ({"ram_bytes": True}, TypeError, "GoldenLink: ram_bytes must be an int, not True (bool)"),
+    ({"ram_base": 1 << 64}, ValueError, "GoldenLink: ram_base"),
+    ({"start_cycles": None}, TypeError, "GoldenLink: start_cycles must be an int, not None"),
+    ({"open": "arena"}, TypeError, "open option must be a dict"),
+    ({"open": {"poll_interval": 0}}, ValueError, "Device.open: poll_interval must be a finite"),
+    ({"open": {"irq_recheck": float("inf")}}, ValueError, "Device.open: irq_recheck"),
+])
+def test_backend_options_are_checked(options, error, words):
+    async def main(device):
+        raise AssertionError("opened with a bad option")
+    with pytest.raises(error) as info:
+        run(main, backend="golden", **options)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_run_arguments_are_checked():
+    with pytest.raises(TypeError, match="run: main must be an async function"):
+        run(None)
+    with pytest.raises(TypeError, match="run: config must be a TPUConfig"):
+        run(_value, config={"rows": 8})
+    with pytest.raises(TypeError, match="run: backend must be a backend name"):
+        run(_value, backend=3)
+
+
+def test_golden_link_arguments():
+    link = GoldenLink(TPUConfig())
+    for call, error, words in ((lambda: link.alloc(True), TypeError, "nbytes must be an int"),
+                               (lambda: link.alloc(16, 3), ValueError, "power of two"),
+                               (lambda: link.write_memory(link.ram_base, 3), TypeError, "bytes-like"),
+                               (lambda: link.write_memory(link.ram_base, "ab"), TypeError, "bytes-like"),
+                               (lambda: link.read_memory(link.ram_base, True), TypeError, "int")):
+        with pytest.raises(error, match=words):
+            call()
+
+    async def main():
+        for seconds, error in ((float("nan"), ValueError), ("1", TypeError), (None, TypeError),
+                               (True, TypeError), (-1, ValueError)):
+            with pytest.raises(error):
+                await link.sleep(seconds)
+            with pytest.raises(error):
+                await link.wait_interrupt(seconds)
+        before = link.cycle
+        await link.sleep(1e-300)
+        assert link.cycle == before + 1          # any wait at all lets time pass
+    asyncio.run(main())

@@ -29,3 +29,13 @@ def test_simulation_backends_need_module_level_functions():
     assert main_target(check_mlp) == "tpu.driver.checks:check_mlp"
     assert main_target(test_mlp_same_on_golden_and_rtl).endswith(
         "test_driver_backends_rtl.py:test_mlp_same_on_golden_and_rtl")
+
+
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+def test_simulation_backend_options_are_checked(simulator):
+    """Refused before any simulator is looked for or started."""
+    for seed, error in (("1", TypeError), (1.0, TypeError), (True, TypeError), (-1, ValueError)):
+        with pytest.raises(error, match=f"the {simulator} backend's seed must be"):
+            run(check_mlp, backend=simulator, config=NARROW, seed=seed)
+    with pytest.raises(TypeError, match="takes no options clock_hz"):
+        run(check_mlp, backend=simulator, config=NARROW, clock_hz=1)

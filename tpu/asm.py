@@ -115,20 +115,38 @@ _SPECS = {cls: _operands(cls) for cls in INSTRUCTIONS.values()}
 
 _NUMBER = re.compile(r"([+-]?)(0x[0-9a-f]+(?:_?[0-9a-f]+)*|0b[01]+(?:_?[01]+)*|[0-9]+(?:_?[0-9]+)*)",
                      re.IGNORECASE)
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# Control characters, and the Unicode line breaks other than \n: only \n (or
+# \r\n) ends a line, so line numbers are those of every editor and grep.
+_CONTROL = re.compile("[\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f\\u2028\\u2029]")
+# The most digits a number may have: no field is wider than a .raw word's
+# 128 bits (a longer literal is a mistake, and Python refuses to convert
+# decimal strings of thousands of digits).
+_MAX_BITS = 8 * INSTRUCTION_BYTES
 _OPERAND = re.compile(r"([A-Za-z_]\w*)\s*(?:=\s*(.*)|\((.*)\))?", re.DOTALL)
+
+
+def _shown(text, limit=40):
+    """`text` for a message, cut short."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _number(text, what):
     match = _NUMBER.fullmatch(text)
     if not match:
-        raise _LineError(f"bad number '{text}' for {what}" if text else f"missing value for {what}")
+        raise _LineError(f"bad number '{_shown(text)}' for {what}" if text else
+                         f"missing value for {what}")
     sign, digits = match.groups()
     digits = digits.replace("_", "").lower()
-    if digits.startswith(("0x", "0b")):
-        value = int(digits[2:], 16 if digits[1] == "x" else 2)
-    else:
-        value = int(digits, 10)
+    base = {"0x": 16, "0b": 2}.get(digits[:2], 10)
+    if base != 10:
+        digits = digits[2:]
+    significant = digits.lstrip("0")
+    # Twice the digits a 128-bit number can need: a number just too large
+    # for its field gets the field's own message, an absurd one this.
+    if len(significant) > {16: 64, 2: 2 * _MAX_BITS, 10: 78}[base]:
+        raise _LineError(f"number '{_shown(text)}' for {what} is too large: no field is wider "
+                         f"than {_MAX_BITS} bits")
+    value = int(significant or "0", base)
     return -value if sign == "-" else value
 
 
@@ -168,11 +186,12 @@ def _keyed(items, where):
     for item in items:
         match = _OPERAND.fullmatch(item)
         if not match:
-            raise _LineError(f"cannot parse operand '{item}' of {where}: expected key=value or a flag")
+            raise _LineError(f"cannot parse operand '{_shown(item)}' of {where}: "
+                             f"expected key=value or a flag")
         key, value, group = match.groups()
         key = key.lower()
         if key in seen:
-            raise _LineError(f"duplicate field '{key}' in {where}")
+            raise _LineError(f"duplicate field '{_shown(key)}' in {where}")
         seen.add(key)
         out.append((key, None if value is None else value.strip(), group))
     return out
@@ -183,7 +202,7 @@ def _parse_conv(group, mnemonic):
     values = {}
     for key, value, inner in _keyed(_split(group), where):
         if key not in _CONV_KEYS:
-            raise _LineError(f"unknown field '{key}' in {where} (fields: {', '.join(_CONV_KEYS)})")
+            raise _LineError(f"unknown field '{_shown(key)}' in {where} (fields: {', '.join(_CONV_KEYS)})")
         if value is None:
             raise _LineError(f"field '{key}' in {where} needs a value: {key}=N")
         values[key] = _number(value, f"conv {key}")
@@ -215,16 +234,16 @@ def _parse_line(code):
         except ValueError as error:
             raise _LineError(str(error)) from None
     if mnemonic.startswith("."):
-        raise _LineError(f"unknown directive '{head}'")
+        raise _LineError(f"unknown directive '{_shown(head)}'")
     cls = _MNEMONICS.get(mnemonic)
     if cls is None:
-        raise _LineError(f"unknown mnemonic '{head}'")
+        raise _LineError(f"unknown mnemonic '{_shown(head)}'")
     spec = _SPECS[cls]
     kwargs = {}
     for key, value, group in _keyed(_split(rest), mnemonic):
         if key not in spec:
             known = f"fields: {_describe_operands(spec)}" if spec else "it has no operands"
-            raise _LineError(f"unknown field '{key}' for {mnemonic} ({known})")
+            raise _LineError(f"unknown field '{_shown(key)}' for {mnemonic} ({known})")
         kind, _, field = spec[key]
         if kind == "flag":
             if value is not None or group is not None:
@@ -242,7 +261,7 @@ def _parse_line(code):
                 kwargs[key] = field.enum[value.upper()]
             except KeyError:
                 choices = ", ".join(m.keyword for m in field.enum)
-                raise _LineError(f"unknown {key} '{value}' (one of {choices})") from None
+                raise _LineError(f"unknown {key} '{_shown(value)}' (one of {choices})") from None
         else:
             kwargs[key] = _number(value, key)
     missing = [name for name, (_, required, _) in spec.items() if required and name not in kwargs]
@@ -266,16 +285,26 @@ def parse(text, filename="<input>", config=None):
     AsmError
         Naming `filename`, the line and the reason.
     """
+    if not isinstance(text, str):
+        raise TypeError(f"assembly must be text (str), not {type(text).__name__}")
     program = []
-    for number, line in enumerate(text.splitlines(), 1):
-        code = _strip_comment(line).strip()
-        if not code:
+    # A byte-order mark some editors put first is not part of the first line.
+    text = text[1:] if text.startswith("\ufeff") else text
+    for number, line in enumerate(text.split("\n"), 1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        code = _strip_comment(line)
+        # Looked for before strip(), which takes Unicode line breaks for spaces.
+        control = _CONTROL.search(code)
+        code = code.strip()
+        if not code and not control:
             continue
         try:
-            control = _CONTROL.search(code)
             if control:
-                raise _LineError(f"control character 0x{ord(control.group()):02x} in the text "
-                                 f"(is this a binary file?)")
+                char = ord(control.group())
+                if char > 0xFF:
+                    raise _LineError(f"line separator U+{char:04X} in the text (only \\n ends a line)")
+                raise _LineError(f"control character 0x{char:02x} in the text (is this a binary file?)")
             instruction = _parse_line(code)
             if config is not None and not isinstance(instruction, Raw):
                 fault, message = diagnose(instruction, config)
@@ -332,6 +361,8 @@ def disassemble(data, strict=False):
     ValueError
         The length of `data` is not a multiple of 16.
     """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"disassemble needs bytes, not {type(data).__name__}")
     data = bytes(data)
     if len(data) % INSTRUCTION_BYTES:
         raise ValueError(f"a program is a whole number of {INSTRUCTION_BYTES}-byte instructions; "

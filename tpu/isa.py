@@ -845,18 +845,28 @@ def _reserved_message(opcode, fields, values, bad):
     raise AssertionError("unreachable")
 
 
+def _as_bytes(data, what):
+    """`data` as bytes, if it is bytes-like (``bytes(16)`` would make zeros of an int)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"{what} needs bytes (bytes, bytearray or memoryview), not "
+                    f"{type(data).__name__} {data!r:.60}")
+
+
 def decode(data):
-    """The instruction in the 16 bytes `data`.
+    """The instruction in the 16 bytes `data` (bytes, bytearray or memoryview).
 
     Raises
     ------
+    TypeError
+        `data` is not bytes-like.
     ValueError
         `data` is not 16 bytes long.
     IllegalInstruction
         The opcode is unknown (ILLEGAL_OPCODE), or a reserved bit is set or a
         field has an illegal value (ILLEGAL_FIELD); the message names the field.
     """
-    data = bytes(data)
+    data = _as_bytes(data, "decode")
     if len(data) != INSTRUCTION_BYTES:
         raise ValueError(f"an instruction is {INSTRUCTION_BYTES} bytes, not {len(data)}")
     word = int.from_bytes(data, "little")
@@ -903,7 +913,7 @@ def decode_program(data):
     IllegalInstruction
         An instruction is illegal; its `index` says which.
     """
-    data = bytes(data)
+    data = _as_bytes(data, "decode_program")
     if len(data) % INSTRUCTION_BYTES:
         raise ValueError(f"a program is a whole number of {INSTRUCTION_BYTES}-byte instructions; "
                          f"{len(data)} bytes leave {len(data) % INSTRUCTION_BYTES} over")
@@ -971,6 +981,10 @@ def _span(mnemonic, what, first, count, size, size_name, fault):
 
 def diagnose(instruction, config):
     """`check` with an explanation: ``(Fault, message)``; the message is empty for NONE."""
+    from .config import TPUConfig
+    if not isinstance(config, TPUConfig):
+        raise TypeError(f"diagnose needs a TPUConfig to check the instruction against, "
+                        f"not {config!r}")
     if isinstance(instruction, (bytes, bytearray, memoryview)):
         try:
             instruction = decode(instruction)

@@ -15,14 +15,14 @@ import asyncio
 
 from ..config import TPUConfig
 from .device import Device, DeviceStatus, HostBuffer, Job, RunResult
-from .errors import ChipFault, ConfigMismatch, DeviceTimeout, NotATpu, TpuError
+from .errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
 from .golden import GoldenLink
 from .link import Link
 
 
 __all__ = ["run", "register_backend", "BACKENDS", "Device", "DeviceStatus", "HostBuffer", "Job",
            "RunResult", "Link", "GoldenLink", "TpuError", "ChipFault", "ConfigMismatch",
-           "DeviceTimeout", "NotATpu"]
+           "DeviceTimeout", "JobAborted", "NotATpu"]
 
 
 #: backend name -> factory(main, config, **options) -> the result of main(device)
@@ -41,6 +41,12 @@ def run(main, backend="golden", config=TPUConfig(), **options):
 
     `options` go to the backend (for "golden": `GoldenLink` parameters, and
     ``open``: a dict of `Device.open` keywords)."""
+    if not callable(main):
+        raise TypeError(f"run: main must be an async function main(device), not {main!r}")
+    if not isinstance(config, TPUConfig):
+        raise TypeError(f"run: config must be a TPUConfig, not {config!r}")
+    if not isinstance(backend, str):
+        raise TypeError(f"run: backend must be a backend name (str), not {backend!r}")
     try:
         factory = BACKENDS[backend]
     except KeyError:
@@ -50,6 +56,9 @@ def run(main, backend="golden", config=TPUConfig(), **options):
 
 
 def _golden(main, config, *, open=None, **link_options):
+    if open is not None and not isinstance(open, dict):
+        raise TypeError(f"the golden backend's open option must be a dict of Device.open "
+                        f"keywords, not {open!r}")
     async def session():
         link = GoldenLink(config, **link_options)
         device = await Device.open(link, config, **(open or {}))

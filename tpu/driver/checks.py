@@ -8,6 +8,8 @@ each. A check leaves the device idle, soft-reset where it changed registers,
 and wants a freshly opened device (registers at their power-on values).
 """
 
+import asyncio
+import copy
 import dataclasses
 import os
 import random
@@ -20,12 +22,13 @@ from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, UNMAPPED, Cont
 from ..isa import Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
 from ..sim.cycle_model import estimate_cycles
 from ..sim.programs import blocked, mlp_program
-from .device import Device
-from .errors import ChipFault, ConfigMismatch, DeviceTimeout, NotATpu
+from .device import Device, HostBuffer
+from .errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
 from .link import Link
 
 
-__all__ = ["CHECKS", "relocate", "long_program", "fault_programs", "load_program_data"]
+__all__ = ["CHECKS", "relocate", "long_program", "fault_programs", "load_program_data",
+           "together", "copy_program"]
 
 
 # Counters that count every cycle the core is not halted, also while idle.
@@ -121,6 +124,36 @@ async def _assert_runs(device):
     """A tiny program runs to its HALT: the chip is usable."""
     result = await device.run([Nop(), Sync(), Halt()], timeout=1e-3)
     assert result.halted, result
+
+
+async def together(*awaitables):
+    """Run `awaitables` as concurrent tasks of whichever event loop runs the
+    caller (asyncio for the golden model, cocotb's in a simulation); each
+    one's outcome, in order: ``("ok", result)`` or ``("error", exception)``."""
+    async def outcome(awaitable):
+        try:
+            return "ok", await awaitable
+        except Exception as error:          # noqa: BLE001 -- the outcome is the point
+            return "error", error
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        import cocotb                       # no asyncio loop: cocotb runs this one
+        tasks = [cocotb.start_soon(outcome(a)) for a in awaitables]
+        return [await task for task in tasks]
+    return list(await asyncio.gather(*(outcome(a) for a in awaitables)))
+
+
+def copy_program(device, nbytes, rng=None):
+    """``(program, src, dst)``: a program that copies `nbytes` (a whole number
+    of rows) of random bytes from a new buffer `src` through UB rows 0.. to a
+    new zeroed buffer `dst`, then HALTs. The bytes are in `src` already."""
+    rng = rng or random.Random(0)
+    rows = nbytes // device.config.rows
+    src, dst = device.alloc(nbytes), device.alloc(nbytes)
+    device.write(src, rng.randbytes(nbytes))
+    device.write(dst, bytes(nbytes))
+    return [Rhm(ub=0, rows=rows, host=src.addr), Whm(ub=0, rows=rows, host=dst.addr), Halt()], src, dst
 
 
 def _expected_reset(device):
@@ -643,6 +676,309 @@ async def check_stop_mid_program(device, seed=None):
         await check_mlp(device)
 
 
+# ---------------------------------------------------------------------------------------
+# The driver's contract: concurrency, abort, arguments, buffers
+
+
+async def check_concurrent_runs(device, seed=None):
+    """`run` and `load_weights` from several tasks at once take turns: every
+    program runs and each call returns its own result; no doorbell is
+    refused by the chip (BAD_REQUESTS stays). `start` while a job is in
+    flight is refused by the driver before the chip sees it."""
+    rng, seed = _check_rng(device, seed)
+    cfg = device.config
+    bad = await device.read_register("BAD_REQUESTS")
+    copies = [copy_program(device, cfg.rows * rng.randint(1, 4), rng) for _ in range(3)]
+    tiles = np.array(rng.choices(range(-128, 128), k=2 * cfg.tile_bytes), np.int8).reshape(
+        2, cfg.rows, cfg.cols)
+    first = rng.randrange(cfg.weight_mem_tiles - 1)
+    programs = [device.run(program, timeout=1e-3) for program, _, _ in copies]
+    outcomes = await together(*programs[:2], device.load_weights(tiles, first, timeout=1e-3),
+                              programs[2])
+    for i, (kind, value) in enumerate(outcomes):
+        assert kind == "ok", f"concurrent call {i} (seed {seed}) failed: {value!r}"
+    for i, (_, src, dst) in enumerate(copies):
+        assert device.read(dst) == device.read(src), \
+            f"concurrent run {i} (seed {seed}) did not copy its bytes: a program was lost"
+        device.free(src)
+        device.free(dst)
+    halted = [value.halted for kind, value in outcomes]
+    assert halted == [True, True, False, True], f"(seed {seed}) results {halted}"
+    assert await device.read_register("BAD_REQUESTS") == bad, "the chip refused a doorbell"
+    # A load of the weights back through the array is not needed: the fill
+    # ended with WFILL_DONE and no error, which is what the chip promises.
+    job = await device.start(long_program(cfg, 2000))
+    for call in (lambda: device.start([Halt()]), lambda: device.submit(device.arena.addr, 1),
+                 lambda: device.fill(device.arena.addr, 0, 1), lambda: device.run([Halt()]),
+                 lambda: device.load_weights(tiles[:1])):
+        try:
+            await call()
+        except TpuError as error:
+            assert "busy" in str(error), error
+        else:
+            raise AssertionError("a second job started while one was in flight")
+    result = await device.wait(job, timeout=1e-2)
+    assert result.halted, result
+    assert await device.read_register("BAD_REQUESTS") == bad, "a refused call reached the chip"
+    await _assert_runs(device)
+
+
+async def check_stopped_job(device):
+    """A job stopped by `abort` or `reset` from another task while `run` or
+    `wait` is pending raises JobAborted there (never a result); the chip is
+    idle and the next program runs. A job aborted before anybody waited for
+    it raises JobAborted in `wait` too."""
+    cfg = device.config
+    program = long_program(cfg, 20000)
+    pause = _seconds(device, program) / 10
+
+    async def stop(how):
+        deadline = device.link.time() + 5 * pause
+        while not (await device.status()).busy:          # until the job is in flight
+            assert device.link.time() < deadline, "the program did not start"
+            await device.link.sleep(pause / 50)
+        await device.link.sleep(pause)
+        assert (await device.status()).busy, "the program ended before it could be stopped"
+        await (device.abort() if how == "abort" else device.reset())
+
+    # An abort sends no interrupt: the waiting task sees it when it next
+    # reads STATUS, after at most irq_recheck. Look often, to keep this short.
+    recheck, device.irq_recheck = device.irq_recheck, pause / 4
+    try:
+        await _stop_runs(device, program, stop)
+    finally:
+        device.irq_recheck = recheck
+
+
+async def _stop_runs(device, program, stop):
+    for how in ("abort", "reset"):
+        outcomes = await together(device.run(program, timeout=1.0), stop(how))
+        (kind, error), (stop_kind, stop_error) = outcomes
+        assert stop_kind == "ok", f"{how}() failed: {stop_error!r}"
+        assert kind == "error" and isinstance(error, JobAborted), \
+            f"run() of a program stopped by {how}() gave {kind} {error!r}, not JobAborted"
+        assert error.by == how and f"stopped by {how}()" in str(error), error
+        await _assert_idle(device)
+        await _assert_runs(device)
+        job = await device.start(program)
+        outcomes = await together(device.wait(job, timeout=1.0), stop(how))
+        assert outcomes[0][0] == "error" and isinstance(outcomes[0][1], JobAborted), outcomes
+        await _assert_idle(device)
+        await _assert_runs(device)
+    job = await device.start(program)
+    await device.abort()
+    try:
+        await device.wait(job, timeout=1e-3)
+    except JobAborted as error:
+        assert error.by == "abort", error
+    else:
+        raise AssertionError("wait() for an aborted job returned")
+    await _assert_runs(device)
+
+
+async def _snapshot(device):
+    """Registers a refused call could change (a doorbell's and the driver's
+    set-up), and the arena's bytes."""
+    names = [r.name for r in registers(device.config)
+             if r.name.startswith(("PROG_", "WFILL_", "IRQ_", "MSI_", "WIN0_"))
+             or r.name in ("STATUS", "ERROR_CODE", "BAD_REQUESTS")]
+    regs = {name: await device.read_register(name) for name in names}
+    arena = device.arena
+    return regs, device.link.read_memory(arena.addr, arena.size)
+
+
+def _bad_calls(device, buffer):
+    """``(call, exception type, words the message must hold)`` for calls with
+    a wrong argument: each must fail before anything reaches the chip."""
+    cfg = device.config
+    tile = np.zeros((1, cfg.rows, cfg.cols), np.int8)
+    nan, inf = float("nan"), float("inf")
+    calls = []
+    for timeout in (None, "1", nan, inf, -1.0, 0, True, 1j):
+        error = TypeError if timeout is None or isinstance(timeout, (str, bool, complex)) else ValueError
+        calls.append((lambda t=timeout: device.run([Halt()], timeout=t), error, ["run: timeout"]))
+        calls.append((lambda t=timeout: device.load_weights(tile, timeout=t), error,
+                      ["load_weights: timeout"]))
+    calls += [
+        (lambda: device.run(None), TypeError, ["run: program", "None"]),
+        (lambda: device.run(42), TypeError, ["run: program", "42"]),
+        (lambda: device.run(b""), ValueError, ["run: the program is empty"]),
+        (lambda: device.start(""), ValueError, ["start: the program is empty"]),
+        (lambda: device.submit(device.arena.addr, 0), ValueError, ["submit: count", "0"]),
+        (lambda: device.submit(-1, 1), ValueError, ["submit: addr", "-1"]),
+        (lambda: device.submit(device.arena.addr, -1), ValueError, ["submit: count", "-1"]),
+        (lambda: device.submit(device.arena.addr, 1.0), TypeError, ["submit: count", "1.0"]),
+        (lambda: device.submit(device.arena.addr, True), TypeError, ["submit: count", "True"]),
+        (lambda: device.fill(device.arena.addr, -1, 1), ValueError, ["fill: first_tile", "-1"]),
+        (lambda: device.fill(device.arena.addr, 0, 1 << 32), ValueError, ["fill: tiles"]),
+        (lambda: device.load_weights(tile, first_tile=-1), ValueError, ["load_weights: first_tile", "-1"]),
+        (lambda: device.load_weights(tile, first_tile=1.7), TypeError, ["load_weights: first_tile", "1.7"]),
+        (lambda: device.load_weights(tile.astype(float)), TypeError, ["load_weights: tiles", "float64"]),
+        (lambda: device.load_weights(tile.astype(complex)), TypeError, ["load_weights: tiles", "complex"]),
+        (lambda: device.load_weights(tile.astype(bool)), TypeError, ["load_weights: tiles", "bool"]),
+        (lambda: device.load_weights(tile.astype(str)), TypeError, ["load_weights: tiles"]),
+        (lambda: device.load_weights(tile.astype(np.int16) + 128), ValueError,
+         ["load_weights: weights", "128"]),
+        (lambda: device.load_weights(np.zeros((1, cfg.rows + 1, cfg.cols), np.int8)), ValueError,
+         ["load_weights: tiles", "shape"]),
+        (lambda: device.load_weights(None), TypeError, ["load_weights: tiles", "None"]),
+        (lambda: device.write_register("PROG_LEN", 1.9), TypeError, ["write_register PROG_LEN", "1.9"]),
+        (lambda: device.write_register("PROG_LEN", "7"), TypeError, ["write_register PROG_LEN", "'7'"]),
+        (lambda: device.write_register("PROG_LEN", True), TypeError, ["write_register PROG_LEN", "True"]),
+        (lambda: device.write_register("PROG_LEN", -1), ValueError, ["write_register PROG_LEN", "-1"]),
+        (lambda: device.write_register("PROG_LEN", 1 << 32), ValueError, ["write_register PROG_LEN"]),
+        (lambda: device.write_register("NOPE", 1), ValueError, ["write_register", "'NOPE'"]),
+        (lambda: device.write_register(2, 1), ValueError, ["write_register", "0x2"]),
+        (lambda: device.read_register(4096), ValueError, ["read_register", "0x1000"]),
+        (lambda: device.read_register(None), TypeError, ["read_register", "None"]),
+        (lambda: device.set_interrupts(1), TypeError, ["set_interrupts: enabled", "1"]),
+        (lambda: device.wait("job"), TypeError, ["wait: job"]),
+        (lambda: Device.open(device.link, device.config, poll_interval=0), ValueError,
+         ["Device.open: poll_interval", "0"]),
+        (lambda: Device.open(device.link, device.config, irq_recheck=nan), ValueError,
+         ["Device.open: irq_recheck", "nan"]),
+        (lambda: Device.open(device.link, device.config, arena_bytes=True), TypeError,
+         ["Device.open: arena_bytes", "True"]),
+        (lambda: Device.open(device.link, device.config, interrupts="yes"), TypeError,
+         ["Device.open: interrupts", "'yes'"]),
+    ]
+    # Synchronous calls, wrapped so that every entry is awaited the same way.
+    sync = [
+        (lambda: device.alloc(True), TypeError, ["alloc: nbytes", "True"]),
+        (lambda: device.alloc(1.5), TypeError, ["alloc: nbytes", "1.5"]),
+        (lambda: device.alloc(0), ValueError, ["alloc: nbytes", "0"]),
+        (lambda: device.alloc(16, align=3), ValueError, ["alloc: align", "3"]),
+        (lambda: device.alloc(16, align=0), ValueError, ["alloc: align", "0"]),
+        (lambda: device.write(buffer, 3), TypeError, ["write: data", "3"]),
+        (lambda: device.write(buffer, "abc"), TypeError, ["write: data", "'abc'"]),
+        (lambda: device.write(buffer, None), TypeError, ["write: data", "None"]),
+        (lambda: device.write(buffer, b"x", offset=-1), ValueError, ["write: offset", "-1"]),
+        (lambda: device.write(buffer, b"x", offset=1.0), TypeError, ["write: offset", "1.0"]),
+        (lambda: device.write(buffer, b"xy", offset=buffer.size - 1), ValueError, ["do not fit"]),
+        (lambda: device.read(buffer, n=-1), ValueError, ["read: n", "-1"]),
+        (lambda: device.read(buffer, n=2.0), TypeError, ["read: n", "2.0"]),
+        (lambda: device.read(buffer, offset=buffer.size + 1), ValueError, ["read:"]),
+    ]
+    for call, error, words in sync:
+        calls.append((_as_coroutine(call), error, words))
+    return calls
+
+
+def _as_coroutine(call):
+    async def run():
+        return call()
+    return run
+
+
+async def check_arguments(device):
+    """Every call with an argument of the wrong type or value raises
+    TypeError or ValueError naming the call, the argument and the value,
+    before anything reaches the chip: no register and no host byte changes,
+    and the chip runs the next program."""
+    buffer = device.alloc(64)
+    before = await _snapshot(device)
+    for call, error, words in _bad_calls(device, buffer):
+        try:
+            await call()
+        except (TypeError, ValueError) as raised:
+            text = str(raised)
+            assert type(raised) is error or isinstance(raised, error), \
+                f"expected {error.__name__} with {words}, got {type(raised).__name__}: {text}"
+            assert "\n" not in text and all(w in text for w in words), \
+                f"the message does not name {words}: {text}"
+        else:
+            raise AssertionError(f"a call that should raise {error.__name__} ({words}) did not")
+        after = await _snapshot(device)
+        if after != before:
+            changed = [n for n in before[0] if before[0][n] != after[0][n]]
+            raise AssertionError(f"the refused call ({words}) changed {changed or 'host memory'}")
+    device.free(buffer)
+    await _assert_runs(device)
+
+
+async def check_buffers(device):
+    """Only buffers `alloc` returned can be read, written and freed, and
+    only until they are freed; a hand-made HostBuffer, even one over a live
+    buffer's bytes, is refused; allocations never overlap."""
+    a = device.alloc(256)
+    b = device.alloc(64)
+    device.write(a, bytes(range(256)))
+    forged = HostBuffer(a.addr + 64, 64)
+    for call, what in ((lambda: device.free(forged), "free"), (lambda: device.read(forged), "read"),
+                       (lambda: device.write(forged, b"x"), "write"),
+                       (lambda: device.free(device.arena), "free"),
+                       (lambda: device.free(HostBuffer(a.addr, a.size)), "free"),
+                       (lambda: device.read(dataclasses.replace(b)), "read"),
+                       (lambda: device.write(copy.copy(b), b"x"), "write")):
+        try:
+            call()
+        except ValueError as error:
+            assert f"{what}:" in str(error) and "alloc()" in str(error), error
+        else:
+            raise AssertionError(f"{what} of a HostBuffer alloc() did not return was accepted")
+    for call in (lambda: device.free(3), lambda: device.read(None)):
+        try:
+            call()
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("a HostBuffer that is not one was accepted")
+    device.free(a)
+    for call in (lambda: device.free(a), lambda: device.read(a), lambda: device.write(a, b"x")):
+        try:
+            call()
+        except ValueError as error:
+            assert "already freed" in str(error), error
+        else:
+            raise AssertionError("a freed buffer was accepted")
+    # The freed bytes are handed out again, never overlapping a live buffer.
+    pieces = [device.alloc(32) for _ in range(12)]
+    live = sorted([(p.addr, p.end) for p in pieces] + [(b.addr, b.end)])
+    for (_, end), (start, _) in zip(live, live[1:]):
+        assert end <= start, f"allocations overlap: {live}"
+    assert device.read(b) == bytes(64)
+    for p in pieces + [b]:
+        device.free(p)
+    await _assert_runs(device)
+
+
+async def check_empty_program(device):
+    """The driver refuses an empty program; the chip, given START with
+    PROG_LEN 0 anyway (wherever PROG_ADDR points: nothing is fetched), ends
+    at once: idle, neither HALTED nor ERROR, no interrupt, nothing refused.
+    The same for START right after SOFT_RESET (no window open)."""
+    for call in (lambda: device.run([]), lambda: device.start(b""),
+                 lambda: device.submit(device.arena.addr, 0)):
+        try:
+            await call()
+        except ValueError as error:
+            assert "empty" in str(error), error
+        else:
+            raise AssertionError("the driver started an empty program")
+    unbacked = (device.arena.end + (1 << 40)) & ((1 << 64) - 1)
+    for what, addr in (("outside every window", unbacked), ("at address 0", 0),
+                       ("after SOFT_RESET", None)):
+        await _assert_runs(device)          # HALTED is set: START must clear it
+        if addr is None:
+            await device.write_register("CONTROL", Control.SOFT_RESET)
+        else:
+            await device.write_register("PROG_ADDR_LO", addr & 0xFFFFFFFF)
+            await device.write_register("PROG_ADDR_HI", addr >> 32)
+            await device.write_register("PROG_LEN", 0)
+            await device.write_register("IRQ_STATUS", 0xFFFFFFFF)
+        bad = await device.read_register("BAD_REQUESTS")
+        await device.write_register("CONTROL", Control.START)
+        await device.link.sleep(2e-6)
+        status = await device.status()
+        assert status.status == Status(0) and status.error_code == 0, \
+            f"an empty program {what}: {status}"
+        assert status.irq_status == 0, f"an empty program {what} raised {status.irq_status!r}"
+        assert status.fault_index is None, f"an empty program {what}: {status}"
+        assert await device.read_register("BAD_REQUESTS") == bad, f"an empty program {what} was refused"
+        await device.reset()
+    await _assert_runs(device)
+
+
 CHECKS = {
     "register_reset": check_register_reset,
     "register_access": check_register_access,
@@ -660,4 +996,9 @@ CHECKS = {
     "dma_random": check_dma_random,
     "dma_windows": check_dma_windows,
     "stop_mid_program": check_stop_mid_program,
+    "concurrent_runs": check_concurrent_runs,
+    "stopped_job": check_stopped_job,
+    "arguments": check_arguments,
+    "buffers": check_buffers,
+    "empty_program": check_empty_program,
 }

@@ -20,18 +20,33 @@ interrupt can be lost or disabled, also every `irq_recheck` seconds; with
 interrupts off it polls STATUS every `poll_interval` seconds. Every
 timeout is link time. After any error the chip is aborted, so it is idle
 and the next job can start.
+
+Concurrency: the chip runs one job at a time, so the driver keeps one job
+in flight. `run` and `load_weights` called from several tasks at once take
+turns, first come first served, each with its own result. `start`,
+`submit` and `fill` (whose jobs the caller ends with `wait`) refuse with a
+`TpuError` while any job is in flight or a turn is taken, before anything
+reaches the chip. `abort`, `reset` and `close` end every job in flight: its
+`wait` raises `JobAborted`.
+
+Arguments are checked before anything reaches the chip or the link
+(`tpu.driver.arguments`): nothing is cast, and a wrong one is a `TypeError`
+or `ValueError` naming the call, the argument and the value.
 """
 
+import collections
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..asm import Raw, assemble, format_instruction
 from ..config import TPUConfig
-from ..host_registers import (CHIP_ID, COUNTER_NAMES, HW_VERSION, Control, Irq, Status,
-                              config_words, register_map, window_offset)
+from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, HW_VERSION, Control, Irq,
+                              Status, config_words, register_map, window_offset)
 from ..isa import INSTRUCTION_BYTES, ISA_VERSION, IllegalInstruction, decode, encode_program
-from .errors import ChipFault, ConfigMismatch, DeviceTimeout, NotATpu, TpuError
+from .arguments import flag, integer, seconds, show
+from .errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
 from .link import Link
 
 
@@ -40,17 +55,33 @@ __all__ = ["Device", "HostBuffer", "DeviceStatus", "RunResult", "Job"]
 
 ALL_IRQS = Irq.HALT | Irq.INT | Irq.ERROR | Irq.WFILL_DONE
 _NO_INDEX = 0xFFFFFFFF
+_U32 = (1 << 32) - 1
+_U64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
 class HostBuffer:
-    """Host bytes ``[addr, addr + size)`` inside the device's DMA window."""
+    """Host bytes ``[addr, addr + size)`` inside the device's DMA window.
+
+    Only the `HostBuffer` objects `Device.alloc` returned can be read,
+    written and freed, and only until they are freed; one made by hand is
+    refused even when its bytes are those of a live buffer."""
     addr: int
     size: int
+    _owner: object = field(default=None, init=False, compare=False, repr=False)
+    _freed: bool = field(default=False, init=False, compare=False, repr=False)
 
     @property
     def end(self):
         return self.addr + self.size
+
+    def __repr__(self):
+        return f"HostBuffer(addr=0x{self.addr:x}, size={self.size})"
+
+    def __reduce__(self):
+        # A copy (a pickled result of a simulation backend) is not the buffer
+        # alloc() returned: it carries the range, not the ownership.
+        return HostBuffer, (self.addr, self.size)
 
 
 @dataclass(frozen=True)
@@ -117,6 +148,48 @@ class Job:
     buffer: HostBuffer | None = None
     program: list | None = None    #: decoded instructions, for fault messages
     done: bool = False
+    aborted_by: str | None = None  #: "abort", "reset" or "close" when one of them ended it
+    device: object = field(default=None, repr=False)
+    waiting: bool = field(default=False, repr=False)
+
+
+class _Turns:
+    """First come, first served turns at the chip for `Device.run` and
+    `Device.load_weights`.
+
+    The driver runs on event loops it does not own (asyncio for the golden
+    model, cocotb's for a simulation), so it cannot use either's locks: a
+    task waits for its turn by sleeping `interval` of link time at a time.
+    """
+
+    def __init__(self):
+        self._queue = collections.deque()     # the head holds the turn
+
+    @property
+    def taken(self):
+        return bool(self._queue)
+
+    async def take(self, link, interval):
+        ticket = object()
+        self._queue.append(ticket)
+        try:
+            while self._queue[0] is not ticket:
+                await link.sleep(interval)
+        except BaseException:
+            self._queue.remove(ticket)
+            raise
+        return ticket
+
+    def try_take(self):
+        """A turn if nobody has one or waits for one, else None."""
+        if self._queue:
+            return None
+        ticket = object()
+        self._queue.append(ticket)
+        return ticket
+
+    def give_back(self, ticket):
+        self._queue.remove(ticket)
 
 
 class _Arena:
@@ -155,18 +228,24 @@ class _Arena:
         self.free = merged
 
 
-def _as_program(program, config):
-    """``(bytes, instructions or None)`` of a program given as bytes, a list of
-    instructions or assembly text."""
+def _as_program(program, config, what):
+    """``(bytes, instructions as assembly)`` of a program given as bytes, a list
+    of instructions or assembly text; an empty one is refused."""
     if isinstance(program, str):
         data = assemble(program, "<program>", config)
     elif isinstance(program, (bytes, bytearray, memoryview)):
         data = bytes(program)
         if len(data) % INSTRUCTION_BYTES:
-            raise ValueError(f"a program is whole {INSTRUCTION_BYTES}-byte instructions; "
+            raise ValueError(f"{what}: a program is whole {INSTRUCTION_BYTES}-byte instructions; "
                              f"{len(data)} bytes leave {len(data) % INSTRUCTION_BYTES} over")
-    else:
+    elif isinstance(program, (list, tuple)):
         data = encode_program(list(program))
+    else:
+        raise TypeError(f"{what}: program must be assembly text (str), bytes or a list of "
+                        f"tpu.isa instructions, not {show(program)}")
+    if not data:
+        raise ValueError(f"{what}: the program is empty: a program needs at least one "
+                         f"instruction")
     instructions = []
     for i in range(0, len(data), INSTRUCTION_BYTES):
         word = data[i:i + INSTRUCTION_BYTES]
@@ -189,7 +268,8 @@ class Device:
     use_interrupts : bool
         Wait for interrupts (else poll STATUS); set with `set_interrupts`.
     poll_interval : float
-        Seconds between STATUS reads when polling.
+        Seconds between STATUS reads when polling, and between looks at the
+        queue when `run` or `load_weights` waits for its turn.
     irq_recheck : float
         Seconds after which STATUS is read even without an interrupt.
     """
@@ -200,10 +280,13 @@ class Device:
         self.registers = register_map(config)
         self.arena = arena
         self._arena = _Arena(arena.addr, arena.size)
+        self._live = {}                 # addr -> the HostBuffer alloc() gave out there
         self.use_interrupts = use_interrupts
         self.poll_interval = poll_interval
         self.irq_recheck = irq_recheck
         self._jobs = []
+        self._turns = _Turns()
+        self._closed = False
 
     # Opening -------------------------------------------------------------------
 
@@ -221,9 +304,13 @@ class Device:
             what `config` gives; the message names every such register.
         """
         if not isinstance(link, Link):
-            raise TypeError(f"Device.open needs a tpu.driver.Link, not {link!r}")
+            raise TypeError(f"Device.open needs a tpu.driver.Link, not {show(link)}")
         if not isinstance(config, TPUConfig):
-            raise TypeError(f"Device.open needs a TPUConfig, not {config!r}")
+            raise TypeError(f"Device.open needs a TPUConfig, not {show(config)}")
+        arena_bytes = integer(arena_bytes, "Device.open: arena_bytes", 1, _U64)
+        interrupts = flag(interrupts, "Device.open: interrupts")
+        poll_interval = seconds(poll_interval, "Device.open: poll_interval")
+        irq_recheck = seconds(irq_recheck, "Device.open: irq_recheck")
         regs = register_map(config)
         chip_id = await link.read32(regs["ID"].offset)
         if chip_id != CHIP_ID:
@@ -246,9 +333,12 @@ class Device:
     async def reset(self):
         """SOFT_RESET, then program the window, the MSI and the interrupt enables again.
 
-        Buffers stay allocated; the chip's memories keep their contents."""
+        Jobs in flight end (their `wait` raises `JobAborted`); buffers stay
+        allocated; the chip's memories keep their contents."""
+        self._check_open("reset")
+        self._forget_jobs("reset")
         await self.write_register("CONTROL", Control.SOFT_RESET)
-        self._forget_jobs()
+        self._forget_jobs("reset")
         await self._setup()
 
     async def _setup(self):
@@ -265,32 +355,58 @@ class Device:
 
     async def set_interrupts(self, enabled):
         """Wait for interrupts (True) or poll STATUS (False)."""
-        self.use_interrupts = bool(enabled) and self.link.msi_address is not None
+        enabled = flag(enabled, "set_interrupts: enabled")
+        self._check_open("set_interrupts")
+        self.use_interrupts = enabled and self.link.msi_address is not None
         await self.write_register("IRQ_ENABLE", int(ALL_IRQS) if self.use_interrupts else 0)
 
     async def close(self):
-        """Stop the chip, close its window and silence its interrupts."""
-        await self.abort()
+        """Stop the chip, close its window and silence its interrupts. Jobs in
+        flight end (`JobAborted`); the device takes no more calls."""
+        if self._closed:
+            return
+        self._forget_jobs("close")
+        await self.write_register("CONTROL", Control.ABORT)
+        self._forget_jobs("close")
         await self.write_register("IRQ_ENABLE", 0)
         for i in range(4):
             await self.link.write32(window_offset(0) + 4 * i, 0)
+        self._closed = True
+
+    def _check_open(self, what):
+        if self._closed:
+            raise TpuError(f"{what}: the device is closed")
 
     # Registers -------------------------------------------------------------------
 
-    def _offset(self, register):
-        if isinstance(register, int):
-            return register
-        try:
-            return self.registers[register].offset
-        except KeyError:
-            raise KeyError(f"no register {register!r} in BAR0 (tpu.host_registers)") from None
+    def _offset(self, register, what):
+        if isinstance(register, str):
+            try:
+                return self.registers[register].offset
+            except KeyError:
+                raise ValueError(f"{what}: no register {register!r} in BAR0 "
+                                 f"(tpu.host_registers)") from None
+        if not isinstance(register, numbers.Integral) or isinstance(register, (bool, np.bool_)):
+            raise TypeError(f"{what}: register must be a register name (str) or a BAR0 offset "
+                            f"(int), not {show(register)}")
+        offset = int(register)
+        if offset % 4 or not 0 <= offset < BAR0_BYTES:
+            raise ValueError(f"{what}: offset {offset:#x} is not a register offset: registers "
+                             f"are 32-bit words at multiples of 4 below {BAR0_BYTES:#x}")
+        return offset
 
     async def read_register(self, register):
         """The register named `register` (or at byte offset `register`)."""
-        return await self.link.read32(self._offset(register))
+        offset = self._offset(register, "read_register")
+        self._check_open("read_register")
+        return await self.link.read32(offset)
 
     async def write_register(self, register, value):
-        await self.link.write32(self._offset(register), int(value))
+        """Write `value` (an int, 0 .. 2**32 - 1) to a register by name or offset."""
+        offset = self._offset(register, "write_register")
+        value = integer(value, f"write_register {register}: value", 0, _U32)
+        self._check_open("write_register")
+        await self.link.write32(offset, value)
 
     async def status(self):
         """STATUS, ERROR_CODE, FAULT_INDEX, IRQ_STATUS and IRQ_CODE."""
@@ -313,73 +429,174 @@ class Device:
     # Host memory ----------------------------------------------------------------------
 
     def alloc(self, nbytes, align=64):
-        """A `HostBuffer` of `nbytes` bytes inside the DMA window."""
-        if not isinstance(nbytes, int) or nbytes <= 0:
-            raise ValueError(f"a buffer needs a positive size, not {nbytes!r}")
-        if not isinstance(align, int) or align <= 0 or align & (align - 1):
-            raise ValueError(f"alignment {align!r} is not a power of two")
-        return HostBuffer(self._arena.alloc(nbytes, align), nbytes)
+        """A `HostBuffer` of `nbytes` bytes inside the DMA window at a multiple
+        of `align` (a power of two); it never overlaps another live buffer.
+        Its bytes are whatever the arena held there."""
+        nbytes = integer(nbytes, "alloc: nbytes", 1, self.arena.size)
+        align = integer(align, "alloc: align", 1, 1 << 63)
+        if align & (align - 1):
+            raise ValueError(f"alloc: align must be a power of two, not {align}")
+        self._check_open("alloc")
+        buffer = HostBuffer(self._arena.alloc(nbytes, align), nbytes)
+        object.__setattr__(buffer, "_owner", self)
+        self._live[buffer.addr] = buffer
+        return buffer
+
+    def _own(self, buffer, what):
+        """`buffer`, if it is a live buffer of this device's `alloc`."""
+        if not isinstance(buffer, HostBuffer):
+            raise TypeError(f"{what}: buffer must be a HostBuffer from alloc(), not {show(buffer)}")
+        if self._live.get(buffer.addr) is buffer:
+            return buffer
+        if buffer._owner is self and buffer._freed:
+            raise ValueError(f"{what}: {buffer} was already freed")
+        if buffer._owner is None:
+            raise ValueError(f"{what}: {buffer} was not made by this device's alloc() (only "
+                             f"buffers alloc() returned can be used)")
+        raise ValueError(f"{what}: {buffer} belongs to another device")
 
     def free(self, buffer):
+        """Give `buffer` back; it can no longer be read, written or freed."""
+        self._own(buffer, "free")
+        for job in self._jobs:
+            if job.buffer is buffer:
+                raise ValueError(f"free: {buffer} holds the {job.kind} of a job in flight; "
+                                 f"it is freed when the job ends")
+        self._release(buffer)
+
+    def _release(self, buffer):
+        del self._live[buffer.addr]
+        object.__setattr__(buffer, "_freed", True)
         self._arena.release(buffer.addr, buffer.size)
 
     def write(self, buffer, data, offset=0):
-        """Copy `data` (bytes-like or an ndarray, as its bytes) into `buffer` at `offset`."""
-        data = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
-        if offset < 0 or offset + len(data) > buffer.size:
-            raise ValueError(f"{len(data)} bytes at offset {offset} do not fit the "
+        """Copy `data` (bytes-like, or an ndarray as its bytes) into `buffer` at `offset`."""
+        self._own(buffer, "write")
+        if isinstance(data, np.ndarray):
+            if data.dtype.hasobject:
+                raise TypeError(f"write: data must be bytes-like or an ndarray of numbers, not an "
+                                f"ndarray of dtype {data.dtype}")
+            data = data.tobytes()
+        elif isinstance(data, (str, numbers.Number)) or data is None:
+            raise TypeError(f"write: data must be bytes-like or an ndarray, not {show(data)}")
+        else:
+            try:
+                data = bytes(memoryview(data))
+            except TypeError:
+                raise TypeError(f"write: data must be bytes-like or an ndarray, "
+                                f"not {show(data)}") from None
+        offset = integer(offset, "write: offset", 0)
+        if offset + len(data) > buffer.size:
+            raise ValueError(f"write: {len(data)} bytes at offset {offset} do not fit the "
                              f"{buffer.size}-byte buffer at 0x{buffer.addr:x}")
         self.link.write_memory(buffer.addr + offset, data)
 
     def read(self, buffer, n=None, offset=0):
         """`n` bytes (default: to the end) of `buffer` from `offset`."""
-        n = buffer.size - offset if n is None else n
-        if offset < 0 or n < 0 or offset + n > buffer.size:
-            raise ValueError(f"{n} bytes at offset {offset} are not inside the "
+        self._own(buffer, "read")
+        offset = integer(offset, "read: offset", 0)
+        n = buffer.size - offset if n is None else integer(n, "read: n", 0)
+        if n < 0 or offset + n > buffer.size:
+            raise ValueError(f"read: {n} bytes at offset {offset} are not inside the "
                              f"{buffer.size}-byte buffer at 0x{buffer.addr:x}")
         return self.link.read_memory(buffer.addr + offset, n)
 
     # Jobs ------------------------------------------------------------------------------
 
-    async def _ensure_idle(self):
+    def _claim(self, what):
+        """The turn for a doorbell of `start`, `submit` or `fill`, taken at once,
+        or a `TpuError` while a job is in flight or another call has the turn."""
+        self._check_open(what)
+        if self._jobs:
+            job = self._jobs[0]
+            raise TpuError(f"{what}: the device is busy with a {job.kind} job in flight: wait() "
+                           f"for it or abort() it first (the chip runs one job at a time)")
+        ticket = self._turns.try_take()
+        if ticket is None:
+            raise TpuError(f"{what}: the device is busy: another task is starting or running a "
+                           f"job (the chip runs one job at a time)")
+        return ticket
+
+    async def _ensure_idle(self, what):
         status = Status(await self.read_register("STATUS"))
         if status & Status.BUSY:
-            raise TpuError("the chip is busy with an earlier job: wait for it or abort() it "
-                           "(the chip would ignore this doorbell)")
+            raise TpuError(f"{what}: the chip is busy with a job the driver did not start: "
+                           f"abort() it (the chip would ignore this doorbell)")
         if status & Status.ERROR:
             code = await self.read_register("ERROR_CODE")
-            raise TpuError(f"the chip is stopped with error code {code}: abort() or reset() it "
-                           f"first (the chip would ignore this doorbell)")
+            raise TpuError(f"{what}: the chip is stopped with error code {code}: abort() or "
+                           f"reset() it first (the chip would ignore this doorbell)")
 
-    async def _prepare(self):
-        await self._ensure_idle()
+    async def _prepare(self, what):
+        await self._ensure_idle(what)
         await self.write_register("IRQ_STATUS", 0xFFFFFFFF)
         await self.link.wait_interrupt(0)        # drop interrupts of earlier jobs
 
+    async def _doorbell(self, job, control, registers):
+        """Write `registers` then `control`; `job` is in flight from the first write,
+        so an abort meanwhile ends it (and the chip is stopped again)."""
+        job.device = self
+        self._jobs.append(job)
+        try:
+            for name, value in registers:
+                await self.write_register(name, value)
+            if job.aborted_by is None:
+                await self.write_register("CONTROL", control)
+        except BaseException as error:
+            self._end(job)
+            if not isinstance(error, TpuError):
+                # Cancelled around the doorbell: the chip may have taken it,
+                # and nobody will wait for the job.
+                await self.write_register("CONTROL", Control.ABORT)
+            raise
+        if job.aborted_by is not None:
+            # Stopped before (or while) its doorbell rang: make sure nothing runs.
+            await self.write_register("CONTROL", Control.ABORT)
+            raise JobAborted(job.kind, job.aborted_by)
+        return job
+
     async def submit(self, addr, count, *, program=None):
-        """Ring the doorbell for `count` instructions already at host `addr`.
+        """Ring the doorbell for `count` (>= 1) instructions already at host `addr`.
 
         Returns a `Job` for `wait`. `program` (assembly lines) only improves
         fault messages."""
-        await self._prepare()
-        await self.write_register("PROG_ADDR_LO", addr & 0xFFFFFFFF)
-        await self.write_register("PROG_ADDR_HI", addr >> 32)
-        await self.write_register("PROG_LEN", count)
+        addr = integer(addr, "submit: addr", 0, _U64)
+        if integer(count, "submit: count", None) == 0:
+            raise ValueError("submit: count must be >= 1, not 0: the program is empty")
+        count = integer(count, "submit: count", 1, _U32)
+        if program is not None and not (isinstance(program, list) and
+                                        all(isinstance(line, str) for line in program)):
+            raise TypeError(f"submit: program must be a list of assembly lines, not {show(program)}")
+        ticket = self._claim("submit")
+        try:
+            return await self._submit(addr, count, program, "submit")
+        finally:
+            self._turns.give_back(ticket)
+
+    async def _submit(self, addr, count, program, what):
+        await self._prepare(what)
         job = Job("program", self.link.time(), program=program)
-        self._jobs.append(job)
-        await self.write_register("CONTROL", Control.START)
-        return job
+        return await self._doorbell(job, Control.START, (
+            ("PROG_ADDR_LO", addr & 0xFFFFFFFF), ("PROG_ADDR_HI", addr >> 32), ("PROG_LEN", count)))
 
     async def start(self, program):
-        """Copy `program` (bytes, instructions or assembly text) into a buffer of
-        its own and start it; `wait` for the returned `Job`."""
-        data, lines = _as_program(program, self.config)
-        buffer = self.alloc(max(len(data), INSTRUCTION_BYTES), INSTRUCTION_BYTES)
+        """Copy `program` (bytes, instructions or assembly text; not empty) into a
+        buffer of its own and start it; `wait` for the returned `Job`."""
+        data, lines = _as_program(program, self.config, "start")
+        ticket = self._claim("start")
+        try:
+            return await self._start(data, lines, "start")
+        finally:
+            self._turns.give_back(ticket)
+
+    async def _start(self, data, lines, what):
+        buffer = self.alloc(len(data), INSTRUCTION_BYTES)
         try:
             self.write(buffer, data)
-            job = await self.submit(buffer.addr, len(data) // INSTRUCTION_BYTES, program=lines)
+            job = await self._submit(buffer.addr, len(data) // INSTRUCTION_BYTES, lines, what)
         except BaseException:
-            self.free(buffer)
+            if not buffer._freed:
+                self._release(buffer)
             raise
         job.buffer = buffer
         return job
@@ -387,107 +604,165 @@ class Device:
     async def run(self, program, timeout=1.0):
         """`start` then `wait`: run `program` to its end; a `RunResult`.
 
+        Calls from several tasks take turns (first come, first served).
+
         Raises
         ------
         ChipFault
             The chip stopped with an error (it is aborted, so idle again).
         DeviceTimeout
             Not done after `timeout` seconds of link time (it is aborted).
+        JobAborted
+            `abort`, `reset` or `close` stopped it.
         """
-        return await self.wait(await self.start(program), timeout)
+        data, lines = _as_program(program, self.config, "run")
+        timeout = seconds(timeout, "run: timeout")
+        self._check_open("run")
+        ticket = await self._turns.take(self.link, self.poll_interval)
+        try:
+            self._check_no_job("run")
+            return await self.wait(await self._start(data, lines, "run"), timeout)
+        finally:
+            self._turns.give_back(ticket)
+
+    def _check_no_job(self, what):
+        self._check_open(what)
+        if self._jobs:
+            raise TpuError(f"{what}: the device is busy with a {self._jobs[0].kind} job started "
+                           f"by start(), submit() or fill(): wait() for it or abort() it first")
 
     async def fill(self, addr, first_tile, tiles):
         """Ring the WFILL doorbell for `tiles` tiles at host `addr`; a `Job`."""
-        await self._prepare()
-        await self.write_register("WFILL_ADDR_LO", addr & 0xFFFFFFFF)
-        await self.write_register("WFILL_ADDR_HI", addr >> 32)
-        await self.write_register("WFILL_TILE", first_tile)
-        await self.write_register("WFILL_TILES", tiles)
+        addr = integer(addr, "fill: addr", 0, _U64)
+        first_tile = integer(first_tile, "fill: first_tile", 0, _U32)
+        tiles = integer(tiles, "fill: tiles", 0, _U32)
+        ticket = self._claim("fill")
+        try:
+            return await self._fill(addr, first_tile, tiles, "fill")
+        finally:
+            self._turns.give_back(ticket)
+
+    async def _fill(self, addr, first_tile, tiles, what):
+        await self._prepare(what)
         job = Job("wfill", self.link.time())
-        self._jobs.append(job)
-        await self.write_register("CONTROL", Control.WFILL)
-        return job
+        return await self._doorbell(job, Control.WFILL, (
+            ("WFILL_ADDR_LO", addr & 0xFFFFFFFF), ("WFILL_ADDR_HI", addr >> 32),
+            ("WFILL_TILE", first_tile), ("WFILL_TILES", tiles)))
 
     async def load_weights(self, tiles, first_tile=0, timeout=1.0):
-        """Copy weight tiles (int8 ``[n, rows, cols]``) into weight memory from
-        tile `first_tile` on; a `RunResult`.
+        """Copy weight tiles (integers in -128..127, ``[n, rows, cols]`` or one
+        ``[rows, cols]`` tile) into weight memory from tile `first_tile` on; a
+        `RunResult`. Calls from several tasks take turns with `run`.
 
         Raises
         ------
         ChipFault
             WFILL_RANGE: the tiles do not fit weight memory.
         DeviceTimeout
+        JobAborted
         """
-        cfg = self.config
-        tiles = np.asarray(tiles)
-        if tiles.ndim == 2:
-            tiles = tiles[None]
-        if tiles.ndim != 3 or tiles.shape[1:] != (cfg.rows, cfg.cols):
-            raise ValueError(f"weight tiles must be an array [n, {cfg.rows}, {cfg.cols}], "
-                             f"not of shape {tiles.shape}")
-        if tiles.dtype != np.int8:
-            if tiles.size and (tiles.min() < -128 or tiles.max() > 127):
-                raise ValueError("weights must be int8: values outside -128..127")
-            tiles = tiles.astype(np.int8)
-        n = tiles.shape[0]
-        buffer = self.alloc(max(1, tiles.nbytes))
+        tiles = _weight_tiles(tiles, self.config)
+        first_tile = integer(first_tile, "load_weights: first_tile", 0, _U32)
+        timeout = seconds(timeout, "load_weights: timeout")
+        self._check_open("load_weights")
+        ticket = await self._turns.take(self.link, self.poll_interval)
         try:
-            self.write(buffer, np.ascontiguousarray(tiles))
-            job = await self.fill(buffer.addr, first_tile, n)
-        except BaseException:
-            self.free(buffer)
-            raise
-        job.buffer = buffer
-        return await self.wait(job, timeout)
+            self._check_no_job("load_weights")
+            buffer = self.alloc(max(1, tiles.nbytes))
+            try:
+                self.write(buffer, tiles)
+                job = await self._fill(buffer.addr, first_tile, tiles.shape[0], "load_weights")
+            except BaseException:
+                if not buffer._freed:
+                    self._release(buffer)
+                raise
+            job.buffer = buffer
+            return await self.wait(job, timeout)
+        finally:
+            self._turns.give_back(ticket)
 
     async def wait(self, job, timeout=1.0):
         """Wait for `job` to end; a `RunResult`. See `run` for the errors."""
+        if not isinstance(job, Job):
+            raise TypeError(f"wait: job must be a Job from start(), submit() or fill(), "
+                            f"not {show(job)}")
+        timeout = seconds(timeout, "wait: timeout")
+        if job.device is not self:
+            raise ValueError("wait: this job was not started by this device")
+        if job.aborted_by is not None:
+            raise JobAborted(job.kind, job.aborted_by)
         if job.done:
-            raise TpuError(f"this {job.kind} job has already ended (waited for, or aborted)")
+            raise TpuError(f"wait: this {job.kind} job has already ended (it was waited for)")
+        if job.waiting:
+            raise TpuError(f"wait: another task is already waiting for this {job.kind} job")
+        job.waiting = True
+        try:
+            return await self._wait(job, timeout)
+        except BaseException as error:
+            if not job.done and not isinstance(error, TpuError):
+                # Cancelled or interrupted: nobody will wait for the job, so
+                # stop the chip rather than leave it running unowned.
+                self._end(job)
+                await self.write_register("CONTROL", Control.ABORT)
+            raise
+        finally:
+            job.waiting = False
+            self._end(job)
+
+    def _stopped(self, job):
+        if job.aborted_by is not None:
+            raise JobAborted(job.kind, job.aborted_by)
+
+    async def _wait(self, job, timeout):
         link = self.link
         deadline = job.started + timeout
         result = RunResult()
         woken = False
         busy = Status.BUSY if job.kind == "program" else Status.WFILL_BUSY
-        try:
-            while True:
-                status = Status(await self.read_register("STATUS"))
-                if not status & busy:
-                    break
-                remaining = deadline - link.time()
-                if remaining <= 0:
-                    await self.abort()
-                    raise DeviceTimeout(
-                        f"the {job.kind} job was not done after {timeout:g} s of "
-                        f"{link.backend} link time (STATUS {status!r}); the chip was aborted")
-                if self.use_interrupts:
-                    woken = await link.wait_interrupt(min(remaining, self.irq_recheck))
-                    if woken:
-                        result.interrupts += 1
-                        await self._take_int(result)
-                else:
-                    woken = False
-                    await link.sleep(min(remaining, self.poll_interval))
-            result.by_interrupt = woken
-            if status & Status.ERROR:
-                code = await self.read_register("ERROR_CODE")
-                index = await self.read_register("FAULT_INDEX")
-                index = None if index == _NO_INDEX else index
-                text = None
-                if job.program is not None and index is not None and index < len(job.program):
-                    text = job.program[index]
+        while True:
+            status = Status(await self.read_register("STATUS"))
+            self._stopped(job)
+            if not status & busy:
+                break
+            remaining = deadline - link.time()
+            if remaining <= 0:
+                self._end(job)
                 await self.abort()
-                raise ChipFault(code, index, text)
-            await self._take_int(result)
-            irq = await self.read_register("IRQ_STATUS")
-            await self.write_register("IRQ_STATUS", irq)
-            if job.kind == "program":
-                result.halted = bool(status & Status.HALTED)
-                result.counters = await self.counters()
-            result.elapsed = link.time() - job.started
-            return result
-        finally:
+                raise DeviceTimeout(
+                    f"the {job.kind} job was not done after {timeout:g} s of "
+                    f"{link.backend} link time (STATUS {status!r}); the chip was aborted")
+            if self.use_interrupts:
+                woken = await link.wait_interrupt(min(remaining, self.irq_recheck))
+                self._stopped(job)
+                if woken:
+                    result.interrupts += 1
+                    await self._take_int(result)
+                    self._stopped(job)
+            else:
+                woken = False
+                await link.sleep(min(remaining, self.poll_interval))
+                self._stopped(job)
+        result.by_interrupt = woken
+        if status & Status.ERROR:
+            code = await self.read_register("ERROR_CODE")
+            index = await self.read_register("FAULT_INDEX")
+            self._stopped(job)
+            index = None if index == _NO_INDEX else index
+            text = None
+            if job.program is not None and index is not None and index < len(job.program):
+                text = job.program[index]
             self._end(job)
+            await self.abort()
+            raise ChipFault(code, index, text)
+        await self._take_int(result)
+        irq = await self.read_register("IRQ_STATUS")
+        await self.write_register("IRQ_STATUS", irq)
+        if job.kind == "program":
+            result.halted = bool(status & Status.HALTED)
+            result.counters = await self.counters()
+        self._stopped(job)
+        result.elapsed = link.time() - job.started
+        return result
 
     async def _take_int(self, result):
         """Note an INT's code and acknowledge it (other causes are left for the end)."""
@@ -496,26 +771,60 @@ class Device:
             result.int_codes.append(await self.read_register("IRQ_CODE"))
             await self.write_register("IRQ_STATUS", Irq.INT)
 
-    def _end(self, job):
+    def _end(self, job, aborted_by=None):
         if job.done:
             return
         job.done = True
+        job.aborted_by = aborted_by
         if job.buffer is not None:
-            self.free(job.buffer)
+            self._release(job.buffer)
             job.buffer = None
         if job in self._jobs:
             self._jobs.remove(job)
 
-    def _forget_jobs(self):
+    def _forget_jobs(self, by):
         for job in list(self._jobs):
-            self._end(job)
+            self._end(job, by)
 
     async def abort(self):
         """Stop the program, the weight fill and all DMA; the chip comes back idle.
 
-        Jobs not yet waited for end, and their buffers are freed."""
+        Jobs in flight end: their buffers are freed, and a `wait` for one
+        (pending in another task, or later) raises `JobAborted`."""
+        self._check_open("abort")
+        self._forget_jobs("abort")
         await self.write_register("CONTROL", Control.ABORT)
-        self._forget_jobs()
+        self._forget_jobs("abort")
+
+
+def _weight_tiles(tiles, config):
+    """`tiles` as a C-contiguous int8 array ``[n, rows, cols]``: only integer
+    arrays with values in -128..127 are taken."""
+    rows, cols = config.rows, config.cols
+    if isinstance(tiles, (str, bytes, bytearray, memoryview, numbers.Number)) or tiles is None:
+        raise TypeError(f"load_weights: tiles must be an integer array [n, {rows}, {cols}], "
+                        f"not {show(tiles)}")
+    if not isinstance(tiles, np.ndarray):
+        try:
+            tiles = np.asarray(tiles)
+        except (ValueError, TypeError) as error:
+            raise TypeError(f"load_weights: tiles must be an integer array [n, {rows}, {cols}]: "
+                            f"{error}") from None
+    if tiles.dtype.kind not in "iu":
+        raise TypeError(f"load_weights: tiles must be an integer array (int8 values), not an "
+                        f"array of dtype {tiles.dtype}; nothing is cast")
+    if tiles.ndim == 2:
+        tiles = tiles[None]
+    if tiles.ndim != 3 or tiles.shape[1:] != (rows, cols):
+        raise ValueError(f"load_weights: tiles must be an array [n, {rows}, {cols}] "
+                         f"(or one [{rows}, {cols}] tile), not of shape {tiles.shape}")
+    if tiles.dtype != np.int8 and tiles.size:
+        low, high = int(tiles.min()), int(tiles.max())
+        if low < -128 or high > 127:
+            bad = low if low < -128 else high
+            raise ValueError(f"load_weights: weights must be int8 values in -128..127, "
+                             f"not {bad}")
+    return np.ascontiguousarray(tiles, dtype=np.int8)
 
 
 def _explain(register, chip, expected):

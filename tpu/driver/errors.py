@@ -4,7 +4,7 @@ from ..host_registers import HostError
 from ..isa import Fault
 
 
-__all__ = ["TpuError", "ChipFault", "ConfigMismatch", "DeviceTimeout", "NotATpu",
+__all__ = ["TpuError", "ChipFault", "ConfigMismatch", "DeviceTimeout", "JobAborted", "NotATpu",
            "HOST_ERROR_MEANINGS", "error_code", "describe_error"]
 
 
@@ -100,6 +100,24 @@ class ConfigMismatch(TpuError):
 
 class DeviceTimeout(TpuError):
     """The chip did not finish within the time allowed (measured in link time)."""
+
+
+class JobAborted(TpuError):
+    """The job was stopped before it ended: `Device.abort`, `Device.reset` or
+    `Device.close` ran (in this task or another) while it was in flight, so
+    its result is lost. The chip is idle.
+
+    Attributes
+    ----------
+    by : str
+        ``"abort"``, ``"reset"`` or ``"close"``: what stopped it.
+    """
+
+    def __init__(self, kind, by):
+        self.kind = kind
+        self.by = by
+        super().__init__(f"the {kind} job was stopped by {by}() before it ended: its result is "
+                         f"lost (the chip is idle)")
 
 
 class NotATpu(TpuError):

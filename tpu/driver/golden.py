@@ -61,7 +61,9 @@ A program
     only it raises IRQ ERROR. An INT raises IRQ INT and sets IRQ_CODE. A WHM
     to bytes the host does not back is dropped (posted writes have no
     answer). A program fetched from unbacked bytes stops with CPL_STATUS
-    before running anything.
+    before running anything. An empty program (PROG_LEN 0) fetches nothing,
+    so its PROG_ADDR does not matter: it ends at once like a program run off
+    its end (idle, neither HALTED nor ERROR, no interrupt).
 
 Interrupts
     Every event sets its bit in IRQ_STATUS; when that bit is enabled in
@@ -73,7 +75,10 @@ Interrupts
 Time
     The link keeps a virtual clock in chip cycles (`clock_hz`); nothing waits
     on wall-clock time. A register read takes `read_cycles`, a write
-    `write_cycles`; `sleep` and `wait_interrupt` move the clock. A program's
+    `write_cycles`; `sleep` and `wait_interrupt` move the clock (at least one
+    cycle when asked for any time at all). Several asyncio tasks share the
+    clock: a wait moves it in steps of at most 1000 cycles, never past another
+    waiting task's deadline, and lets the other tasks run between steps. A program's
     effects on memory happen at START; its events (each INT at its issue
     cycle, the end at the estimated cycle count) come `start_cycles` later
     on the cycle estimate's schedule. A fill takes `start_cycles` plus one
@@ -98,6 +103,7 @@ import heapq
 import inspect
 import itertools
 import math
+import numbers
 
 import numpy as np
 
@@ -107,6 +113,7 @@ from ..host_registers import (BAR0_BYTES, COUNTER_NAMES, UNMAPPED, Control, Host
 from ..isa import INSTRUCTION_BYTES, Fault, Halt, Int, decode
 from ..sim.chip_model import ChipFault as ModelFault, ChipModel
 from ..sim.cycle_model import estimate_cycles
+from .arguments import integer, positive_real, show
 from .link import Link, check_offset, check_value
 
 
@@ -119,6 +126,9 @@ _MODEL_TAKES_WINDOWS = "windows" in inspect.signature(ChipModel).parameters
 # A word that faults ILLEGAL_OPCODE: the cycle estimate stops at the first
 # fault, so it ends the estimate where the model's run ended.
 _STOP_WORD = bytes([0xFF]) + bytes(INSTRUCTION_BYTES - 1)
+# The most cycles the clock moves in one step of a wait before other tasks
+# get their turn.
+_QUANTUM = 1000
 
 
 def inside_a_window(windows, addr, nbytes):
@@ -196,17 +206,19 @@ class GoldenLink(Link):
                  host_latency=0):
         if not isinstance(config, TPUConfig):
             raise TypeError(f"GoldenLink needs a TPUConfig, not {config!r}")
-        if ram_base < 0 or ram_base + ram_bytes > 1 << 64 or ram_bytes <= 0:
-            raise ValueError(f"host RAM 0x{ram_base:x} + {ram_bytes} bytes is not inside the "
-                             f"64-bit address space")
+        ram_base = integer(ram_base, "GoldenLink: ram_base", 0, (1 << 64) - 1)
+        ram_bytes = integer(ram_bytes, "GoldenLink: ram_bytes", 1, 1 << 40)
+        if ram_base + ram_bytes > 1 << 64:
+            raise ValueError(f"GoldenLink: host RAM 0x{ram_base:x} + {ram_bytes} bytes is not "
+                             f"inside the 64-bit address space")
         self.config = config
         self.ram_base = ram_base
         self.ram_bytes = ram_bytes
-        self.clock_hz = float(clock_hz)
-        self.read_cycles = read_cycles
-        self.write_cycles = write_cycles
-        self.start_cycles = start_cycles
-        self.host_latency = host_latency
+        self.clock_hz = positive_real(clock_hz, "GoldenLink: clock_hz", " of Hz")
+        self.read_cycles = integer(read_cycles, "GoldenLink: read_cycles", 0, 1 << 32)
+        self.write_cycles = integer(write_cycles, "GoldenLink: write_cycles", 0, 1 << 32)
+        self.start_cycles = integer(start_cycles, "GoldenLink: start_cycles", 0, 1 << 32)
+        self.host_latency = integer(host_latency, "GoldenLink: host_latency", 0, 1 << 32)
         self._ram = bytearray(ram_bytes)
         self._next_free = ram_base
         self._table = registers(config)
@@ -220,6 +232,7 @@ class GoldenLink(Link):
         self.acc = np.zeros((cfg.acc_rows, cfg.cols), dtype=np.int32)
         self.weight_memory = np.zeros((cfg.weight_mem_tiles, cfg.rows, cfg.cols), dtype=np.int8)
         self._cycle = 0
+        self._waiters = {}              # a task in sleep/wait_interrupt -> its deadline cycle
         self._events = []
         self._order = itertools.count()
         self._msis = 0
@@ -247,10 +260,10 @@ class GoldenLink(Link):
     # Link: host memory -------------------------------------------------------
 
     def alloc(self, nbytes, align=64):
-        if not isinstance(nbytes, int) or nbytes <= 0:
-            raise ValueError(f"alloc needs a positive byte count, not {nbytes!r}")
-        if not isinstance(align, int) or align <= 0 or align & (align - 1):
-            raise ValueError(f"alignment {align!r} is not a power of two")
+        nbytes = integer(nbytes, "GoldenLink.alloc: nbytes", 1)
+        align = integer(align, "GoldenLink.alloc: align", 1)
+        if align & (align - 1):
+            raise ValueError(f"GoldenLink.alloc: align must be a power of two, not {align}")
         addr = -(-self._next_free // align) * align
         if addr + nbytes > self.ram_base + self.ram_bytes:
             raise MemoryError(f"the golden link's host RAM is full: {nbytes} bytes asked, "
@@ -260,7 +273,10 @@ class GoldenLink(Link):
         return addr
 
     def write_memory(self, addr, data):
-        data = bytes(data)
+        try:
+            data = bytes(memoryview(data))
+        except TypeError:
+            raise TypeError(f"write_memory needs bytes-like data, not {show(data)}") from None
         start = self._ram_offset(addr, len(data))
         self._ram[start:start + len(data)] = data
 
@@ -271,17 +287,33 @@ class GoldenLink(Link):
     # Link: interrupts and time -----------------------------------------------
 
     async def wait_interrupt(self, timeout):
-        deadline = self._cycle + self._cycles(timeout)
-        while not self._msis and self._events and self._events[0][0] <= deadline:
-            self._advance(self._events[0][0])
-        if not self._msis:
-            self._advance(deadline)
-        await asyncio.sleep(0)
+        await self._pass_time(self._cycle + self._cycles(timeout), interrupt=True)
         got, self._msis = self._msis > 0, 0
         return got
 
     async def sleep(self, seconds):
-        self._advance(self._cycle + self._cycles(seconds))
+        await self._pass_time(self._cycle + self._cycles(seconds))
+
+    async def _pass_time(self, deadline, interrupt=False):
+        """Let the clock run to cycle `deadline` (with `interrupt`, only to the
+        first MSI before it).
+
+        Tasks share the clock, so it moves in steps of at most `_QUANTUM`
+        cycles, never past another waiting task's deadline, and every task
+        gets its turn between steps: one task waiting long does not carry the
+        others' time past what they wanted to do meanwhile."""
+        token = object()
+        self._waiters[token] = deadline
+        try:
+            while not (interrupt and self._msis) and self._cycle < deadline:
+                target = min(min(self._waiters.values()), self._cycle + _QUANTUM)
+                while self._events and self._events[0][0] <= target and not (interrupt and self._msis):
+                    self._advance(self._events[0][0])
+                if not (interrupt and self._msis):
+                    self._advance(target)
+                await asyncio.sleep(0)
+        finally:
+            del self._waiters[token]
         await asyncio.sleep(0)
 
     def time(self):
@@ -308,7 +340,8 @@ class GoldenLink(Link):
         return self.ram_base <= addr and addr + n <= self.ram_base + self.ram_bytes
 
     def _ram_offset(self, addr, n):
-        if not isinstance(addr, int) or not isinstance(n, int) or n < 0:
+        if not isinstance(addr, int) or not isinstance(n, int) or isinstance(addr, bool) \
+                or isinstance(n, bool) or n < 0:
             raise TypeError(f"host memory access needs int address and length, not "
                             f"{addr!r}, {n!r}")
         if not self._backed(addr, n):
@@ -328,11 +361,14 @@ class GoldenLink(Link):
     # Time and events ----------------------------------------------------------
 
     def _cycles(self, seconds):
-        if not isinstance(seconds, (int, float)) or seconds < 0 or math.isnan(seconds):
+        if not isinstance(seconds, numbers.Real) or isinstance(seconds, bool):
+            raise TypeError(f"a duration must be a number of seconds, not {show(seconds)}")
+        if seconds < 0 or math.isnan(seconds):
             raise ValueError(f"a duration must be a number of seconds >= 0, not {seconds!r}")
         if math.isinf(seconds):
             raise ValueError("an infinite wait never ends: give the golden link a finite timeout")
-        return math.ceil(seconds * self.clock_hz)
+        # Any wait longer than 0 lets at least one cycle pass, so nothing spins in place.
+        return max(math.ceil(seconds * self.clock_hz), 1 if seconds > 0 else 0)
 
     def _at(self, cycle, action):
         heapq.heappush(self._events, (cycle, next(self._order), action))
@@ -514,10 +550,11 @@ class GoldenLink(Link):
         self._running = True
         begin = self._cycle + self.start_cycles
         nbytes = count * INSTRUCTION_BYTES
-        if not self._backed(addr, nbytes):
+        if nbytes and not self._backed(addr, nbytes):
             self._at(begin, lambda: self._end_program("fetch", None, None))
             return
-        program = self.read_memory(addr, nbytes)
+        # An empty program reads no host byte, wherever PROG_ADDR points.
+        program = self.read_memory(addr, nbytes) if nbytes else b""
         if _MODEL_TAKES_WINDOWS:
             model = ChipModel(self.config, windows=windows)
             model.host = _HostPort(self, model)
