@@ -1,0 +1,173 @@
+"""InferenceSession: feeds checked like onnxruntime, float inputs quantized,
+NCHW turned into the IR's layout, batches cut into compiled-batch chunks, and
+the outputs equal to the reference interpreter."""
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from tpu import TPUConfig
+from tpu.compiler import ir, reference, session as session_module
+from tpu.compiler.ir import QuantType
+from tpu.compiler.session import InferenceSession, from_ir_layout, to_ir_layout
+
+from test_compiler_reference import small_graph
+
+
+def float_images(rng, n):
+    return rng.uniform(-6, 6, (n, 2, 6, 6)).astype(np.float32)
+
+
+def expected(graph, images):
+    """What the session must return: quantize, NCHW -> HWC, reference, dequantize."""
+    x = reference.quantize(images, graph.tensor("x").quant).transpose(0, 2, 3, 1)
+    out = reference.run(graph, {"x": x}, outputs_only=True)["s"]
+    return reference.dequantize(out, graph.tensor("s").quant)
+
+
+# A stand-in back end: records the chunks and computes them with the reference.
+
+@dataclass
+class StubCompiled:
+    graph: ir.Graph
+    config: TPUConfig
+    batch: int
+
+
+@pytest.fixture
+def stub_backend(monkeypatch):
+    calls = []
+
+    def compile_graph(graph, config, batch):
+        return StubCompiled(graph, config, batch or 1)
+
+    async def execute(device, compiled, inputs, profile=True):
+        assert device.config == compiled.config
+        calls.append({k: v.copy() for k, v in inputs.items()})
+        outs = reference.run(compiled.graph, inputs, outputs_only=True)
+        return outs, [{"part": "all", "counters": {"cycles": 100}}]
+
+    monkeypatch.setattr(session_module, "_compile", compile_graph)
+    monkeypatch.setattr(session_module, "_execute", execute)
+    return calls
+
+
+def test_describes_inputs_and_outputs():
+    s = InferenceSession(small_graph(), backend="reference")
+    (i,), (o,) = s.get_inputs(), s.get_outputs()
+    assert (i.name, i.shape, i.type) == ("input", [None, 2, 6, 6], "tensor(float)")
+    assert (o.name, o.shape, o.type) == ("prob", [None, 4], "tensor(float)")
+
+
+def test_reference_backend_quantizes_and_converts_layout():
+    graph = small_graph()
+    images = float_images(np.random.default_rng(1), 5)
+    (probs,) = InferenceSession(graph, backend="reference").run(None, {"input": images})
+    assert probs.dtype == np.float32 and probs.shape == (5, 4)
+    assert (probs == expected(graph, images)).all()
+    # Softmax outputs are probabilities, near 1 in sum.
+    assert np.allclose(probs.sum(axis=1), 1, atol=0.05)
+
+
+@pytest.mark.parametrize("samples, batch", [(1, 4), (4, 4), (7, 3), (9, 2)])
+def test_batches_split_into_compiled_chunks(stub_backend, samples, batch):
+    graph = small_graph()
+    images = float_images(np.random.default_rng(samples), samples)
+    s = InferenceSession(graph, backend="golden", batch=batch)
+    (probs,) = s.run(["prob"], {"input": images})
+    assert probs.shape == (samples, 4)
+    assert (probs == expected(graph, images)).all()
+    chunks = [c["x"] for c in stub_backend]
+    assert len(chunks) == -(-samples // batch)
+    assert all(c.shape == (batch, 6, 6, 2) for c in chunks)
+    # The padding of the last chunk is the input's zero point.
+    pad = len(chunks) * batch - samples
+    if pad:
+        assert (chunks[-1][batch - pad:] == graph.tensor("x").quant.zero_point).all()
+    assert len(s.last_profile) == len(chunks)
+
+
+def test_quantized_inputs_and_outputs(stub_backend):
+    graph = small_graph()
+    graph.inputs[0].model_dtype = np.dtype(np.int8)
+    graph.outputs[0].model_dtype = np.dtype(np.int8)
+    x = np.random.default_rng(2).integers(-128, 128, (3, 2, 6, 6)).astype(np.int8)
+    (out,) = InferenceSession(graph, backend="golden", batch=2).run(None, {"input": x})
+    want = reference.run(graph, {"x": x.transpose(0, 2, 3, 1)}, outputs_only=True)["s"]
+    assert out.dtype == np.int8 and (out == want).all()
+    with pytest.raises(ValueError, match="input 'input': dtype float32 where the model expects int8"):
+        InferenceSession(graph, backend="reference").run(None, {"input": x.astype(np.float32)})
+
+
+@pytest.mark.parametrize("feeds, message", [
+    ({"image": np.zeros((1, 2, 6, 6), np.float32)}, "unknown input 'image'; the model's inputs are 'input'"),
+    ({}, "missing input 'input'"),
+    ({"input": np.zeros((1, 2, 6, 5), np.float32)},
+     r"input 'input': shape \(1, 2, 6, 5\) where the model expects \(N, 2, 6, 6\)"),
+    ({"input": np.zeros((2, 6, 6), np.float32)}, "shape"),
+    ({"input": np.zeros((1, 2, 6, 6), np.float64)}, "dtype float64 where the model expects float32"),
+    ({"input": np.full((1, 2, 6, 6), np.nan, np.float32)}, "NaN"),
+    ({"input": np.zeros((0, 2, 6, 6), np.float32)}, "no samples"),
+])
+def test_bad_feeds_are_one_line_errors(feeds, message):
+    s = InferenceSession(small_graph(), backend="reference")
+    with pytest.raises(ValueError, match=message) as error:
+        s.run(None, feeds)
+    assert "\n" not in str(error.value)
+
+
+def test_bad_output_names_and_arguments(tmp_path):
+    s = InferenceSession(small_graph(), backend="reference")
+    with pytest.raises(ValueError, match="unknown output 'probs'; the model's outputs are 'prob'"):
+        s.run(["probs"], {"input": np.zeros((1, 2, 6, 6), np.float32)})
+    with pytest.raises(ValueError, match="unknown backend 'fpga'"):
+        InferenceSession(small_graph(), backend="fpga")
+    with pytest.raises(ValueError, match="batch must be a positive integer"):
+        InferenceSession(small_graph(), backend="reference", batch=0)
+    with pytest.raises(FileNotFoundError, match="no such model file"):
+        InferenceSession(tmp_path / "missing.onnx")
+    (tmp_path / "model.txt").write_text("")
+    with pytest.raises(ValueError, match="an .onnx or a compiled .tpu file"):
+        InferenceSession(tmp_path / "model.txt")
+    with pytest.raises(TypeError, match="not int"):
+        InferenceSession(3)
+
+
+def test_layout_round_trip():
+    x = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)
+    hwc = to_ir_layout(x, "nchw", (4, 5, 3))
+    assert hwc[1, 2, 3, 0] == x[1, 0, 2, 3]
+    assert (from_ir_layout(hwc, "nchw", (None, 3, 4, 5)) == x).all()
+    assert (to_ir_layout(x, "nhwc", (3, 4, 5)) == x).all()
+    v = np.arange(6).reshape(2, 3)
+    assert (from_ir_layout(v, "nc", (1, 3)) == v).all()
+
+
+def test_simulation_job_round_trip(tmp_path, monkeypatch):
+    """The job a simulation process reads is what the session wrote."""
+    saved = {}
+
+    class Saving(StubCompiled):
+        def save(self, path):
+            saved[str(path)] = self
+            open(path, "wb").close()
+
+    monkeypatch.setattr(session_module, "_load_compiled", lambda path: saved[str(path)])
+    compiled = Saving(small_graph(), TPUConfig(), 2)
+    rng = np.random.default_rng(0)
+    chunks = [{"x": rng.integers(-128, 128, (2, 6, 6, 2)).astype(np.int8)} for _ in range(3)]
+    session_module.write_job(tmp_path, compiled, chunks)
+    got_compiled, got_chunks = session_module.read_job(tmp_path)
+    assert got_compiled is compiled
+    assert len(got_chunks) == 3
+    assert all((a["x"] == b["x"]).all() and a["x"].dtype == np.int8
+               for a, b in zip(chunks, got_chunks))
+
+
+def test_simulated_main_needs_its_job(monkeypatch):
+    import asyncio
+    monkeypatch.delenv(session_module.JOB_VARIABLE, raising=False)
+    with pytest.raises(RuntimeError, match="TPU_COMPILER_JOB is not set"):
+        asyncio.run(session_module.simulated_main(None))

@@ -1,0 +1,380 @@
+"""`InferenceSession`: run a quantized model on the chip like onnxruntime.
+
+::
+
+    session = InferenceSession("model.onnx", backend="golden")
+    (probs,) = session.run(None, {"input": images})       # float32 NCHW in, float out
+    print(report.format_table(session.last_profile))
+
+The model is a path to an ``.onnx`` file (imported and compiled) or a
+compiled ``.tpu`` file, an `ir.Graph` (compiled) or a `CompiledModel`.
+`run` checks the feeds (names, shapes, dtypes), quantizes float inputs with
+the graph input's quantization (ONNX ``QuantizeLinear``), turns the model's
+layout (NCHW) into the IR's per-sample ``(H, W, C)``, cuts the batch into
+chunks of the compiled batch (padding the last with the zero point), runs
+every chunk on one device opened by `tpu.driver.run` and returns the
+outputs in the model's layout, dequantized when the model's output is float.
+
+Backends: every `tpu.driver` backend ("golden", "icarus", "verilator", ...),
+and "reference", which runs the IR interpreter (`tpu.compiler.reference`)
+without a chip. On the simulation backends the chip runs in another
+process: the session writes the compiled model and the chunks to a
+temporary directory named by the environment variable ``TPU_COMPILER_JOB``,
+which the simulation process inherits, and `simulated_main` runs them
+there, all in one simulation.
+"""
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..config import TPUConfig
+from . import ir, reference
+
+
+__all__ = ["InferenceSession", "NodeArg", "simulated_main", "JOB_VARIABLE",
+           "SIMULATION_BACKENDS", "to_ir_layout", "from_ir_layout"]
+
+#: the environment variable naming a simulation job's directory
+JOB_VARIABLE = "TPU_COMPILER_JOB"
+#: backends whose `main` runs in another process
+SIMULATION_BACKENDS = ("icarus", "verilator")
+REFERENCE = "reference"
+
+_TYPE_NAMES = {np.dtype(np.float32): "tensor(float)", np.dtype(np.int8): "tensor(int8)",
+               np.dtype(np.uint8): "tensor(uint8)", np.dtype(np.float16): "tensor(float16)",
+               np.dtype(np.float64): "tensor(double)"}
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A model input or output as onnxruntime describes it."""
+    name: str
+    shape: list
+    type: str
+
+
+# Back-end modules, imported on use -------------------------------------------------------
+
+def _compile(graph, config, batch):
+    from .backend import compile_graph
+    return compile_graph(graph, config, batch)
+
+
+def _load_compiled(path):
+    from .artifact import CompiledModel
+    return CompiledModel.load(path)
+
+
+def _is_compiled(model):
+    try:
+        from .artifact import CompiledModel
+    except ImportError:
+        return False
+    return isinstance(model, CompiledModel)
+
+
+def _import_onnx(path):
+    from .onnx_frontend import import_onnx
+    return import_onnx(path)
+
+
+async def _execute(device, compiled, inputs, profile=True):
+    """One chunk: ``(outputs by tensor name, profile)`` from the back end."""
+    from .execute import execute
+    result = await execute(device, compiled, inputs, profile=profile)
+    if isinstance(result, tuple):
+        outputs, profile_data = result
+    else:
+        outputs, profile_data = result.outputs, getattr(result, "profile", None)
+    return outputs, profile_data
+
+
+# Layouts -------------------------------------------------------------------------------
+
+def to_ir_layout(array, layout, shape):
+    """A model array ``(batch, ...)`` in `layout` -> the IR's ``(batch, *shape)``."""
+    if layout == "nchw" and array.ndim == 4:
+        array = array.transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(array).reshape((array.shape[0], *shape))
+
+
+def from_ir_layout(array, layout, model_shape):
+    """The IR's ``(batch, *shape)`` -> the model's array in `layout` and `model_shape`
+    (its batch dimension taken from `array`)."""
+    batch = array.shape[0]
+    if layout == "nchw" and array.ndim == 4:
+        array = array.transpose(0, 3, 1, 2)
+    dims = list(model_shape[1:]) if model_shape else list(array.shape[1:])
+    if None in dims or int(np.prod(dims)) != int(np.prod(array.shape[1:])):
+        dims = list(array.shape[1:])
+    return np.ascontiguousarray(array).reshape((batch, *dims))
+
+
+def _shape_text(shape):
+    return "(" + ", ".join("N" if d is None else str(d) for d in shape) + ")"
+
+
+# The session ----------------------------------------------------------------------------
+
+class InferenceSession:
+    """A model ready to run on one backend.
+
+    Parameters
+    ----------
+    model : str, Path, ir.Graph or CompiledModel
+        ``.onnx`` (imported with `tpu.compiler.onnx_frontend.import_onnx`
+        and compiled) or ``.tpu`` (`CompiledModel.load`).
+    backend : str
+        A `tpu.driver` backend, or "reference" for the IR interpreter.
+    config : TPUConfig
+        The chip to compile for (default `TPUConfig()`); must match a
+        compiled model's.
+    batch : int
+        Samples per chip run when compiling (the back end's default if
+        None); must match a compiled model's.
+    backend_options
+        Passed to `tpu.driver.run` (e.g. ``seed`` for the simulators).
+
+    Attributes
+    ----------
+    graph : ir.Graph
+    compiled : CompiledModel or None (backend "reference" of a graph or .onnx)
+    last_profile : list or None
+        Per chunk, the back end's per-part profile of the last `run`
+        (chip counters and cycle estimates); `tpu.compiler.report` reads it.
+    """
+
+    def __init__(self, model, backend="golden", config=None, batch=None, **backend_options):
+        if batch is not None and (not isinstance(batch, int) or batch < 1):
+            raise ValueError(f"batch must be a positive integer, not {batch!r}")
+        if config is not None and not isinstance(config, TPUConfig):
+            raise TypeError(f"config must be a TPUConfig, not {config!r}")
+        if backend != REFERENCE:
+            from ..driver import BACKENDS
+            if backend not in BACKENDS:
+                raise ValueError(f"unknown backend {backend!r}; known: "
+                                 f"{', '.join(sorted([*BACKENDS, REFERENCE]))}")
+        self.backend = backend
+        self.backend_options = backend_options
+        self.last_profile = None
+        self.compiled = None
+        self.source = None
+        if isinstance(model, (str, Path)):
+            path = Path(model)
+            self.source = path
+            if not path.exists():
+                raise FileNotFoundError(f"{path}: no such model file")
+            if path.suffix == ".tpu":
+                self.compiled = _load_compiled(path)
+            elif path.suffix == ".onnx":
+                model = _import_onnx(path)
+            else:
+                raise ValueError(f"{path}: a model is an .onnx or a compiled .tpu file")
+        if isinstance(model, ir.Graph):
+            self.graph = model.validate()
+            if backend != REFERENCE:
+                self.compiled = _compile(self.graph, config or TPUConfig(), batch)
+        elif self.compiled is None:
+            if not _is_compiled(model):
+                raise TypeError(f"a model is a path, an ir.Graph or a CompiledModel, "
+                                f"not {type(model).__name__}")
+            self.compiled = model
+        if self.compiled is not None:
+            self.graph = self.compiled.graph
+            if config is not None and config != self.compiled.config:
+                raise ValueError(f"the model was compiled for {self.compiled.config}, "
+                                 f"not {config}: compile it again for this chip")
+            if batch is not None and batch != self.compiled.batch:
+                raise ValueError(f"the model was compiled for batch {self.compiled.batch}, "
+                                 f"not {batch}: compile it again with this batch")
+        self.config = self.compiled.config if self.compiled is not None else (config or TPUConfig())
+        self.batch = self.compiled.batch if self.compiled is not None else batch
+
+    # Description -----------------------------------------------------------------------
+
+    def get_inputs(self):
+        return [NodeArg(i.model_name, list(i.model_shape), _TYPE_NAMES.get(
+            np.dtype(i.model_dtype), str(i.model_dtype))) for i in self.graph.inputs]
+
+    def get_outputs(self):
+        return [NodeArg(o.model_name, list(o.model_shape), _TYPE_NAMES.get(
+            np.dtype(o.model_dtype), str(o.model_dtype))) for o in self.graph.outputs]
+
+    # Running ---------------------------------------------------------------------------
+
+    def _prepare(self, feeds):
+        """Feeds -> quantized IR arrays by tensor name, and the sample count."""
+        if not isinstance(feeds, dict):
+            raise TypeError(f"feeds must be a dict of input name -> array, not "
+                            f"{type(feeds).__name__}")
+        names = [i.model_name for i in self.graph.inputs]
+        unknown = [n for n in feeds if n not in names]
+        if unknown:
+            raise ValueError(f"unknown input {unknown[0]!r}; the model's inputs are "
+                             f"{', '.join(map(repr, names))}")
+        missing = [n for n in names if n not in feeds]
+        if missing:
+            raise ValueError(f"missing input {missing[0]!r}; the model's inputs are "
+                             f"{', '.join(map(repr, names))}")
+        arrays, samples = {}, None
+        for spec in self.graph.inputs:
+            name = spec.model_name
+            value = np.asarray(feeds[name])
+            want = np.dtype(spec.model_dtype)
+            if value.dtype != want:
+                raise ValueError(f"input {name!r}: dtype {value.dtype} where the model "
+                                 f"expects {want}")
+            tensor = self.graph.tensor(spec.tensor)
+            model_shape = tuple(spec.model_shape) if spec.model_shape else (None, *tensor.shape)
+            if value.ndim != len(model_shape) or any(
+                    d is not None and d != v for d, v in zip(model_shape[1:], value.shape[1:])):
+                raise ValueError(f"input {name!r}: shape {tuple(value.shape)} where the model "
+                                 f"expects {_shape_text((None, *model_shape[1:]))}")
+            if samples is not None and value.shape[0] != samples:
+                raise ValueError(f"input {name!r}: batch {value.shape[0]} differs from the "
+                                 f"other inputs' {samples}")
+            samples = value.shape[0]
+            if value.dtype.kind == "f":
+                if not np.isfinite(value).all():
+                    raise ValueError(f"input {name!r}: contains NaN or infinite values")
+                value = reference.quantize(value, tensor.quant)
+            elif value.dtype != tensor.quant.dtype:
+                raise ValueError(f"input {name!r}: dtype {value.dtype} where the chip's tensor "
+                                 f"is {tensor.quant.dtype}")
+            arrays[spec.tensor] = to_ir_layout(value, spec.layout, tensor.shape)
+        if not samples:
+            raise ValueError("the feeds hold no samples (batch 0)")
+        return arrays, samples
+
+    def _select(self, output_names):
+        outputs = {o.model_name: o for o in self.graph.outputs}
+        if output_names is None:
+            return list(outputs.values())
+        if isinstance(output_names, str):
+            raise TypeError("output_names is a list of names (or None for all)")
+        chosen = []
+        for name in output_names:
+            if name not in outputs:
+                raise ValueError(f"unknown output {name!r}; the model's outputs are "
+                                 f"{', '.join(map(repr, outputs))}")
+            chosen.append(outputs[name])
+        return chosen
+
+    def _chunks(self, arrays, samples):
+        """Cut every input into chunks of the compiled batch; the last is padded
+        with the zero point."""
+        batch = self.batch or samples
+        chunks = []
+        for start in range(0, samples, batch):
+            chunk = {}
+            for name, value in arrays.items():
+                part = value[start:start + batch]
+                if part.shape[0] < batch:
+                    pad = np.full((batch - part.shape[0], *part.shape[1:]),
+                                  self.graph.tensor(name).quant.zero_point, dtype=part.dtype)
+                    part = np.concatenate([part, pad])
+                chunk[name] = part
+            chunks.append(chunk)
+        return chunks
+
+    def run_quantized(self, inputs):
+        """Run quantized IR arrays (tensor name -> ``(samples, *shape)``); the
+        quantized outputs by tensor name. Sets `last_profile`."""
+        samples = next(iter(inputs.values())).shape[0]
+        if self.backend == REFERENCE:
+            self.last_profile = None
+            return reference.run(self.graph, inputs, outputs_only=True)
+        chunks = self._chunks(inputs, samples)
+        results = self._run_chunks(chunks)
+        self.last_profile = [profile for _, profile in results]
+        outputs = {}
+        for o in self.graph.outputs:
+            joined = np.concatenate([np.asarray(out[o.tensor]) for out, _ in results])
+            outputs[o.tensor] = joined[:samples]
+        return outputs
+
+    def _run_chunks(self, chunks):
+        from ..driver import run as driver_run
+        compiled = self.compiled
+        if self.backend in SIMULATION_BACKENDS:
+            with tempfile.TemporaryDirectory() as scratch:
+                write_job(scratch, compiled, chunks)
+                previous = os.environ.get(JOB_VARIABLE)
+                os.environ[JOB_VARIABLE] = scratch
+                try:
+                    return driver_run(simulated_main, backend=self.backend, config=compiled.config,
+                                      **self.backend_options)
+                finally:
+                    if previous is None:
+                        os.environ.pop(JOB_VARIABLE, None)
+                    else:
+                        os.environ[JOB_VARIABLE] = previous
+
+        async def main(device):
+            return await run_chunks(device, compiled, chunks)
+        return driver_run(main, backend=self.backend, config=compiled.config,
+                          **self.backend_options)
+
+    def run(self, output_names, feeds):
+        """The outputs named (None: all), in order, for `feeds` (input name ->
+        array with the batch first), as onnxruntime's ``run``."""
+        chosen = self._select(output_names)
+        arrays, samples = self._prepare(feeds)
+        outputs = self.run_quantized(arrays)
+        results = []
+        for o in chosen:
+            value = outputs[o.tensor]
+            tensor = self.graph.tensor(o.tensor)
+            if np.dtype(o.model_dtype).kind == "f":
+                value = reference.dequantize(value, tensor.quant).astype(o.model_dtype)
+            else:
+                value = value.astype(o.model_dtype)
+            results.append(from_ir_layout(value, o.layout, o.model_shape))
+        return results
+
+
+async def run_chunks(device, compiled, chunks):
+    """Every chunk through the back end's `execute` on one device; a list of
+    ``(outputs, profile)``."""
+    results = []
+    for chunk in chunks:
+        results.append(await _execute(device, compiled, chunk))
+    return results
+
+
+# Simulation jobs -------------------------------------------------------------------------
+
+def write_job(directory, compiled, chunks):
+    """Save the compiled model and the chunks where `read_job` finds them."""
+    directory = Path(directory)
+    compiled.save(directory / "model.tpu")
+    names = list(chunks[0])
+    arrays = {f"c{i}_{j}": chunk[name] for i, chunk in enumerate(chunks)
+              for j, name in enumerate(names)}
+    np.savez(directory / "inputs.npz", **arrays)
+    (directory / "job.json").write_text(json.dumps({"names": names, "chunks": len(chunks)}))
+
+
+def read_job(directory):
+    """``(compiled, chunks)`` written by `write_job`."""
+    directory = Path(directory)
+    job = json.loads((directory / "job.json").read_text())
+    compiled = _load_compiled(directory / "model.tpu")
+    with np.load(directory / "inputs.npz") as data:
+        chunks = [{name: data[f"c{i}_{j}"] for j, name in enumerate(job["names"])}
+                  for i in range(job["chunks"])]
+    return compiled, chunks
+
+
+async def simulated_main(device):
+    """`main` of a simulation backend: the job named by ``TPU_COMPILER_JOB``."""
+    directory = os.environ.get(JOB_VARIABLE)
+    if not directory:
+        raise RuntimeError(f"{JOB_VARIABLE} is not set: no compiled-model job to run")
+    compiled, chunks = read_job(directory)
+    return await run_chunks(device, compiled, chunks)
