@@ -94,6 +94,19 @@ async def _execute(device, compiled, inputs, profile=True):
     return outputs, profile_data
 
 
+def interface_graph(compiled):
+    """An `ir.Graph` of a compiled model's inputs and outputs only (no layers):
+    what `InferenceSession` needs to check feeds and convert results."""
+    tensors, inputs, outputs = {}, [], []
+    for specs, kind, into in ((compiled.inputs, ir.GraphInput, inputs),
+                              (compiled.outputs, ir.GraphOutput, outputs)):
+        for spec in specs:
+            tensors[spec.tensor] = ir.Tensor(spec.tensor, spec.shape, spec.quant)
+            into.append(kind(spec.tensor, spec.model_name, tuple(spec.model_shape),
+                             np.dtype(spec.model_dtype), spec.model_layout))
+    return ir.Graph(tensors, [], inputs, outputs, getattr(compiled, "source", ""))
+
+
 # Layouts -------------------------------------------------------------------------------
 
 def to_ir_layout(array, layout, shape):
@@ -185,7 +198,11 @@ class InferenceSession:
                                 f"not {type(model).__name__}")
             self.compiled = model
         if self.compiled is not None:
-            self.graph = self.compiled.graph
+            if not isinstance(model, ir.Graph):
+                self.graph = interface_graph(self.compiled)
+                if backend == REFERENCE:
+                    raise ValueError("the reference backend runs the model's graph: give it an "
+                                     ".onnx file or an ir.Graph, not a compiled model")
             if config is not None and config != self.compiled.config:
                 raise ValueError(f"the model was compiled for {self.compiled.config}, "
                                  f"not {config}: compile it again for this chip")

@@ -1,0 +1,116 @@
+"""The model commands: tpu compile, tpu run, tpu disasm of a compiled model,
+through `tpu.cli_model.main`."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from tpu import cli_model
+from tpu.compiler import zoo
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    """A quantized 12-16-5 MLP and a calibration/input set."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(40, 12)).astype(np.float32)
+    model = zoo.quantize(zoo.mlp([12, 16, 5], seed=3), x)
+    path = tmp_path_factory.mktemp("models") / "mlp.onnx"
+    onnx.save(model, str(path))
+    data = path.parent / "x.npy"
+    np.save(data, x[:7])
+    return path, data, x[:7]
+
+
+def has_backend():
+    try:
+        import tpu.compiler.backend       # noqa: F401
+        import tpu.compiler.execute       # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_backend = pytest.mark.skipif(not has_backend(), reason="the back end is not built yet")
+
+
+def test_run_reference_writes_outputs_and_json(model_file, tmp_path, capsys):
+    path, data, x = model_file
+    out, report = tmp_path / "y.npy", tmp_path / "r.json"
+    assert cli_model.main(["run", str(path), "--input", str(data), "--output", str(out),
+                           "--backend", "reference", "--json", str(report)]) == 0
+    y = np.load(out)
+    (want,) = zoo.ort_run(onnx.load(str(path)), x)
+    assert y.shape == want.shape == (7, 5) and y.dtype == np.float32
+    # The chip's integer arithmetic is within a step of ONNX Runtime's.
+    step = np.abs(np.diff(np.unique(want))).min() if np.unique(want).size > 1 else 1
+    assert np.abs(y - want).max() <= step * 1.01
+    assert json.loads(report.read_text())["samples"] == 7
+    assert "7 inferences on the reference interpreter" in capsys.readouterr().out
+
+
+def test_run_accepts_float64_and_a_single_sample(model_file, tmp_path):
+    path, _, x = model_file
+    one = tmp_path / "one.npy"
+    np.save(one, x[0].astype(np.float64))
+    out = tmp_path / "y.npy"
+    assert cli_model.main(["run", str(path), "--input", str(one), "--output", str(out),
+                           "--backend", "reference"]) == 0
+    assert np.load(out).shape == (1, 5)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "{model}", "--input", "{missing}", "--backend", "reference"], "cannot read"),
+    (["run", "{bad_shape}", "--input", "{data}", "--backend", "reference"], "expected a .onnx or .tpu"),
+    (["run", "{model}", "--input", "{wrong}", "--backend", "reference"],
+     r"input 'x': shape \(7, 11\) where the model expects \(N, 12\)"),
+    (["run", "{model}", "--input", "{data}", "--backend", "fpga"], "invalid choice"),
+    (["run", "{model}", "--input", "{data}", "--batch", "0"], "positive integer"),
+    (["run", "{model}", "--input", "{data}", "--clock-mhz", "-1"], "positive number"),
+    (["run", "{model}", "--input", "{data}", "--rows", "0"], "rows"),
+    (["run", "{garbage}", "--input", "{data}", "--backend", "reference"], "garbage.onnx"),
+    (["compile", "{data}"], "expected a .onnx model file"),
+    (["disasm", "{missing}"], "no such file"),
+])
+def test_bad_input_exits_2_with_one_line(model_file, tmp_path, capsys, argv, message):
+    path, data, x = model_file
+    np.save(tmp_path / "wrong.npy", x[:, :11])
+    (tmp_path / "garbage.onnx").write_bytes(b"not a model")
+    names = {"model": path, "data": data, "missing": tmp_path / "nothing.npy",
+             "bad_shape": tmp_path / "m.txt", "wrong": tmp_path / "wrong.npy",
+             "garbage": tmp_path / "garbage.onnx"}
+    (tmp_path / "m.txt").write_text("")
+    assert cli_model.main([a.format(**names) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tpu: error:") and "\n" not in err
+    assert __import__("re").search(message, err), err
+
+
+@needs_backend
+def test_compile_then_run_and_disasm(model_file, tmp_path, capsys):
+    path, data, x = model_file
+    compiled = tmp_path / "mlp.tpu"
+    assert cli_model.main(["compile", str(path), "-o", str(compiled), "--batch", "4"]) == 0
+    assert compiled.exists()
+    capsys.readouterr()
+    out_chip, out_ref = tmp_path / "chip.npy", tmp_path / "ref.npy"
+    report = tmp_path / "r.json"
+    assert cli_model.main(["run", str(compiled), "--input", str(data), "--output", str(out_chip),
+                           "--json", str(report)]) == 0
+    table = capsys.readouterr().out
+    assert "inferences/s at 100 MHz" in table and "util" in table
+    assert cli_model.main(["run", str(path), "--input", str(data), "--output", str(out_ref),
+                           "--backend", "reference"]) == 0
+    assert (np.load(out_chip) == np.load(out_ref)).all()
+    data_json = json.loads(report.read_text())
+    assert data_json["samples"] == 7 and data_json["total"]["cycles"] > 0
+    capsys.readouterr()
+    assert cli_model.main(["disasm", str(compiled)]) == 0
+    text = capsys.readouterr().out
+    assert "mmc" in text and "halt" in text
+    # A compiled model keeps its chip: other options are an error.
+    assert cli_model.main(["run", str(compiled), "--input", str(data), "--rows", "4",
+                           "--cols", "4"]) == 2
+    assert "compiled for" in capsys.readouterr().err
