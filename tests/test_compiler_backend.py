@@ -1,0 +1,176 @@
+"""The compiler's back end: IR graphs compiled and run on the golden chip
+(through the host driver) equal `tpu.compiler.reference` bit for bit."""
+
+import numpy as np
+import pytest
+
+from tpu import TPUConfig
+from tpu.compiler import ir
+from tpu.compiler.artifact import ChipStep, CompiledModel, HostStep
+from tpu.compiler.backend import compile_graph
+from tpu.compiler.errors import CompileError
+from tpu.compiler.execute import execute
+from tpu.compiler import reference
+from tpu.driver import run
+
+from conftest import base_seed
+
+
+SMALL = TPUConfig(rows=8, cols=8, acc_rows=64, ub_rows=1024, weight_mem_tiles=64,
+                  pool_max_width=16)
+
+
+# Graph building ------------------------------------------------------------------------
+
+class Builder:
+    """Random quantized layers into an `ir.Graph`."""
+
+    def __init__(self, rng, name="test"):
+        self.rng = rng
+        self.tensors, self.layers, self.inputs, self.outputs = {}, [], [], []
+        self.name = name
+
+    def quant(self, unsigned=None):
+        unsigned = bool(self.rng.integers(2)) if unsigned is None else unsigned
+        zero = int(self.rng.integers(0, 256) if unsigned else self.rng.integers(-128, 128))
+        return ir.QuantType(float(self.rng.uniform(0.01, 0.1)), zero, unsigned)
+
+    def tensor(self, name, shape, quant=None):
+        self.tensors[name] = ir.Tensor(name, shape, quant or self.quant())
+        return name
+
+    def input(self, shape, name="x", quant=None):
+        self.tensor(name, shape, quant)
+        self.inputs.append(ir.GraphInput(name, name, (None, *shape), np.float32, "nhwc"))
+        return name
+
+    def _scales(self, n, k):
+        return self.rng.uniform(0.5, 2.0, size=n) / (k * 64)
+
+    def activation(self, kind, q):
+        if kind == "clamp":
+            lo = int(self.rng.integers(q.range[0], q.zero_point + 1))
+            return ir.Activation("clamp", lo, int(self.rng.integers(lo, q.range[1] + 1)))
+        if kind in ("sigmoid", "tanh"):
+            pre = ir.QuantType(float(self.rng.uniform(0.02, 0.08)),
+                               int(self.rng.integers(100, 156) if q.unsigned
+                                   else self.rng.integers(-28, 28)), q.unsigned)
+            return ir.Activation(kind, pre=pre)
+        return ir.Activation(kind)
+
+    def dense(self, x, n, act="none", name=None):
+        name = name or f"dense{len(self.layers)}"
+        k = self.tensors[x].size
+        out = self.tensor(f"{name}_out", (n,))
+        w = self.rng.integers(-127, 128, size=(k, n)).astype(np.int8)
+        self.layers.append(ir.Dense(name, x, out, w, self._scales(n, k),
+                                    self.rng.integers(-3000, 3000, size=n),
+                                    self.activation(act, self.tensors[out].quant)))
+        return out
+
+    def conv(self, x, cout, kernel, stride=(1, 1), padding=(0, 0, 0, 0), act="none", name=None):
+        name = name or f"conv{len(self.layers)}"
+        h, w, cin = self.tensors[x].shape
+        kh, kw = kernel
+        oh = (h + padding[0] + padding[2] - kh) // stride[0] + 1
+        ow = (w + padding[1] + padding[3] - kw) // stride[1] + 1
+        out = self.tensor(f"{name}_out", (oh, ow, cout))
+        wt = self.rng.integers(-127, 128, size=(kh, kw, cin, cout)).astype(np.int8)
+        self.layers.append(ir.Conv2D(name, x, out, wt, self._scales(cout, kh * kw * cin),
+                                     self.rng.integers(-3000, 3000, size=cout), stride, padding,
+                                     self.activation(act, self.tensors[out].quant)))
+        return out
+
+    def pool(self, x, kind, k, s, padding=(0, 0, 0, 0), same_quant=True, name=None):
+        name = name or f"pool{len(self.layers)}"
+        h, w, c = self.tensors[x].shape
+        oh = (h + padding[0] + padding[2] - k) // s + 1
+        ow = (w + padding[1] + padding[3] - k) // s + 1
+        out = self.tensor(f"{name}_out", (oh, ow, c), self.tensors[x].quant if same_quant else None)
+        self.layers.append(ir.Pool2D(name, x, out, kind, (k, k), (s, s), padding))
+        return out
+
+    def global_pool(self, x, name=None):
+        name = name or f"gap{len(self.layers)}"
+        out = self.tensor(f"{name}_out", (1, 1, self.tensors[x].shape[2]), self.tensors[x].quant)
+        self.layers.append(ir.GlobalAvgPool(name, x, out))
+        return out
+
+    def reshape(self, x, order="hwc", name=None):
+        name = name or f"reshape{len(self.layers)}"
+        out = self.tensor(f"{name}_out", (self.tensors[x].size,), self.tensors[x].quant)
+        self.layers.append(ir.Reshape(name, x, out, order))
+        return out
+
+    def add(self, a, b, name=None):
+        name = name or f"add{len(self.layers)}"
+        out = self.tensor(f"{name}_out", self.tensors[a].shape)
+        self.layers.append(ir.Add(name, a, b, out))
+        return out
+
+    def elementwise(self, x, act, name=None):
+        name = name or f"act{len(self.layers)}"
+        out = self.tensor(f"{name}_out", self.tensors[x].shape)
+        self.layers.append(ir.Elementwise(name, x, out,
+                                          self.activation(act, self.tensors[out].quant)))
+        return out
+
+    def graph(self, *outputs):
+        outs = [ir.GraphOutput(o, o, (None, *self.tensors[o].shape), np.float32, "nhwc")
+                for o in outputs]
+        return ir.Graph(dict(self.tensors), list(self.layers), list(self.inputs), outs,
+                        self.name).validate()
+
+
+def random_inputs(rng, graph, batch):
+    out = {}
+    for i in graph.inputs:
+        t = graph.tensor(i.tensor)
+        low, high = t.quant.range
+        out[i.tensor] = rng.integers(low, high + 1, size=(batch, *t.shape))
+    return out
+
+
+async def _main(device, compiled, inputs):
+    return await execute(device, compiled, inputs)
+
+
+def run_compiled(compiled, inputs, config):
+    arena = max(1 << 20, 4 * compiled.host_size + compiled.weights.nbytes + (1 << 16))
+    return run(lambda device: _main(device, compiled, inputs), backend="golden", config=config,
+               open={"arena_bytes": arena})
+
+
+def check(graph, config, batch, rng):
+    """Compile, run on the golden chip, compare with the reference."""
+    compiled = compile_graph(graph, config, batch)
+    inputs = random_inputs(rng, graph, batch)
+    outputs, profile = run_compiled(compiled, inputs, config)
+    expected = reference.run(graph, inputs, outputs_only=True)
+    for name, value in expected.items():
+        got = outputs[name]
+        assert got.dtype == value.dtype and got.shape == value.shape, name
+        if not np.array_equal(got, value):
+            bad = np.argwhere(got != value)
+            raise AssertionError(f"{name}: {len(bad)} of {value.size} values differ, first at "
+                                 f"{bad[0].tolist()}: chip {got[tuple(bad[0])]} reference "
+                                 f"{value[tuple(bad[0])]}\n{compiled.describe()}")
+    return compiled, profile
+
+
+@pytest.fixture
+def rng():
+    seed = base_seed()
+    print(f"seed {seed} (TPU_SEED={seed} replays)")
+    return np.random.default_rng(seed)
+
+
+# Tests ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batch", [1, 5, 40])
+def test_dense_chain(rng, batch):
+    b = Builder(rng)
+    x = b.input((int(rng.integers(3, 30)),))
+    h = b.dense(x, int(rng.integers(3, 20)), "relu")
+    y = b.dense(h, int(rng.integers(1, 20)))
+    check(b.graph(y), SMALL, batch, rng)

@@ -1,0 +1,162 @@
+"""Pass: lower one chip layer (its N tiles ``n0 .. n1 - 1``) to MMC, LDQ and
+ACT instructions.
+
+Per N tile, per M tile: the MMCs of every K tile (the first overwrites, the
+rest ACCUMULATE; a convolution reads its taps with MMC's CONV addressing,
+a dense layer over an image one stored pixel per K tile), then the ACTs that
+requantize, activate and pool the tile into the output's stored layout.
+M tiles alternate between the two halves of the accumulators, and the ACTs
+of a tile are emitted after the MMCs of the next one, so the matrix unit
+runs on while the activation unit drains the previous tile (the sequencer
+interlocks on the rows, so this needs no NOPs). An MMC switches weights only
+when its tile differs from the one in the array.
+"""
+
+from dataclasses import dataclass
+
+from ..isa import Act, Conv, Func, Ldq, Mmc, Pool, ldq_rows
+from . import ir
+from .tiling import act_settings, m_tiles
+
+
+__all__ = ["PartAddresses", "lower_part", "useful_macs"]
+
+
+_FUNC = {ir.ActivationKind.NONE: Func.NONE, ir.ActivationKind.RELU: Func.RELU,
+         ir.ActivationKind.CLAMP: Func.CLAMP, ir.ActivationKind.SIGMOID: Func.SIGMOID,
+         ir.ActivationKind.TANH: Func.TANH}
+
+
+@dataclass
+class PartAddresses:
+    """Where a part's data is: stored layouts and UB bases of its input and
+    output, the UB rows of its LDQ tables (one per N tile of the part), and
+    the weight-memory tile of its first (N tile, K tile)."""
+    in_layout: object
+    in_base: int
+    out_layout: object
+    out_base: int
+    tables_base: int
+    mem_base: int
+
+
+def _merge(pairs):
+    """(acc, ub) row pairs -> runs ``(acc, ub, rows)`` consecutive in both."""
+    runs = []
+    for acc, ub, n in pairs:
+        if runs and runs[-1][0] + runs[-1][2] == acc and runs[-1][1] + runs[-1][2] == ub:
+            runs[-1][2] += n
+        else:
+            runs.append([acc, ub, n])
+    return runs
+
+
+def lower_part(chip, config, batch, k_tiles, n_range, addr):
+    """Instructions (switching MMCs as ``(Mmc, weight-memory tile)``) of N
+    tiles `n_range` of `chip`."""
+    n0, n1 = n_range
+    region = config.acc_rows // 2
+    q_rows = ldq_rows(config)
+    _, _, _, unsigned_out = act_settings(chip)
+    func = _FUNC[chip.activation.kind]
+    inl, outl = addr.in_layout, addr.out_layout
+    unsigned_in = bool(chip.in_q.unsigned)
+    kt = len(k_tiles)
+    ow = chip.conv_out[1]
+    jobs = []
+    for n in range(n0, n1):
+        for mt in m_tiles(chip, batch, region):
+            jobs.append((n, mt))
+
+    current = [None]
+
+    def mmc(ub, rows, acc, accumulate, tile, conv):
+        ins = Mmc(ub=ub, rows=rows, acc=acc, accumulate=accumulate, switch=tile != current[0],
+                  unsigned=unsigned_in, conv=conv)
+        if ins.switch:
+            current[0] = tile
+            return (ins, tile)
+        return ins
+
+    def mmcs(index, n, mt):
+        base = (index % 2) * region
+        out = []
+        for k, kt_ in enumerate(k_tiles):
+            tile = addr.mem_base + (n - n0) * kt + k
+            if chip.kind == "dense":
+                b0 = mt.samples[0]
+                rows = len(mt.samples)
+                ss = inl.sample_stride
+                conv = Conv(out_w=1, col_step=0, row_step=ss) if ss != 1 and rows > 1 else None
+                out.append(mmc(addr.in_base + inl.row(b0, kt_.y, kt_.x, kt_.j), rows, base,
+                               k > 0, tile, conv))
+                continue
+            sh, sw = chip.stride
+            pt, pl = chip.padding[0], chip.padding[1]
+            rps = mt.rows_per_sample(ow)
+            conv = Conv(out_w=ow, col_step=sw, row_step=sh * inl.padded_w)
+            for si, b in enumerate(mt.samples):
+                ub = addr.in_base + inl.row(b, mt.r0 * sh + kt_.y - pt, kt_.x - pl, kt_.j)
+                out.append(mmc(ub, rps, base + si * rps, k > 0, tile, conv))
+        return out
+
+    def acts(index, n, mt):
+        base = (index % 2) * region
+        flags = dict(func=func, unsigned=unsigned_out)
+        out = []
+        if chip.kind == "dense":
+            pairs = [(base + si, addr.out_base + outl.row(b, 0, 0, n), 1)
+                     for si, b in enumerate(mt.samples)]
+            return [Act(acc=a, ub=u, rows=r, **flags) for a, u, r in _merge(pairs)]
+        rps = mt.rows_per_sample(ow)
+        pool = chip.pool
+        pairs = []
+        for si, b in enumerate(mt.samples):
+            first = base + si * rps
+            if pool is None:
+                pairs += [(first + (oy - mt.r0) * ow, addr.out_base + outl.row(b, oy, 0, n), ow)
+                          for oy in range(mt.r0, mt.r1)]
+            elif pool[0] == "global":
+                out.append(Act(acc=first, ub=addr.out_base + outl.row(b, 0, 0, n), rows=rps,
+                               pool=Pool.GLOBAL_AVG, **flags))
+            else:
+                kind, k, s = pool
+                mode = Pool.MAX if kind == "max" else Pool.AVG
+                window = dict(pool=mode, pool_size=k, pool_stride=s, in_w=ow)
+                if outl.pad[1] == 0 and outl.pad[3] == 0:
+                    out.append(Act(acc=first, ub=addr.out_base + outl.row(b, mt.p0, 0, n),
+                                   rows=rps, **window, **flags))
+                else:
+                    for py in range(mt.p0, mt.p1):
+                        out.append(Act(acc=first + (py * s - mt.r0) * ow,
+                                       ub=addr.out_base + outl.row(b, py, 0, n), rows=k * ow,
+                                       **window, **flags))
+        out += [Act(acc=a, ub=u, rows=r, **flags) for a, u, r in _merge(pairs)]
+        return out
+
+    body = []
+    table = [None]
+
+    def drain(index):
+        n, mt = jobs[index]
+        if table[0] != n:
+            body.append(Ldq(ub=addr.tables_base + (n - n0) * q_rows))
+            table[0] = n
+        body.extend(acts(index, n, mt))
+
+    for i, (n, mt) in enumerate(jobs):
+        body.extend(mmcs(i, n, mt))
+        if i:
+            drain(i - 1)
+    if jobs:
+        drain(len(jobs) - 1)
+    return body
+
+
+def useful_macs(chip, batch):
+    """Multiply-accumulates of the layer's own arithmetic (no padding lanes)."""
+    oh, ow = chip.conv_out
+    if chip.kind == "dense":
+        return batch * chip.weight.shape[0] * chip.weight.shape[1]
+    kh, kw, cin, cout = chip.weight.shape
+    return batch * oh * ow * kh * kw * cin * cout
