@@ -171,3 +171,53 @@ def test_simulated_main_needs_its_job(monkeypatch):
     monkeypatch.delenv(session_module.JOB_VARIABLE, raising=False)
     with pytest.raises(RuntimeError, match="TPU_COMPILER_JOB is not set"):
         asyncio.run(session_module.simulated_main(None))
+
+
+# The real back end ------------------------------------------------------------------------
+
+def has_backend():
+    try:
+        import tpu.compiler.backend       # noqa: F401
+        import tpu.compiler.execute       # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_backend = pytest.mark.skipif(not has_backend(), reason="the back end is not built yet")
+
+
+@needs_backend
+@pytest.mark.parametrize("samples, batch", [(1, 1), (5, 2), (3, 4)])
+def test_golden_chip_equals_reference(samples, batch):
+    graph = small_graph()
+    images = float_images(np.random.default_rng(10 + samples), samples)
+    s = InferenceSession(graph, backend="golden", batch=batch)
+    (probs,) = s.run(None, {"input": images})
+    assert (probs == expected(graph, images)).all()
+    assert len(s.last_profile) == -(-samples // batch)
+    r = s.report()
+    chip = [row for row in r.rows if row.where == "chip"]
+    assert chip and all(row.cycles > 0 and row.counters["mxu_active"] > 0 for row in chip)
+    # MACs of the real samples only: 36 pixels x 9 taps x 2 x 3 for the conv, 27 x 4 for fc.
+    assert sum(row.macs for row in r.rows) == samples * (36 * 9 * 2 * 3 + 27 * 4)
+    assert r.total.cycles == sum(p["counters"]["cycles"] for chunk in s.last_profile
+                                 for p in chunk if p["kind"] == "chip")
+
+
+@needs_backend
+def test_compiled_model_file_round_trip(tmp_path):
+    graph = small_graph()
+    compiled = InferenceSession(graph, batch=3).compiled
+    compiled.save(tmp_path / "m.tpu")
+    s = InferenceSession(tmp_path / "m.tpu")
+    assert s.batch == 3 and [i.name for i in s.get_inputs()] == ["input"]
+    images = float_images(np.random.default_rng(4), 4)
+    (probs,) = s.run(["prob"], {"input": images})
+    assert (probs == expected(graph, images)).all()
+    with pytest.raises(ValueError, match="compiled for batch 3, not 2"):
+        InferenceSession(tmp_path / "m.tpu", batch=2)
+    with pytest.raises(ValueError, match="compiled for"):
+        InferenceSession(tmp_path / "m.tpu", config=TPUConfig(rows=4, cols=4))
+    with pytest.raises(ValueError, match="reference backend runs the model's graph"):
+        InferenceSession(tmp_path / "m.tpu", backend="reference")

@@ -183,9 +183,7 @@ def cmd_run(args):
         _save_outputs(args.output, names, outputs)
     samples = next(iter(feeds.values())).shape[0]
     if session.last_profile is not None:
-        from .compiler.report import build_report
-        result = build_report(session.graph, session.config, session.last_profile, samples,
-                              clock_hz=args.clock_mhz * 1e6)
+        result = session.report(clock_hz=args.clock_mhz * 1e6)
         print(result.format_table())
         data = result.to_json()
     else:

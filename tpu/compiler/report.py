@@ -163,28 +163,38 @@ class Report:
         return "\n".join(lines)
 
 
-def build_report(graph, config, profile, samples, clock_hz=DEFAULT_CLOCK_HZ):
-    """A `Report` of `profile` (per chunk, a list of parts as the back end's
-    `execute` returns them: ``name``, ``layers`` (IR layer names),
-    ``counters``, ``estimate``, ``host``), for `samples` real samples (the
-    padding of the last chunk is counted in cycles but not in MACs)."""
+def build_report(graph, config, profile, samples, clock_hz=DEFAULT_CLOCK_HZ, batch=None):
+    """A `Report` of `profile`: per chunk of `batch` samples, a list of parts
+    as the back end's `execute` returns them (``name``, ``kind`` "chip" or
+    "host", ``layers``: IR layer names, ``counters``: the chip's,
+    ``estimated_cycles``, ``useful_macs``: the model's MACs of the chunk).
+    Only `samples` of the chunks' samples are real: the padding of the last
+    chunk costs cycles but its MACs are not useful. Without ``useful_macs``
+    the MACs come from `graph`'s layers."""
     if not (clock_hz > 0):
         raise ValueError(f"the clock must be a positive frequency, not {clock_hz!r}")
     by_name = {layer.name: layer for layer in graph.layers}
+    chunks = list(profile or [])
+    real = samples / (batch * len(chunks)) if batch and chunks else 1.0
     rows = {}
-    for chunk in profile or []:
+    for chunk in chunks:
         for part in chunk:
             name = _get(part, "name")
             row = rows.get(name)
             if row is None:
                 layers = list(_get(part, "layers", None) or [name])
-                host = bool(_get(part, "host", False))
-                macs = sum(layer_macs(graph, by_name[n]) for n in layers if n in by_name)
+                host = _get(part, "kind") == "host" or bool(_get(part, "host", False))
                 row = rows[name] = LayerRow(name, layers, "host" if host else "chip",
-                                            macs=macs * samples, rows=config.rows, cols=config.cols)
+                                            rows=config.rows, cols=config.cols)
+                if _get(part, "useful_macs") is None:
+                    row.macs = samples * sum(layer_macs(graph, by_name[n])
+                                             for n in layers if n in by_name)
+            if _get(part, "useful_macs") is not None:
+                row.macs += int(round(int(_get(part, "useful_macs")) * real))
             counters = _get(part, "counters", None) or {}
             row.cycles += int(counters.get("cycles", 0))
-            row.estimate += _estimate_cycles(_get(part, "estimate", 0))
+            row.estimate += _estimate_cycles(_get(part, "estimated_cycles",
+                                                  _get(part, "estimate", 0)))
             for counter in COUNTER_NAMES:
                 if counter in counters:
                     row.counters[counter] = row.counters.get(counter, 0) + int(counters[counter])

@@ -62,7 +62,7 @@ class NodeArg:
 
 def _compile(graph, config, batch):
     from .backend import compile_graph
-    return compile_graph(graph, config, batch)
+    return compile_graph(graph, config) if batch is None else compile_graph(graph, config, batch)
 
 
 def _load_compiled(path):
@@ -175,6 +175,7 @@ class InferenceSession:
         self.backend = backend
         self.backend_options = backend_options
         self.last_profile = None
+        self.last_samples = 0
         self.compiled = None
         self.source = None
         if isinstance(model, (str, Path)):
@@ -307,6 +308,7 @@ class InferenceSession:
             self.last_profile = None
             return reference.run(self.graph, inputs, outputs_only=True)
         chunks = self._chunks(inputs, samples)
+        self.last_samples = samples
         results = self._run_chunks(chunks)
         self.last_profile = [profile for _, profile in results]
         outputs = {}
@@ -336,6 +338,14 @@ class InferenceSession:
             return await run_chunks(device, compiled, chunks)
         return driver_run(main, backend=self.backend, config=compiled.config,
                           **self.backend_options)
+
+    def report(self, clock_hz=None):
+        """The `tpu.compiler.report.Report` of the last `run` on the chip."""
+        from .report import DEFAULT_CLOCK_HZ, build_report
+        if self.last_profile is None:
+            raise ValueError("no profile: run the model on a chip backend first")
+        return build_report(self.graph, self.config, self.last_profile, self.last_samples,
+                            clock_hz or DEFAULT_CLOCK_HZ, batch=self.batch)
 
     def run(self, output_names, feeds):
         """The outputs named (None: all), in order, for `feeds` (input name ->
