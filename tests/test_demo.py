@@ -36,3 +36,29 @@ def test_training_reaches_accuracy(name, floor, split, tmp_path):
     # the second call loads the cached model instead of training
     cached = demo_models.demo_models(tmp_path, names=[name])[name]
     assert cached.SerializeToString() == model.SerializeToString()
+
+
+def _compiler_ready():
+    try:
+        from tpu.compiler import backend, execute, onnx_frontend  # noqa: F401
+    except ImportError as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.skipif(_compiler_ready() is not None, reason=f"the compiler is not ready: {_compiler_ready()}")
+def test_demo_on_golden_backend(tmp_path):
+    from tpu.demo import run_demo
+    result = run_demo(backend="golden", out_dir=tmp_path, batch=16, images=40)
+    assert (tmp_path / "demo.png").stat().st_size > 10_000
+    for name, r in result["models"].items():
+        print(name, {k: v for k, v in r.items() if isinstance(v, (int, float, bool))})
+        assert r["images"] == r["chip_images"] == 40
+        assert r["golden_equals_reference"] and r["chip_equals_golden"]
+        assert r["chip_accuracy"] >= 0.85
+        # the chip's requantization is TFLite's integer one, ONNX Runtime's a float one
+        assert r["ort_max_lsb"] <= 1 and r["ort_mismatches"] <= 0.1 * r["outputs"]
+        assert r["cycles_per_inference"] > 0 and 0 < r["mxu_utilisation"] <= 1
+        assert r["inferences_per_second"] == pytest.approx(
+            100e6 / r["cycles_per_inference"], rel=1e-6)
+    assert result["ok"]

@@ -1,0 +1,341 @@
+"""The main job: trained networks classifying real digits on the chip.
+
+`run_demo` trains (or loads) an MLP and a CNN on scikit-learn's
+handwritten digits (`tpu.compiler.demo_models`), quantizes them with ONNX
+Runtime's ``quantize_static`` (QDQ, int8), compiles them for the chip, and
+classifies the whole test split four ways:
+
+1. ONNX Runtime on the float model, and on the int8 model;
+2. the compiler's reference interpreter of the imported graph;
+3. the golden model of the chip, through the host driver;
+4. the RTL of the whole chip (under Verilator or Icarus) through the driver
+   and the PCIe-style host interface, with a progress bar.
+
+It prints the accuracies, how many outputs differ from ONNX Runtime and by
+how many steps of the output quantization, whether the chip equals the
+golden model bit for bit, and the chip's own counters as cycles per
+inference, MXU utilisation and inferences per second at a stated clock;
+it saves a PNG (confusion matrix, sample digits, per-layer cycles) and
+returns the numbers as a dict.
+"""
+
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .config import TPUConfig
+
+
+__all__ = ["run_demo", "CLOCK_HZ", "simulated_demo_main"]
+
+CLOCK_HZ = 100e6
+CALIBRATION_IMAGES = 256
+SAMPLE_DIGITS = 12
+
+
+def _say(message):
+    print(message, flush=True)
+
+
+class Progress:
+    """A one-line progress bar on stderr: ``label [#####.....] 3/6 12 s``."""
+
+    def __init__(self, label, total, width=30, stream=None):
+        self.label, self.total, self.width = label, max(1, total), width
+        self.stream = stream or sys.stderr
+        self.started = time.perf_counter()
+        self.done = 0
+        self.update(0)
+
+    def update(self, done):
+        self.done = done
+        filled = round(self.width * done / self.total)
+        elapsed = time.perf_counter() - self.started
+        self.stream.write(f"\r  {self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
+                          f"{done}/{self.total} {elapsed:.0f} s")
+        self.stream.flush()
+
+    def close(self):
+        self.update(self.done)
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+# Running a compiled model chunk by chunk ----------------------------------------------
+
+def _quantized_input(graph, x):
+    """Float model input -> the IR's quantized array, by tensor name."""
+    from .compiler import reference
+    from .compiler.session import to_ir_layout
+    spec = graph.inputs[0]
+    tensor = graph.tensor(spec.tensor)
+    return spec.tensor, to_ir_layout(reference.quantize(x, tensor.quant), spec.layout, tensor.shape)
+
+
+def _chunks(name, array, batch, zero_point):
+    """Chunks of exactly `batch` samples, the last padded with the zero point."""
+    chunks = []
+    for start in range(0, len(array), batch):
+        part = array[start:start + batch]
+        if len(part) < batch:
+            pad = np.full((batch - len(part), *part.shape[1:]), zero_point, part.dtype)
+            part = np.concatenate([part, pad])
+        chunks.append({name: part})
+    return chunks
+
+
+async def _run_chunks(device, compiled, chunks, report):
+    from .compiler.session import _execute
+    results = []
+    for chunk in chunks:
+        results.append(await _execute(device, compiled, chunk))
+        report(len(results))
+    return results
+
+
+async def simulated_demo_main(device):
+    """`main` of a simulation run: the chunks of the job named by
+    ``TPU_COMPILER_JOB``, writing how many are done to ``progress`` there."""
+    from .compiler.session import JOB_VARIABLE, read_job
+    directory = Path(os.environ[JOB_VARIABLE])
+    compiled, chunks = read_job(directory)
+
+    def report(done):
+        (directory / "progress.tmp").write_text(str(done))
+        (directory / "progress.tmp").replace(directory / "progress")
+    return await _run_chunks(device, compiled, chunks, report)
+
+
+def _run_on_chip(compiled, chunks, backend, label, seed=1):
+    """Run every chunk on one device of `backend` with a progress bar;
+    ``[(outputs, profile)]`` per chunk."""
+    from .compiler.session import JOB_VARIABLE, SIMULATION_BACKENDS, write_job
+    from .driver import run as driver_run
+    bar = Progress(label, len(chunks))
+    try:
+        if backend not in SIMULATION_BACKENDS:
+            async def main(device):
+                return await _run_chunks(device, compiled, chunks, bar.update)
+            return driver_run(main, backend=backend, config=compiled.config)
+        with tempfile.TemporaryDirectory(prefix="tpu-demo-") as scratch:
+            write_job(scratch, compiled, chunks)
+            stop = threading.Event()
+
+            def watch():
+                progress = Path(scratch) / "progress"
+                while not stop.wait(0.5):
+                    done = int(progress.read_text()) if progress.exists() else 0
+                    bar.update(done)
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            previous = os.environ.get(JOB_VARIABLE)
+            os.environ[JOB_VARIABLE] = scratch
+            try:
+                results = driver_run(simulated_demo_main, backend=backend, config=compiled.config,
+                                     seed=seed)
+            finally:
+                stop.set()
+                watcher.join()
+                if previous is None:
+                    os.environ.pop(JOB_VARIABLE, None)
+                else:
+                    os.environ[JOB_VARIABLE] = previous
+            bar.update(len(results))
+            return results
+    finally:
+        bar.close()
+
+
+def _joined(graph, results, samples):
+    name = graph.outputs[0].tensor
+    return np.concatenate([np.asarray(out[name]) for out, _ in results])[:samples]
+
+
+# One model ---------------------------------------------------------------------------------
+
+def _ort_quantized(y, quant):
+    """ONNX Runtime's dequantized output back to integers of `quant`."""
+    return np.rint(y / np.float32(quant.scale)).astype(np.int64) + quant.zero_point
+
+
+def _demo_model(name, float_model, split, *, backend, config, batch, quick, out_dir):
+    from .compiler import demo_models, reference, zoo
+    from .compiler.onnx_frontend import import_onnx
+    from .compiler.report import build_report
+    from .compiler.session import InferenceSession
+
+    x_train, x_test, y_train, y_test = split
+    x = demo_models.model_input(name, x_test)
+    result = {"images": len(x_test)}
+    timings = {}
+
+    started = time.perf_counter()
+    result["float_accuracy"] = float((zoo.ort_run(float_model, x)[0].argmax(1) == y_test).mean())
+    quantized = zoo.quantize(float_model, demo_models.model_input(name, x_train[:CALIBRATION_IMAGES]),
+                             form="qdq", activation_type="int8")
+    quantized_path = Path(out_dir) / f"digits_{name}_int8.onnx"
+    quantized_path.write_bytes(quantized.SerializeToString())
+    ort_logits = zoo.ort_run(quantized, x)[0]
+    result["ort_accuracy"] = float((ort_logits.argmax(1) == y_test).mean())
+    timings["quantize_and_ort"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    graph = import_onnx(quantized, name=f"digits_{name}")
+    compiled = InferenceSession(graph, backend="golden", config=config, batch=batch).compiled
+    timings["compile"] = time.perf_counter() - started
+    out_quant = graph.tensor(graph.outputs[0].tensor).quant
+    ort_q = _ort_quantized(ort_logits, out_quant)
+
+    tensor, inputs = _quantized_input(graph, x)
+    started = time.perf_counter()
+    ref_q = reference.run(graph, {tensor: inputs}, outputs_only=True)[graph.outputs[0].tensor]
+    ref_q = np.asarray(ref_q).reshape(len(x), -1).astype(np.int64)
+    timings["reference"] = time.perf_counter() - started
+
+    zero_point = graph.tensor(tensor).quant.zero_point
+    chunks = _chunks(tensor, inputs, batch, zero_point)
+    started = time.perf_counter()
+    golden = _run_on_chip(compiled, chunks, "golden", f"{name}: golden model")
+    timings["golden"] = time.perf_counter() - started
+    golden_q = _joined(graph, golden, len(x)).reshape(len(x), -1).astype(np.int64)
+
+    # The chip: all of the test split, or one batch of it when quick.
+    chip_samples = min(batch, len(x)) if quick else len(x)
+    if backend == "golden":
+        chip, chip_q = golden, golden_q
+    else:
+        started = time.perf_counter()
+        chip = _run_on_chip(compiled, chunks[:-(-chip_samples // batch)], backend,
+                            f"{name}: {backend} RTL")
+        timings["chip"] = time.perf_counter() - started
+        chip_q = _joined(graph, chip, chip_samples).reshape(chip_samples, -1).astype(np.int64)
+    n = chip_samples
+    labels = y_test[:n]
+
+    diff = np.abs(chip_q - ort_q[:n])
+    report = build_report(graph, compiled.config, [p for _, p in chip], n, clock_hz=CLOCK_HZ)
+    total = report.total
+    result.update({
+        "chip_images": n,
+        "reference_accuracy": float((ref_q.argmax(1) == y_test).mean()),
+        "golden_accuracy": float((golden_q.argmax(1) == y_test).mean()),
+        "chip_accuracy": float((chip_q.argmax(1) == labels).mean()),
+        "golden_equals_reference": bool(np.array_equal(golden_q, ref_q)),
+        "chip_equals_golden": bool(np.array_equal(chip_q, golden_q[:n])),
+        "chip_golden_mismatches": int(np.count_nonzero(chip_q != golden_q[:n])),
+        "outputs": int(diff.size),
+        "ort_mismatches": int(np.count_nonzero(diff)),
+        "ort_max_lsb": int(diff.max()) if diff.size else 0,
+        "ort_prediction_mismatches": int(np.count_nonzero(chip_q.argmax(1) != ort_q[:n].argmax(1))),
+        "cycles": int(total.cycles),
+        "cycles_per_inference": float(report.cycles_per_inference),
+        "mxu_utilisation": float(total.utilisation),
+        "mxu_active_utilisation": float(total.active_utilisation),
+        "inferences_per_second": float(report.inferences_per_second),
+        "clock_hz": CLOCK_HZ,
+        "timings": timings,
+        "layers": [(row.name, row.where, int(row.cycles)) for row in report.rows],
+        "predictions": chip_q.argmax(1),
+        "labels": labels,
+        "report": report,
+    })
+    return result
+
+
+# The picture -------------------------------------------------------------------------------
+
+def _save_png(path, results, x_test, backend):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    fig = plt.figure(figsize=(5 * len(names) + 4, 8.5), layout="constrained")
+    grid = fig.add_gridspec(2, len(names) + 1, width_ratios=[*(1,) * len(names), 0.9])
+    for i, name in enumerate(names):
+        r = results[name]
+        confusion = np.zeros((10, 10), int)
+        np.add.at(confusion, (r["labels"], r["predictions"]), 1)
+        ax = fig.add_subplot(grid[0, i])
+        ax.imshow(confusion, cmap="Blues")
+        for (t, p), count in np.ndenumerate(confusion):
+            if count:
+                ax.text(p, t, str(count), ha="center", va="center", fontsize=7,
+                        color="white" if count > confusion.max() / 2 else "black")
+        ax.set(xticks=range(10), yticks=range(10), xlabel="chip's prediction", ylabel="true digit",
+               title=f"{name}: {100 * r['chip_accuracy']:.1f}% on {r['chip_images']} test digits\n"
+                     f"({backend}; ONNX Runtime int8 {100 * r['ort_accuracy']:.1f}%)")
+        ax = fig.add_subplot(grid[1, i])
+        layers = [row for row in r["layers"] if row[1] == "chip"]
+        ax.barh([row[0] for row in layers][::-1], [row[2] / r["chip_images"] for row in layers][::-1],
+                color="tab:orange")
+        ax.set(xlabel="cycles per inference",
+               title=f"{name}: {r['cycles_per_inference']:.0f} cycles/inference, "
+                     f"MXU {100 * r['mxu_utilisation']:.0f}% busy")
+    # A few digits with the CNN's (or the last model's) predictions.
+    name = "cnn" if "cnn" in results else names[-1]
+    r = results[name]
+    sub = grid[:, -1].subgridspec(4, 3)
+    for k in range(min(SAMPLE_DIGITS, r["chip_images"])):
+        ax = fig.add_subplot(sub[k // 3, k % 3])
+        ax.imshow(x_test[k].reshape(8, 8), cmap="gray_r")
+        ok = r["predictions"][k] == r["labels"][k]
+        ax.set_title(f"chip says {r['predictions'][k]}", fontsize=9, color="green" if ok else "red")
+        ax.axis("off")
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+# The demo ----------------------------------------------------------------------------------
+
+def run_demo(backend="verilator", config=None, out_dir="build/demo", batch=64, quick=False,
+             models=("mlp", "cnn"), images=None):
+    """Run the main job; print what happens and return the numbers per model
+    (``result["models"][name]``) and the PNG's path (``result["png"]``).
+
+    ``backend`` is where the chip runs: "verilator" or "icarus" (the RTL) or
+    "golden" (its model only). ``quick`` runs one batch of the test split on
+    the chip instead of all of it (everything else still sees all of it);
+    ``images`` limits the test split to its first ``images`` digits."""
+    from .compiler import demo_models
+    config = config or TPUConfig()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    split = demo_models.digits_split()
+    if images is not None:
+        split = [split[0], split[1][:images], split[2], split[3][:images]]
+    _say(f"digits: {len(split[0])} training and {len(split[1])} test images of 8x8 pixels "
+         f"(scikit-learn's handwritten digits)")
+    floats = demo_models.demo_models(out_dir, names=models, log=_say)
+    results = {}
+    for name in models:
+        _say(f"\n{name}: quantize (ONNX Runtime quantize_static, QDQ int8), compile for a "
+             f"{config.rows}x{config.cols} array, batch {batch}")
+        r = results[name] = _demo_model(name, floats[name], split, backend=backend, config=config,
+                                        batch=batch, quick=quick, out_dir=out_dir)
+        _say(f"  accuracy: float {100 * r['float_accuracy']:.1f}%, ONNX Runtime int8 "
+             f"{100 * r['ort_accuracy']:.1f}%, golden model {100 * r['golden_accuracy']:.1f}%, "
+             f"chip ({backend}) {100 * r['chip_accuracy']:.1f}% on {r['chip_images']} images")
+        _say(f"  chip vs ONNX Runtime: {r['ort_mismatches']} of {r['outputs']} logits differ "
+             f"(at most {r['ort_max_lsb']} step{'s' if r['ort_max_lsb'] != 1 else ''} of the output "
+             f"quantization), {r['ort_prediction_mismatches']} predictions differ")
+        _say(f"  chip vs golden model: {'bit-exact' if r['chip_equals_golden'] else 'DIFFERENT'} "
+             f"({r['chip_golden_mismatches']} of {r['outputs']} outputs differ); golden model vs "
+             f"reference interpreter: {'bit-exact' if r['golden_equals_reference'] else 'DIFFERENT'}")
+        _say(f"  chip counters: {r['cycles_per_inference']:.0f} cycles per inference, MXU "
+             f"utilisation {100 * r['mxu_utilisation']:.1f}% overall, "
+             f"{100 * r['mxu_active_utilisation']:.1f}% while active; "
+             f"{r['inferences_per_second']:,.0f} inferences/s at {CLOCK_HZ / 1e6:g} MHz")
+    png = out_dir / "demo.png"
+    _save_png(png, results, split[1], backend)
+    elapsed = time.perf_counter() - started
+    _say(f"\nsaved {png}; the demo took {elapsed:.0f} s")
+    ok = all(r["chip_equals_golden"] and r["golden_equals_reference"] for r in results.values())
+    return {"backend": backend, "config": config, "batch": batch, "models": results,
+            "png": str(png), "seconds": elapsed, "ok": ok}
