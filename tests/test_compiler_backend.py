@@ -16,7 +16,7 @@ from tpu.driver import run
 from conftest import base_seed
 
 
-SMALL = TPUConfig(rows=8, cols=8, acc_rows=64, ub_rows=1024, weight_mem_tiles=64,
+SMALL = TPUConfig(rows=8, cols=8, acc_rows=64, ub_rows=4096, weight_mem_tiles=64,
                   pool_max_width=16)
 
 
@@ -174,3 +174,69 @@ def test_dense_chain(rng, batch):
     h = b.dense(x, int(rng.integers(3, 20)), "relu")
     y = b.dense(h, int(rng.integers(1, 20)))
     check(b.graph(y), SMALL, batch, rng)
+
+
+@pytest.mark.parametrize("kernel, stride, padding, shape", [
+    ((1, 1), (1, 1), (0, 0, 0, 0), (5, 7, 11)),
+    ((3, 3), (1, 1), (1, 1, 1, 1), (6, 9, 10)),
+    ((3, 3), (2, 2), (0, 1, 1, 0), (9, 7, 3)),
+    ((5, 5), (1, 2), (2, 2, 2, 2), (7, 8, 9)),
+    ((7, 7), (3, 3), (3, 3, 3, 3), (11, 10, 2)),
+    ((2, 4), (2, 1), (0, 1, 2, 0), (6, 6, 17)),
+])
+def test_conv(rng, kernel, stride, padding, shape):
+    b = Builder(rng)
+    x = b.input(shape)
+    y = b.conv(x, int(rng.integers(1, 20)), kernel, stride, padding,
+               act=["none", "relu", "clamp"][int(rng.integers(3))])
+    check(b.graph(y), SMALL, int(rng.integers(1, 4)), rng)
+
+
+@pytest.mark.parametrize("act", ["relu", "clamp", "sigmoid", "tanh"])
+def test_fused_activations(rng, act):
+    b = Builder(rng)
+    x = b.input((4, 5, 9))
+    h = b.conv(x, 10, (3, 3), padding=(1, 1, 1, 1), act=act)
+    y = b.dense(h, 7, act)
+    check(b.graph(y), SMALL, 3, rng)
+
+
+@pytest.mark.parametrize("kind, k, s", [("max", 2, 2), ("avg", 2, 2), ("max", 3, 1),
+                                        ("avg", 3, 2), ("max", 4, 4)])
+def test_fused_pooling(rng, kind, k, s):
+    b = Builder(rng)
+    x = b.input((9, 8, 6))
+    h = b.conv(x, 12, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    p = b.pool(h, kind, k, s)
+    y = b.conv(p, 5, (3, 3), padding=(1, 1, 1, 1))
+    compiled, _ = check(b.graph(y), SMALL, 2, rng)
+    assert any(len(s.layers) == 2 for s in compiled.chip_steps), "the pooling was not fused"
+
+
+def test_global_pool_and_dense_head(rng):
+    b = Builder(rng)
+    x = b.input((5, 5, 3))
+    h = b.conv(x, 16, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    g = b.global_pool(h)
+    f = b.reshape(g)
+    y = b.dense(f, 10)
+    compiled, _ = check(b.graph(y), SMALL, 4, rng)
+    assert not any(isinstance(s, HostStep) for s in compiled.steps)
+
+
+def test_host_steps(rng):
+    """Add, a padded average pool and a softmax run on the host between chip parts."""
+    b = Builder(rng)
+    x = b.input((6, 7, 5))
+    h = b.conv(x, 6, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    r = b.conv(h, 6, (1, 1))
+    a = b.add(h, r)
+    p = b.pool(a, "avg", 3, 2, padding=(1, 1, 1, 1))
+    f = b.reshape(p, "chw")
+    d = b.dense(f, 9)
+    out = b.tensor("probs", (9,), ir.QuantType(1 / 256, -128))
+    b.layers.append(ir.HostOp("softmax", "softmax", [d], [out], {"axis": -1}))
+    compiled, profile = check(b.graph(out), SMALL, 3, rng)
+    hosts = [s.layer for s in compiled.steps if isinstance(s, HostStep)]
+    assert hosts == ["add2", "pool3", "softmax"], "the chw flatten should cost nothing"
+    assert [p["kind"] for p in profile].count("chip") == 3

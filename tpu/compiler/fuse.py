@@ -95,7 +95,8 @@ def _window_fits(pool, image_shape, config):
         return h * w <= min(MAX_POOL_COUNT, config.acc_rows // 2)
     (kh, kw), (sh, sw) = pool.size, pool.stride
     return (kh == kw and sh == sw and 1 <= kh <= 4 and 1 <= sh <= 4 and not any(pool.padding)
-            and kh <= min(h, w) and w <= config.pool_max_width)
+            and kh <= min(h, w) and w <= config.pool_max_width
+            and kh * w <= config.acc_rows // 2)
 
 
 def _pool_tuple(pool):
@@ -200,7 +201,7 @@ def _maybe_im2col(chip, graph, graph_inputs, consumers, config):
     R = config.rows
     if chip.input not in graph_inputs or len(consumers.get(chip.input, [])) != 1:
         return
-    if kh * kw == 1 or -(-kh * kw * cin // R) >= kh * kw * -(-cin // R):
+    if kh * kw == 1 or 2 * cin > R or -(-kh * kw * cin // R) >= kh * kw * -(-cin // R):
         return
     oh, ow = chip.conv_out
     chip.im2col = dict(kernel=[kh, kw], stride=list(chip.stride), padding=list(chip.padding),
