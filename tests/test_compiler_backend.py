@@ -240,3 +240,109 @@ def test_host_steps(rng):
     hosts = [s.layer for s in compiled.steps if isinstance(s, HostStep)]
     assert hosts == ["add2", "pool3", "softmax"], "the chw flatten should cost nothing"
     assert [p["kind"] for p in profile].count("chip") == 3
+
+
+@pytest.mark.parametrize("act", ["relu", "sigmoid", "tanh", "clamp"])
+def test_standalone_elementwise_and_pooling(rng, act):
+    """Standalone activations and pooling run as identity matrix layers."""
+    b = Builder(rng)
+    x = b.input((6, 6, 10))
+    e = b.elementwise(x, act)
+    p = b.pool(e, ["max", "avg"][int(rng.integers(2))], 2, 2, same_quant=False)
+    g = b.global_pool(p)
+    v = b.input((11,), name="v")
+    w = b.elementwise(v, act)
+    compiled, _ = check(b.graph(g, w), SMALL, 3, rng)
+    assert not any(isinstance(s, HostStep) for s in compiled.steps)
+
+
+def test_batch_beyond_accumulators(rng):
+    """Batches spanning several accumulator tiles, and a convolution split in bands."""
+    cfg = SMALL.replace(acc_rows=32)
+    b = Builder(rng)
+    x = b.input((7, 5, 4))
+    h = b.conv(x, 9, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    p = b.pool(h, "max", 2, 2)
+    f = b.reshape(p)
+    y = b.dense(f, 13, "relu")
+    check(b.graph(y), cfg, 20, rng)
+    b = Builder(rng)
+    x = b.input((21,))
+    y = b.dense(x, 13, "relu")
+    z = b.dense(y, 5)
+    check(b.graph(z), cfg, 37, rng)
+
+
+def test_weights_exceed_weight_memory(rng):
+    """Parts whose weights do not fit weight memory together: refills between
+    parts, and one layer split into parts by output channels."""
+    cfg = SMALL.replace(weight_mem_tiles=6)
+    b = Builder(rng)
+    x = b.input((30,))
+    h = b.dense(x, 40, "relu")
+    y = b.dense(h, 20)
+    compiled, profile = check(b.graph(y), cfg, 3, rng)
+    assert len(compiled.weights) > cfg.weight_mem_tiles
+    assert len(compiled.chip_steps) > 2
+    assert sum(p["weights_loaded"] > 0 for p in profile) >= 3
+
+
+def test_spill_to_host(rng):
+    """A tensor kept for a later layer does not fit the unified buffer with
+    the layers between: it goes to host memory and back."""
+    b = Builder(rng)
+    x = b.input((8, 8, 8))
+    a = b.conv(x, 8, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    c = b.conv(a, 8, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    d = b.conv(c, 8, (3, 3), padding=(1, 1, 1, 1))
+    e = b.conv(a, 8, (1, 1))
+    g = b.graph(d, e)
+    cfg = SMALL.replace(ub_rows=450)
+    compiled, _ = check(g, cfg, 2, rng)
+    assert compiled.notes and "spilled" in compiled.notes[0]
+
+
+def test_first_layer_im2col(rng):
+    b = Builder(rng)
+    x = b.input((9, 9, 1))
+    h = b.conv(x, 8, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    y = b.conv(h, 4, (3, 3), stride=(2, 2))
+    compiled, _ = check(b.graph(y), SMALL, 2, rng)
+    assert compiled.inputs[0].im2col is not None
+    assert compiled.chip_steps[0].weights[1] == 2        # 9 taps x 1 channel in two tiles
+
+
+def test_save_load_describe(rng, tmp_path):
+    b = Builder(rng)
+    x = b.input((5, 6, 3))
+    h = b.conv(x, 6, (3, 3), padding=(1, 1, 1, 1), act="tanh")
+    a = b.add(h, h)
+    f = b.reshape(a)
+    y = b.dense(f, 4)
+    g = b.graph(y)
+    compiled = compile_graph(g, SMALL, 2)
+    path = tmp_path / "model.tpu"
+    compiled.save(path)
+    loaded = CompiledModel.load(path)
+    assert loaded.describe() == compiled.describe()
+    assert loaded.disassemble() == compiled.disassemble()
+    assert "mmc" in loaded.disassemble() and "host step" in loaded.disassemble()
+    inputs = random_inputs(rng, g, 2)
+    outputs, _ = run_compiled(loaded, inputs, SMALL)
+    expected = reference.run(g, inputs, outputs_only=True)
+    assert np.array_equal(outputs[y], expected[y])
+
+
+def test_compile_errors(rng):
+    b = Builder(rng)
+    x = b.input((20,))
+    y = b.dense(x, 8)
+    g = b.graph(y)
+    with pytest.raises(CompileError, match="square"):
+        compile_graph(g, TPUConfig(rows=8, cols=4), 1)
+    with pytest.raises(CompileError, match="dense.*weight memory holds 2"):
+        compile_graph(g, SMALL.replace(weight_mem_tiles=2), 1)
+    with pytest.raises(CompileError, match="dense.*unified buffer has 8"):
+        compile_graph(g, SMALL.replace(ub_rows=8), 1)
+    with pytest.raises(CompileError, match="batch"):
+        compile_graph(g, SMALL, 0)
