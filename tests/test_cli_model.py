@@ -114,3 +114,19 @@ def test_compile_then_run_and_disasm(model_file, tmp_path, capsys):
     assert cli_model.main(["run", str(compiled), "--input", str(data), "--rows", "4",
                            "--cols", "4"]) == 2
     assert "compiled for" in capsys.readouterr().err
+
+
+@needs_backend
+def test_chip_fault_exits_1_with_one_line(model_file, monkeypatch, capsys):
+    from tpu.compiler import session
+    from tpu.driver import ChipFault
+    from tpu.isa import Fault
+
+    async def faulting(device, compiled, inputs, profile=True):
+        raise ChipFault(Fault.UB_RANGE, 3, "act acc=0, ub=9999, rows=1")
+
+    monkeypatch.setattr(session, "_execute", faulting)
+    path, data, _ = model_file
+    assert cli_model.main(["run", str(path), "--input", str(data)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tpu: error:") and "UB_RANGE" in err and "\n" not in err
