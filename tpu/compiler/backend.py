@@ -18,7 +18,7 @@
 
 import numpy as np
 
-from ..isa import Cfg, Halt, Ldl, Reg, Rhm, Whm, encode_program, ldl_rows, ldq_rows
+from ..isa import Cfg, Halt, Ldl, Reg, Rhm, encode_program, ldl_rows, ldq_rows
 from ..sim.cycle_model import estimate_cycles
 from . import ir
 from .allocate import Block, place_blocks
@@ -241,8 +241,6 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     else:
         in_block = blocks[("res", chip.input)]
         load = chip.input not in chip_prod and in_block.start == s
-    if load:
-        pre.append(Rhm(ub=in_block.base, rows=inl.rows, host=host_off[chip.input]))
     tables = blocks[("tables", s)]
     pre.append(Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"]))
     if step["lut"]:
@@ -251,20 +249,12 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     pre += [Cfg(reg=Reg.OUT_ZERO_POINT, value=zero), Cfg(reg=Reg.CLAMP_MIN, value=low),
             Cfg(reg=Reg.CLAMP_MAX, value=high)]
     out_block = blocks.get(("res", chip.output)) or blocks[("out", chip.output)]
-    if any(outl.pad):
-        fill = fill_host[outl.fill & 0xFF]
-        for j in range(n0, n1):
-            pre += [Rhm(ub=out_block.base + off, rows=n, host=fill)
-                    for off, n in outl.pad_runs(j)]
-    body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1),
-                      PartAddresses(inl, in_block.base, outl, out_block.base, tables.base,
-                                    step["mem_base"]))
-    post = []
-    if chip.output in host_side:
-        post.append(Whm(ub=out_block.base + n0 * outl.block_stride,
-                        rows=(n1 - n0) * outl.block_stride,
-                        host=host_off[chip.output] + n0 * outl.block_stride * R))
-    post.append(Halt())
+    body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), PartAddresses(
+        inl, in_block.base, outl, out_block.base, tables.base, step["mem_base"],
+        in_host=host_off[chip.input] if load else None,
+        out_host=host_off[chip.output] if chip.output in host_side else None,
+        fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None))
+    post = [Halt()]
     program = insert_weight_reads(pre + body + post, config)
     nt = -(-chip.n_out // config.cols)
     name = chip.name + (f"[n{n0}:{n1}]" if step["split"] else "")

@@ -94,15 +94,16 @@ class Layout:
         t, l, _, _ = self.pad
         return v[:, t:t + self.height, l:l + self.width, :self.channels]
 
-    def pad_runs(self, block):
-        """``(row offset, rows)`` runs of the padding rows of `block`, every
-        sample: what must hold the fill value before the image is read."""
+    def pad_runs(self, block, samples=None):
+        """``(row offset, rows)`` runs of the padding rows of `block` (of
+        every sample, or of `samples`): what must hold the fill value before
+        the image is read."""
         t, l, b, r = self.pad
         if not any(self.pad):
             return []
         runs = []
         wp = self.padded_w
-        for s in range(self.batch):
+        for s in range(self.batch) if samples is None else samples:
             base = self.row(s, -t, -l, block)
             start = base
             for y in range(self.height):

@@ -14,7 +14,7 @@ when its tile differs from the one in the array.
 
 from dataclasses import dataclass
 
-from ..isa import Act, Conv, Func, Ldq, Mmc, Pool, ldq_rows
+from ..isa import Act, Conv, Func, Ldq, Mmc, Pool, Rhm, Whm, ldq_rows
 from . import ir
 from .tiling import act_settings, m_tiles
 
@@ -38,6 +38,9 @@ class PartAddresses:
     out_base: int
     tables_base: int
     mem_base: int
+    in_host: int = None      # host offset to read the input from, tile by tile
+    out_host: int = None     # host offset to write the output to, tile by tile
+    fill_host: int = None    # host offset of fill rows for the output's padding
 
 
 def _merge(pairs):
@@ -134,6 +137,43 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
         out += [Act(acc=a, ub=u, rows=r, **flags) for a, u, r in _merge(pairs)]
         return out
 
+    R = config.rows
+    loaded, filled = set(), set()
+
+    def loads(n, mt):
+        """RHMs of the input samples the tile reads for the first time, and
+        of the padding of its output samples (fill rows)."""
+        out = []
+        if addr.in_host is not None:
+            for j in range(inl.blocks):
+                for b in mt.samples:
+                    if (j, b) not in loaded:
+                        loaded.add((j, b))
+                        first = inl.row(b, -inl.pad[0], -inl.pad[1], j)
+                        out.append(Rhm(ub=addr.in_base + first, rows=inl.sample_stride,
+                                       host=addr.in_host + first * R))
+        if addr.fill_host is not None:
+            for b in mt.samples:
+                if (n, b) not in filled:
+                    filled.add((n, b))
+                    out += [Rhm(ub=addr.out_base + off, rows=rows, host=addr.fill_host)
+                            for off, rows in outl.pad_runs(n, samples=(b,))]
+        return _coalesce(out, R)
+
+    def stores(index):
+        """WHM of the output samples the tile completes."""
+        if addr.out_host is None:
+            return []
+        n, mt = jobs[index]
+        done = [b for b in mt.samples if chip.kind == "dense" or mt.r1 == chip.conv_out[0]
+                or (mt.p1 and mt.p1 == chip.out_shape[0])]
+        out = []
+        for b in done:
+            first = outl.row(b, -outl.pad[0], -outl.pad[1], n)
+            out.append(Whm(ub=addr.out_base + first, rows=outl.sample_stride,
+                           host=addr.out_host + first * R))
+        return _coalesce(out, R)
+
     body = []
     table = [None]
 
@@ -144,13 +184,57 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
             table[0] = n
         body.extend(acts(index, n, mt))
 
+    # Tile i: the WHMs of tile i - 2 (whose ACTs are done once tile i may
+    # overwrite its accumulators), enough MMCs to cover the array's drain,
+    # the ACTs of tile i - 1 (so the activation unit works while the array
+    # does), more MMCs while the WHMs run, the RHMs tile i + 1 needs, the
+    # rest. DMA instructions are placed where the DMA unit should be idle:
+    # issue is in order, so one waiting for the unit would stop the MMCs.
+    lead = config.rows + config.cols + 32
+
+    def until(ops, start, rows):
+        """The index after the MMCs from `start` on that stream `rows` rows."""
+        total = 0
+        for at in range(start, len(ops)):
+            op = ops[at]
+            total += (op[0] if isinstance(op, tuple) else op).rows
+            if total >= rows:
+                return at + 1
+        return len(ops)
+
+    if jobs:
+        body.extend(loads(*jobs[0]))
     for i, (n, mt) in enumerate(jobs):
-        body.extend(mmcs(i, n, mt))
+        out = stores(i - 2) if i >= 2 else []
+        body.extend(out)
+        ops = mmcs(i, n, mt)
+        split = until(ops, 0, lead)
+        body.extend(ops[:split])
         if i:
             drain(i - 1)
+        at = until(ops, split, sum(w.rows for w in out) + lead)
+        body.extend(ops[split:at])
+        if i + 1 < len(jobs):
+            body.extend(loads(*jobs[i + 1]))
+        body.extend(ops[at:])
     if jobs:
         drain(len(jobs) - 1)
+        for i in range(max(0, len(jobs) - 2), len(jobs)):
+            body.extend(stores(i))
     return body
+
+
+def _coalesce(dmas, lanes):
+    """Merge DMA instructions of consecutive UB rows and host bytes."""
+    out = []
+    for d in dmas:
+        last = out[-1] if out else None
+        if (last is not None and type(last) is type(d) and last.ub + last.rows == d.ub
+                and last.host + last.rows * lanes == d.host):
+            out[-1] = type(d)(ub=last.ub, rows=last.rows + d.rows, host=last.host)
+        else:
+            out.append(d)
+    return out
 
 
 def useful_macs(chip, batch):
