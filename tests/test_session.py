@@ -221,3 +221,18 @@ def test_compiled_model_file_round_trip(tmp_path):
         InferenceSession(tmp_path / "m.tpu", config=TPUConfig(rows=4, cols=4))
     with pytest.raises(ValueError, match="reference backend runs the model's graph"):
         InferenceSession(tmp_path / "m.tpu", backend="reference")
+
+
+@needs_backend
+def test_onnx_model_proto_and_large_host_memory():
+    """A ModelProto is imported; a chunk needing more than the driver's default
+    1 MiB of host memory gets a larger arena on the golden backend."""
+    from tpu.compiler import zoo
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(300, 256)).astype(np.float32)
+    model = zoo.quantize(zoo.mlp([256, 4], seed=1), x[:40])
+    s = InferenceSession(model, batch=4096, config=TPUConfig(ub_rows=1 << 18, acc_rows=1 << 14))
+    assert session_module.host_bytes(s.compiled) > session_module.DEFAULT_ARENA_BYTES
+    (y,) = s.run(None, {"x": x})
+    (want,) = InferenceSession(model, backend="reference").run(None, {"x": x})
+    assert y.shape == (300, 4) and (y == want).all()

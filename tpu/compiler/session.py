@@ -44,6 +44,8 @@ JOB_VARIABLE = "TPU_COMPILER_JOB"
 #: backends whose `main` runs in another process
 SIMULATION_BACKENDS = ("icarus", "verilator")
 REFERENCE = "reference"
+#: host memory `Device.open` takes by default (the simulated host's arena)
+DEFAULT_ARENA_BYTES = 1 << 20
 
 _TYPE_NAMES = {np.dtype(np.float32): "tensor(float)", np.dtype(np.int8): "tensor(int8)",
                np.dtype(np.uint8): "tensor(uint8)", np.dtype(np.float16): "tensor(float16)",
@@ -139,9 +141,10 @@ class InferenceSession:
 
     Parameters
     ----------
-    model : str, Path, ir.Graph or CompiledModel
-        ``.onnx`` (imported with `tpu.compiler.onnx_frontend.import_onnx`
-        and compiled) or ``.tpu`` (`CompiledModel.load`).
+    model : str, Path, onnx.ModelProto, ir.Graph or CompiledModel
+        ``.onnx`` or a ModelProto (imported with
+        `tpu.compiler.onnx_frontend.import_onnx` and compiled) or ``.tpu``
+        (`CompiledModel.load`).
     backend : str
         A `tpu.driver` backend, or "reference" for the IR interpreter.
     config : TPUConfig
@@ -189,14 +192,16 @@ class InferenceSession:
                 model = _import_onnx(path)
             else:
                 raise ValueError(f"{path}: a model is an .onnx or a compiled .tpu file")
+        if type(model).__name__ == "ModelProto":
+            model = _import_onnx(model)
         if isinstance(model, ir.Graph):
             self.graph = model.validate()
             if backend != REFERENCE:
                 self.compiled = _compile(self.graph, config or TPUConfig(), batch)
         elif self.compiled is None:
             if not _is_compiled(model):
-                raise TypeError(f"a model is a path, an ir.Graph or a CompiledModel, "
-                                f"not {type(model).__name__}")
+                raise TypeError(f"a model is a path, an onnx.ModelProto, an ir.Graph or a "
+                            f"CompiledModel, not {type(model).__name__}")
             self.compiled = model
         if self.compiled is not None:
             if not isinstance(model, ir.Graph):
@@ -321,6 +326,10 @@ class InferenceSession:
         from ..driver import run as driver_run
         compiled = self.compiled
         if self.backend in SIMULATION_BACKENDS:
+            if host_bytes(compiled) > DEFAULT_ARENA_BYTES:
+                raise ValueError(f"one chunk of batch {compiled.batch} needs "
+                                 f"{host_bytes(compiled)} bytes of host memory, more than the "
+                                 f"simulated host's {DEFAULT_ARENA_BYTES}: compile a smaller batch")
             with tempfile.TemporaryDirectory() as scratch:
                 write_job(scratch, compiled, chunks)
                 previous = os.environ.get(JOB_VARIABLE)
@@ -336,8 +345,12 @@ class InferenceSession:
 
         async def main(device):
             return await run_chunks(device, compiled, chunks)
-        return driver_run(main, backend=self.backend, config=compiled.config,
-                          **self.backend_options)
+        options = dict(self.backend_options)
+        needed = host_bytes(compiled)
+        if self.backend == "golden" and needed > DEFAULT_ARENA_BYTES and "open" not in options:
+            options["open"] = {"arena_bytes": needed}
+            options.setdefault("ram_bytes", max(16 << 20, 2 * needed))
+        return driver_run(main, backend=self.backend, config=compiled.config, **options)
 
     def report(self, clock_hz=None):
         """The `tpu.compiler.report.Report` of the last `run` on the chip."""
@@ -363,6 +376,16 @@ class InferenceSession:
                 value = value.astype(o.model_dtype)
             results.append(from_ir_layout(value, o.layout, o.model_shape))
         return results
+
+
+def host_bytes(compiled):
+    """Host memory a run of `compiled` may hold at once: its region, the
+    weight image (loaded through a buffer) and a program, with room to spare."""
+    programs = [len(getattr(step, "program", b"")) for step in getattr(compiled, "steps", [])]
+    weights = getattr(compiled, "weights", None)
+    needed = int(getattr(compiled, "host_size", 0)) + max(programs, default=0) \
+        + (0 if weights is None else np.asarray(weights).nbytes)
+    return -(-(needed + (64 << 10)) // 4096) * 4096
 
 
 async def run_chunks(device, compiled, chunks):
