@@ -97,10 +97,19 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
             sh, sw = chip.stride
             pt, pl = chip.padding[0], chip.padding[1]
             rps = mt.rows_per_sample(ow)
-            conv = Conv(out_w=ow, col_step=sw, row_step=sh * inl.padded_w)
+            # Rows the tap reads consecutively (a 1x1 conv of an unpadded
+            # image) need no CONV addressing, and whole images one MMC.
+            dense_rows = sw == 1 and sh * inl.padded_w == ow
+            conv = None if dense_rows else Conv(out_w=ow, col_step=sw, row_step=sh * inl.padded_w)
+            runs = []
             for si, b in enumerate(mt.samples):
                 ub = addr.in_base + inl.row(b, mt.r0 * sh + kt_.y - pt, kt_.x - pl, kt_.j)
-                out.append(mmc(ub, rps, base + si * rps, k > 0, tile, conv))
+                if dense_rows and runs and runs[-1][0] + runs[-1][1] == ub:
+                    runs[-1][1] += rps
+                else:
+                    runs.append([ub, rps, base + si * rps])
+            for ub, rows, acc in runs:
+                out.append(mmc(ub, rows, acc, k > 0, tile, conv))
         return out
 
     def acts(index, n, mt):
@@ -178,50 +187,61 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
     table = [None]
 
     def drain(index):
+        """LDQ (when the N tile changes) and the ACTs of tile `index`."""
         n, mt = jobs[index]
+        out = []
         if table[0] != n:
-            body.append(Ldq(ub=addr.tables_base + (n - n0) * q_rows))
+            out.append(Ldq(ub=addr.tables_base + (n - n0) * q_rows))
             table[0] = n
-        body.extend(acts(index, n, mt))
+        return out + acts(index, n, mt)
 
     # Tile i: the WHMs of tile i - 2 (whose ACTs are done once tile i may
-    # overwrite its accumulators), enough MMCs to cover the array's drain,
-    # the ACTs of tile i - 1 (so the activation unit works while the array
-    # does), more MMCs while the WHMs run, the RHMs tile i + 1 needs, the
-    # rest. DMA instructions are placed where the DMA unit should be idle:
-    # issue is in order, so one waiting for the unit would stop the MMCs.
+    # overwrite its accumulators); its MMCs, with the ACTs of tile i - 1
+    # spread among them once the array's drain is covered, each after MMC
+    # rows that outlast the ACT before (issue is in order: an ACT waiting
+    # for the unit would stop the MMCs behind it); the RHMs tile i + 1
+    # needs once the WHMs should be done (a DMA waiting for the unit would
+    # stop them too).
     lead = config.rows + config.cols + 32
-
-    def until(ops, start, rows):
-        """The index after the MMCs from `start` on that stream `rows` rows."""
-        total = 0
-        for at in range(start, len(ops)):
-            op = ops[at]
-            total += (op[0] if isinstance(op, tuple) else op).rows
-            if total >= rows:
-                return at + 1
-        return len(ops)
-
     if jobs:
         body.extend(loads(*jobs[0]))
     for i, (n, mt) in enumerate(jobs):
         out = stores(i - 2) if i >= 2 else []
         body.extend(out)
-        ops = mmcs(i, n, mt)
-        split = until(ops, 0, lead)
-        body.extend(ops[:split])
-        if i:
-            drain(i - 1)
-        at = until(ops, split, sum(w.rows for w in out) + lead)
-        body.extend(ops[split:at])
-        if i + 1 < len(jobs):
+        pending = drain(i - 1) if i else []
+        threshold, rows = lead, 0
+        load_at = sum(w.rows for w in out) + lead
+        loaded_next = i + 1 >= len(jobs)
+        for op in mmcs(i, n, mt):
+            body.append(op)
+            rows += (op[0] if isinstance(op, tuple) else op).rows
+            while pending and rows >= threshold:
+                body.append(pending.pop(0))
+                threshold = rows + _busy(body[-1], config)
+            if not loaded_next and rows >= load_at:
+                body.extend(loads(*jobs[i + 1]))
+                loaded_next = True
+        body.extend(pending)
+        if not loaded_next:
             body.extend(loads(*jobs[i + 1]))
-        body.extend(ops[at:])
     if jobs:
-        drain(len(jobs) - 1)
+        body.extend(drain(len(jobs) - 1))
         for i in range(max(0, len(jobs) - 2), len(jobs)):
             body.extend(stores(i))
     return body
+
+
+def _busy(instruction, config):
+    """About how many cycles the activation unit is busy with `instruction`
+    (docs/core_performance.md)."""
+    if isinstance(instruction, Ldq):
+        return 19 * config.cols + 1
+    cost = instruction.rows + 16
+    if instruction.pool in (Pool.MAX, Pool.AVG):
+        cost += 79
+    if instruction.pool in (Pool.AVG, Pool.GLOBAL_AVG):
+        cost += 35
+    return cost
 
 
 def _coalesce(dmas, lanes):
