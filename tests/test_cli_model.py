@@ -63,7 +63,7 @@ def test_run_accepts_float64_and_a_single_sample(model_file, tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["run", "{model}", "--input", "{missing}", "--backend", "reference"], "cannot read"),
-    (["run", "{bad_shape}", "--input", "{data}", "--backend", "reference"], "expected a .onnx or .tpu"),
+    (["run", "{bad_shape}", "--input", "{data}", "--backend", "reference"], "expected a .onnx, .tflite, .tpu"),
     (["run", "{model}", "--input", "{wrong}", "--backend", "reference"],
      r"input 'x': shape \(7, 11\) where the model expects \(N, 12\)"),
     (["run", "{model}", "--input", "{data}", "--backend", "fpga"], "invalid choice"),
@@ -71,7 +71,7 @@ def test_run_accepts_float64_and_a_single_sample(model_file, tmp_path):
     (["run", "{model}", "--input", "{data}", "--clock-mhz", "-1"], "positive number"),
     (["run", "{model}", "--input", "{data}", "--rows", "0"], "rows"),
     (["run", "{garbage}", "--input", "{data}", "--backend", "reference"], "garbage.onnx"),
-    (["compile", "{data}"], "expected a .onnx model file"),
+    (["compile", "{data}"], "expected a .onnx, .tflite model file"),
     (["disasm", "{missing}"], "no such file"),
 ])
 def test_bad_input_exits_2_with_one_line(model_file, tmp_path, capsys, argv, message):

@@ -122,6 +122,8 @@ def test_bad_output_names_and_arguments(tmp_path):
     s = InferenceSession(small_graph(), backend="reference")
     with pytest.raises(ValueError, match="unknown output 'probs'; the model's outputs are 'prob'"):
         s.run(["probs"], {"input": np.zeros((1, 2, 6, 6), np.float32)})
+    with pytest.raises(TypeError, match="run_options"):
+        s.run(None, {"input": np.zeros((1, 2, 6, 6), np.float32)}, run_options=object())
     with pytest.raises(ValueError, match="unknown backend 'fpga'"):
         InferenceSession(small_graph(), backend="fpga")
     with pytest.raises(ValueError, match="batch must be a positive integer"):
@@ -129,7 +131,7 @@ def test_bad_output_names_and_arguments(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such model file"):
         InferenceSession(tmp_path / "missing.onnx")
     (tmp_path / "model.txt").write_text("")
-    with pytest.raises(ValueError, match="an .onnx or a compiled .tpu file"):
+    with pytest.raises(ValueError, match="an .onnx or .tflite file or a compiled .tpu file"):
         InferenceSession(tmp_path / "model.txt")
     with pytest.raises(TypeError, match="not int"):
         InferenceSession(3)

@@ -1,7 +1,7 @@
 """The model commands of the ``tpu`` command line.
 
-tpu compile MODEL.onnx -o OUT.tpu [--batch N] [config options]
-tpu run MODEL(.onnx|.tpu) --input X.npy --output Y.npy [--backend B] [--batch N] [--json FILE]
+tpu compile MODEL(.onnx|.tflite) -o OUT.tpu [--batch N] [config options]
+tpu run MODEL(.onnx|.tflite|.tpu) --input X.npy --output Y.npy [--backend B] [--batch N] [--json FILE]
 tpu disasm MODEL.tpu          (`disassemble_model`, for the disasm command)
 
 `add_model_commands(subparsers, add_config_options)` adds ``compile`` and
@@ -76,7 +76,7 @@ def _one_line(error):
 def _model_path(text, suffixes):
     path = Path(text)
     if path.suffix not in suffixes:
-        raise _command_error(f"{path}: expected a {' or '.join(suffixes)} model file")
+        raise _command_error(f"{path}: expected a {', '.join(suffixes)} model file")
     if not path.is_file():
         raise _command_error(f"{path}: no such file")
     return path
@@ -85,7 +85,7 @@ def _model_path(text, suffixes):
 # compile ------------------------------------------------------------------------------------
 
 def cmd_compile(args):
-    model = _model_path(args.model, (".onnx",))
+    model = _model_path(args.model, (".onnx", ".tflite"))
     output = Path(args.output) if args.output else model.with_suffix(".tpu")
     config = _config(args, required=True)
     session = _session(argparse.Namespace(backend="golden"), model, config, args.batch)
@@ -167,7 +167,7 @@ def _save_outputs(path, names, values):
 
 def cmd_run(args):
     from .driver import TpuError
-    model = _model_path(args.model, (".onnx", ".tpu"))
+    model = _model_path(args.model, (".onnx", ".tflite", ".tpu"))
     session = _session(args, model, _config(args), args.batch)
     feeds = _feeds(session, args.input)
     names = [o.name for o in session.get_outputs()]
@@ -271,10 +271,11 @@ def _positive_float(text):
 def add_model_commands(subparsers, add_config_options=_add_config_options):
     """Add ``compile`` and ``run`` to the ``tpu`` parser's `subparsers`."""
     p = subparsers.add_parser(
-        "compile", help="compile a quantized ONNX model for a chip",
-        description="Import MODEL (a quantized .onnx file: QDQ or QOperator form), compile it for "
-                    "the chip the options give and write the compiled model (.tpu).")
-    p.add_argument("model", metavar="MODEL", help="quantized ONNX model")
+        "compile", help="compile a quantized ONNX or TFLite model for a chip",
+        description="Import MODEL (a quantized .onnx file, QDQ or QOperator form, or an int8 "
+                    ".tflite file), compile it for the chip the options give and write the "
+                    "compiled model (.tpu).")
+    p.add_argument("model", metavar="MODEL", help="quantized .onnx or .tflite model")
     p.add_argument("-o", "--output", metavar="OUT", help="compiled model (default: MODEL.tpu)")
     p.add_argument("--batch", type=_positive, metavar="N",
                    help="samples per chip run (default: the compiler's)")
@@ -283,11 +284,11 @@ def add_model_commands(subparsers, add_config_options=_add_config_options):
 
     p = subparsers.add_parser(
         "run", help="run a model on the chip and print its per-layer performance",
-        description="Run MODEL (.onnx, compiled on the fly, or .tpu) on the inputs in X "
+        description="Run MODEL (.onnx or .tflite, compiled on the fly, or .tpu) on the inputs in X "
                     "(.npy for a model of one input, .npz by input name; the batch first, model "
                     "layout, e.g. NCHW) and print cycles, MXU utilisation and the counter "
                     "breakdown per layer.")
-    p.add_argument("model", metavar="MODEL", help="quantized .onnx or compiled .tpu model")
+    p.add_argument("model", metavar="MODEL", help="quantized .onnx/.tflite or compiled .tpu model")
     p.add_argument("--input", required=True, metavar="X", help="input array (.npy or .npz)")
     p.add_argument("--output", metavar="Y", help="outputs to write (.npy, or .npz for several)")
     p.add_argument("--backend", default="golden",

@@ -85,6 +85,15 @@ def _import_onnx(path):
     return import_onnx(path)
 
 
+def _import_tflite(path):
+    from .tflite_frontend import import_tflite
+    return import_tflite(path)
+
+
+#: model file suffix -> importer (path -> ir.Graph)
+IMPORTERS = {".onnx": _import_onnx, ".tflite": _import_tflite}
+
+
 async def _execute(device, compiled, inputs, profile=True):
     """One chunk: ``(outputs by tensor name, profile)`` from the back end."""
     from .execute import execute
@@ -143,7 +152,8 @@ class InferenceSession:
     ----------
     model : str, Path, onnx.ModelProto, ir.Graph or CompiledModel
         ``.onnx`` or a ModelProto (imported with
-        `tpu.compiler.onnx_frontend.import_onnx` and compiled) or ``.tpu``
+        `tpu.compiler.onnx_frontend.import_onnx`; ``.tflite`` with
+        `tpu.compiler.tflite_frontend.import_tflite` and compiled) or ``.tpu``
         (`CompiledModel.load`).
     backend : str
         A `tpu.driver` backend, or "reference" for the IR interpreter.
@@ -188,10 +198,11 @@ class InferenceSession:
                 raise FileNotFoundError(f"{path}: no such model file")
             if path.suffix == ".tpu":
                 self.compiled = _load_compiled(path)
-            elif path.suffix == ".onnx":
-                model = _import_onnx(path)
+            elif path.suffix in IMPORTERS:
+                model = IMPORTERS[path.suffix](path)
             else:
-                raise ValueError(f"{path}: a model is an .onnx or a compiled .tpu file")
+                raise ValueError(f"{path}: a model is an .onnx or .tflite file or a compiled "
+                                 f".tpu file")
         if type(model).__name__ == "ModelProto":
             model = _import_onnx(model)
         if isinstance(model, ir.Graph):
@@ -360,9 +371,12 @@ class InferenceSession:
         return build_report(self.graph, self.config, self.last_profile, self.last_samples,
                             clock_hz or DEFAULT_CLOCK_HZ, batch=self.batch)
 
-    def run(self, output_names, feeds):
+    def run(self, output_names, feeds, run_options=None):
         """The outputs named (None: all), in order, for `feeds` (input name ->
-        array with the batch first), as onnxruntime's ``run``."""
+        array with the batch first), as onnxruntime's ``run`` (which also
+        takes `run_options`; none are supported)."""
+        if run_options is not None:
+            raise TypeError("run_options are not supported")
         chosen = self._select(output_names)
         arrays, samples = self._prepare(feeds)
         outputs = self.run_quantized(arrays)
