@@ -53,6 +53,8 @@ from ..sim.activation_model import (
     tanh_table, tflite_average, wrap_int32)
 from . import ir
 from .ir import ActivationKind, IRError
+from .reference_tflite import (
+    INTEGER_HOST_OPS, add_tflite, multiply_by_quantized_multiplier_single_round)
 
 
 __all__ = [
@@ -136,12 +138,17 @@ def activate(values, out_q, activation=ir.NO_ACTIVATION):
     return apply_function(clamped, settings).astype(out_q.dtype)
 
 
-def requantize_accumulators(acc, in_q, weight_scale, out_q, activation=ir.NO_ACTIVATION):
+def requantize_accumulators(acc, in_q, weight_scale, out_q, activation=ir.NO_ACTIVATION,
+                            scale_product="float64", rounding="double"):
     """int32 sums ``(..., N)`` (bias included) -> output values: the activation
-    unit's requantization, clamp and function."""
+    unit's requantization, clamp and function (``rounding="single"``: TFLite's
+    one-step rounding, `multiply_by_quantized_multiplier_single_round`)."""
     target = _target(out_q, activation)
-    m, s = ir.requant_multipliers(in_q, weight_scale, target)
-    y = multiply_by_quantized_multiplier(wrap_int32(acc), m, s)
+    m, s = ir.requant_multipliers(in_q, weight_scale, target, scale_product)
+    if rounding == "single":
+        y = multiply_by_quantized_multiplier_single_round(wrap_int32(acc), m, s)
+    else:
+        y = multiply_by_quantized_multiplier(wrap_int32(acc), m, s)
     return activate(y + int(target.zero_point), out_q, activation)
 
 
@@ -169,7 +176,9 @@ def dense(layer, x, in_q, out_q):
         raise IRError(f"layer {layer.name!r}: input has {x.shape[1]} values per sample, "
                       f"weights {k} rows")
     acc = (x - int(in_q.zero_point)) @ layer.weight.astype(np.int64) + layer.bias
-    return requantize_accumulators(acc, in_q, layer.weight_scale, out_q, layer.activation)
+    return requantize_accumulators(acc, in_q, layer.weight_scale, out_q, layer.activation,
+                                   getattr(layer, "scale_product", "float64"),
+                                   getattr(layer, "rounding", "double"))
 
 
 def conv_output_size(size, kernel, stride, pad_before, pad_after):
@@ -199,7 +208,8 @@ def conv2d(layer, x, in_q, out_q):
             patch = xp[:, dy:dy + sh * (oh - 1) + 1:sh, dx:dx + sw * (ow - 1) + 1:sw, :]
             acc += patch @ w[dy, dx]
     out = requantize_accumulators(acc + layer.bias, in_q, layer.weight_scale, out_q,
-                                  layer.activation)
+                                  layer.activation, getattr(layer, "scale_product", "float64"),
+                                  getattr(layer, "rounding", "double"))
     pool = getattr(layer, "pool", None)
     return out if pool is None else pool2d(pool, out, out_q, out_q)
 
@@ -264,7 +274,10 @@ def global_avg_pool(layer, x, in_q, out_q):
 
 
 def add(layer, a, b, a_q, b_q, out_q):
-    """`ir.Add`: ONNX Runtime's float32 dequantize-add-quantize, then the activation."""
+    """`ir.Add`: ONNX Runtime's float32 dequantize-add-quantize, then the
+    activation (or `add_tflite` for ``semantics="tflite"``)."""
+    if getattr(layer, "semantics", "onnx") == "tflite":
+        return add_tflite(layer, a, b, a_q, b_q, out_q)
     a, b = _ints(a), _ints(b)
     if a.shape != b.shape:
         raise IRError(f"layer {layer.name!r}: adds {a.shape[1:]} to {b.shape[1:]}")
@@ -313,11 +326,13 @@ HOST_OPS = {"softmax": _softmax}
 def host_op(layer, inputs, in_quants, out_quants):
     """`ir.HostOp`: dequantize `inputs`, apply ``HOST_OPS[layer.op]`` in
     float32, quantize to `out_quants`. Returns a list of arrays."""
+    if layer.op in INTEGER_HOST_OPS:
+        return INTEGER_HOST_OPS[layer.op](layer, [_ints(x) for x in inputs], in_quants, out_quants)
     try:
         function = HOST_OPS[layer.op]
     except KeyError:
         raise IRError(f"layer {layer.name!r}: no host operator {layer.op!r}; known: "
-                      f"{', '.join(sorted(HOST_OPS))}") from None
+                      f"{', '.join(sorted([*HOST_OPS, *INTEGER_HOST_OPS]))}") from None
     reals = [dequantize(_ints(x), q) for x, q in zip(inputs, in_quants)]
     outs = function(layer, reals)
     return [quantize(y, q) for y, q in zip(outs, out_quants)]
