@@ -48,6 +48,7 @@ class ChipLayer:
     pool: tuple = None           # None, ("max" | "avg", k, s) or ("global",)
     input_view: str = "hwc"      # dense: how K indexes the stored (y, x, c)
     im2col: dict = None          # conv of host-made patches: the original geometry
+    scale_product: str = "float64"  # ir.requant_multipliers' product (the IR layer's)
 
     @property
     def n_out(self):
@@ -147,15 +148,19 @@ def plan_layers(graph, config):
     for layer in graph.layers:
         if layer.name in fused:
             continue
-        if isinstance(layer, (ir.Dense, ir.Conv2D)) and _table_ok(layer.activation,
-                                                               graph.tensor(layer.output).quant):
+        # The activation unit rounds twice (MultiplyByQuantizedMultiplier); a layer that
+        # rounds once (TFLite's FULLY_CONNECTED) runs on the host until it has that mode.
+        if isinstance(layer, (ir.Dense, ir.Conv2D)) and _table_ok(
+                layer.activation, graph.tensor(layer.output).quant) \
+                and getattr(layer, "rounding", "double") == "double":
             in_t = graph.tensor(layer.input)
             out_q = graph.tensor(layer.output).quant
             chip = ChipLayer(
                 name=layer.name, layers=[layer.name], kind="dense", input=root(layer.input),
                 output=layer.output, weight=layer.weight, weight_scale=layer.weight_scale,
                 bias=layer.bias, activation=layer.activation, in_q=in_t.quant, out_q=out_q,
-                in_shape=as_image(graph.tensor(root(layer.input)).shape))
+                in_shape=as_image(graph.tensor(root(layer.input)).shape),
+                scale_product=getattr(layer, "scale_product", "float64"))
             if isinstance(layer, ir.Dense):
                 chip.input_view = aliases[layer.input][1] if layer.input in aliases else "hwc"
             else:
