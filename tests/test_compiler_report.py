@@ -52,6 +52,7 @@ def test_table_and_json():
     assert lines[3].split()[:3] == ["sm", "host", "-"]
     assert lines[-2].split()[:2] == ["total", "2400"]
     assert "125,000 inferences/s at 100 MHz" in lines[-1]
+    assert "weight fills not timed" in lines[-1]
     data = json.loads(json.dumps(r.to_json()))
     assert data["total"]["cycles"] == 2400 and data["samples"] == 3
     assert data["layers"][0]["counters"]["weight_shift"] == 32

@@ -203,6 +203,7 @@ def test_golden_chip_equals_reference(samples, batch):
     assert chip and all(row.cycles > 0 and row.counters["mxu_active"] > 0 for row in chip)
     # MACs of the real samples only: 36 pixels x 9 taps x 2 x 3 for the conv, 27 x 4 for fc.
     assert sum(row.macs for row in r.rows) == samples * (36 * 9 * 2 * 3 + 27 * 4)
+    assert r.total.weight_tiles_loaded >= len(s.compiled.weights)
     assert r.total.cycles == sum(p["counters"]["cycles"] for chunk in s.last_profile
                                  for p in chunk if p["kind"] == "chip")
 
