@@ -2,7 +2,6 @@
 NCHW turned into the IR's layout, batches cut into compiled-batch chunks, and
 the outputs equal to the reference interpreter."""
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,7 +9,6 @@ import pytest
 
 from tpu import TPUConfig
 from tpu.compiler import ir, reference, session as session_module
-from tpu.compiler.ir import QuantType
 from tpu.compiler.session import InferenceSession, from_ir_layout, to_ir_layout
 
 from test_compiler_reference import small_graph
