@@ -129,6 +129,15 @@ def _table_ok(activation, out_q):
     return True
 
 
+def _matrix_on_chip(graph, layer):
+    """A Dense or Conv2D the chip runs. The activation unit rounds twice
+    (MultiplyByQuantizedMultiplier); a layer that rounds once (TFLite's
+    FULLY_CONNECTED) runs on the host until the unit has that mode."""
+    return (isinstance(layer, (ir.Dense, ir.Conv2D))
+            and _table_ok(layer.activation, graph.tensor(layer.output).quant)
+            and getattr(layer, "rounding", "double") == "double")
+
+
 def plan_layers(graph, config):
     """The graph as a list of `ChipLayer` and `HostLayer`, in execution order,
     and ``aliases``: tensor -> (stored tensor, view) for free reshapes."""
@@ -148,11 +157,7 @@ def plan_layers(graph, config):
     for layer in graph.layers:
         if layer.name in fused:
             continue
-        # The activation unit rounds twice (MultiplyByQuantizedMultiplier); a layer that
-        # rounds once (TFLite's FULLY_CONNECTED) runs on the host until it has that mode.
-        if isinstance(layer, (ir.Dense, ir.Conv2D)) and _table_ok(
-                layer.activation, graph.tensor(layer.output).quant) \
-                and getattr(layer, "rounding", "double") == "double":
+        if _matrix_on_chip(graph, layer):
             in_t = graph.tensor(layer.input)
             out_q = graph.tensor(layer.output).quant
             chip = ChipLayer(
@@ -188,7 +193,8 @@ def plan_layers(graph, config):
             plan.append(_identity(graph, layer, config, pool=layer))
         elif (isinstance(layer, ir.Reshape) and layer.output not in graph_outputs
               and layer.input not in aliases and consumers.get(layer.output)
-              and all(isinstance(c, ir.Dense) for c in consumers[layer.output])
+              and all(isinstance(c, ir.Dense) and _matrix_on_chip(graph, c)
+                      for c in consumers[layer.output])
               and graph.tensor(layer.input).quant == graph.tensor(layer.output).quant):
             view = layer.order if len(graph.tensor(layer.input).shape) == 3 else "hwc"
             aliases[layer.output] = (layer.input, view)
