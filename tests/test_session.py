@@ -232,7 +232,8 @@ def test_onnx_model_proto_and_large_host_memory():
     rng = np.random.default_rng(6)
     x = rng.normal(size=(300, 256)).astype(np.float32)
     model = zoo.quantize(zoo.mlp([256, 4], seed=1), x[:40])
-    s = InferenceSession(model, batch=4096, config=TPUConfig(ub_rows=1 << 18, acc_rows=1 << 14))
+    s = InferenceSession(model, batch=4096, config=TPUConfig(rows=16, cols=16, ub_rows=1 << 17,
+                                                             acc_rows=1 << 13))
     assert session_module.host_bytes(s.compiled) > session_module.DEFAULT_ARENA_BYTES
     (y,) = s.run(None, {"x": x})
     (want,) = InferenceSession(model, backend="reference").run(None, {"x": x})
