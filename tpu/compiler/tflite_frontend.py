@@ -37,6 +37,7 @@ activations, int16 or float layers inside the model, uint8 weights)
 raises `UnsupportedModel` naming the operator's index and name.
 """
 
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -89,7 +90,7 @@ class _Reader:
             self.operators = [self.graph.Operators(i) for i in range(self.graph.OperatorsLength())]
             self.codes = [self.model.OperatorCodes(i)
                           for i in range(self.model.OperatorCodesLength())]
-        except (IndexError, ValueError, TypeError, AttributeError) as e:
+        except (IndexError, ValueError, TypeError, AttributeError, struct.error) as e:
             if isinstance(e, UnsupportedModel):
                 raise
             raise ModelError(f"{source}: malformed or truncated TFLite model ({e})") from None
@@ -189,7 +190,8 @@ class _Importer:
     # Errors name the operator
 
     def unsupported(self, what):
-        e = UnsupportedModel(f"{self.name}: operator {self.index} ({self.op}): {what}")
+        where = "" if self.index is None else f" operator {self.index} ({self.op}):"
+        e = UnsupportedModel(f"{self.name}:{where} {what}")
         e.node, e.op_type = self.index, self.op
         return e
 
@@ -530,21 +532,16 @@ class _Importer:
             "QUANTIZE": self.quantize,
             "DEQUANTIZE": self.dequantize,
         }
-        # Model inputs: int8 ones directly; float32 ones through their QUANTIZE.
-        for index in self.graph_inputs:
-            if r.type_name(index) != "FLOAT32":
-                self.index, self.op = "input", "INPUT"
-                self.tensor(index)
+        # Tensors are declared by the first operator that reads or writes them, so
+        # a type error names that operator.
         for self.index, op in enumerate(r.operators):
             self.op = r.op_name(op)
             handler = handlers.get(self.op)
             if handler is None:
                 raise self.unsupported(f"operator {self.op} is not supported; supported: "
                                        f"{', '.join(SUPPORTED_OPERATORS)}")
-            if self.op in ("QUANTIZE", "DEQUANTIZE"):
-                handler(op)
-                continue
             handler(op)
+        self.index = self.op = None
         return self.finish()
 
     def finish(self):
@@ -558,7 +555,8 @@ class _Importer:
                                            f"feed exactly one QUANTIZE")
                 tensor, dtype = tensors[0], np.dtype(np.float32)
             else:
-                tensor, dtype = self.r.names[index], self.tensors[r.names[index]].quant.dtype
+                tensor = self.tensor(index)         # declared here if no operator reads it
+                dtype = self.tensors[tensor].quant.dtype
             layout = "nhwc" if len(model_shape) == 4 else "nc"
             self.inputs.append(ir.GraphInput(tensor, r.names[index], model_shape, dtype, layout))
         for index in self.graph_outputs:
@@ -604,5 +602,8 @@ def import_tflite(model, name=None):
         except OSError as e:
             raise ModelError(f"{path}: cannot read the model ({e.strerror or e})") from None
         source = name or path.name
-    reader = _Reader(data, source)
-    return _Importer(reader, source).run()
+    try:
+        reader = _Reader(data, source)
+        return _Importer(reader, source).run()
+    except struct.error as e:           # the flatbuffer reader ran past the data
+        raise ModelError(f"{source}: malformed or truncated TFLite model ({e})") from None
