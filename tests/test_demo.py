@@ -13,6 +13,12 @@ def split():
     return demo_models.digits_split()
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A directory where the demo networks are trained once for the module."""
+    return tmp_path_factory.mktemp("demo")
+
+
 def test_split_is_fixed(split):
     x_train, x_test, y_train, y_test = split
     assert x_train.shape == (1437, 64) and x_test.shape == (360, 64)
@@ -22,9 +28,9 @@ def test_split_is_fixed(split):
 
 
 @pytest.mark.parametrize("name, floor", [("mlp", 0.90), ("cnn", 0.95)])
-def test_training_reaches_accuracy(name, floor, split, tmp_path):
+def test_training_reaches_accuracy(name, floor, split, trained):
     x_train, x_test, y_train, y_test = split
-    model = demo_models.demo_models(tmp_path, names=[name])[name]
+    model = demo_models.demo_models(trained, names=[name])[name]
     x = demo_models.model_input(name, x_test)
     float_accuracy = (zoo.ort_run(model, x)[0].argmax(1) == y_test).mean()
     print(f"{name}: float accuracy {float_accuracy:.4f}")
@@ -34,7 +40,7 @@ def test_training_reaches_accuracy(name, floor, split, tmp_path):
     print(f"{name}: ONNX Runtime int8 accuracy {int8_accuracy:.4f}")
     assert int8_accuracy >= floor - 0.01
     # the second call loads the cached model instead of training
-    cached = demo_models.demo_models(tmp_path, names=[name])[name]
+    cached = demo_models.demo_models(trained, names=[name])[name]
     assert cached.SerializeToString() == model.SerializeToString()
 
 
@@ -47,13 +53,17 @@ def _compiler_ready():
 
 
 @pytest.mark.skipif(_compiler_ready() is not None, reason=f"the compiler is not ready: {_compiler_ready()}")
-def test_demo_on_golden_backend(tmp_path):
+def test_demo_on_golden_backend(trained, capsys):
     from tpu.demo import run_demo
+    tmp_path = trained
     result = run_demo(backend="golden", out_dir=tmp_path, batch=16, images=40)
+    out = capsys.readouterr().out
+    assert "bit-exact" in out and "inferences/s at 100 MHz" in out
     assert (tmp_path / "demo.png").stat().st_size > 10_000
+    assert (tmp_path / "digits_cnn_int8.onnx").exists()
     for name, r in result["models"].items():
         print(name, {k: v for k, v in r.items() if isinstance(v, (int, float, bool))})
-        assert r["images"] == r["chip_images"] == 40
+        assert r["images"] == r["chip_images"] == 40 and r["batch"] in (16, 8, 4, 2, 1)
         assert r["golden_equals_reference"] and r["chip_equals_golden"]
         assert r["chip_accuracy"] >= 0.85
         # the chip's requantization is TFLite's integer one, ONNX Runtime's a float one
@@ -62,3 +72,25 @@ def test_demo_on_golden_backend(tmp_path):
         assert r["inferences_per_second"] == pytest.approx(
             100e6 / r["cycles_per_inference"], rel=1e-6)
     assert result["ok"]
+
+
+def test_quick_runs_one_batch_on_the_chip(trained):
+    from tpu.demo import run_demo
+    if _compiler_ready():
+        pytest.skip(_compiler_ready())
+    result = run_demo(backend="golden", out_dir=trained, batch=8, images=20, quick=True,
+                      models=("mlp",))
+    r = result["models"]["mlp"]
+    assert r["images"] == 20 and r["chip_images"] == 8 and r["outputs"] == 80
+
+
+def test_progress_bar_in_a_log_writes_tenths(capsys):
+    import io
+    from tpu.demo import Progress
+    stream = io.StringIO()
+    bar = Progress("job", 50, stream=stream)
+    for done in range(1, 51):
+        bar.update(done)
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 11 and lines[0].startswith("  job [....") and "50/50" in lines[-1]

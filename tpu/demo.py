@@ -19,6 +19,8 @@ it saves a PNG (confusion matrix, sample digits, per-layer cycles) and
 returns the numbers as a dict.
 """
 
+import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -43,33 +45,41 @@ def _say(message):
 
 
 class Progress:
-    """A one-line progress bar on stderr: ``label [#####.....] 3/6 12 s``."""
+    """A one-line progress bar on stderr: ``label [#####.....] 3/6 12 s``,
+    redrawn in place on a terminal, a line per step elsewhere."""
 
     def __init__(self, label, total, width=30, stream=None):
         self.label, self.total, self.width = label, max(1, total), width
         self.stream = stream or sys.stderr
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
         self.started = time.perf_counter()
-        self.done = 0
+        self.done = None
         self.update(0)
 
     def update(self, done):
+        if not self.tty and self.done is not None and (
+                done == self.done or (10 * done // self.total == 10 * self.done // self.total
+                                      and done < self.total)):
+            return      # in a log, a line per tenth
         self.done = done
         filled = round(self.width * done / self.total)
         elapsed = time.perf_counter() - self.started
-        self.stream.write(f"\r  {self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
-                          f"{done}/{self.total} {elapsed:.0f} s")
+        self.stream.write(f"{chr(13) if self.tty else ''}  {self.label} "
+                          f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} "
+                          f"{elapsed:.0f} s{'' if self.tty else chr(10)}")
         self.stream.flush()
 
     def close(self):
-        self.update(self.done)
-        self.stream.write("\n")
-        self.stream.flush()
+        if self.tty:
+            self.update(self.done)
+            self.stream.write("\n")
+            self.stream.flush()
 
 
-# Running a compiled model chunk by chunk ----------------------------------------------
+# Running compiled models chunk by chunk ---------------------------------------------------
 
 def _quantized_input(graph, x):
-    """Float model input -> the IR's quantized array, by tensor name."""
+    """Float model input -> (IR tensor name, the IR's quantized array)."""
     from .compiler import reference
     from .compiler.session import to_ir_layout
     spec = graph.inputs[0]
@@ -89,71 +99,110 @@ def _chunks(name, array, batch, zero_point):
     return chunks
 
 
-async def _run_chunks(device, compiled, chunks, report):
+async def _run_jobs(device, jobs, report):
+    """``jobs``: name -> (compiled, chunks); name -> [(outputs, profile)] per
+    chunk, all on one device. ``report(chunks done)`` after each chunk."""
     from .compiler.session import _execute
-    results = []
-    for chunk in chunks:
-        results.append(await _execute(device, compiled, chunk))
-        report(len(results))
+    results, done = {}, 0
+    for name, (compiled, chunks) in jobs.items():
+        results[name] = []
+        for chunk in chunks:
+            results[name].append(await _execute(device, compiled, chunk))
+            done += 1
+            report(done)
     return results
 
 
 async def simulated_demo_main(device):
-    """`main` of a simulation run: the chunks of the job named by
-    ``TPU_COMPILER_JOB``, writing how many are done to ``progress`` there."""
+    """`main` of a simulation run: the jobs in the directory named by
+    ``TPU_COMPILER_JOB`` (one `write_job` directory per model), writing how
+    many chunks are done to ``progress`` there."""
+    import json
     from .compiler.session import JOB_VARIABLE, read_job
     directory = Path(os.environ[JOB_VARIABLE])
-    compiled, chunks = read_job(directory)
+    names = json.loads((directory / "models.json").read_text())
+    jobs = {name: read_job(directory / name) for name in names}
 
     def report(done):
         (directory / "progress.tmp").write_text(str(done))
         (directory / "progress.tmp").replace(directory / "progress")
-    return await _run_chunks(device, compiled, chunks, report)
+    return await _run_jobs(device, jobs, report)
 
 
-def _run_on_chip(compiled, chunks, backend, label, seed=1):
-    """Run every chunk on one device of `backend` with a progress bar;
-    ``[(outputs, profile)]`` per chunk."""
+@contextlib.contextmanager
+def _environment(name, value):
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+def _run_on_chip(jobs, backend, label, seed=1):
+    """Run ``jobs`` (name -> (compiled, chunks)) on one device of `backend`
+    with a progress bar; name -> [(outputs, profile)] per chunk."""
+    import json
     from .compiler.session import JOB_VARIABLE, SIMULATION_BACKENDS, write_job
     from .driver import run as driver_run
-    bar = Progress(label, len(chunks))
+    config = next(iter(jobs.values()))[0].config
+    bar = Progress(label, sum(len(chunks) for _, chunks in jobs.values()))
     try:
         if backend not in SIMULATION_BACKENDS:
             async def main(device):
-                return await _run_chunks(device, compiled, chunks, bar.update)
-            return driver_run(main, backend=backend, config=compiled.config)
+                return await _run_jobs(device, jobs, bar.update)
+            return driver_run(main, backend=backend, config=config)
         with tempfile.TemporaryDirectory(prefix="tpu-demo-") as scratch:
-            write_job(scratch, compiled, chunks)
+            for name, (compiled, chunks) in jobs.items():
+                (Path(scratch) / name).mkdir()
+                write_job(Path(scratch) / name, compiled, chunks)
+            (Path(scratch) / "models.json").write_text(json.dumps(list(jobs)))
             stop = threading.Event()
 
             def watch():
                 progress = Path(scratch) / "progress"
                 while not stop.wait(0.5):
-                    done = int(progress.read_text()) if progress.exists() else 0
-                    bar.update(done)
+                    bar.update(int(progress.read_text()) if progress.exists() else 0)
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()
-            previous = os.environ.get(JOB_VARIABLE)
-            os.environ[JOB_VARIABLE] = scratch
+            # the simulator runner logs each command it starts: keep the bar clean
+            logging.disable(logging.INFO)
             try:
-                results = driver_run(simulated_demo_main, backend=backend, config=compiled.config,
-                                     seed=seed)
+                with _environment(JOB_VARIABLE, scratch):
+                    results = driver_run(simulated_demo_main, backend=backend, config=config,
+                                         seed=seed)
             finally:
+                logging.disable(logging.NOTSET)
                 stop.set()
                 watcher.join()
-                if previous is None:
-                    os.environ.pop(JOB_VARIABLE, None)
-                else:
-                    os.environ[JOB_VARIABLE] = previous
-            bar.update(len(results))
+            bar.update(sum(len(r) for r in results.values()))
             return results
     finally:
         bar.close()
 
 
 def _joined(graph, results, samples):
+    """The graph output of every chunk, joined, without the padding."""
     name = graph.outputs[0].tensor
-    return np.concatenate([np.asarray(out[name]) for out, _ in results])[:samples]
+    out = np.concatenate([np.asarray(o[name]) for o, _ in results])[:samples]
+    return out.reshape(samples, -1).astype(np.int64)
+
+
+def _compile(graph, config, batch):
+    """Compile for `batch`, or the largest power-of-two fraction of it whose
+    layers fit the chip's memories; (compiled, batch)."""
+    from .compiler.errors import CompileError
+    from .compiler.session import InferenceSession
+    while True:
+        try:
+            return InferenceSession(graph, backend="golden", config=config, batch=batch).compiled, batch
+        except CompileError as error:
+            if batch == 1 or "smaller batch" not in str(error):
+                raise
+            batch = max(1, batch // 2)
 
 
 # One model ---------------------------------------------------------------------------------
@@ -163,88 +212,77 @@ def _ort_quantized(y, quant):
     return np.rint(y / np.float32(quant.scale)).astype(np.int64) + quant.zero_point
 
 
-def _demo_model(name, float_model, split, *, backend, config, batch, quick, out_dir):
+def _prepare(name, float_model, split, *, config, batch, out_dir):
+    """Float and int8 accuracy on ONNX Runtime, the imported graph, its
+    compiled form and the reference interpreter's outputs."""
     from .compiler import demo_models, reference, zoo
     from .compiler.onnx_frontend import import_onnx
-    from .compiler.report import build_report
-    from .compiler.session import InferenceSession
 
     x_train, x_test, y_train, y_test = split
     x = demo_models.model_input(name, x_test)
-    result = {"images": len(x_test)}
-    timings = {}
-
+    m = {"name": name, "images": len(x_test), "timings": {}}
     started = time.perf_counter()
-    result["float_accuracy"] = float((zoo.ort_run(float_model, x)[0].argmax(1) == y_test).mean())
+    m["float_accuracy"] = float((zoo.ort_run(float_model, x)[0].argmax(1) == y_test).mean())
     quantized = zoo.quantize(float_model, demo_models.model_input(name, x_train[:CALIBRATION_IMAGES]),
                              form="qdq", activation_type="int8")
-    quantized_path = Path(out_dir) / f"digits_{name}_int8.onnx"
-    quantized_path.write_bytes(quantized.SerializeToString())
+    (Path(out_dir) / f"digits_{name}_int8.onnx").write_bytes(quantized.SerializeToString())
     ort_logits = zoo.ort_run(quantized, x)[0]
-    result["ort_accuracy"] = float((ort_logits.argmax(1) == y_test).mean())
-    timings["quantize_and_ort"] = time.perf_counter() - started
+    m["ort_accuracy"] = float((ort_logits.argmax(1) == y_test).mean())
+    m["timings"]["quantize_and_ort"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    graph = import_onnx(quantized, name=f"digits_{name}")
-    compiled = InferenceSession(graph, backend="golden", config=config, batch=batch).compiled
-    timings["compile"] = time.perf_counter() - started
-    out_quant = graph.tensor(graph.outputs[0].tensor).quant
-    ort_q = _ort_quantized(ort_logits, out_quant)
+    graph = m["graph"] = import_onnx(quantized, name=f"digits_{name}")
+    m["compiled"], m["batch"] = _compile(graph, config, batch)
+    m["timings"]["compile"] = time.perf_counter() - started
+    m["ort_q"] = _ort_quantized(ort_logits, graph.tensor(graph.outputs[0].tensor).quant)
 
     tensor, inputs = _quantized_input(graph, x)
-    started = time.perf_counter()
-    ref_q = reference.run(graph, {tensor: inputs}, outputs_only=True)[graph.outputs[0].tensor]
-    ref_q = np.asarray(ref_q).reshape(len(x), -1).astype(np.int64)
-    timings["reference"] = time.perf_counter() - started
+    ref = reference.run(graph, {tensor: inputs}, outputs_only=True)[graph.outputs[0].tensor]
+    m["reference_q"] = np.asarray(ref).reshape(len(x), -1).astype(np.int64)
+    m["chunks"] = _chunks(tensor, inputs, m["batch"], graph.tensor(tensor).quant.zero_point)
+    return m
 
-    zero_point = graph.tensor(tensor).quant.zero_point
-    chunks = _chunks(tensor, inputs, batch, zero_point)
-    started = time.perf_counter()
-    golden = _run_on_chip(compiled, chunks, "golden", f"{name}: golden model")
-    timings["golden"] = time.perf_counter() - started
-    golden_q = _joined(graph, golden, len(x)).reshape(len(x), -1).astype(np.int64)
 
-    # The chip: all of the test split, or one batch of it when quick.
-    chip_samples = min(batch, len(x)) if quick else len(x)
-    if backend == "golden":
-        chip, chip_q = golden, golden_q
-    else:
-        started = time.perf_counter()
-        chip = _run_on_chip(compiled, chunks[:-(-chip_samples // batch)], backend,
-                            f"{name}: {backend} RTL")
-        timings["chip"] = time.perf_counter() - started
-        chip_q = _joined(graph, chip, chip_samples).reshape(chip_samples, -1).astype(np.int64)
-    n = chip_samples
-    labels = y_test[:n]
-
-    diff = np.abs(chip_q - ort_q[:n])
-    report = build_report(graph, compiled.config, [p for _, p in chip], n, clock_hz=CLOCK_HZ)
+def _measure(m, golden, chip, backend, y_test):
+    """The numbers of one model from its golden and chip runs."""
+    from .compiler.report import build_report
+    graph, n = m["graph"], sum(1 for _ in chip) * m["batch"]
+    n = min(n, m["images"])
+    golden_q = _joined(graph, golden, m["images"])
+    chip_q = _joined(graph, chip, n)
+    ort_q = m["ort_q"][:n]
+    diff = np.abs(chip_q - ort_q)
+    report = build_report(graph, m["compiled"].config, [p for _, p in chip], n, clock_hz=CLOCK_HZ,
+                          batch=m["batch"])
     total = report.total
-    result.update({
+    return {
+        "images": m["images"],
         "chip_images": n,
-        "reference_accuracy": float((ref_q.argmax(1) == y_test).mean()),
+        "batch": m["batch"],
+        "float_accuracy": m["float_accuracy"],
+        "ort_accuracy": m["ort_accuracy"],
+        "reference_accuracy": float((m["reference_q"].argmax(1) == y_test).mean()),
         "golden_accuracy": float((golden_q.argmax(1) == y_test).mean()),
-        "chip_accuracy": float((chip_q.argmax(1) == labels).mean()),
-        "golden_equals_reference": bool(np.array_equal(golden_q, ref_q)),
+        "chip_accuracy": float((chip_q.argmax(1) == y_test[:n]).mean()),
+        "golden_equals_reference": bool(np.array_equal(golden_q, m["reference_q"])),
         "chip_equals_golden": bool(np.array_equal(chip_q, golden_q[:n])),
         "chip_golden_mismatches": int(np.count_nonzero(chip_q != golden_q[:n])),
         "outputs": int(diff.size),
         "ort_mismatches": int(np.count_nonzero(diff)),
         "ort_max_lsb": int(diff.max()) if diff.size else 0,
-        "ort_prediction_mismatches": int(np.count_nonzero(chip_q.argmax(1) != ort_q[:n].argmax(1))),
+        "ort_prediction_mismatches": int(np.count_nonzero(chip_q.argmax(1) != ort_q.argmax(1))),
         "cycles": int(total.cycles),
         "cycles_per_inference": float(report.cycles_per_inference),
         "mxu_utilisation": float(total.utilisation),
         "mxu_active_utilisation": float(total.active_utilisation),
         "inferences_per_second": float(report.inferences_per_second),
         "clock_hz": CLOCK_HZ,
-        "timings": timings,
+        "timings": m["timings"],
         "layers": [(row.name, row.where, int(row.cycles)) for row in report.rows],
         "predictions": chip_q.argmax(1),
-        "labels": labels,
+        "labels": y_test[:n],
         "report": report,
-    })
-    return result
+    }
 
 
 # The picture -------------------------------------------------------------------------------
@@ -281,11 +319,14 @@ def _save_png(path, results, x_test, backend):
     name = "cnn" if "cnn" in results else names[-1]
     r = results[name]
     sub = grid[:, -1].subgridspec(4, 3)
-    for k in range(min(SAMPLE_DIGITS, r["chip_images"])):
-        ax = fig.add_subplot(sub[k // 3, k % 3])
+    wrong = np.flatnonzero(r["predictions"] != r["labels"])[:3]
+    right = np.flatnonzero(r["predictions"] == r["labels"])[:SAMPLE_DIGITS - len(wrong)]
+    for i, k in enumerate(sorted([*wrong, *right])):
+        ax = fig.add_subplot(sub[i // 3, i % 3])
         ax.imshow(x_test[k].reshape(8, 8), cmap="gray_r")
         ok = r["predictions"][k] == r["labels"][k]
-        ax.set_title(f"chip says {r['predictions'][k]}", fontsize=9, color="green" if ok else "red")
+        ax.set_title(f"chip says {r['predictions'][k]}" + ("" if ok else f" ({r['labels'][k]})"),
+                     fontsize=9, color="green" if ok else "red")
         ax.axis("off")
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -299,9 +340,11 @@ def run_demo(backend="verilator", config=None, out_dir="build/demo", batch=64, q
     (``result["models"][name]``) and the PNG's path (``result["png"]``).
 
     ``backend`` is where the chip runs: "verilator" or "icarus" (the RTL) or
-    "golden" (its model only). ``quick`` runs one batch of the test split on
-    the chip instead of all of it (everything else still sees all of it);
-    ``images`` limits the test split to its first ``images`` digits."""
+    "golden" (its model only). ``batch`` is the samples per chip run (halved
+    for a model whose layers do not fit the chip's memories at that batch).
+    ``quick`` runs one batch of the test split on the chip instead of all of
+    it (everything else still sees all of it); ``images`` limits the test
+    split to its first ``images`` digits."""
     from .compiler import demo_models
     config = config or TPUConfig()
     out_dir = Path(out_dir)
@@ -310,20 +353,39 @@ def run_demo(backend="verilator", config=None, out_dir="build/demo", batch=64, q
     split = demo_models.digits_split()
     if images is not None:
         split = [split[0], split[1][:images], split[2], split[3][:images]]
+    y_test = split[3]
     _say(f"digits: {len(split[0])} training and {len(split[1])} test images of 8x8 pixels "
          f"(scikit-learn's handwritten digits)")
     floats = demo_models.demo_models(out_dir, names=models, log=_say)
-    results = {}
+    prepared = {}
     for name in models:
-        _say(f"\n{name}: quantize (ONNX Runtime quantize_static, QDQ int8), compile for a "
-             f"{config.rows}x{config.cols} array, batch {batch}")
-        r = results[name] = _demo_model(name, floats[name], split, backend=backend, config=config,
-                                        batch=batch, quick=quick, out_dir=out_dir)
+        m = prepared[name] = _prepare(name, floats[name], split, config=config, batch=batch,
+                                      out_dir=out_dir)
+        _say(f"{name}: float {100 * m['float_accuracy']:.1f}%, ONNX Runtime int8 (quantize_static, "
+             f"QDQ) {100 * m['ort_accuracy']:.1f}%; compiled for a {config.rows}x{config.cols} array, "
+             f"batch {m['batch']}, in {m['timings']['compile']:.1f} s")
+
+    golden = _run_on_chip({n: (m["compiled"], m["chunks"]) for n, m in prepared.items()},
+                          "golden", "golden model")
+    if backend == "golden":
+        chip = {n: r[:1] for n, r in golden.items()} if quick else golden
+    else:
+        t = time.perf_counter()
+        chip = _run_on_chip({n: (m["compiled"], m["chunks"][:1] if quick else m["chunks"])
+                             for n, m in prepared.items()}, backend, f"{backend} RTL of the chip")
+        chip_seconds = time.perf_counter() - t
+
+    results = {}
+    for name, m in prepared.items():
+        r = results[name] = _measure(m, golden[name], chip[name], backend, y_test)
+        if backend != "golden":
+            r["timings"]["chip_all_models"] = chip_seconds
+        _say(f"\n{name} ({r['chip_images']} test images on the chip, {backend})")
         _say(f"  accuracy: float {100 * r['float_accuracy']:.1f}%, ONNX Runtime int8 "
              f"{100 * r['ort_accuracy']:.1f}%, golden model {100 * r['golden_accuracy']:.1f}%, "
-             f"chip ({backend}) {100 * r['chip_accuracy']:.1f}% on {r['chip_images']} images")
+             f"chip {100 * r['chip_accuracy']:.1f}%")
         _say(f"  chip vs ONNX Runtime: {r['ort_mismatches']} of {r['outputs']} logits differ "
-             f"(at most {r['ort_max_lsb']} step{'s' if r['ort_max_lsb'] != 1 else ''} of the output "
+             f"(at most {r['ort_max_lsb']} step{'' if r['ort_max_lsb'] == 1 else 's'} of the output "
              f"quantization), {r['ort_prediction_mismatches']} predictions differ")
         _say(f"  chip vs golden model: {'bit-exact' if r['chip_equals_golden'] else 'DIFFERENT'} "
              f"({r['chip_golden_mismatches']} of {r['outputs']} outputs differ); golden model vs "
@@ -337,5 +399,5 @@ def run_demo(backend="verilator", config=None, out_dir="build/demo", batch=64, q
     elapsed = time.perf_counter() - started
     _say(f"\nsaved {png}; the demo took {elapsed:.0f} s")
     ok = all(r["chip_equals_golden"] and r["golden_equals_reference"] for r in results.values())
-    return {"backend": backend, "config": config, "batch": batch, "models": results,
-            "png": str(png), "seconds": elapsed, "ok": ok}
+    return {"backend": backend, "config": config, "models": results, "png": str(png),
+            "seconds": elapsed, "ok": ok}
