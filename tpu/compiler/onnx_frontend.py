@@ -46,6 +46,17 @@ _QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMu
 _ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh"}
 _INT8 = (np.int8, np.uint8)
 _SUM_WEIGHT = 64
+_IDENTITY_WEIGHT = 127     # as large as int8 allows: the finest steps for the constant
+# The quantization of a sigmoid/tanh the quantizer leaves in float as a model
+# output (the quantizer does not quantize Tanh): their ranges in TFLite's
+# fixed output quantizations, in the input's type (the chip's table maps
+# within one type).
+_FUNCTION_OUTPUTS = {
+    "Sigmoid": {False: ir.QuantType(1 / 256, -128), True: ir.QuantType(1 / 256, 0, True)},
+    "Tanh": {False: ir.QuantType(1 / 128, 0), True: ir.QuantType(1 / 128, 128, True)},
+}
+# operators that give the same result before or after quantization
+_COMMUTING = {"Relu", "Clip", "MaxPool", "Flatten", "Reshape", "Identity", "Dropout"}
 
 
 def import_onnx(model, name=None):
@@ -228,7 +239,7 @@ class _Importer:
 
     # -- inputs of nodes -------------------------------------------------------------------
 
-    def model_input(self, node, name, quant):
+    def model_input(self, node, name, quant, tensor=None):
         """Create the IR tensor of model input `name` (float, quantized by
         `node`, or int8/uint8 fed as is) with `quant`; its IR name."""
         info = self.model_inputs[name]
@@ -244,7 +255,7 @@ class _Importer:
         if dtype in _INT8 and dtype != quant.dtype:
             raise self.unsupported(node, f"model input {name!r} is {dtype} but quantized as "
                                    f"{quant.dtype}")
-        tensor = name if dtype in _INT8 else node.output[0]
+        tensor = tensor or (name if dtype in _INT8 else node.output[0])
         self.new_tensor(node, tensor, shape, quant)
         self.inputs[name] = ir.GraphInput(tensor, name, dims, dtype,
                                           "nchw" if len(dims) == 4 else "nc")
@@ -257,6 +268,9 @@ class _Importer:
         if name not in self.names and name in self.model_inputs and quant is not None \
                 and _elem_dtype(self.model_inputs[name]) in _INT8:
             self.model_input(node, name, quant)
+        if name not in self.names and name in self.model_inputs and quant is None \
+                and node.op_type in _COMMUTING:
+            return self.quantized_float_input(node, name), True
         if name not in self.names:
             if name in self.model_inputs:
                 raise self.unsupported(node, f"reads model input {name!r} unquantized (no "
@@ -271,6 +285,34 @@ class _Importer:
             raise self.unsupported(node, f"reads {name!r} as {quant}, but it was written as "
                                    f"{tensor.quant}")
         return self.names[name], name in self.floats
+
+    def quantized_float_input(self, node, name):
+        """A float model input that an operator reads before any
+        QuantizeLinear (the quantizer leaves a Relu, Clip, MaxPool or reshape
+        at the input in float). These commute with quantization, so the input
+        is quantized as the operator's output is, and the operator runs on
+        integers."""
+        if name in self.inputs:
+            return self.inputs[name].tensor
+        step = node
+        while True:
+            users = self.consumers[step.output[0]]
+            qs = [c for c in users if c.op_type == "QuantizeLinear"]
+            if qs:
+                quant = self.qdq_quant(qs[0], "output")
+                return self.model_input(node, name, quant, name + "/quantized")
+            if len(users) != 1 or users[0].op_type not in _COMMUTING:
+                raise self.unsupported(node, f"reads model input {name!r} and its output is "
+                                       f"not quantized either")
+            step = users[0]
+
+    def between_commuting(self, y):
+        """Whether float value `y` has no QuantizeLinear and goes only to
+        operators that commute with quantization: it keeps its input's
+        quantization."""
+        users = self.consumers[y]
+        return y not in self.model_outputs and users and \
+            all(c.op_type in _COMMUTING for c in users)
 
     def q_after(self, node, y):
         """The QuantizeLinear(s) after float value `y`: the IR name and
@@ -287,10 +329,20 @@ class _Importer:
             self.done.add(id(q))
         return qs[0].output[0], quant, qs[1:]
 
-    def output(self, node, is_float, y, shape, quant=None):
+    def output(self, node, is_float, y, shape, quant=None, fallback=None):
         """Create the IR tensor for node output `y`: quantized by the
-        QuantizeLinear after it (QDQ) or with `quant` (QOperator). Its name
-        and quantization."""
+        QuantizeLinear after it (QDQ) or with `quant` (QOperator), or with
+        `fallback` if it is a float model output with no QuantizeLinear. Its
+        name and quantization."""
+        if is_float and fallback is not None and y in self.model_outputs and not any(
+                c.op_type == "QuantizeLinear" for c in self.consumers[y]):
+            self.new_tensor(node, y, shape, fallback)
+            return y, fallback
+        if is_float and node.op_type in _COMMUTING and quant is not None \
+                and self.between_commuting(y):
+            self.new_tensor(node, y, shape, quant)
+            self.floats.add(y)
+            return y, quant
         if is_float:
             name, quant, others = self.q_after(node, y)
             self.new_tensor(node, name, shape, quant)
@@ -656,7 +708,8 @@ class _Importer:
         x, is_float = self.activation_input(node, node.input[0], in_q)
         src = self.tensor(x)
         out, quant = self.output(node, is_float, node.output[0], src.shape,
-                                 out_q or src.quant)
+                                 out_q or src.quant, _FUNCTION_OUTPUTS.get(kind, {}).get(
+                                     src.quant.unsigned))
         if kind in ("Relu", "Clip"):
             act = self.clamp_activation(node, quant)
         else:
@@ -790,7 +843,10 @@ class _Importer:
         x, is_float = self.activation_input(node, node.input[0])
         src = self.tensor(x)
         y = node.output[0]
-        if is_float:
+        if is_float and self.between_commuting(y):
+            name, quant, others = y, src.quant, []
+            self.floats.add(y)
+        elif is_float:
             name, quant, others = self.q_after(node, y)
         else:
             name, quant, others = y, src.quant, []
@@ -874,29 +930,30 @@ class _Importer:
         self.layers.append(ir.Add(self.label(node), a, b, out))
 
     def add_bias(self, node, a_name, real_bias, a_q, out_q):
-        """Add of a constant vector to a Dense output nothing else reads
-        (MatMul + Add): folded into the Dense's bias and output."""
+        """Add of a constant per channel (MatMul + Add, a bias after a Conv):
+        a layer of its own that multiplies by an identity and adds the
+        constant as its bias. Folding the constant into the layer before
+        would round and saturate once where ONNX Runtime does twice (after
+        the MatMul, after the Add): up to several steps apart."""
         a, is_float = self.activation_input(node, a_name, a_q)
-        layer = next((l for l in self.layers if isinstance(l, ir.Dense) and l.output == a), None)
-        readers = [c for n, t in self.names.items() if t == a for c in self.consumers[n]
-                   if c.op_type != "DequantizeLinear"]
-        if layer is None or layer.activation.kind != ActivationKind.NONE \
-                or len(readers) != 1 or readers[0] is not node \
-                or any(n in self.model_outputs for n, t in self.names.items() if t == a):
-            raise self.unsupported(node, "adds a constant to something other than a MatMul "
-                                   "output; the chip adds constants only as matrix biases")
-        n = layer.weight.shape[1]
-        real_bias = np.asarray(real_bias, np.float64).reshape(-1)
-        if real_bias.size not in (1, n):
-            raise self.unsupported(node, f"adds {real_bias.size} constants to {n} channels")
-        in_q = self.tensor(layer.input).quant
-        unit = np.float64(np.float32(in_q.scale)) * layer.weight_scale.astype(np.float32)
-        layer.bias = layer.bias + np.rint(np.broadcast_to(real_bias, (n,)) / unit).astype(np.int64)
-        del self.tensors[a]
-        for name in [k for k, t in self.names.items() if t == a]:
-            del self.names[name]
-        out, _ = self.output(node, is_float, node.output[0], (n,), out_q)
-        layer.output = out
+        src = self.tensor(a)
+        c = src.channels
+        real_bias = np.asarray(real_bias, np.float64)
+        if real_bias.size not in (1, c) or real_bias.ndim > len(src.shape) + 1 or \
+                real_bias.size > 1 and real_bias.shape[-1 if len(src.shape) == 1 else -3] != c:
+            raise self.unsupported(node, f"adds a constant of shape {real_bias.shape} to "
+                                   f"{src.shape}; the chip adds constants only per channel")
+        real_bias = np.broadcast_to(real_bias.reshape(-1), (c,))
+        out, _ = self.output(node, is_float, node.output[0], src.shape, out_q)
+        scale = np.full(c, 1.0 / _IDENTITY_WEIGHT)
+        unit = np.float64(np.float32(src.quant.scale)) * scale.astype(np.float32)
+        bias = np.rint(real_bias / unit).astype(np.int64)
+        if len(src.shape) == 1:
+            weight = (np.eye(c) * _IDENTITY_WEIGHT).astype(np.int8)
+            self.layers.append(ir.Dense(self.label(node), a, out, weight, scale, bias))
+        else:
+            weight = (np.eye(c) * _IDENTITY_WEIGHT).astype(np.int8).reshape(1, 1, c, c)
+            self.layers.append(ir.Conv2D(self.label(node), a, out, weight, scale, bias))
 
     def real_constant(self, name):
         """The real values of a constant Add operand (a float constant or a
