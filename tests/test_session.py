@@ -85,6 +85,10 @@ def test_batches_split_into_compiled_chunks(stub_backend, samples, batch):
     if pad:
         assert (chunks[-1][batch - pad:] == graph.tensor("x").quant.zero_point).all()
     assert len(s.last_profile) == len(chunks)
+    heard = []
+    s.progress = lambda done, total: heard.append((done, total))
+    s.run(None, {"input": images})
+    assert heard == [(i + 1, len(chunks)) for i in range(len(chunks))]
 
 
 def test_quantized_inputs_and_outputs(stub_backend):

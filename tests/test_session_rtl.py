@@ -35,7 +35,10 @@ def test_model_on_rtl_equals_golden(simulator):
     golden = InferenceSession(graph, backend="golden", batch=2)
     (g,) = golden.run(None, {"x": x})
     rtl = InferenceSession(graph, backend=simulator, batch=2, seed=3)
+    heard = []
+    rtl.progress = lambda done, total: heard.append((done, total))
     (y,) = rtl.run(None, {"x": x})
+    assert heard[-1] == (2, 2)
     assert (g == want).all() and (y == want).all()
     # Two chunks, both run in the one simulation, with the chip's counters.
     assert len(rtl.last_profile) == 2

@@ -27,6 +27,7 @@ there, all in one simulation.
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,6 +171,9 @@ class InferenceSession:
     ----------
     graph : ir.Graph
     compiled : CompiledModel or None (backend "reference" of a graph or .onnx)
+    progress : callable or None
+        Set it to ``progress(done, total)`` to hear after each chunk of a
+        `run` (on a simulator: polled from the simulation every 0.5 s).
     last_profile : list or None
         Per chunk, the back end's per-part profile of the last `run`
         (chip counters and cycle estimates); `tpu.compiler.report` reads it.
@@ -189,6 +193,7 @@ class InferenceSession:
         self.backend_options = backend_options
         self.last_profile = None
         self.last_samples = 0
+        self.progress = None
         self.compiled = None
         self.source = None
         if isinstance(model, (str, Path)):
@@ -345,17 +350,34 @@ class InferenceSession:
                 write_job(scratch, compiled, chunks)
                 previous = os.environ.get(JOB_VARIABLE)
                 os.environ[JOB_VARIABLE] = scratch
+                stop = threading.Event()
+                watcher = None
+                if self.progress is not None:
+                    watcher = threading.Thread(target=_watch_progress, daemon=True,
+                                               args=(Path(scratch), len(chunks), self.progress,
+                                                     stop))
+                    watcher.start()
                 try:
-                    return driver_run(simulated_main, backend=self.backend, config=compiled.config,
-                                      **self.backend_options)
+                    results = driver_run(simulated_main, backend=self.backend,
+                                         config=compiled.config, **self.backend_options)
                 finally:
+                    stop.set()
+                    if watcher is not None:
+                        watcher.join()
                     if previous is None:
                         os.environ.pop(JOB_VARIABLE, None)
                     else:
                         os.environ[JOB_VARIABLE] = previous
+                if self.progress is not None:
+                    self.progress(len(chunks), len(chunks))
+                return results
+
+        progress = self.progress
 
         async def main(device):
-            return await run_chunks(device, compiled, chunks)
+            return await run_chunks(device, compiled, chunks,
+                                    None if progress is None
+                                    else lambda done: progress(done, len(chunks)))
         options = dict(self.backend_options)
         needed = host_bytes(compiled)
         if self.backend == "golden" and needed > DEFAULT_ARENA_BYTES and "open" not in options:
@@ -402,13 +424,28 @@ def host_bytes(compiled):
     return -(-(needed + (64 << 10)) // 4096) * 4096
 
 
-async def run_chunks(device, compiled, chunks):
+async def run_chunks(device, compiled, chunks, done=None):
     """Every chunk through the back end's `execute` on one device; a list of
-    ``(outputs, profile)``."""
+    ``(outputs, profile)``. ``done(n)`` after the n-th chunk."""
     results = []
     for chunk in chunks:
         results.append(await _execute(device, compiled, chunk))
+        if done is not None:
+            done(len(results))
     return results
+
+
+def _watch_progress(directory, total, progress, stop):
+    """Report the simulation's ``progress`` file every half second until `stop`."""
+    path, last = directory / "progress", -1
+    while not stop.wait(0.5):
+        try:
+            done = int(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if done != last:
+            progress(done, total)
+            last = done
 
 
 # Simulation jobs -------------------------------------------------------------------------
@@ -441,4 +478,10 @@ async def simulated_main(device):
     if not directory:
         raise RuntimeError(f"{JOB_VARIABLE} is not set: no compiled-model job to run")
     compiled, chunks = read_job(directory)
-    return await run_chunks(device, compiled, chunks)
+    progress = Path(directory) / "progress"
+
+    def done(n):
+        # Written whole and renamed, so the watcher never reads half a number.
+        progress.with_suffix(".tmp").write_text(str(n))
+        progress.with_suffix(".tmp").replace(progress)
+    return await run_chunks(device, compiled, chunks, done)
