@@ -130,3 +130,43 @@ def test_chip_fault_exits_1_with_one_line(model_file, monkeypatch, capsys):
     assert cli_model.main(["run", str(path), "--input", str(data)]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("tpu: error:") and "UB_RANGE" in err and "\n" not in err
+
+
+def two_input_graph():
+    from tpu.compiler import ir
+    from tpu.compiler.ir import QuantType
+    rng = np.random.default_rng(8)
+    q = QuantType(0.05, 2)
+    tensors = {n: ir.Tensor(n, (6,), q) for n in ("a", "b", "h", "y")}
+    layers = [ir.Dense("fc", "a", "h", rng.integers(-60, 60, (6, 6)).astype(np.int8), 0.02),
+              ir.Add("sum", "h", "b", "y", ir.Activation("relu"))]
+    inputs = [ir.GraphInput(n, n.upper(), (None, 6), np.dtype(np.float32), "nc") for n in "ab"]
+    outputs = [ir.GraphOutput("y", "Y", (None, 6), np.dtype(np.float32), "nc"),
+               ir.GraphOutput("h", "H", (None, 6), np.dtype(np.int8), "nc")]
+    return ir.Graph(tensors, layers, inputs, outputs, "two").validate()
+
+
+@needs_backend
+def test_several_inputs_and_outputs_through_npz(tmp_path, capsys):
+    from tpu.compiler.session import InferenceSession
+    graph = two_input_graph()
+    InferenceSession(graph, batch=2).compiled.save(tmp_path / "two.tpu")
+    rng = np.random.default_rng(1)
+    feeds = {"A": rng.normal(size=(3, 6)), "B": rng.normal(size=(3, 6))}
+    np.savez(tmp_path / "in.npz", **feeds)
+    assert cli_model.main(["run", str(tmp_path / "two.tpu"), "--input", str(tmp_path / "in.npz"),
+                           "--output", str(tmp_path / "out.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as out:
+        got = {k: out[k] for k in out.files}
+    want = InferenceSession(graph, backend="reference").run(
+        None, {k: v.astype(np.float32) for k, v in feeds.items()})
+    assert sorted(got) == ["H", "Y"] and got["H"].dtype == np.int8
+    assert (got["Y"] == want[0]).all() and (got["H"] == want[1]).all()
+    # One .npy cannot hold two inputs or two outputs.
+    np.save(tmp_path / "a.npy", feeds["A"])
+    assert cli_model.main(["run", str(tmp_path / "two.tpu"), "--input",
+                           str(tmp_path / "a.npy")]) == 2
+    assert "give them in an .npz file" in capsys.readouterr().err
+    assert cli_model.main(["run", str(tmp_path / "two.tpu"), "--input", str(tmp_path / "in.npz"),
+                           "--output", str(tmp_path / "out.npy")]) == 2
+    assert "write them to an .npz file" in capsys.readouterr().err

@@ -171,6 +171,11 @@ def cmd_run(args):
     session = _session(args, model, _config(args), args.batch)
     feeds = _feeds(session, args.input)
     names = [o.name for o in session.get_outputs()]
+    from .compiler.session import SIMULATION_BACKENDS
+    if args.backend in SIMULATION_BACKENDS and sys.stderr.isatty():
+        session.progress = lambda done, total: print(
+            f"\r{args.backend}: {done}/{total} chunks", end="\n" if done == total else "",
+            file=sys.stderr, flush=True)
     try:
         outputs = session.run(None, feeds)
     except TpuError as error:
