@@ -79,6 +79,8 @@ def main(argv=None):
     measure("3x3 conv 16->16", conv_graph(rng, 8, 8, 16, 16, 3, 1), config, args.batch, rng)
     measure("3x3 conv+maxpool", conv_graph(rng, 8, 8, 8, 8, 3, 1, "max"), config, args.batch, rng)
     measure("1x1 conv 8->8", conv_graph(rng, 8, 8, 8, 8, 1, 0), config, args.batch, rng)
+    # The default chip's 2048-row unified buffer: input and output stream through it.
+    measure("3x3 conv, UB 2048", conv_graph(rng, 8, 8, 8, 8, 3, 1), TPUConfig(), args.batch, rng)
     return 0
 
 

@@ -390,3 +390,20 @@ def test_two_layers_on_rtl(simulator, rng, tmp_path, monkeypatch):
     for part, gold in zip(profile, golden_profile):
         for name in ("mxu_active", "weight_shift"):
             assert part["counters"][name] == gold["counters"][name], (part["name"], name)
+
+
+def test_streaming_beyond_unified_buffer(rng):
+    """Inputs and outputs far larger than the unified buffer stream through
+    rings of a few accumulator tiles' samples."""
+    cfg = SMALL.replace(acc_rows=128, ub_rows=700)
+    b = Builder(rng)
+    x = b.input((6, 6, 12))
+    y = b.conv(x, 10, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    g = b.graph(y)
+    compiled, _ = check(g, cfg, 24, rng)
+    assert compiled.inputs[0].storage.rows > cfg.ub_rows
+    assert any("streamed" in note for note in compiled.notes)
+    b = Builder(rng)
+    v = b.input((20,))
+    w = b.dense(v, 12, "relu")
+    check(b.graph(w), SMALL.replace(acc_rows=16, ub_rows=150), 300, rng)

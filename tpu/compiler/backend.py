@@ -26,7 +26,7 @@ from .artifact import ChipStep, CompiledModel, HostStep, TensorSpec
 from .errors import CompileError
 from .fuse import ChipLayer, plan_layers
 from .layout import Layout, as_image
-from .lower import PartAddresses, lower_part, useful_macs
+from .lower import PartAddresses, lower_part, ring_slots, useful_macs
 from .schedule import insert_weight_reads
 from .tiling import act_settings, lut, quant_tables, weight_tiles
 
@@ -117,6 +117,16 @@ def compile_graph(graph, config, batch=1):
             host_side.update(item.outputs)
 
     q_rows, l_rows = ldq_rows(config), ldl_rows(config)
+    for step in steps:
+        if step["kind"] == "chip":
+            step["slots"] = ring_slots(step["item"], batch, config)
+
+    streamed = set()        # keys of in/out blocks that hold a ring, not the whole tensor
+
+    def ring_rows(key, t, s):
+        lay = layout_of(t)
+        return lay.blocks * min(batch, steps[s]["slots"]) * lay.sample_stride if key in streamed \
+            else lay.rows
 
     def blocks_for(spilled):
         blocks = {}
@@ -127,16 +137,18 @@ def compile_graph(graph, config, batch=1):
         for t in sorted(set(chip_prod) | set(chip_cons)):
             rows = layout_of(t).rows
             prod, cons = chip_prod.get(t, []), chip_cons.get(t, [])
-            if prod and cons and t not in spilled:
-                blocks[("res", t)] = Block(("res", t), rows, min(prod), max(prod + cons), t)
+            # Kept in the UB whole: from its producer to its last reader, or,
+            # read from host memory by several parts, from the first on.
+            if t not in spilled and ((prod and cons) or len(set(cons)) > 1):
+                blocks[("res", t)] = Block(("res", t), rows, min(prod + cons), max(prod + cons), t)
                 continue
+            # Streamed through a ring of a few M tiles' samples.
             if prod:
-                blocks[("out", t)] = Block(("out", t), rows, min(prod), max(prod))
-            if cons and t not in spilled and not prod:
-                blocks[("res", t)] = Block(("res", t), rows, min(cons), max(cons), t)
-                continue
+                key = ("out", t)
+                blocks[key] = Block(key, ring_rows(key, t, prod[0]), min(prod), max(prod))
             for c in cons:
-                blocks[("in", t, c)] = Block(("in", t, c), rows, c, c)
+                key = ("in", t, c)
+                blocks[key] = Block(key, ring_rows(key, t, c), c, c)
         return blocks
 
     spilled = set()
@@ -145,15 +157,26 @@ def compile_graph(graph, config, batch=1):
         bad = place_blocks(list(blocks.values()), config.ub_rows)
         if bad is None:
             break
-        live = [b for b in blocks.values() if b.tensor and b.start < b.end
-                and b.tensor not in spilled and b.start <= bad.end and bad.start <= b.end]
-        if not live:
-            need = sum(b.rows for b in blocks.values() if b.start <= bad.start <= b.end)
-            raise CompileError(f"layer {steps[bad.start]['item'].name!r}: its input, output and "
-                               f"tables need {need} unified-buffer rows at once; the unified "
-                               f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
-                               f"may fit)")
-        spilled.add(max(live, key=lambda b: b.rows).tensor)
+        # Stream the block that does not fit, if it can be; else spill the
+        # largest tensor kept across the parts there; else stream another
+        # block of those parts.
+        if bad.key[0] in ("in", "out") and bad.key not in streamed:
+            streamed.add(bad.key)
+            continue
+        at = [b for b in blocks.values() if b.start <= bad.end and bad.start <= b.end]
+        live = [b for b in at if b.tensor and b.start < b.end and b.tensor not in spilled]
+        if live:
+            spilled.add(max(live, key=lambda b: b.rows).tensor)
+            continue
+        ring = [b for b in at if b.key[0] in ("in", "out") and b.key not in streamed]
+        if ring:
+            streamed.add(max(ring, key=lambda b: b.rows).key)
+            continue
+        need = sum(b.rows for b in blocks.values() if b.start <= bad.start <= b.end)
+        raise CompileError(f"layer {steps[bad.start]['item'].name!r}: its input, output and "
+                           f"tables need {need} unified-buffer rows at once; the unified "
+                           f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
+                           f"may fit)")
     host_side |= spilled
 
     # The host region: constants, then tensors kept in host memory.
@@ -197,7 +220,7 @@ def compile_graph(graph, config, batch=1):
                 outputs=[(t, host_off[t], layout_of(t)) for t in item.outputs]))
             continue
         out_steps.append(_chip_step(s, step, item, config, batch, blocks, layout_of, host_off,
-                                    fill_host, chip_prod, host_side))
+                                    fill_host, chip_prod, host_side, streamed))
 
     weights = (np.concatenate(image) if image
                else np.zeros((0, R, config.cols), dtype=np.int8)).astype(np.int8)
@@ -213,6 +236,9 @@ def compile_graph(graph, config, batch=1):
                           else None)
 
     notes = [f"tensor {t!r} spilled to host memory" for t in sorted(spilled)]
+    notes += [f"tensor {k[1]!r} streamed through the unified buffer "
+              f"({'written by' if k[0] == 'out' else 'read by'} {steps[blocks[k].start]['item'].name!r})"
+              for k in sorted(streamed, key=str)]
     return CompiledModel(config=config, batch=batch,
                          inputs=[spec(g, "in") for g in graph.inputs],
                          outputs=[spec(g, "out") for g in graph.outputs],
@@ -229,15 +255,17 @@ def _layer(graph, name):
 
 
 def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_host,
-               chip_prod, host_side):
+               chip_prod, host_side, streamed):
     R = config.rows
     n0, n1 = step["n"]
     inl, outl = layout_of(chip.input), layout_of(chip.output)
     pre = []
     # The input: resident since an earlier part, or read from host memory now.
+    ring_in = ring_out = None
     if ("in", chip.input, s) in blocks:
         in_block = blocks[("in", chip.input, s)]
         load = True
+        ring_in = step["slots"] if ("in", chip.input, s) in streamed else None
     else:
         in_block = blocks[("res", chip.input)]
         load = chip.input not in chip_prod and in_block.start == s
@@ -248,12 +276,16 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     zero, low, high, _ = act_settings(chip)
     pre += [Cfg(reg=Reg.OUT_ZERO_POINT, value=zero), Cfg(reg=Reg.CLAMP_MIN, value=low),
             Cfg(reg=Reg.CLAMP_MAX, value=high)]
-    out_block = blocks.get(("res", chip.output)) or blocks[("out", chip.output)]
+    out_block = blocks.get(("res", chip.output))
+    if out_block is None:
+        out_block = blocks[("out", chip.output)]
+        ring_out = step["slots"] if ("out", chip.output) in streamed else None
     body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), PartAddresses(
         inl, in_block.base, outl, out_block.base, tables.base, step["mem_base"],
         in_host=host_off[chip.input] if load else None,
         out_host=host_off[chip.output] if chip.output in host_side else None,
-        fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None))
+        fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,
+        in_slots=ring_in, out_slots=ring_out))
     post = [Halt()]
     program = insert_weight_reads(pre + body + post, config)
     nt = -(-chip.n_out // config.cols)

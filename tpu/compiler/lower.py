@@ -12,14 +12,14 @@ interlocks on the rows, so this needs no NOPs). An MMC switches weights only
 when its tile differs from the one in the array.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..isa import Act, Conv, Func, Ldq, Mmc, Pool, Rhm, Whm, ldq_rows
 from . import ir
 from .tiling import act_settings, m_tiles
 
 
-__all__ = ["PartAddresses", "lower_part", "useful_macs"]
+__all__ = ["PartAddresses", "lower_part", "ring_slots", "useful_macs"]
 
 
 _FUNC = {ir.ActivationKind.NONE: Func.NONE, ir.ActivationKind.RELU: Func.RELU,
@@ -41,6 +41,43 @@ class PartAddresses:
     in_host: int = None      # host offset to read the input from, tile by tile
     out_host: int = None     # host offset to write the output to, tile by tile
     fill_host: int = None    # host offset of fill rows for the output's padding
+    in_slots: int = None     # samples of the input's ring in the UB (None: all)
+    out_slots: int = None    # samples of the output's ring in the UB (None: all)
+
+
+class _Ring:
+    """A stored layout whose UB copy holds only `slots` samples (None: every
+    sample, as stored). Output samples go to slot ``b % slots``; input
+    samples take the next group of slots when they are read in (`take`),
+    so a tile never reads in over the samples the tile before still uses."""
+
+    def __init__(self, layout, slots, group=1):
+        self.slots = slots if slots is not None and slots < layout.batch else None
+        self.layout = layout if self.slots is None else replace(layout, batch=self.slots)
+        self.group = group
+        self.taken = 0
+        self.where, self.holder = {}, {}
+
+    def take(self, samples):
+        first = (self.taken % (self.slots // self.group)) * self.group if self.slots else None
+        self.taken += 1
+        for i, b in enumerate(samples):
+            slot = b if first is None else first + i
+            self.where[b], self.holder[slot] = slot, b
+
+    def holds(self, b):
+        return b in self.where and self.holder.get(self.where[b]) == b
+
+    def slot(self, b):
+        if self.slots is None:
+            return b
+        return self.where.get(b, b % self.slots)
+
+    def row(self, b, y, x, j):
+        return self.layout.row(self.slot(b), y, x, j)
+
+    def __getattr__(self, name):
+        return getattr(self.layout, name)
 
 
 def _merge(pairs):
@@ -62,13 +99,19 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
     q_rows = ldq_rows(config)
     _, _, _, unsigned_out = act_settings(chip)
     func = _FUNC[chip.activation.kind]
-    inl, outl = addr.in_layout, addr.out_layout
+    # UB addressing goes through the ring (if any); host offsets use the
+    # full layouts.
+    in_full, out_full = addr.in_layout, addr.out_layout
+    tiles = m_tiles(chip, batch, region)
+    group = max(len(t.samples) for t in tiles)
+    inl = _Ring(in_full, addr.in_slots, group)
+    outl = _Ring(out_full, addr.out_slots)
     unsigned_in = bool(chip.in_q.unsigned)
     kt = len(k_tiles)
     ow = chip.conv_out[1]
     jobs = []
     for n in range(n0, n1):
-        for mt in m_tiles(chip, batch, region):
+        for mt in tiles:
             jobs.append((n, mt))
 
     current = [None]
@@ -147,26 +190,27 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
         return out
 
     R = config.rows
-    loaded, filled = set(), set()
+    filled = set()
 
     def loads(n, mt):
         """RHMs of the input samples the tile reads for the first time, and
         of the padding of its output samples (fill rows)."""
         out = []
-        if addr.in_host is not None:
+        if addr.in_host is not None and not all(inl.holds(b) for b in mt.samples):
+            inl.take(mt.samples)
             for j in range(inl.blocks):
                 for b in mt.samples:
-                    if (j, b) not in loaded:
-                        loaded.add((j, b))
-                        first = inl.row(b, -inl.pad[0], -inl.pad[1], j)
-                        out.append(Rhm(ub=addr.in_base + first, rows=inl.sample_stride,
-                                       host=addr.in_host + first * R))
+                    first = inl.row(b, -inl.pad[0], -inl.pad[1], j)
+                    host = in_full.row(b, -inl.pad[0], -inl.pad[1], j)
+                    out.append(Rhm(ub=addr.in_base + first, rows=inl.sample_stride,
+                                   host=addr.in_host + host * R))
         if addr.fill_host is not None:
             for b in mt.samples:
-                if (n, b) not in filled:
-                    filled.add((n, b))
+                slot = outl.slot(b)
+                if (n, slot) not in filled:
+                    filled.add((n, slot))
                     out += [Rhm(ub=addr.out_base + off, rows=rows, host=addr.fill_host)
-                            for off, rows in outl.pad_runs(n, samples=(b,))]
+                            for off, rows in outl.pad_runs(n, samples=(slot,))]
         return _coalesce(out, R)
 
     def stores(index):
@@ -179,8 +223,9 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
         out = []
         for b in done:
             first = outl.row(b, -outl.pad[0], -outl.pad[1], n)
+            host = out_full.row(b, -outl.pad[0], -outl.pad[1], n)
             out.append(Whm(ub=addr.out_base + first, rows=outl.sample_stride,
-                           host=addr.out_host + first * R))
+                           host=addr.out_host + host * R))
         return _coalesce(out, R)
 
     body = []
@@ -255,6 +300,14 @@ def _coalesce(dmas, lanes):
         else:
             out.append(d)
     return out
+
+
+def ring_slots(chip, batch, config):
+    """Samples a streamed input or output of `chip` needs in the UB: three
+    M tiles' worth (the tile computing, the one loading or storing, the one
+    in between), a multiple of the tile's samples so no tile wraps."""
+    group = max(len(t.samples) for t in m_tiles(chip, batch, config.acc_rows // 2))
+    return min(batch, 3 * group)
 
 
 def useful_macs(chip, batch):
