@@ -102,14 +102,12 @@ def _chunks(name, array, batch, zero_point):
 async def _run_jobs(device, jobs, report):
     """``jobs``: name -> (compiled, chunks); name -> [(outputs, profile)] per
     chunk, all on one device. ``report(chunks done)`` after each chunk."""
-    from .compiler.session import _execute
-    results, done = {}, 0
+    from .compiler.session import run_chunks
+    results, before = {}, 0
     for name, (compiled, chunks) in jobs.items():
-        results[name] = []
-        for chunk in chunks:
-            results[name].append(await _execute(device, compiled, chunk))
-            done += 1
-            report(done)
+        results[name] = await run_chunks(device, compiled, chunks,
+                                         done=lambda n, before=before: report(before + n))
+        before += len(chunks)
     return results
 
 
@@ -328,6 +326,8 @@ def _save_png(path, results, x_test, backend):
         ax.set_title(f"chip says {r['predictions'][k]}" + ("" if ok else f" ({r['labels'][k]})"),
                      fontsize=9, color="green" if ok else "red")
         ax.axis("off")
+    fig.suptitle(f"handwritten digits on the chip ({backend}); the {name}'s predictions on test "
+                 f"digits (red: wrong, true digit in brackets)", fontsize=11)
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
