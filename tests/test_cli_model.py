@@ -170,3 +170,21 @@ def test_several_inputs_and_outputs_through_npz(tmp_path, capsys):
     assert cli_model.main(["run", str(tmp_path / "two.tpu"), "--input", str(tmp_path / "in.npz"),
                            "--output", str(tmp_path / "out.npy")]) == 2
     assert "write them to an .npz file" in capsys.readouterr().err
+
+
+@needs_backend
+def test_tflite_model_compiles_and_runs(tmp_path):
+    pytest.importorskip("tflite")
+    from test_tflite_frontend import fc_model
+    path = tmp_path / "fc.tflite"
+    path.write_bytes(fc_model(np.random.default_rng(3), quantize_edges=True))
+    x = np.random.default_rng(4).normal(size=(5, 2, 2, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert cli_model.main(["compile", str(path), "-o", str(tmp_path / "fc.tpu"),
+                           "--batch", "2"]) == 0
+    for model, backend, out in ((tmp_path / "fc.tpu", "golden", "chip.npy"),
+                                (path, "reference", "ref.npy")):
+        assert cli_model.main(["run", str(model), "--input", str(tmp_path / "x.npy"),
+                               "--output", str(tmp_path / out), "--backend", backend]) == 0
+    chip, ref = np.load(tmp_path / "chip.npy"), np.load(tmp_path / "ref.npy")
+    assert chip.shape == (5, 5) and (chip == ref).all()
