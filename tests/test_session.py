@@ -59,6 +59,18 @@ def test_describes_inputs_and_outputs():
     assert (o.name, o.shape, o.type) == ("prob", [None, 4], "tensor(float)")
 
 
+def test_undeclared_model_shape_is_the_ir_shape():
+    graph = small_graph()
+    graph.inputs[0].model_shape = None
+    graph.inputs[0].layout = "nhwc"
+    s = InferenceSession(graph, backend="reference")
+    assert s.get_inputs()[0].shape == [None, 6, 6, 2]
+    (probs,) = s.run(None, {"input": np.zeros((2, 6, 6, 2), np.float32)})
+    assert probs.shape == (2, 4)
+    with pytest.raises(ValueError, match=r"expects \(N, 6, 6, 2\)"):
+        s.run(None, {"input": np.zeros((2, 2, 6, 6), np.float32)})
+
+
 def test_reference_backend_quantizes_and_converts_layout():
     graph = small_graph()
     images = float_images(np.random.default_rng(1), 5)

@@ -114,7 +114,8 @@ def interface_graph(compiled):
                               (compiled.outputs, ir.GraphOutput, outputs)):
         for spec in specs:
             tensors[spec.tensor] = ir.Tensor(spec.tensor, spec.shape, spec.quant)
-            into.append(kind(spec.tensor, spec.model_name, tuple(spec.model_shape),
+            into.append(kind(spec.tensor, spec.model_name,
+                             None if spec.model_shape is None else tuple(spec.model_shape),
                              np.dtype(spec.model_dtype), spec.model_layout))
     return ir.Graph(tensors, [], inputs, outputs, getattr(compiled, "source", ""))
 
@@ -236,13 +237,23 @@ class InferenceSession:
 
     # Description -----------------------------------------------------------------------
 
+    def _node_arg(self, spec):
+        dtype = np.dtype(spec.model_dtype)
+        return NodeArg(spec.model_name, list(self._model_shape(spec)),
+                       _TYPE_NAMES.get(dtype, str(dtype)))
+
+    def _model_shape(self, spec):
+        """The model's shape of an input or output, the batch first (None where
+        dynamic); the IR's with a dynamic batch if the model declares none."""
+        if spec.model_shape:
+            return tuple(spec.model_shape)
+        return (None, *self.graph.tensor(spec.tensor).shape)
+
     def get_inputs(self):
-        return [NodeArg(i.model_name, list(i.model_shape), _TYPE_NAMES.get(
-            np.dtype(i.model_dtype), str(i.model_dtype))) for i in self.graph.inputs]
+        return [self._node_arg(i) for i in self.graph.inputs]
 
     def get_outputs(self):
-        return [NodeArg(o.model_name, list(o.model_shape), _TYPE_NAMES.get(
-            np.dtype(o.model_dtype), str(o.model_dtype))) for o in self.graph.outputs]
+        return [self._node_arg(o) for o in self.graph.outputs]
 
     # Running ---------------------------------------------------------------------------
 
@@ -269,7 +280,7 @@ class InferenceSession:
                 raise ValueError(f"input {name!r}: dtype {value.dtype} where the model "
                                  f"expects {want}")
             tensor = self.graph.tensor(spec.tensor)
-            model_shape = tuple(spec.model_shape) if spec.model_shape else (None, *tensor.shape)
+            model_shape = self._model_shape(spec)
             if value.ndim != len(model_shape) or any(
                     d is not None and d != v for d, v in zip(model_shape[1:], value.shape[1:])):
                 raise ValueError(f"input {name!r}: shape {tuple(value.shape)} where the model "
