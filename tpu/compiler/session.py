@@ -141,6 +141,13 @@ def from_ir_layout(array, layout, model_shape):
     return np.ascontiguousarray(array).reshape((batch, *dims))
 
 
+def _config_difference(compiled, wanted):
+    """``rows=8, ub_rows=2048, not rows=4, ub_rows=1024``: the fields that differ."""
+    names = [n for n in TPUConfig.field_names() if getattr(compiled, n) != getattr(wanted, n)]
+    text = lambda config: ", ".join(f"{n}={getattr(config, n)}" for n in names)
+    return f"{text(compiled)}, not {text(wanted)}"
+
+
 def _shape_text(shape):
     return "(" + ", ".join("N" if d is None else str(d) for d in shape) + ")"
 
@@ -153,10 +160,9 @@ class InferenceSession:
     Parameters
     ----------
     model : str, Path, onnx.ModelProto, ir.Graph or CompiledModel
-        ``.onnx`` or a ModelProto (imported with
-        `tpu.compiler.onnx_frontend.import_onnx`; ``.tflite`` with
-        `tpu.compiler.tflite_frontend.import_tflite` and compiled) or ``.tpu``
-        (`CompiledModel.load`).
+        An ``.onnx`` file or ModelProto (`onnx_frontend.import_onnx`) or a
+        ``.tflite`` file (`tflite_frontend.import_tflite`), imported and
+        compiled; or a compiled ``.tpu`` file (`CompiledModel.load`).
     backend : str
         A `tpu.driver` backend, or "reference" for the IR interpreter.
     config : TPUConfig
@@ -218,7 +224,7 @@ class InferenceSession:
         elif self.compiled is None:
             if not _is_compiled(model):
                 raise TypeError(f"a model is a path, an onnx.ModelProto, an ir.Graph or a "
-                            f"CompiledModel, not {type(model).__name__}")
+                                f"CompiledModel, not {type(model).__name__}")
             self.compiled = model
         if self.compiled is not None:
             if not isinstance(model, ir.Graph):
@@ -227,8 +233,9 @@ class InferenceSession:
                     raise ValueError("the reference backend runs the model's graph: give it an "
                                      ".onnx file or an ir.Graph, not a compiled model")
             if config is not None and config != self.compiled.config:
-                raise ValueError(f"the model was compiled for {self.compiled.config}, "
-                                 f"not {config}: compile it again for this chip")
+                raise ValueError(f"the model was compiled for a chip with "
+                                 f"{_config_difference(self.compiled.config, config)}: "
+                                 f"compile it again for this chip")
             if batch is not None and batch != self.compiled.batch:
                 raise ValueError(f"the model was compiled for batch {self.compiled.batch}, "
                                  f"not {batch}: compile it again with this batch")
