@@ -234,7 +234,8 @@ def test_compiled_model_file_round_trip(tmp_path):
     assert (probs == expected(graph, images)).all()
     with pytest.raises(ValueError, match="compiled for batch 3, not 2"):
         InferenceSession(tmp_path / "m.tpu", batch=2)
-    with pytest.raises(ValueError, match="compiled for a chip with rows=8, cols=8, not rows=4, cols=4: compile"):
+    with pytest.raises(ValueError, match="compiled for a chip with rows=8, cols=8, "
+                                         "not rows=4, cols=4: compile"):
         InferenceSession(tmp_path / "m.tpu", config=TPUConfig(rows=4, cols=4))
     with pytest.raises(ValueError, match="reference backend runs the model's graph"):
         InferenceSession(tmp_path / "m.tpu", backend="reference")

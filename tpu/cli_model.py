@@ -1,7 +1,8 @@
 """The model commands of the ``tpu`` command line.
 
 tpu compile MODEL(.onnx|.tflite) -o OUT.tpu [--batch N] [config options]
-tpu run MODEL(.onnx|.tflite|.tpu) --input X.npy --output Y.npy [--backend B] [--batch N] [--json FILE]
+tpu run MODEL(.onnx|.tflite|.tpu) --input X.npy --output Y.npy [--backend B] [--batch N]
+        [--json FILE]
 tpu disasm MODEL.tpu          (`disassemble_model`, for the disasm command)
 
 `add_model_commands(subparsers, add_config_options)` adds ``compile`` and

@@ -191,7 +191,8 @@ def conv2d(layer, x, in_q, out_q):
     x = _ints(x)
     kh, kw, cin, cout = layer.weight.shape
     if x.ndim != 4 or x.shape[3] != cin:
-        raise IRError(f"layer {layer.name!r}: input {x.shape[1:]} is not an image of {cin} channels")
+        raise IRError(f"layer {layer.name!r}: input {x.shape[1:]} is not an image of {cin} "
+                      f"channels")
     top, left, bottom, right = layer.padding
     sh, sw = layer.stride
     oh = conv_output_size(x.shape[1], kh, sh, top, bottom)

@@ -146,7 +146,8 @@ class Report:
         def cells(row):
             where = row.where
             if where == "host":
-                return [row.name, where, "-", "-", str(row.macs), "-", "-", *("-" for _ in BREAKDOWN)]
+                return [row.name, where, "-", "-", str(row.macs), "-", "-",
+                        *("-" for _ in BREAKDOWN)]
             return [row.name, where, str(row.cycles), str(row.estimate), str(row.macs),
                     f"{100 * row.utilisation:.1f}%", f"{100 * row.active_utilisation:.1f}%",
                     *(str(row.counters.get(n, 0)) for n in BREAKDOWN)]
@@ -159,10 +160,11 @@ class Report:
         lines.extend(fmt(r) for r in body[:-1])
         lines.append("-" * len(lines[0]))
         lines.append(fmt(body[-1]))
-        lines.append(f"{self.samples} inferences on the {self.config.rows}x{self.config.cols} array: "
-                     f"{self.cycles_per_inference:.0f} cycles each, "
+        lines.append(f"{self.samples} inferences on the {self.config.rows}x{self.config.cols} "
+                     f"array: {self.cycles_per_inference:.0f} cycles each, "
                      f"{self.inferences_per_second:,.0f} inferences/s at "
-                     f"{self.clock_hz / 1e6:g} MHz (programs only: host steps and weight fills not timed)")
+                     f"{self.clock_hz / 1e6:g} MHz (programs only: host steps and weight fills "
+                     f"not timed)")
         return "\n".join(lines)
 
 
