@@ -465,16 +465,18 @@ def test_clip_bounds_as_attributes_or_inputs(opset):
     assert (clip.activation.clamp_min, clip.activation.clamp_max) == (-56, 51)
 
 
-def test_quantized_input_and_output():
-    """A QOperator model that takes and returns uint8 directly."""
+@pytest.mark.parametrize("weight_zero_point", [0, 5])
+def test_quantized_input_and_output(weight_zero_point):
+    """A QOperator model that takes and returns uint8 directly; a weight zero
+    point is folded into the weights when they still fit int8."""
     seed = base_seed()
     print("seed", seed)
     rng = np.random.default_rng(seed)
-    w = rng.integers(-127, 128, (8, 5)).astype(np.int8)
+    w = rng.integers(-120, 120, (8, 5)).astype(np.int8)
     nodes = [helper.make_node("QLinearMatMul", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"],
                               ["y"], name="mm")]
     inits = {"xs": np.float32(0.05), "xz": np.uint8(128), "w": w, "ws": np.float32(0.01),
-             "wz": np.int8(0), "ys": np.float32(0.2), "yz": np.uint8(100)}
+             "wz": np.int8(weight_zero_point), "ys": np.float32(0.2), "yz": np.uint8(100)}
     graph = helper.make_graph(
         nodes, "q", [helper.make_tensor_value_info("x", TensorProto.UINT8, ["N", 8])],
         [helper.make_tensor_value_info("y", TensorProto.UINT8, ["N", 5])],
@@ -485,6 +487,8 @@ def test_quantized_input_and_output():
     gin, gout = imported.inputs[0], imported.outputs[0]
     assert gin.model_dtype == np.uint8 and gout.model_dtype == np.uint8
     assert imported.tensor(gin.tensor).quant == ir.QuantType(float(np.float32(0.05)), 128, True)
+    (dense,) = imported.layers
+    assert np.array_equal(dense.weight, w.astype(int) - weight_zero_point)
     x = rng.integers(0, 256, (16, 8)).astype(np.uint8)
     ours = reference.run(imported, {gin.tensor: x}, outputs_only=True)[gout.tensor]
     (theirs,) = zoo.ort_run(model, x)
@@ -562,13 +566,27 @@ def test_unsupported_operators_are_named():
     one_line_error(UnsupportedModel, q, "leaky", "LeakyRelu")
 
 
-def test_ceil_mode_and_asymmetric_weights_are_refused():
+def test_dynamic_quantization_is_refused(tmp_path):
+    from onnxruntime.quantization import quantize_dynamic
+    src, dst = tmp_path / "f.onnx", tmp_path / "d.onnx"
+    onnx.save(zoo.mlp([4, 3]), str(src))
+    with zoo._quiet():
+        quantize_dynamic(str(src), str(dst))
+    one_line_error(UnsupportedModel, dst, "DynamicQuantizeLinear", "quantize_static")
+
+
+def test_pool_modes_and_asymmetric_weights_are_refused():
     rng = np.random.default_rng(0)
     pool = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
             helper.make_node("MaxPool", ["c"], ["y"], name="ceil", kernel_shape=[2, 2],
                              strides=[2, 2], ceil_mode=1)]
     q = _quantized_with(pool, {"w": weights(rng, 2, 2, 1, 1)}, [2, 5, 5])
     one_line_error(UnsupportedModel, q, "ceil", "ceil_mode")
+    pool = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+            helper.make_node("AveragePool", ["c"], ["y"], name="counting", kernel_shape=[3, 3],
+                             pads=[1, 1, 1, 1], count_include_pad=1)]
+    q = _quantized_with(pool, {"w": weights(rng, 2, 2, 1, 1)}, [2, 5, 5])
+    one_line_error(UnsupportedModel, q, "counting", "count_include_pad")
     nodes = [helper.make_node("Gemm", ["x", "w"], ["y"], name="positive", transB=1)]
     model = float_model(nodes, {"w": np.abs(weights(rng, 4, 6)) + 0.1}, [6])
     q = quantized(model, rng.normal(0, 1, (8, 6)).astype(np.float32), WeightSymmetric=False)

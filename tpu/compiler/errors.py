@@ -16,9 +16,11 @@ class UnsupportedModel(CompileError):
     support: the message names the node (name and op type) and says what is
     supported."""
 
-    def __init__(self, message, node=None, op_type=None):
+    def __init__(self, message, node=None, op_type=None, source=None):
         if node is not None or op_type is not None:
             message = f"node {node!r} ({op_type}): {message}"
+        if source:
+            message = f"{source}: {message}"
         super().__init__(message)
         self.node = node
         self.op_type = op_type

@@ -175,7 +175,7 @@ class _Importer:
         return node.name or self.labels.setdefault(id(node), f"{node.op_type}_{len(self.labels)}")
 
     def unsupported(self, node, message):
-        return UnsupportedModel(message, self.label(node), node.op_type)
+        return UnsupportedModel(message, self.label(node), node.op_type, self.source)
 
     def const(self, node, name, what):
         if name not in self.consts:
@@ -499,8 +499,7 @@ class _Importer:
                 self.names[node.output[0]] = source.name
             else:
                 out = self.new_tensor(node, node.output[0], source.shape, quant)
-                self.layers.append(ir.Elementwise(self.label(node), source.name, out,
-                                                  Activation()))
+                self.layers.append(self.function(self.label(node), source.name, out))
             return
         raise self.unsupported(node, f"quantizes {x!r}, which is neither a model input nor "
                                f"the output of a supported operator")
@@ -717,7 +716,33 @@ class _Importer:
             if src.quant.unsigned != quant.unsigned:
                 raise self.unsupported(node, f"{kind} from {src.quant.dtype} to {quant.dtype}: "
                                        f"the chip's table maps within one type")
-        self.layers.append(ir.Elementwise(self.label(node), x, out, act))
+        self.layers.append(self.function(self.label(node), x, out, act))
+
+    def function(self, name, src, out, activation=ir.NO_ACTIVATION):
+        """`activation` applied alone from tensor `src` to `out`: an
+        `ir.Elementwise` where no requantization comes first (equal
+        quantizations, or a table lookup from its input), else an identity
+        matrix layer, whose requantization rounds once from a sum scaled up
+        by the identity's weight (an Elementwise requantizes the small
+        difference ``q - zero_point`` directly, and TFLite's multiplier loses
+        up to half a step on it, as ONNX Runtime does not)."""
+        if activation.kind in (ActivationKind.SIGMOID, ActivationKind.TANH) \
+                or self.tensors[src].quant == self.tensors[out].quant:
+            return ir.Elementwise(name, src, out, activation)
+        return self.identity(name, src, out, activation=activation)
+
+    def identity(self, name, src, out, bias=None, activation=ir.NO_ACTIVATION):
+        """A Dense (vectors) or 1x1 Conv2D (images) from `src` to `out` with
+        weights ``_IDENTITY_WEIGHT`` on the diagonal, weight scale
+        ``1 / _IDENTITY_WEIGHT`` and the given int32 `bias` in those units."""
+        tensor = self.tensors[src]
+        c = tensor.channels
+        weight = (np.eye(c) * _IDENTITY_WEIGHT).astype(np.int8)
+        scale = np.full(c, 1.0 / _IDENTITY_WEIGHT)
+        if len(tensor.shape) == 1:
+            return ir.Dense(name, src, out, weight, scale, bias, activation)
+        return ir.Conv2D(name, src, out, weight.reshape(1, 1, c, c), scale, bias,
+                         activation=activation)
 
     def op_Relu(self, node):
         self.elementwise(node, "Relu")
@@ -779,8 +804,7 @@ class _Importer:
             # the average in the input's quantization, then requantized
             mid = self.new_tensor(node, out + "/pooled", shape, src.quant)
             self.layers.append(ir.Pool2D(self.label(node), x, mid, kind, kernel, stride, padding))
-            self.layers.append(ir.Elementwise(self.label(node) + "/requantize", mid, out,
-                                              Activation()))
+            self.layers.append(self.function(self.label(node) + "/requantize", mid, out))
             return
         self.layers.append(ir.Pool2D(self.label(node), x, out, kind, kernel, stride, padding))
 
@@ -860,8 +884,7 @@ class _Importer:
             current = mid
         if quant != src.quant:
             self.new_tensor(node, name, shape, quant)
-            self.layers.append(ir.Elementwise(self.label(node) + "/requantize", current, name,
-                                              Activation()))
+            self.layers.append(self.function(self.label(node) + "/requantize", current, name))
             current = name
         for alias in [name, y] if not is_float else [name]:
             self.names[alias] = current
@@ -945,15 +968,9 @@ class _Importer:
                                    f"{src.shape}; the chip adds constants only per channel")
         real_bias = np.broadcast_to(real_bias.reshape(-1), (c,))
         out, _ = self.output(node, is_float, node.output[0], src.shape, out_q)
-        scale = np.full(c, 1.0 / _IDENTITY_WEIGHT)
-        unit = np.float64(np.float32(src.quant.scale)) * scale.astype(np.float32)
+        unit = np.float64(np.float32(src.quant.scale)) * np.float64(np.float32(1 / _IDENTITY_WEIGHT))
         bias = np.rint(real_bias / unit).astype(np.int64)
-        if len(src.shape) == 1:
-            weight = (np.eye(c) * _IDENTITY_WEIGHT).astype(np.int8)
-            self.layers.append(ir.Dense(self.label(node), a, out, weight, scale, bias))
-        else:
-            weight = (np.eye(c) * _IDENTITY_WEIGHT).astype(np.int8).reshape(1, 1, c, c)
-            self.layers.append(ir.Conv2D(self.label(node), a, out, weight, scale, bias))
+        self.layers.append(self.identity(self.label(node), a, out, bias))
 
     def real_constant(self, name):
         """The real values of a constant Add operand (a float constant or a
