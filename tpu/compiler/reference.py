@@ -40,6 +40,10 @@ Semantics
   quantize to the output (`HOST_OPS`). ``softmax`` takes ``attrs["axis"]``
   as an axis of the IR array *including the batch* (default -1, the
   channels).
+* **TFLite variants** (`reference_tflite`, chosen by the IR, see
+  docs/tflite.md): matrix layers with ``scale_product="float32"`` or
+  ``rounding="single"``, ``Add(semantics="tflite")`` and the integer host op
+  ``softmax_tflite`` compute what TFLite's reference kernels do.
 * `quantize` / `dequantize`: ONNX ``QuantizeLinear`` (float32 division,
   round half to even, saturate) and ``DequantizeLinear``.
 """
