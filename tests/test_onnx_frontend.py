@@ -591,3 +591,36 @@ def test_pool_modes_and_asymmetric_weights_are_refused():
     model = float_model(nodes, {"w": np.abs(weights(rng, 4, 6)) + 0.1}, [6])
     q = quantized(model, rng.normal(0, 1, (8, 6)).astype(np.float32), WeightSymmetric=False)
     one_line_error(UnsupportedModel, q, "positive", "symmetric")
+
+
+# On the chip ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("which", ["pools", "bias_add", "padded_average"])
+def test_imported_forms_run_on_the_golden_chip(which):
+    """The layers the front end makes of ONNX forms (summing convolutions for
+    average pools that requantize, identity layers for constant adds and
+    requantizations, a fixed tanh output) compile and run on the golden chip
+    equal to the reference."""
+    from tpu.compiler.session import InferenceSession
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    model, shape, form = {
+        "pools": (zoo.conv_net((None, 2, 9, 9), [
+            zoo.conv(6, k=3, pad=1), zoo.maxpool(3, stride=2, pad=1), zoo.avgpool(3, stride=1),
+            zoo.global_avg_pool(), zoo.flatten()], seed=seed % 1000), (2, 9, 9), "qoperator"),
+        "bias_add": (zoo.mlp([12, 20, 9], op="matmul", final_activation="tanh",
+                             seed=seed % 1000), (12,), "qdq"),
+        "padded_average": (zoo.conv_net((None, 2, 8, 8), [
+            zoo.conv(4, k=3, pad=1), zoo.avgpool(2, stride=1, pad=(0, 0, 1, 1)), zoo.flatten(),
+            zoo.dense(5, act=None)], seed=seed % 1000), (2, 8, 8), "qoperator"),
+    }[which]
+    q = quantized(model, rng.normal(0, 1, (32, *shape)).astype(np.float32), form, "uint8", True)
+    graph = import_onnx(q)
+    (gin,), (gout,) = graph.inputs, graph.outputs
+    x = rng.normal(0, 1, (5, *shape)).astype(np.float32)
+    in_q, out_q = graph.tensor(gin.tensor).quant, graph.tensor(gout.tensor).quant
+    expected = reference.run(graph, {gin.tensor: reference.quantize(to_ir(x, gin.layout), in_q)},
+                             outputs_only=True)[gout.tensor]
+    (y,) = InferenceSession(q, backend="golden").run(None, {gin.model_name: x})
+    assert np.array_equal(reference.quantize(y, out_q), from_ir(expected, gout.layout))
