@@ -255,3 +255,32 @@ def test_onnx_model_proto_and_large_host_memory():
     (y,) = s.run(None, {"x": x})
     (want,) = InferenceSession(model, backend="reference").run(None, {"x": x})
     assert y.shape == (300, 4) and (y == want).all()
+
+
+def test_errors_inside_a_simulation_come_back(tmp_path, monkeypatch):
+    """`simulated_main` returns an error as a picklable result; the session
+    raises it again with its own words (a chip fault stays a TpuError)."""
+    import asyncio
+    import pickle
+    from tpu.driver import ChipFault, TpuError
+    from tpu.isa import Fault
+
+    async def faulting(device, compiled, inputs, profile=True):
+        raise ChipFault(Fault.UB_RANGE, 3, "act acc=0, ub=9999, rows=1")
+
+    chunks = [{"x": np.zeros((2, 6, 6, 2), np.int8)}]
+    monkeypatch.setattr(session_module, "read_job", lambda directory: (None, chunks))
+    monkeypatch.setattr(session_module, "_execute", faulting)
+    monkeypatch.setenv(session_module.JOB_VARIABLE, str(tmp_path))
+    result = pickle.loads(pickle.dumps(asyncio.run(session_module.simulated_main(None))))
+    with pytest.raises(TpuError, match="ChipFault in the simulation: .*UB_RANGE"):
+        session_module.raise_remote_error(result)
+
+    async def bad_input(device, compiled, inputs, profile=True):
+        raise ValueError("input 'x': shape (2, 6, 6, 2) is not (3, 6, 6, 2)")
+
+    monkeypatch.setattr(session_module, "_execute", bad_input)
+    result = asyncio.run(session_module.simulated_main(None))
+    with pytest.raises(ValueError, match="ValueError in the simulation: input 'x'"):
+        session_module.raise_remote_error(result)
+    assert session_module.raise_remote_error([1, 2]) == [1, 2]

@@ -386,6 +386,7 @@ class InferenceSession:
                         os.environ.pop(JOB_VARIABLE, None)
                     else:
                         os.environ[JOB_VARIABLE] = previous
+                results = raise_remote_error(results)
                 if self.progress is not None:
                     self.progress(len(chunks), len(chunks))
                 return results
@@ -502,4 +503,35 @@ async def simulated_main(device):
         # Written whole and renamed, so the watcher never reads half a number.
         progress.with_suffix(".tmp").write_text(str(n))
         progress.with_suffix(".tmp").replace(progress)
-    return await run_chunks(device, compiled, chunks, done)
+    try:
+        return await run_chunks(device, compiled, chunks, done)
+    except Exception as error:
+        # A failed simulation only says "failed": bring the error's own words back.
+        return RemoteError(type(error).__name__, str(error),
+                           _error_kind(error))
+
+
+@dataclass(frozen=True)
+class RemoteError:
+    """An error raised inside a simulation, as its result (it pickles)."""
+    name: str
+    message: str
+    kind: str            #: "chip" (a tpu.driver.TpuError), "input" (ValueError) or "other"
+
+
+def _error_kind(error):
+    from ..driver import TpuError
+    if isinstance(error, TpuError):
+        return "chip"
+    return "input" if isinstance(error, ValueError) else "other"
+
+
+def raise_remote_error(result):
+    """`result` unless it is a `RemoteError`, which is raised here as a
+    `TpuError` (chip), `ValueError` (input) or `RuntimeError` naming the
+    original class."""
+    if not isinstance(result, RemoteError):
+        return result
+    from ..driver import TpuError
+    kind = {"chip": TpuError, "input": ValueError}.get(result.kind, RuntimeError)
+    raise kind(f"{result.name} in the simulation: {result.message}")
