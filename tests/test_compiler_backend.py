@@ -213,6 +213,18 @@ def test_fused_pooling(rng, kind, k, s):
     assert any(len(s.layers) == 2 for s in compiled.chip_steps), "the pooling was not fused"
 
 
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pooling_several_images_per_act(rng, kind):
+    """Unpadded pooled outputs of several images in one accumulator tile: one ACT."""
+    b = Builder(rng)
+    x = b.input((4, 4, 5))
+    h = b.conv(x, 7, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    p = b.pool(h, kind, 2, 2)
+    compiled, _ = check(b.graph(p), SMALL, 5, rng)
+    program = compiled.disassemble()
+    assert program.count(f"pool={kind}") == 3, program      # tiles of 2, 2 and 1 images
+
+
 def test_global_pool_and_dense_head(rng):
     b = Builder(rng)
     x = b.input((5, 5, 3))

@@ -166,6 +166,15 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
         rps = mt.rows_per_sample(ow)
         pool = chip.pool
         pairs = []
+        if (pool is not None and pool[0] != "global" and pool[1] == pool[2]
+                and not any(outl.pad)):
+            # Windows as wide as their stride never straddle two images
+            # stacked one after another: one ACT pools the whole tile (a
+            # windowed ACT's decode costs as much as 79 rows).
+            mode = Pool.MAX if pool[0] == "max" else Pool.AVG
+            return [Act(acc=base, ub=addr.out_base + outl.row(mt.samples[0], mt.p0, 0, n),
+                        rows=rps * len(mt.samples), pool=mode, pool_size=pool[1],
+                        pool_stride=pool[2], in_w=ow, **flags)]
         for si, b in enumerate(mt.samples):
             first = base + si * rps
             if pool is None:
