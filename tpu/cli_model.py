@@ -184,6 +184,8 @@ def cmd_run(args):
     except _user_errors() as error:
         raise _command_error(_one_line(error)) from None
     except RuntimeError as error:
+        if type(error).__name__ == "SimulatorMissing":     # not installed: the user's to fix
+            raise _command_error(_one_line(error)) from None
         raise ChipFailure(f"{model} on {args.backend}: {_one_line(error)}") from None
     if args.output:
         _save_outputs(args.output, names, outputs)
