@@ -8,8 +8,8 @@ tpu disasm MODEL.tpu          (`disassemble_model`, for the disasm command)
 `add_model_commands(subparsers, add_config_options)` adds ``compile`` and
 ``run`` to the ``tpu`` parser. Bad input (files, names, shapes, models the
 compiler cannot take, options) raises ``tpu.cli.CommandError`` (exit status
-2); a chip that faults or times out raises `ChipFailure`, whose
-``exit_status`` is 1. `main(argv)` runs the commands on their own.
+2); a chip that faults or times out raises a subclass of it (`chip_failure`)
+whose ``exit_status`` is 1. `main(argv)` runs the commands on their own.
 """
 
 import argparse
@@ -23,12 +23,24 @@ from .config import ConfigError, TPUConfig
 
 
 __all__ = ["add_model_commands", "cmd_compile", "cmd_run", "disassemble_model", "is_model_file",
-           "ChipFailure", "main"]
+           "chip_failure", "main"]
 
 
-class ChipFailure(Exception):
-    """The chip faulted or timed out while running a model: one line, exit status 1."""
-    exit_status = 1
+_chip_failure = []
+
+
+def chip_failure(message):
+    """A ``ChipFailure``: a ``tpu.cli.CommandError`` (printed as one line)
+    whose ``exit_status`` is 1, for a chip that faulted or timed out. The
+    class is made on first use: ``tpu.cli`` imports this module."""
+    if not _chip_failure:
+        from .cli import CommandError
+
+        class ChipFailure(CommandError):
+            """The chip faulted or timed out while running a model."""
+            exit_status = 1
+        _chip_failure.append(ChipFailure)
+    return _chip_failure[0](message)
 
 
 def _command_error(message):
@@ -180,13 +192,13 @@ def cmd_run(args):
     try:
         outputs = session.run(None, feeds)
     except TpuError as error:
-        raise ChipFailure(f"{model} on {args.backend}: {_one_line(error)}") from None
+        raise chip_failure(f"{model} on {args.backend}: {_one_line(error)}") from None
     except _user_errors() as error:
         raise _command_error(_one_line(error)) from None
     except RuntimeError as error:
         if type(error).__name__ == "SimulatorMissing":     # not installed: the user's to fix
             raise _command_error(_one_line(error)) from None
-        raise ChipFailure(f"{model} on {args.backend}: {_one_line(error)}") from None
+        raise chip_failure(f"{model} on {args.backend}: {_one_line(error)}") from None
     if args.output:
         _save_outputs(args.output, names, outputs)
     samples = next(iter(feeds.values())).shape[0]
@@ -335,10 +347,7 @@ def main(argv=None):
         return args.func(args)
     except CommandError as error:
         print(f"tpu: error: {error}", file=sys.stderr)
-        return 2
-    except ChipFailure as error:
-        print(f"tpu: error: {error}", file=sys.stderr)
-        return error.exit_status
+        return getattr(error, "exit_status", 2)
 
 
 if __name__ == "__main__":
