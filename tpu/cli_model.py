@@ -120,7 +120,10 @@ def cmd_compile(args):
 def _load_array(path):
     try:
         data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
+    except OSError as error:
+        raise _command_error(f"cannot read {path}: {error.strerror or _one_line(error)}") \
+            from None
+    except ValueError as error:
         raise _command_error(f"cannot read {path}: {_one_line(error)}") from None
     if isinstance(data, np.lib.npyio.NpzFile):
         with data:
