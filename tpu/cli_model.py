@@ -123,8 +123,10 @@ def _load_array(path):
     except OSError as error:
         raise _command_error(f"cannot read {path}: {error.strerror or _one_line(error)}") \
             from None
-    except ValueError as error:
-        raise _command_error(f"cannot read {path}: {_one_line(error)}") from None
+    except ValueError:
+        # numpy's reason (e.g. "contains pickled data") misleads for a file of text or junk
+        raise _command_error(f"cannot read {path}: not a numpy .npy or .npz array file "
+                             f"(object arrays are not accepted)") from None
     if isinstance(data, np.lib.npyio.NpzFile):
         with data:
             return {name: data[name] for name in data.files}
