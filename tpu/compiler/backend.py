@@ -16,6 +16,8 @@
    program (zero points folded into the biases by `fold`).
 """
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..isa import Cfg, Halt, Ldl, Reg, Rhm, encode_program, ldl_rows, ldq_rows
@@ -116,6 +118,18 @@ def compile_graph(graph, config, batch=1):
             host_side.update(item.inputs)
             host_side.update(item.outputs)
 
+    # Pooled outputs that a padded layout would split into one windowed ACT
+    # per pooled row (79 decode cycles each) are pooled into an unpadded
+    # stage instead and laid out padded by their trip through host memory.
+    relayout = {step["item"].output for step in steps if step["kind"] == "chip"
+                and step["item"].pool is not None and step["item"].pool[0] != "global"
+                and step["item"].pool[1] == step["item"].pool[2]
+                and (layout_of(step["item"].output).pad[1] or layout_of(step["item"].output).pad[3])}
+
+    def ub_layout(t, key):
+        lay = layout_of(t)
+        return replace(lay, pad=(0, 0, 0, 0)) if key[0] == "out" and t in relayout else lay
+
     q_rows, l_rows = ldq_rows(config), ldl_rows(config)
     for step in steps:
         if step["kind"] == "chip":
@@ -124,7 +138,7 @@ def compile_graph(graph, config, batch=1):
     streamed = set()        # keys of in/out blocks that hold a ring, not the whole tensor
 
     def ring_rows(key, t, s):
-        lay = layout_of(t)
+        lay = ub_layout(t, key)
         return lay.blocks * min(batch, steps[s]["slots"]) * lay.sample_stride if key in streamed \
             else lay.rows
 
@@ -139,7 +153,7 @@ def compile_graph(graph, config, batch=1):
             prod, cons = chip_prod.get(t, []), chip_cons.get(t, [])
             # Kept in the UB whole: from its producer to its last reader, or,
             # read from host memory by several parts, from the first on.
-            if t not in spilled and ((prod and cons) or len(set(cons)) > 1):
+            if t not in spilled | relayout and ((prod and cons) or len(set(cons)) > 1):
                 blocks[("res", t)] = Block(("res", t), rows, min(prod + cons), max(prod + cons), t)
                 continue
             # Streamed through a ring of a few M tiles' samples.
@@ -177,7 +191,7 @@ def compile_graph(graph, config, batch=1):
                            f"tables need {need} unified-buffer rows at once; the unified "
                            f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
                            f"may fit)")
-    host_side |= spilled
+    host_side |= spilled | relayout
 
     # The host region: constants, then tensors kept in host memory.
     host = bytearray()
@@ -202,9 +216,12 @@ def compile_graph(graph, config, batch=1):
             byte = lay.fill & 0xFF
             fills[byte] = max(fills.get(byte, 0), max(runs))
     fill_host = {byte: put(bytes([byte]) * (rows * R)) for byte, rows in sorted(fills.items())}
-    constants = bytes(host)
     host_off = {}
-    for t in sorted(host_side):
+    for t in sorted(relayout):      # padding rows hold the fill value from the start
+        lay = layout_of(t)
+        host_off[t] = put(bytes([lay.fill & 0xFF]) * lay.nbytes)
+    constants = bytes(host)
+    for t in sorted(host_side - relayout):
         host_off[t] = put(bytes(0))
         host.extend(bytes(layout_of(t).nbytes))
     host_size = max(len(host), _ALIGN)
@@ -220,7 +237,7 @@ def compile_graph(graph, config, batch=1):
                 outputs=[(t, host_off[t], layout_of(t)) for t in item.outputs]))
             continue
         out_steps.append(_chip_step(s, step, item, config, batch, blocks, layout_of, host_off,
-                                    fill_host, chip_prod, host_side, streamed))
+                                    fill_host, chip_prod, host_side, streamed, ub_layout))
 
     weights = (np.concatenate(image) if image
                else np.zeros((0, R, config.cols), dtype=np.int8)).astype(np.int8)
@@ -255,7 +272,7 @@ def _layer(graph, name):
 
 
 def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_host,
-               chip_prod, host_side, streamed):
+               chip_prod, host_side, streamed, ub_layout):
     R = config.rows
     n0, n1 = step["n"]
     inl, outl = layout_of(chip.input), layout_of(chip.output)
@@ -280,8 +297,11 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     if out_block is None:
         out_block = blocks[("out", chip.output)]
         ring_out = step["slots"] if ("out", chip.output) in streamed else None
+    out_host_layout = outl
+    outl = ub_layout(chip.output, out_block.key)
     body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), PartAddresses(
         inl, in_block.base, outl, out_block.base, tables.base, step["mem_base"],
+        out_host_layout=out_host_layout,
         in_host=host_off[chip.input] if load else None,
         out_host=host_off[chip.output] if chip.output in host_side else None,
         fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,

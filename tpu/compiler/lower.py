@@ -41,6 +41,7 @@ class PartAddresses:
     in_host: int = None      # host offset to read the input from, tile by tile
     out_host: int = None     # host offset to write the output to, tile by tile
     fill_host: int = None    # host offset of fill rows for the output's padding
+    out_host_layout: object = None   # the output's layout in host memory, if not out_layout
     in_slots: int = None     # samples of the input's ring in the UB (None: all)
     out_slots: int = None    # samples of the output's ring in the UB (None: all)
 
@@ -101,11 +102,11 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
     func = _FUNC[chip.activation.kind]
     # UB addressing goes through the ring (if any); host offsets use the
     # full layouts.
-    in_full, out_full = addr.in_layout, addr.out_layout
+    in_full, out_full = addr.in_layout, addr.out_host_layout or addr.out_layout
     tiles = m_tiles(chip, batch, region)
     group = max(len(t.samples) for t in tiles)
     inl = _Ring(in_full, addr.in_slots, group)
-    outl = _Ring(out_full, addr.out_slots)
+    outl = _Ring(addr.out_layout, addr.out_slots)
     unsigned_in = bool(chip.in_q.unsigned)
     kt = len(k_tiles)
     ow = chip.conv_out[1]
@@ -231,10 +232,16 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
                 or (mt.p1 and mt.p1 == chip.out_shape[0])]
         out = []
         for b in done:
-            first = outl.row(b, -outl.pad[0], -outl.pad[1], n)
-            host = out_full.row(b, -outl.pad[0], -outl.pad[1], n)
-            out.append(Whm(ub=addr.out_base + first, rows=outl.sample_stride,
-                           host=addr.out_host + host * R))
+            if out_full.pad == outl.pad:
+                first = outl.row(b, -outl.pad[0], -outl.pad[1], n)
+                host = out_full.row(b, -outl.pad[0], -outl.pad[1], n)
+                out.append(Whm(ub=addr.out_base + first, rows=outl.sample_stride,
+                               host=addr.out_host + host * R))
+            else:
+                # Unpadded in the UB, padded in host memory: image row by row.
+                out += [Whm(ub=addr.out_base + outl.row(b, y, 0, n), rows=outl.width,
+                            host=addr.out_host + out_full.row(b, y, 0, n) * R)
+                        for y in range(outl.height)]
         return _coalesce(out, R)
 
     body = []
