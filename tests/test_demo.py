@@ -94,3 +94,19 @@ def test_progress_bar_in_a_log_writes_tenths(capsys):
     bar.close()
     lines = stream.getvalue().splitlines()
     assert len(lines) == 11 and lines[0].startswith("  job [....") and "50/50" in lines[-1]
+
+
+@pytest.mark.rtl
+@pytest.mark.skipif(_compiler_ready() is not None, reason=f"the compiler is not ready: {_compiler_ready()}")
+def test_demo_on_rtl(simulator, trained, capsys):
+    """The demo's own simulation job (both models' chunks in one simulation,
+    progress through a file) on the RTL, kept small: one batch of 8 digits."""
+    from tpu.demo import run_demo
+    # Icarus is the slower simulator: the MLP alone there
+    models = ("mlp", "cnn") if simulator == "verilator" else ("mlp",)
+    result = run_demo(backend=simulator, out_dir=trained, batch=8, images=8, models=models)
+    assert f"{simulator} RTL of the chip [" in capsys.readouterr().err
+    for name, r in result["models"].items():
+        assert r["chip_images"] == 8 and r["chip_equals_golden"], name
+        assert r["cycles"] > 0 and r["layers"]
+    assert result["ok"]

@@ -46,7 +46,7 @@ def _say(message):
 
 class Progress:
     """A one-line progress bar on stderr: ``label [#####.....] 3/6 12 s``,
-    redrawn in place on a terminal, a line per step elsewhere."""
+    redrawn in place on a terminal, a line per tenth of the way elsewhere."""
 
     def __init__(self, label, total, width=30, stream=None):
         self.label, self.total, self.width = label, max(1, total), width
@@ -122,9 +122,15 @@ async def simulated_demo_main(device):
     jobs = {name: read_job(directory / name) for name in names}
 
     def report(done):
+        # written whole and renamed, so the watcher never reads half a number
         (directory / "progress.tmp").write_text(str(done))
         (directory / "progress.tmp").replace(directory / "progress")
-    return await _run_jobs(device, jobs, report)
+    try:
+        return await _run_jobs(device, jobs, report)
+    except Exception as error:
+        # a failed simulation only says "failed": bring the error's own words back
+        from .compiler.session import RemoteError, _error_kind
+        return RemoteError(type(error).__name__, str(error), _error_kind(error))
 
 
 @contextlib.contextmanager
@@ -144,7 +150,8 @@ def _run_on_chip(jobs, backend, label, seed=1):
     """Run ``jobs`` (name -> (compiled, chunks)) on one device of `backend`
     with a progress bar; name -> [(outputs, profile)] per chunk."""
     import json
-    from .compiler.session import JOB_VARIABLE, SIMULATION_BACKENDS, write_job
+    from .compiler.session import (DEFAULT_ARENA_BYTES, JOB_VARIABLE, SIMULATION_BACKENDS,
+                                   host_bytes, raise_remote_error, write_job)
     from .driver import run as driver_run
     config = next(iter(jobs.values()))[0].config
     bar = Progress(label, sum(len(chunks) for _, chunks in jobs.values()))
@@ -152,7 +159,11 @@ def _run_on_chip(jobs, backend, label, seed=1):
         if backend not in SIMULATION_BACKENDS:
             async def main(device):
                 return await _run_jobs(device, jobs, bar.update)
-            return driver_run(main, backend=backend, config=config)
+            options = {}
+            needed = max(host_bytes(compiled) for compiled, _ in jobs.values())
+            if backend == "golden" and needed > DEFAULT_ARENA_BYTES:
+                options = {"open": {"arena_bytes": needed}, "ram_bytes": max(16 << 20, 2 * needed)}
+            return driver_run(main, backend=backend, config=config, **options)
         with tempfile.TemporaryDirectory(prefix="tpu-demo-") as scratch:
             for name, (compiled, chunks) in jobs.items():
                 (Path(scratch) / name).mkdir()
@@ -167,13 +178,14 @@ def _run_on_chip(jobs, backend, label, seed=1):
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()
             # the simulator runner logs each command it starts: keep the bar clean
+            logging_was = logging.root.manager.disable
             logging.disable(logging.INFO)
             try:
                 with _environment(JOB_VARIABLE, scratch):
-                    results = driver_run(simulated_demo_main, backend=backend, config=config,
-                                         seed=seed)
+                    results = raise_remote_error(driver_run(
+                        simulated_demo_main, backend=backend, config=config, seed=seed))
             finally:
-                logging.disable(logging.NOTSET)
+                logging.disable(logging_was)
                 stop.set()
                 watcher.join()
             bar.update(sum(len(r) for r in results.values()))
