@@ -185,7 +185,8 @@ def test_mlp(form, op, trans_b):
     model = zoo.mlp([12, 20, 9], op=op, trans_b=trans_b, seed=seed % 1000)
     # An Add of a constant whose input and output scales nearly agree puts a
     # whole channel near a tie when the constant does: a channel may differ.
-    (graph,) = check(model, (12,), seed, [form], min_equal=0.9 if op == "matmul" else 0.97)
+    (graph,) = check(model, (12,), seed, [form], min_equal=0.85 if op == "matmul" else 0.97,
+                     end_to_end=0.85 if op == "matmul" else 0.9)
     dense = layers(graph, ir.Dense)
     if op == "matmul":
         # each Add of a constant is an identity layer with the constant as bias
@@ -326,13 +327,17 @@ def test_pools(form):
 @pytest.mark.parametrize("form", FORMS[::3], ids=FORM_IDS[::3])
 def test_even_average_pools(form):
     """Averages over an even number of pixels tie; the reference rounds ties
-    away from zero (TFLite, the chip), ONNX Runtime to even: one step apart."""
+    away from zero (TFLite, the chip), ONNX Runtime to even: one step apart.
+    A padded average that changes the quantization (QOperator) is averaged
+    in the input's quantization and then requantized, rounding twice where
+    ONNX Runtime rounds once: about a third of its values one step apart.
+    Still never more than one step per layer."""
     seed = base_seed()
     print("seed", seed)
     model = zoo.conv_net((None, 2, 8, 8), [
         zoo.conv(4, k=3, pad=1), zoo.avgpool(2), zoo.avgpool(2, stride=1, pad=(0, 0, 1, 1)),
         zoo.flatten(), zoo.dense(5, act=None)], seed=seed % 1000)
-    check(model, (2, 8, 8), seed, [form], min_equal=0.6, end_to_end=0)
+    check(model, (2, 8, 8), seed, [form], min_equal=0.5, end_to_end=0)
 
 
 def test_pool_attributes():
@@ -624,3 +629,67 @@ def test_imported_forms_run_on_the_golden_chip(which):
                              outputs_only=True)[gout.tensor]
     (y,) = InferenceSession(q, backend="golden").run(None, {gin.model_name: x})
     assert np.array_equal(reference.quantize(y, out_q), from_ir(expected, gout.layout))
+
+
+# Forms quantize_static writes only with other options, or other tools ------------------
+
+def test_symmetric_activations():
+    """ActivationSymmetric=True: int8 zero points 0 and the Relus stay."""
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    model = zoo.conv_net((None, 2, 6, 6), [zoo.conv(4, k=3, pad=1), zoo.maxpool(2),
+                                           zoo.flatten(), zoo.dense(5)], seed=seed % 1000)
+    calibration = rng.normal(0, 1, (32, 2, 6, 6)).astype(np.float32)
+    x = rng.normal(0, 1, (SAMPLES, 2, 6, 6)).astype(np.float32)
+    for form in ("qdq", "qoperator"):
+        q = quantized(model, calibration, form, ActivationSymmetric=True)
+        graph, [(ours, theirs)] = run_both(q, x)
+        check_layers(q, graph, x, 0.97, f"seed {seed}, {form}")
+        assert (ours == theirs).mean() >= 0.9
+        assert all(t.quant.zero_point == 0 for t in graph.tensors.values())
+
+
+def test_activation_between_float_op_and_its_q():
+    """A hand-written QDQ model with the Clip between the Gemm and its Q (no
+    Q/DQ pair in between): fused into the Dense's activation."""
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-127, 128, (6, 10)).astype(np.int8)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"], name="q_in"),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"], name="dq_in"),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"], name="dq_w", axis=0),
+             helper.make_node("Gemm", ["xd", "wd"], ["h"], name="fc", transB=1),
+             helper.make_node("Clip", ["h", "lo", "hi"], ["c"], name="clip"),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["cq"], name="q_out"),
+             helper.make_node("DequantizeLinear", ["cq", "ys", "yz"], ["y"], name="dq_out")]
+    inits = {"xs": np.float32(0.03), "xz": np.int8(-3), "w": w,
+             "ws": rng.uniform(0.002, 0.01, 6).astype(np.float32), "lo": np.float32(-0.5),
+             "hi": np.float32(1.5), "ys": np.float32(0.02), "yz": np.int8(-10)}
+    model = float_model(nodes, inits, [10])
+    x = rng.normal(0, 1, (SAMPLES, 10)).astype(np.float32)
+    graph, [(ours, theirs)] = run_both(model, x)
+    (dense,) = graph.layers
+    assert dense.activation.kind == ir.ActivationKind.CLAMP
+    assert (dense.activation.clamp_min, dense.activation.clamp_max) == (-35, 65)
+    assert np.abs(ours - theirs).max() <= 1 and (ours == theirs).mean() >= 0.97
+
+
+def test_identity_and_dropout_between_layers():
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Identity", ["c1"], ["i"], name="identity"),
+             helper.make_node("Dropout", ["i"], ["d"], name="dropout"),
+             helper.make_node("Conv", ["d", "w2"], ["c2"], name="conv2"),
+             helper.make_node("Reshape", ["c2", "shape"], ["y"], name="reshape")]
+    inits = {"w1": weights(rng, 4, 3, 3, 3), "w2": weights(rng, 2, 4, 1, 1),
+             "shape": np.array([-1, 2 * 5 * 5], np.int64)}
+    model = float_model(nodes, inits, [3, 5, 5])
+    for graph in check(model, (3, 5, 5), seed, [FORMS[0], FORMS[6]]):
+        convs = layers(graph, ir.Conv2D)
+        assert convs[0].name.startswith("conv1") and convs[-1].weight.shape == (1, 1, 4, 2)
+        (reshape,) = layers(graph, ir.Reshape)
+        assert reshape.order == "chw" and graph.tensor(reshape.output).shape == (50,)

@@ -307,11 +307,14 @@ class _Importer:
             step = users[0]
 
     def between_commuting(self, y):
-        """Whether float value `y` has no QuantizeLinear and goes only to
-        operators that commute with quantization: it keeps its input's
-        quantization."""
+        """Whether float value `y`, the output of an operator that commutes
+        with quantization, has no QuantizeLinear and goes only to such
+        operators or out of the model: it keeps its input's quantization
+        (and a float model output is dequantized from it exactly)."""
         users = self.consumers[y]
-        return y not in self.model_outputs and users and \
+        if any(c.op_type == "QuantizeLinear" for c in users):
+            return False
+        return (bool(users) or y in self.model_outputs) and \
             all(c.op_type in _COMMUTING for c in users)
 
     def q_after(self, node, y):
