@@ -319,11 +319,13 @@ def _coalesce(dmas, lanes):
 
 
 def ring_slots(chip, batch, config):
-    """Samples a streamed input or output of `chip` needs in the UB: three
-    M tiles' worth (the tile computing, the one loading or storing, the one
-    in between), a multiple of the tile's samples so no tile wraps."""
+    """Samples a streamed input or output of `chip` needs in the UB: two M
+    tiles' worth (the tile computing and the one reading in or writing out:
+    by the time a tile reads in over the samples of the tile before last, or
+    its ACTs write over them, those are done with), a multiple of the tile's
+    samples so no tile wraps."""
     group = max(len(t.samples) for t in m_tiles(chip, batch, config.acc_rows // 2))
-    return min(batch, 3 * group)
+    return min(batch, 2 * group)
 
 
 def useful_macs(chip, batch):
