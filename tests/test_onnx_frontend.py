@@ -693,3 +693,20 @@ def test_identity_and_dropout_between_layers():
         assert convs[0].name.startswith("conv1") and convs[-1].weight.shape == (1, 1, 4, 2)
         (reshape,) = layers(graph, ir.Reshape)
         assert reshape.order == "chw" and graph.tensor(reshape.output).shape == (50,)
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_constant_added_per_channel_to_an_image(form):
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "k"], ["y"], name="add_k")]
+    inits = {"w": weights(rng, 4, 3, 3, 3), "k": rng.normal(0, 0.5, (4, 1, 1)).astype(np.float32)}
+    model = float_model(nodes, inits, [3, 5, 5])
+    (graph,) = check(model, (3, 5, 5), seed, [(form, "int8", False)])
+    assert [type(l).__name__ for l in graph.layers] == ["Conv2D", "Conv2D"]
+    # (C,) broadcasts along the width, not the channels
+    inits["k"] = rng.normal(0, 0.5, (5,)).astype(np.float32)
+    q = _quantized_with(nodes, inits, [3, 5, 5], form)
+    one_line_error(UnsupportedModel, q, "add_k", "per channel")

@@ -43,10 +43,12 @@ _QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMu
               "QLinearAdd", "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearSigmoid",
               "QLinearSoftmax", "QLinearLeakyRelu", "MatMulInteger", "ConvInteger",
               "DynamicQuantizeLinear"}
-_ACTIVATIONS = {"Relu", "Clip", "Sigmoid", "Tanh"}
 _INT8 = (np.int8, np.uint8)
-_SUM_WEIGHT = 64
-_IDENTITY_WEIGHT = 127     # as large as int8 allows: the finest steps for the constant
+# diagonal weights of the layers that sum windows (`summing_conv`) and copy
+# tensors (`identity`): large, so that the requantization's first rounding
+# (of its high product) is fine against the step of the output
+_SUM_WEIGHT = 64           # room for sums of up to 2**31 / (64 * 255) pixels
+_IDENTITY_WEIGHT = 127
 # The quantization of a sigmoid/tanh the quantizer leaves in float as a model
 # output (the quantizer does not quantize Tanh): their ranges in TFLite's
 # fixed output quantizations, in the input's type (the chip's table maps
@@ -277,7 +279,7 @@ class _Importer:
                                        f"QuantizeLinear follows it)")
             if name in self.consts or name in self.const_dq:
                 raise self.unsupported(node, f"input {name!r} is a constant; the chip takes "
-                                       f"constants only as weights and biases of {SUPPORTED_OPS}")
+                                       f"constants only as weights and biases")
             raise self.unsupported(node, f"input {name!r} is not quantized: it must come from "
                                    f"a DequantizeLinear or a quantized operator")
         tensor = self.tensor(name)
@@ -563,6 +565,8 @@ class _Importer:
         attrs = _attrs(node)
         if w.ndim != 4:
             raise self.unsupported(node, f"a {w.ndim - 2}-D convolution; the chip runs 2-D ones")
+        if attrs.get("channels_last", 0):
+            raise self.unsupported(node, "channels_last=1 is not supported")
         if attrs.get("group", 1) != 1:
             raise self.unsupported(node, f"group={attrs['group']}: the chip runs only group=1 "
                                    f"convolutions (no grouped or depthwise ones)")
@@ -813,15 +817,14 @@ class _Importer:
 
     def summing_conv(self, node, x, out, kernel, stride):
         """An average pool that changes the quantization, as a Conv2D that
-        sums each window per channel (weights 1 on the channel diagonal, scale
-        1 / window size): one rounding, ``round(s_in * sum(x - z_in) / (n *
-        s_out)) + z_out``, as ONNX Runtime computes it. Requantizing every
-        pixel first (a standalone pool's semantics) would saturate pixels
-        beyond the output's range, which an average's range usually is."""
+        sums each window per channel (weights ``_SUM_WEIGHT`` on the channel
+        diagonal, scale ``1 / (_SUM_WEIGHT * window size)``): one rounding,
+        ``round(s_in * sum(x - z_in) / (n * s_out)) + z_out``, as ONNX Runtime
+        computes it. Requantizing every pixel first (a standalone pool's
+        semantics) would saturate pixels beyond the output's range, which an
+        average's range usually is."""
         c = self.tensor(x).channels
         weight = np.zeros((*kernel, c, c), np.int8)
-        # 64, not 1: the requantization rounds its high product to an integer
-        # first, so small sums would lose precision before the final shift
         weight[:, :, np.arange(c), np.arange(c)] = _SUM_WEIGHT
         count = kernel[0] * kernel[1]
         return ir.Conv2D(self.label(node), x, out, weight, np.full(c, 1.0 / (_SUM_WEIGHT * count)),
@@ -965,8 +968,11 @@ class _Importer:
         src = self.tensor(a)
         c = src.channels
         real_bias = np.asarray(real_bias, np.float64)
+        # ONNX broadcasts from the last axis: per channel is (C,) for
+        # vectors, (C, 1, 1) for NCHW images
+        axis = -1 if len(src.shape) == 1 else -3
         if real_bias.size not in (1, c) or real_bias.ndim > len(src.shape) + 1 or \
-                real_bias.size > 1 and real_bias.shape[-1 if len(src.shape) == 1 else -3] != c:
+                real_bias.size > 1 and (real_bias.ndim < -axis or real_bias.shape[axis] != c):
             raise self.unsupported(node, f"adds a constant of shape {real_bias.shape} to "
                                    f"{src.shape}; the chip adds constants only per channel")
         real_bias = np.broadcast_to(real_bias.reshape(-1), (c,))
