@@ -210,7 +210,8 @@ def _maybe_im2col(chip, graph, graph_inputs, consumers, config):
     needs fewer weight tiles."""
     kh, kw, cin, cout = chip.weight.shape
     R = config.rows
-    if chip.input not in graph_inputs or len(consumers.get(chip.input, [])) != 1:
+    if (chip.input not in graph_inputs or len(consumers.get(chip.input, [])) != 1
+            or chip.input in {o.tensor for o in graph.outputs}):
         return
     if kh * kw == 1 or 2 * cin > R or -(-kh * kw * cin // R) >= kh * kw * -(-cin // R):
         return
