@@ -10,8 +10,11 @@
    memory is split into parts by N tiles, and the runtime refills weight
    memory between parts;
 4. `allocate.place_blocks`: unified-buffer rows for every tensor kept between
-   parts, and per part its tables; tensors that do not fit are spilled to
-   host memory (written by their producer, read back by each reader);
+   parts, and per part its tables; a tensor read from or written to host
+   memory that does not fit whole is streamed through a ring, and tensors
+   kept between parts that do not fit are spilled to host memory (written by
+   their producer, read back by each reader); a pooled output that feeds a
+   padded convolution is pooled unpadded and padded through host memory;
 5. `lower.lower_part` and `schedule.insert_weight_reads`: each part's
    program (zero points folded into the biases by `fold`).
 """
@@ -22,7 +25,6 @@ import numpy as np
 
 from ..isa import Cfg, Halt, Ldl, Reg, Rhm, encode_program, ldl_rows, ldq_rows
 from ..sim.cycle_model import estimate_cycles
-from . import ir
 from .allocate import Block, place_blocks
 from .artifact import ChipStep, CompiledModel, HostStep, TensorSpec
 from .errors import CompileError
@@ -273,7 +275,8 @@ def _layer(graph, name):
 
 def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_host,
                chip_prod, host_side, streamed, ub_layout):
-    R = config.rows
+    """The `ChipStep` of part `s`: tables, activation registers, the lowered
+    layer, HALT; RWs scheduled; its cycle estimate."""
     n0, n1 = step["n"]
     inl, outl = layout_of(chip.input), layout_of(chip.output)
     pre = []

@@ -10,6 +10,12 @@ of a tile are emitted after the MMCs of the next one, so the matrix unit
 runs on while the activation unit drains the previous tile (the sequencer
 interlocks on the rows, so this needs no NOPs). An MMC switches weights only
 when its tile differs from the one in the array.
+
+An input read from host memory is read tile by tile, one tile ahead, and an
+output written to host memory is written two tiles behind; when the tensor is
+streamed, its UB copy is a ring of two tiles' samples (`_Ring`). DMA
+instructions and ACTs are placed where their unit should be idle, since a
+waiting instruction would hold up the MMCs behind it.
 """
 
 from dataclasses import dataclass, replace
@@ -330,8 +336,8 @@ def ring_slots(chip, batch, config):
 
 def useful_macs(chip, batch):
     """Multiply-accumulates of the layer's own arithmetic (no padding lanes)."""
-    oh, ow = chip.conv_out
     if chip.kind == "dense":
         return batch * chip.weight.shape[0] * chip.weight.shape[1]
+    oh, ow = chip.conv_out
     kh, kw, cin, cout = chip.weight.shape
     return batch * oh * ow * kh * kw * cin * cout
