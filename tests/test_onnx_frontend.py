@@ -710,3 +710,26 @@ def test_constant_added_per_channel_to_an_image(form):
     inits["k"] = rng.normal(0, 0.5, (5,)).astype(np.float32)
     q = _quantized_with(nodes, inits, [3, 5, 5], form)
     one_line_error(UnsupportedModel, q, "add_k", "per channel")
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_two_outputs(form):
+    """A hidden tensor that is also a model output stays a tensor of its own
+    (no activation is fused across it)."""
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"], name="fc1", transB=1),
+             helper.make_node("Sigmoid", ["h"], ["s"], name="sigmoid"),
+             helper.make_node("Gemm", ["s", "w2"], ["y"], name="fc2", transB=1)]
+    model = float_model(nodes, {"w1": weights(rng, 6, 8), "w2": weights(rng, 3, 6)}, [8],
+                        outputs=("y", "h"))
+    calibration = rng.normal(0, 1, (32, 8)).astype(np.float32)
+    x = rng.normal(0, 1, (SAMPLES, 8)).astype(np.float32)
+    q = quantized(model, calibration, form)
+    graph, pairs = run_both(q, x)
+    assert [o.model_name for o in graph.outputs] == ["y", "h"]
+    assert layers(graph, ir.Dense)[0].activation.kind == ir.ActivationKind.NONE
+    check_layers(q, graph, x, 0.97, f"seed {seed}")
+    for ours, theirs in pairs:
+        assert (ours == theirs).mean() >= 0.9
