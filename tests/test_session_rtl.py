@@ -9,6 +9,9 @@ from tpu.compiler import ir
 from tpu.compiler.ir import Activation, QuantType
 from tpu.compiler.session import InferenceSession
 
+# The host-interface tests build this chip already: no extra simulator build.
+from test_host_interface_rtl import NARROW
+
 
 def tiny_mlp():
     """10 -> 6 (relu) -> 3: a few hundred cycles per chunk."""
@@ -32,9 +35,9 @@ def test_model_on_rtl_equals_golden(simulator):
     graph = tiny_mlp()
     x = np.random.default_rng(1).normal(size=(3, 10)).astype(np.float32)
     (want,) = InferenceSession(graph, backend="reference").run(None, {"x": x})
-    golden = InferenceSession(graph, backend="golden", batch=2)
+    golden = InferenceSession(graph, backend="golden", config=NARROW, batch=2)
     (g,) = golden.run(None, {"x": x})
-    rtl = InferenceSession(graph, backend=simulator, batch=2, seed=3)
+    rtl = InferenceSession(graph, backend=simulator, config=NARROW, batch=2, seed=3)
     heard = []
     rtl.progress = lambda done, total: heard.append((done, total))
     (y,) = rtl.run(None, {"x": x})
