@@ -510,6 +510,13 @@ def test_import_from_path_and_bytes(tmp_path):
     assert from_path.source == "mlp.onnx"
     assert [l.name for l in from_path.layers] == [l.name for l in from_bytes.layers]
     assert import_onnx(q, name="given").source == "given"
+    external = tmp_path / "external.onnx"
+    onnx.save_model(q, str(external), save_as_external_data=True, location="weights.bin",
+                    size_threshold=0)
+    assert (tmp_path / "weights.bin").exists()
+    from_external = import_onnx(external)
+    assert all(np.array_equal(a.weight, b.weight)
+               for a, b in zip(from_external.layers, from_path.layers))
 
 
 # Bad models -----------------------------------------------------------------------------

@@ -83,18 +83,16 @@ def _load(model):
     if isinstance(model, onnx.ModelProto):
         proto, source = model, model.graph.name or "model"
     else:
-        if isinstance(model, (bytes, bytearray)):
-            data, source = bytes(model), "model"
-        else:
-            path = os.fspath(model)
-            source = os.path.basename(path)
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError as exc:
-                raise ModelError(f"{path}: cannot read the model: {exc.strerror or exc}") from None
+        bytes_given = isinstance(model, (bytes, bytearray))
+        source = "model" if bytes_given else os.path.basename(os.fspath(model))
+        if not bytes_given and not os.path.isfile(model):
+            raise ModelError(f"{os.fspath(model)}: cannot read the model: no such file")
         try:
-            proto = onnx.load_model_from_string(data)
+            # onnx.load also reads weights stored as external data next to the file
+            proto = onnx.load_model_from_string(bytes(model)) if bytes_given \
+                else onnx.load(os.fspath(model))
+        except OSError as exc:
+            raise ModelError(f"{source}: cannot read the model: {exc.strerror or exc}") from None
         except (DecodeError, ValueError, RuntimeError) as exc:
             raise ModelError(f"{source}: not an ONNX model (truncated or corrupt file): "
                              f"{_one_line(exc)}") from None
