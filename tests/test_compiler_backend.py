@@ -378,15 +378,17 @@ async def run_job(device):
 
 @pytest.mark.rtl
 def test_two_layers_on_rtl(simulator, rng, tmp_path, monkeypatch):
-    """A compiled conv + dense model on the whole chip's RTL equals the
-    reference and the golden chip (the same cycle-exact counters where the
-    golden model is exact)."""
+    """A compiled CNN (im2col first layer, fused pooling padded through host
+    memory, a second conv, a dense head) on the whole chip's RTL equals the
+    reference and the golden chip (the same counters where the golden model
+    is exact)."""
     config = TPUConfig()
     b = Builder(rng)
-    x = b.input((5, 4, 3))
+    x = b.input((6, 4, 3))
     h = b.conv(x, 6, (3, 3), padding=(1, 1, 1, 1), act="relu")
     p = b.pool(h, "max", 2, 2)
-    f = b.reshape(p)
+    c = b.conv(p, 5, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    f = b.reshape(c)
     y = b.dense(f, 5)
     graph = b.graph(y)
     compiled = compile_graph(graph, config, 2)
@@ -398,7 +400,7 @@ def test_two_layers_on_rtl(simulator, rng, tmp_path, monkeypatch):
     expected = reference.run(graph, inputs, outputs_only=True)
     assert np.array_equal(outputs[y], expected[y])
     golden, golden_profile = run_compiled(compiled, inputs, config)
-    assert len(profile) == len(golden_profile) == 2
+    assert len(profile) == len(golden_profile) == 3
     for part, gold in zip(profile, golden_profile):
         for name in ("mxu_active", "weight_shift"):
             assert part["counters"][name] == gold["counters"][name], (part["name"], name)
