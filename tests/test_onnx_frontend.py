@@ -740,3 +740,17 @@ def test_two_outputs(form):
     check_layers(q, graph, x, 0.97, f"seed {seed}")
     for ours, theirs in pairs:
         assert (ours == theirs).mean() >= 0.9
+
+
+def test_softmax_before_opset_13():
+    """Softmax's default axis is 1 before opset 13 (the tensor flattened from
+    it): over the channels of a vector, as from 13 on."""
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["h"], name="fc", transB=1),
+             helper.make_node("Softmax", ["h"], ["y"], name="softmax")]
+    model = float_model(nodes, {"w": weights(rng, 7, 10) * 3}, [10], opset=11)
+    for graph in check(model, (10,), seed, [FORMS[0], FORMS[4]], min_equal=0.7, end_to_end=0.7):
+        (host,) = layers(graph, ir.HostOp)
+        assert host.attrs == {"axis": -1}
