@@ -421,3 +421,18 @@ def test_streaming_beyond_unified_buffer(rng):
     v = b.input((20,))
     w = b.dense(v, 12, "relu")
     check(b.graph(w), SMALL.replace(acc_rows=16, ub_rows=150), 300, rng)
+
+
+@pytest.mark.parametrize("kind, k, s", [("max", 2, 2), ("avg", 3, 2), ("max", 3, 1)])
+def test_wide_images_in_column_chunks(rng, kind, k, s):
+    """Images wider than pool_max_width, or than an accumulator region, run
+    in chunks of columns on the chip."""
+    cfg = SMALL.replace(pool_max_width=7, acc_rows=32)
+    b = Builder(rng)
+    x = b.input((5, 19, 3))
+    h = b.conv(x, 6, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    p = b.pool(h, kind, k, s)
+    w = b.conv(p, 4, (1, 3), padding=(0, 1, 0, 1))
+    v = b.conv(x, 5, (1, 1))
+    compiled, _ = check(b.graph(w, v), cfg, 2, rng)
+    assert not any(isinstance(s, HostStep) for s in compiled.steps)

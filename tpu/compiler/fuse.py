@@ -3,9 +3,9 @@
 A chip layer is one matrix layer (Dense or Conv2D) with everything the
 activation unit can do after it in the same ACT: bias, requantization,
 activation, and a following pooling (Pool2D max/avg without padding, square
-window and stride up to 4, the same quantization in and out, an image line
-within ``pool_max_width``; or GlobalAvgPool of at most `MAX_POOL_COUNT`
-pixels). A standalone Elementwise, Pool2D or GlobalAvgPool that the unit can
+window and stride up to 4, the same quantization in and out; images wider
+than ``pool_max_width`` are pooled in chunks of columns; or GlobalAvgPool of
+at most `MAX_POOL_COUNT` pixels). A standalone Elementwise, Pool2D or GlobalAvgPool that the unit can
 do becomes an identity 1x1 matrix layer with that ACT. A Reshape read only
 by Dense layers costs nothing (the Dense weights are scattered to the stored
 order). Everything else (Add, HostOp, pooling beyond the unit's limits, other
@@ -96,8 +96,8 @@ def _window_fits(pool, image_shape, config):
         return h * w <= min(MAX_POOL_COUNT, config.acc_rows // 2)
     (kh, kw), (sh, sw) = pool.size, pool.stride
     return (kh == kw and sh == sw and 1 <= kh <= 4 and 1 <= sh <= 4 and not any(pool.padding)
-            and kh <= min(h, w) and w <= config.pool_max_width
-            and kh * w <= config.acc_rows // 2)
+            and kh <= min(h, w) and kh <= config.pool_max_width
+            and kh * kh <= config.acc_rows // 2)
 
 
 def _pool_tuple(pool):

@@ -109,7 +109,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
     # UB addressing goes through the ring (if any); host offsets use the
     # full layouts.
     in_full, out_full = addr.in_layout, addr.out_host_layout or addr.out_layout
-    tiles = m_tiles(chip, batch, region)
+    tiles = m_tiles(chip, batch, config)
     group = max(len(t.samples) for t in tiles)
     inl = _Ring(in_full, addr.in_slots, group)
     outl = _Ring(addr.out_layout, addr.out_slots)
@@ -146,14 +146,15 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
                 continue
             sh, sw = chip.stride
             pt, pl = chip.padding[0], chip.padding[1]
-            rps = mt.rows_per_sample(ow)
+            rps, cw = mt.rows_per_sample, mt.width
             # Rows the tap reads consecutively (a 1x1 conv of an unpadded
             # image) need no CONV addressing, and whole images one MMC.
-            dense_rows = sw == 1 and sh * inl.padded_w == ow
-            conv = None if dense_rows else Conv(out_w=ow, col_step=sw, row_step=sh * inl.padded_w)
+            dense_rows = sw == 1 and sh * inl.padded_w == cw
+            conv = None if dense_rows else Conv(out_w=cw, col_step=sw, row_step=sh * inl.padded_w)
             runs = []
             for si, b in enumerate(mt.samples):
-                ub = addr.in_base + inl.row(b, mt.r0 * sh + kt_.y - pt, kt_.x - pl, kt_.j)
+                ub = addr.in_base + inl.row(b, mt.r0 * sh + kt_.y - pt, mt.c0 * sw + kt_.x - pl,
+                                            kt_.j)
                 if dense_rows and runs and runs[-1][0] + runs[-1][1] == ub:
                     runs[-1][1] += rps
                 else:
@@ -170,22 +171,22 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
             pairs = [(base + si, addr.out_base + outl.row(b, 0, 0, n), 1)
                      for si, b in enumerate(mt.samples)]
             return [Act(acc=a, ub=u, rows=r, **flags) for a, u, r in _merge(pairs)]
-        rps = mt.rows_per_sample(ow)
+        rps, cw = mt.rows_per_sample, mt.width
         pool = chip.pool
         pairs = []
         if (pool is not None and pool[0] != "global" and pool[1] == pool[2]
-                and not any(outl.pad)):
+                and not any(outl.pad) and cw == ow):
             # Windows as wide as their stride never straddle two images
             # stacked one after another: one ACT pools the whole tile (a
             # windowed ACT's decode costs as much as 79 rows).
             mode = Pool.MAX if pool[0] == "max" else Pool.AVG
             return [Act(acc=base, ub=addr.out_base + outl.row(mt.samples[0], mt.p0, 0, n),
                         rows=rps * len(mt.samples), pool=mode, pool_size=pool[1],
-                        pool_stride=pool[2], in_w=ow, **flags)]
+                        pool_stride=pool[2], in_w=cw, **flags)]
         for si, b in enumerate(mt.samples):
             first = base + si * rps
             if pool is None:
-                pairs += [(first + (oy - mt.r0) * ow, addr.out_base + outl.row(b, oy, 0, n), ow)
+                pairs += [(first + (oy - mt.r0) * cw, addr.out_base + outl.row(b, oy, mt.c0, n), cw)
                           for oy in range(mt.r0, mt.r1)]
             elif pool[0] == "global":
                 out.append(Act(acc=first, ub=addr.out_base + outl.row(b, 0, 0, n), rows=rps,
@@ -193,14 +194,14 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
             else:
                 kind, k, s = pool
                 mode = Pool.MAX if kind == "max" else Pool.AVG
-                window = dict(pool=mode, pool_size=k, pool_stride=s, in_w=ow)
-                if outl.pad[1] == 0 and outl.pad[3] == 0:
+                window = dict(pool=mode, pool_size=k, pool_stride=s, in_w=cw)
+                if outl.pad[1] == 0 and outl.pad[3] == 0 and cw == ow:
                     out.append(Act(acc=first, ub=addr.out_base + outl.row(b, mt.p0, 0, n),
                                    rows=rps, **window, **flags))
                 else:
                     for py in range(mt.p0, mt.p1):
-                        out.append(Act(acc=first + (py * s - mt.r0) * ow,
-                                       ub=addr.out_base + outl.row(b, py, 0, n), rows=k * ow,
+                        out.append(Act(acc=first + (py * s - mt.r0) * cw,
+                                       ub=addr.out_base + outl.row(b, py, mt.q0, n), rows=k * cw,
                                        **window, **flags))
         out += [Act(acc=a, ub=u, rows=r, **flags) for a, u, r in _merge(pairs)]
         return out
@@ -234,8 +235,11 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
         if addr.out_host is None:
             return []
         n, mt = jobs[index]
-        done = [b for b in mt.samples if chip.kind == "dense" or mt.r1 == chip.conv_out[0]
-                or (mt.p1 and mt.p1 == chip.out_shape[0])]
+        oh, ow_ = chip.conv_out
+        last = chip.kind == "dense" or (
+            (mt.r1 == oh or (mt.p1 and mt.p1 == chip.out_shape[0]))
+            and (mt.c1 == ow_ or (mt.q1 and mt.q1 == chip.out_shape[1])))
+        done = list(mt.samples) if last else []
         out = []
         for b in done:
             if out_full.pad == outl.pad:
@@ -330,7 +334,7 @@ def ring_slots(chip, batch, config):
     by the time a tile reads in over the samples of the tile before last, or
     its ACTs write over them, those are done with), a multiple of the tile's
     samples so no tile wraps."""
-    group = max(len(t.samples) for t in m_tiles(chip, batch, config.acc_rows // 2))
+    group = max(len(t.samples) for t in m_tiles(chip, batch, config))
     return min(batch, 2 * group)
 
 

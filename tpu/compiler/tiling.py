@@ -38,17 +38,27 @@ class KTile:
 
 @dataclass(frozen=True)
 class MTile:
-    """Samples ``samples`` (each ``rows_per_sample`` accumulator rows, one
-    after another), conv output rows ``r0 .. r1 - 1`` (dense: 0..1), and for
-    windowed pooling the pooled rows ``p0 .. p1 - 1``."""
+    """Samples ``samples``, each ``rows_per_sample`` accumulator rows, one
+    after another: conv output rows ``r0 .. r1 - 1`` and columns ``c0 ..
+    c1 - 1`` (dense: one row and column), and for windowed pooling the pooled
+    rows ``p0 .. p1 - 1`` and columns ``q0 .. q1 - 1``."""
     samples: tuple
     r0: int
     r1: int
+    c0: int
+    c1: int
     p0: int = 0
     p1: int = 0
+    q0: int = 0
+    q1: int = 0
 
-    def rows_per_sample(self, ow):
-        return (self.r1 - self.r0) * ow
+    @property
+    def width(self):
+        return self.c1 - self.c0
+
+    @property
+    def rows_per_sample(self):
+        return (self.r1 - self.r0) * self.width
 
 
 def _blocks(n, width):
@@ -90,48 +100,54 @@ def weight_tiles(chip, config):
     return k_tiles, np.ascontiguousarray(tiles)
 
 
-def m_tiles(chip, batch, region):
-    """The M tiles of `chip` for `batch` samples, each at most `region`
-    accumulator rows."""
+def _ranges(n, per):
+    return [(i, min(i + per, n)) for i in range(0, n, per)]
+
+
+def m_tiles(chip, batch, config):
+    """The M tiles of `chip` for `batch` samples, each at most half the
+    accumulator rows: runs of samples, whole images of several samples, or
+    bands of rows (and, for images wider than an accumulator region or, with
+    windowed pooling, than ``pool_max_width``, chunks of columns) of one."""
+    region = config.acc_rows // 2
     if chip.kind == "dense":
         per = min(batch, region)
-        return [MTile(tuple(range(b, min(b + per, batch))), 0, 1) for b in range(0, batch, per)]
+        return [MTile(tuple(range(b, e)), 0, 1, 0, 1) for b, e in _ranges(batch, per)]
     oh, ow = chip.conv_out
     pool = chip.pool
     if pool is not None and pool[0] == "global":
         if oh * ow > region:
             raise CompileError(f"layer {chip.name!r}: global pooling of {oh * ow} pixels needs "
                                f"more than the {region} accumulator rows of a region")
-        bands = [(0, oh, 0, 1)]
+        bands = [(0, oh, 0, ow, 0, 1, 0, 1)]
     elif pool is not None:
         _, k, s = pool
-        ph = (oh - k) // s + 1
-        per = 0
-        while per < ph and ((per) * s + k) * ow <= region:
-            per += 1
-        if per == 0:
-            raise CompileError(f"layer {chip.name!r}: a pooling band of {k} output rows of "
-                               f"{ow} pixels needs more than the {region} accumulator rows "
-                               f"of a region")
-        bands = [(p * s, (min(p + per, ph) - 1) * s + k, p, min(p + per, ph))
-                 for p in range(0, ph, per)]
+        ph, pw = (oh - k) // s + 1, (ow - k) // s + 1
+        # Pooled columns per chunk: its conv columns within the line buffer
+        # and k rows of them within a region.
+        limit = min(config.pool_max_width, region // k, ow)
+        if limit < k:
+            raise CompileError(f"layer {chip.name!r}: a {k}x{k} pooling window needs {k * k} "
+                               f"accumulator rows and a line of {k} pixels; a region has "
+                               f"{region} rows and pool_max_width is {config.pool_max_width}")
+        qn = min(pw, (limit - k) // s + 1)
+        chunks = _ranges(pw, qn)
+        cw = max((q1 - 1) * s + k - q0 * s for q0, q1 in chunks)
+        pr = 1
+        while pr < ph and (pr * s + k) * cw <= region:
+            pr += 1
+        bands = [(p0 * s, (p1 - 1) * s + k, q0 * s, (q1 - 1) * s + k, p0, p1, q0, q1)
+                 for p0, p1 in _ranges(ph, pr) for q0, q1 in chunks]
+    elif ow <= region:
+        bands = [(r0, r1, 0, ow, 0, 0, 0, 0) for r0, r1 in _ranges(oh, min(oh, region // ow))]
     else:
-        if ow > region:
-            raise CompileError(f"layer {chip.name!r}: an output row of {ow} pixels needs more "
-                               f"than the {region} accumulator rows of a region")
-        per = min(oh, region // ow)
-        bands = [(r, min(r + per, oh), 0, 0) for r in range(0, oh, per)]
-    tiles = []
+        bands = [(r, r + 1, c0, c1, 0, 0, 0, 0) for r in range(oh) for c0, c1 in _ranges(ow, region)]
     if len(bands) == 1:
-        r0, r1, p0, p1 = bands[0]
-        group = max(1, region // ((r1 - r0) * ow))
-        for b in range(0, batch, group):
-            tiles.append(MTile(tuple(range(b, min(b + group, batch))), r0, r1, p0, p1))
-    else:
-        for b in range(batch):
-            for r0, r1, p0, p1 in bands:
-                tiles.append(MTile((b,), r0, r1, p0, p1))
-    return tiles
+        r0, r1, c0, c1, p0, p1, q0, q1 = bands[0]
+        group = max(1, region // ((r1 - r0) * (c1 - c0)))
+        return [MTile(tuple(range(b, e)), r0, r1, c0, c1, p0, p1, q0, q1)
+                for b, e in _ranges(batch, group)]
+    return [MTile((b,), *band) for b in range(batch) for band in bands]
 
 
 def _target(chip):
