@@ -436,3 +436,17 @@ def test_wide_images_in_column_chunks(rng, kind, k, s):
     v = b.conv(x, 5, (1, 1))
     compiled, _ = check(b.graph(w, v), cfg, 2, rng)
     assert not any(isinstance(s, HostStep) for s in compiled.steps)
+
+
+def test_execute_refuses_bad_inputs(rng):
+    b = Builder(rng)
+    x = b.input((6,), quant=ir.QuantType(0.1, 3))
+    y = b.dense(x, 4)
+    compiled = compile_graph(b.graph(y), SMALL, 2)
+    for inputs, message in [({"x": np.zeros((3, 6), dtype=np.int64)}, r"shape \(3, 6\) is not \(2, 6\)"),
+                            ({"x": np.full((2, 6), 300)}, r"values outside int8"),
+                            ({"z": np.zeros((2, 6))}, "do not match")]:
+        with pytest.raises(ValueError, match=message):
+            run_compiled(compiled, inputs, SMALL)
+    with pytest.raises(ValueError, match="compiled for 8x8"):
+        run_compiled(compiled, {"x": np.zeros((2, 6), dtype=np.int64)}, SMALL.replace(ub_rows=512))
