@@ -297,6 +297,15 @@ def test_weights_exceed_weight_memory(rng):
     assert len(compiled.weights) > cfg.weight_mem_tiles
     assert len(compiled.chip_steps) > 2
     assert sum(p["weights_loaded"] > 0 for p in profile) >= 3
+    # One block of output channels needs more tiles than weight memory
+    # holds: K split into parts, the sums kept in the accumulators.
+    cfg = SMALL.replace(weight_mem_tiles=3)
+    b = Builder(rng)
+    x = b.input((3, 3, 10))
+    f = b.reshape(x, "chw")
+    y = b.dense(f, 11, "relu")
+    compiled, profile = check(b.graph(y), cfg, 40, rng)
+    assert len(compiled.chip_steps) == 2 * 6        # 18 K tiles in 3s, 2 N tiles
 
 
 def test_spill_to_host(rng):
@@ -352,8 +361,13 @@ def test_compile_errors(rng):
     g = b.graph(y)
     with pytest.raises(CompileError, match="square"):
         compile_graph(g, TPUConfig(rows=8, cols=4), 1)
-    with pytest.raises(CompileError, match="dense.*weight memory holds 2"):
-        compile_graph(g, SMALL.replace(weight_mem_tiles=2), 1)
+    with pytest.raises(CompileError, match="dense.*weight memory holds 2.*batch 80 exceeds"):
+        compile_graph(g, SMALL.replace(weight_mem_tiles=2), 80)
+    c = Builder(rng)
+    im = c.input((5, 5, 3))
+    cv = c.conv(im, 4, (3, 3))
+    with pytest.raises(CompileError, match="conv.*4 weight tiles; weight memory holds 3"):
+        compile_graph(c.graph(cv), SMALL.replace(weight_mem_tiles=3), 1)   # im2col: 27 rows
     with pytest.raises(CompileError, match="dense.*unified buffer has 8"):
         compile_graph(g, SMALL.replace(ub_rows=8), 1)
     with pytest.raises(CompileError, match="batch"):

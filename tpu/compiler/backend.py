@@ -51,16 +51,25 @@ def _check_config(config, batch):
         raise CompileError(f"batch must be a positive integer, not {batch!r}")
 
 
-def _parts(chip, config):
-    """Weight tiles and the N-tile ranges of the parts of `chip`."""
+def _parts(chip, config, batch):
+    """Weight tiles and the ``(n0, n1, k0, k1)`` ranges of the parts of
+    `chip`: N tiles as many as weight memory holds; a dense layer whose one
+    N tile needs more is also split by K tiles, its partial sums kept in the
+    accumulators from one part to the next (so the batch must fit them)."""
     k_tiles, tiles = weight_tiles(chip, config)
     nt, kt = tiles.shape[:2]
-    if kt > config.weight_mem_tiles:
+    cap = config.weight_mem_tiles
+    if kt <= cap:
+        group = min(nt, cap // kt)
+        return k_tiles, tiles, [(n, min(n + group, nt), 0, kt) for n in range(0, nt, group)]
+    if chip.kind != "dense" or batch > config.acc_rows:
+        why = ("a convolution's K tiles cannot be split" if chip.kind != "dense" else
+               f"splitting K keeps the batch's sums in the accumulators, but batch {batch} "
+               f"exceeds their {config.acc_rows} rows")
         raise CompileError(f"layer {chip.name!r}: one block of {config.cols} output channels "
-                           f"needs {kt} weight tiles; weight memory holds "
-                           f"{config.weight_mem_tiles}")
-    group = min(nt, config.weight_mem_tiles // kt)
-    return k_tiles, tiles, [(n, min(n + group, nt)) for n in range(0, nt, group)]
+                           f"needs {kt} weight tiles; weight memory holds {cap} and {why}")
+    return k_tiles, tiles, [(n, n + 1, k, min(k + cap, kt)) for n in range(nt)
+                            for k in range(0, kt, cap)]
 
 
 def compile_graph(graph, config, batch=1):
@@ -95,12 +104,12 @@ def compile_graph(graph, config, batch=1):
         if not isinstance(item, ChipLayer):
             steps.append(dict(kind="host", item=item))
             continue
-        k_tiles, tiles, ranges = _parts(item, config)
-        for n0, n1 in ranges:
-            part = tiles[n0:n1].reshape(-1, R, config.cols)
+        k_tiles, tiles, ranges = _parts(item, config, batch)
+        for n0, n1, k0, k1 in ranges:
+            part = tiles[n0:n1, k0:k1].reshape(-1, R, config.cols)
             if mem_cursor + len(part) > config.weight_mem_tiles:
                 mem_cursor = 0
-            steps.append(dict(kind="chip", item=item, n=(n0, n1), k_tiles=k_tiles,
+            steps.append(dict(kind="chip", item=item, n=(n0, n1), k=(k0, k1), k_tiles=k_tiles,
                               weights=(sum(len(t) for t in image), len(part)),
                               mem_base=mem_cursor, split=len(ranges) > 1,
                               tables=quant_tables(item, config)[n0:n1], lut=lut(item)))
@@ -302,7 +311,8 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         ring_out = step["slots"] if ("out", chip.output) in streamed else None
     out_host_layout = outl
     outl = ub_layout(chip.output, out_block.key)
-    body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), PartAddresses(
+    k0, k1 = step["k"]
+    body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), k_range=(k0, k1), addr=PartAddresses(
         inl, in_block.base, outl, out_block.base, tables.base, step["mem_base"],
         out_host_layout=out_host_layout,
         in_host=host_off[chip.input] if load else None,
@@ -312,8 +322,10 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     post = [Halt()]
     program = insert_weight_reads(pre + body + post, config)
     nt = -(-chip.n_out // config.cols)
-    name = chip.name + (f"[n{n0}:{n1}]" if step["split"] else "")
+    kt = len(step["k_tiles"])
+    name = chip.name + (f"[n{n0}:{n1}" + (f" k{k0}:{k1}" if k1 - k0 < kt else "") + "]"
+                        if step["split"] else "")
     return ChipStep(name=name, layers=list(chip.layers), program=encode_program(program),
                     weights=step["weights"], weight_base=step["mem_base"],
                     estimated_cycles=int(estimate_cycles(config, program)["cycles"]),
-                    useful_macs=useful_macs(chip, batch) * (n1 - n0) // nt)
+                    useful_macs=useful_macs(chip, batch) * (n1 - n0) * (k1 - k0) // (nt * kt))

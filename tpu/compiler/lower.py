@@ -98,10 +98,14 @@ def _merge(pairs):
     return runs
 
 
-def lower_part(chip, config, batch, k_tiles, n_range, addr):
+def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None):
     """Instructions (switching MMCs as ``(Mmc, weight-memory tile)``) of N
-    tiles `n_range` of `chip`."""
+    tiles `n_range` of `chip`, K tiles `k_range` (default all; a part that
+    does not end K leaves its sums in the accumulators for the next, and
+    only the last activates)."""
     n0, n1 = n_range
+    k0, k1 = k_range or (0, len(k_tiles))
+    finish = k1 == len(k_tiles)
     region = config.acc_rows // 2
     q_rows = ldq_rows(config)
     _, _, _, unsigned_out = act_settings(chip)
@@ -114,7 +118,6 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
     inl = _Ring(in_full, addr.in_slots, group)
     outl = _Ring(addr.out_layout, addr.out_slots)
     unsigned_in = bool(chip.in_q.unsigned)
-    kt = len(k_tiles)
     ow = chip.conv_out[1]
     jobs = []
     for n in range(n0, n1):
@@ -134,8 +137,9 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
     def mmcs(index, n, mt):
         base = (index % 2) * region
         out = []
-        for k, kt_ in enumerate(k_tiles):
-            tile = addr.mem_base + (n - n0) * kt + k
+        for k in range(k0, k1):
+            kt_ = k_tiles[k]
+            tile = addr.mem_base + (n - n0) * (k1 - k0) + k - k0
             if chip.kind == "dense":
                 b0 = mt.samples[0]
                 rows = len(mt.samples)
@@ -221,7 +225,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
                     host = in_full.row(b, -inl.pad[0], -inl.pad[1], j)
                     out.append(Rhm(ub=addr.in_base + first, rows=inl.sample_stride,
                                    host=addr.in_host + host * R))
-        if addr.fill_host is not None:
+        if addr.fill_host is not None and finish:
             for b in mt.samples:
                 slot = outl.slot(b)
                 if (n, slot) not in filled:
@@ -232,7 +236,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
 
     def stores(index):
         """WHM of the output samples the tile completes."""
-        if addr.out_host is None:
+        if addr.out_host is None or not finish:
             return []
         n, mt = jobs[index]
         oh, ow_ = chip.conv_out
@@ -260,6 +264,8 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr):
     def drain(index):
         """LDQ (when the N tile changes) and the ACTs of tile `index`."""
         n, mt = jobs[index]
+        if not finish:
+            return []
         out = []
         if table[0] != n:
             out.append(Ldq(ub=addr.tables_base + (n - n0) * q_rows))
