@@ -2,6 +2,8 @@
 compute, in the reference interpreter and on the golden chip, exactly the
 bytes the TFLite interpreter's reference kernels compute."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -97,7 +99,7 @@ def test_models_map_onto_the_ir():
     assert all(a.activation.kind == ir.ActivationKind.RELU for a in adds)
     ad = import_tflite(tiny_model("ad01_int8").read_bytes(), name="ad01")
     assert [type(layer) for layer in ad.layers] == [ir.Dense] * 10
-    assert all(d.rounding == "single" and d.scale_product == "float32" for d in ad.layers)
+    assert all(d.rounding == "single" for d in ad.layers)
     assert ad.source == "ad01"
 
 
@@ -348,3 +350,28 @@ def test_float_layer_inside_the_model():
     with pytest.raises(UnsupportedModel, match=r"operator 0 \(DEQUANTIZE\): .*float layers "
                                                r"inside the model"):
         import_tflite(m.build([a], [y]))
+
+
+def test_fully_connected_rounding():
+    """FULLY_CONNECTED's multiplier is the float64 product of the scales and it
+    rounds once: biases (at input 0) where a float32 product or two roundings
+    would give other outputs."""
+    si, sw, so = np.float32(0.017708424), np.float32(0.0015656473), np.float32(0.4105735)
+    # One rounding vs two differ at the first two; float32 vs float64 products at the rest.
+    biases = [-1873301, -1858492, -1828875, -1177292, 1177292, 1828875]
+    m = ModelBuilder()
+    x = m.tensor("x", [1, 1], "INT8", si, 0)
+    w = m.tensor("w", [6, 1], "INT8", sw, 0, data=np.ones((6, 1)))
+    b = m.tensor("b", [6], "INT32", si * sw, 0, data=biases)
+    y = m.tensor("y", [1, 6], "INT8", so, 0)
+    m.operator("FULLY_CONNECTED", [x, w, b], [y], "FullyConnectedOptions",
+               FusedActivationFunction=NONE)
+    data = m.build([x], [y])
+    graph = import_tflite(data)
+    zero = np.zeros((1, 1), dtype=np.int8)
+    want = tflite_outputs(data, {"x": zero})["y"]
+    np.testing.assert_array_equal(reference.run(graph, {"x": zero})["y"], want)
+    layer = graph.layers[0]
+    twice = dataclasses.replace(layer, rounding="double")
+    assert (reference.dense(twice, zero, graph.tensor("x").quant, graph.tensor("y").quant)
+            != want).any()

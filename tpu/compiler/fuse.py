@@ -48,7 +48,6 @@ class ChipLayer:
     pool: tuple = None           # None, ("max" | "avg", k, s) or ("global",)
     input_view: str = "hwc"      # dense: how K indexes the stored (y, x, c)
     im2col: dict = None          # conv of host-made patches: the original geometry
-    scale_product: str = "float64"  # ir.requant_multipliers' product (the IR layer's)
 
     @property
     def n_out(self):
@@ -164,8 +163,7 @@ def plan_layers(graph, config):
                 name=layer.name, layers=[layer.name], kind="dense", input=root(layer.input),
                 output=layer.output, weight=layer.weight, weight_scale=layer.weight_scale,
                 bias=layer.bias, activation=layer.activation, in_q=in_t.quant, out_q=out_q,
-                in_shape=as_image(graph.tensor(root(layer.input)).shape),
-                scale_product=getattr(layer, "scale_product", "float64"))
+                in_shape=as_image(graph.tensor(root(layer.input)).shape))
             if isinstance(layer, ir.Dense):
                 chip.input_view = aliases[layer.input][1] if layer.input in aliases else "hwc"
             else:

@@ -19,9 +19,8 @@ Conventions
   multiplier ``input_scale * weight_scale[n] / output_scale`` turned into the
   chip's (multiplier, shift) by `tpu.sim.activation_model.quantize_multiplier`
   (TFLite's integer rounding), computed from float64 products of the stored
-  float32 scales (`requant_multipliers`), or, for a matrix layer whose
-  ``scale_product`` is "float32" (TFLite's per-tensor FULLY_CONNECTED), from
-  the product rounded to float32 first. A matrix layer's ``rounding`` is
+  float32 scales (`requant_multipliers`; TFLite's convolutions and
+  FULLY_CONNECTED compute it so too). A matrix layer's ``rounding`` is
   "double" (the chip's MultiplyByQuantizedMultiplier) or "single" (TFLite's
   int8 FULLY_CONNECTED rounds once; the chip has no such mode yet).
 * **Fused activations** (`Activation`) act in the output's quantized domain:
@@ -149,9 +148,6 @@ def _per_channel(name, what, values, n, dtype):
 
 
 def _check_requant(layer):
-    if layer.scale_product not in SCALE_PRODUCTS:
-        raise IRError(f"layer {layer.name!r}: scale product {layer.scale_product!r} is not one "
-                      f"of {', '.join(SCALE_PRODUCTS)}")
     if layer.rounding not in ROUNDINGS:
         raise IRError(f"layer {layer.name!r}: rounding {layer.rounding!r} is not one of "
                       f"{', '.join(ROUNDINGS)}")
@@ -173,7 +169,6 @@ class Dense:
     weight_scale: np.ndarray
     bias: np.ndarray = None
     activation: Activation = field(default_factory=Activation)
-    scale_product: str = "float64"
     rounding: str = "double"
 
     def __post_init__(self):
@@ -207,7 +202,6 @@ class Conv2D:
     stride: tuple = (1, 1)
     padding: tuple = (0, 0, 0, 0)
     activation: Activation = field(default_factory=Activation)
-    scale_product: str = "float64"
     rounding: str = "double"
 
     def __post_init__(self):
@@ -426,7 +420,6 @@ class Graph:
         return self
 
 
-SCALE_PRODUCTS = ("float64", "float32")
 #: how a matrix layer's requantization rounds: "double" is the chip's (and
 #: TFLite's reference convolutions'): gemmlowp's SaturatingRoundingDoublingHighMul
 #: then RoundingDivideByPOT; "single" rounds ``acc * m / 2**(31 - shift)`` once,
@@ -434,27 +427,13 @@ SCALE_PRODUCTS = ("float64", "float32")
 ROUNDINGS = ("double", "single")
 
 
-def requant_multipliers(input_quant, weight_scale, output_quant, product="float64"):
+def requant_multipliers(input_quant, weight_scale, output_quant):
     """Per output channel ``(multiplier, shift)`` int64 arrays for the chip's
-    requantization from ``input_scale * weight_scale[n]`` to the output scale.
-
-    ``product`` says how ``input_scale * weight_scale[n]`` is formed from the
-    float32 scales before the float64 division by the output scale:
-    "float64" (exact; TFLite's per-channel ``PopulateConvolutionQuantizationParams``)
-    or "float32" (rounded to float32 first, as TFLite's per-tensor
-    ``GetQuantizedConvolutionMultipler`` that FULLY_CONNECTED uses)."""
+    requantization from ``input_scale * weight_scale[n]`` to the output scale."""
     from ..sim.activation_model import quantize_multiplier
-    if product not in SCALE_PRODUCTS:
-        raise IRError(f"scale product {product!r} is not one of {', '.join(SCALE_PRODUCTS)}")
     in_scale = np.float64(np.float32(input_quant.scale))
     out_scale = np.float64(np.float32(output_quant.scale))
-
-    def scale_product(s):
-        if product == "float32":
-            return np.float64(np.float32(input_quant.scale) * np.float32(s))
-        return in_scale * np.float64(np.float32(s))
-
-    pairs = [quantize_multiplier(scale_product(s) / out_scale)
+    pairs = [quantize_multiplier(in_scale * np.float64(np.float32(s)) / out_scale)
              for s in np.asarray(weight_scale).reshape(-1)]
     return (np.array([m for m, _ in pairs], dtype=np.int64),
             np.array([s for _, s in pairs], dtype=np.int64))

@@ -41,8 +41,8 @@ Semantics
   as an axis of the IR array *including the batch* (default -1, the
   channels).
 * **TFLite variants** (`reference_tflite`, chosen by the IR, see
-  docs/tflite.md): matrix layers with ``scale_product="float32"`` or
-  ``rounding="single"``, ``Add(semantics="tflite")`` and the integer host op
+  docs/tflite.md): matrix layers with ``rounding="single"``,
+  ``Add(semantics="tflite")`` and the integer host op
   ``softmax_tflite`` compute what TFLite's reference kernels do.
 * `quantize` / `dequantize`: ONNX ``QuantizeLinear`` (float32 division,
   round half to even, saturate) and ``DequantizeLinear``.
@@ -143,12 +143,12 @@ def activate(values, out_q, activation=ir.NO_ACTIVATION):
 
 
 def requantize_accumulators(acc, in_q, weight_scale, out_q, activation=ir.NO_ACTIVATION,
-                            scale_product="float64", rounding="double"):
+                            rounding="double"):
     """int32 sums ``(..., N)`` (bias included) -> output values: the activation
     unit's requantization, clamp and function (``rounding="single"``: TFLite's
     one-step rounding, `multiply_by_quantized_multiplier_single_round`)."""
     target = _target(out_q, activation)
-    m, s = ir.requant_multipliers(in_q, weight_scale, target, scale_product)
+    m, s = ir.requant_multipliers(in_q, weight_scale, target)
     if rounding == "single":
         y = multiply_by_quantized_multiplier_single_round(wrap_int32(acc), m, s)
     else:
@@ -181,7 +181,6 @@ def dense(layer, x, in_q, out_q):
                       f"weights {k} rows")
     acc = (x - int(in_q.zero_point)) @ layer.weight.astype(np.int64) + layer.bias
     return requantize_accumulators(acc, in_q, layer.weight_scale, out_q, layer.activation,
-                                   getattr(layer, "scale_product", "float64"),
                                    getattr(layer, "rounding", "double"))
 
 
@@ -213,8 +212,7 @@ def conv2d(layer, x, in_q, out_q):
             patch = xp[:, dy:dy + sh * (oh - 1) + 1:sh, dx:dx + sw * (ow - 1) + 1:sw, :]
             acc += patch @ w[dy, dx]
     out = requantize_accumulators(acc + layer.bias, in_q, layer.weight_scale, out_q,
-                                  layer.activation, getattr(layer, "scale_product", "float64"),
-                                  getattr(layer, "rounding", "double"))
+                                  layer.activation, getattr(layer, "rounding", "double"))
     pool = getattr(layer, "pool", None)
     return out if pool is None else pool2d(pool, out, out_q, out_q)
 

@@ -12,7 +12,8 @@ interpreter's reference kernels compute, byte for byte:
   w[0, kh, kw, c*m + j]`` for depth multiplier ``m``). Requantization is
   ``ir.requant_multipliers`` (float64 products of the float32 scales, as
   TFLite's ``PopulateConvolutionQuantizationParams``); per-channel scales as
-  TFLite stores them (axis 0 of OHWI, axis 3 of 1HWO).
+  TFLite stores them (axis 0 of OHWI, axis 3 of 1HWO). FULLY_CONNECTED
+  rounds once (``rounding="single"``), as TFLite's int8 kernel does.
 * SAME padding as TFLite: ``total = max(0, (out - 1) * stride + k - in)``,
   ``before = total // 2``.
 * Fused activations: RELU -> ``max(q, zp)``; RELU6 / RELU_N1_TO_1 -> a clamp
@@ -369,12 +370,9 @@ class _Importer:
                                    f"sample from {n} outputs")
         act = self.activation(options.FusedActivationFunction() if options else 0,
                               self.tensors[out].quant)
-        # Per tensor, TFLite multiplies the scales in float32 (GetQuantizedConvolutionMultipler),
-        # and its int8 FULLY_CONNECTED rounds the requantization once (ruy's rounding).
-        product = "float32" if r.quant(ins[1])[0].size == 1 else "float64"
+        # TFLite's int8 FULLY_CONNECTED rounds the requantization once (ruy's rounding).
         self.layers.append(ir.Dense(self.layer_name(), x, out, np.ascontiguousarray(w.T), scales,
-                                    self.bias(ins, n), act, scale_product=product,
-                                    rounding="single"))
+                                    self.bias(ins, n), act, rounding="single"))
 
     def conv(self, op, depthwise):
         r = self.r
