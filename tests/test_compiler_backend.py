@@ -464,3 +464,15 @@ def test_execute_refuses_bad_inputs(rng):
             run_compiled(compiled, inputs, SMALL)
     with pytest.raises(ValueError, match="compiled for 8x8"):
         run_compiled(compiled, {"x": np.zeros((2, 6), dtype=np.int64)}, SMALL.replace(ub_rows=512))
+
+
+def test_tensor_read_by_conv_and_dense(rng):
+    """A tensor stored padded for one reader is read in place by the others
+    (a dense layer through a flatten, a convolution with other padding)."""
+    b = Builder(rng)
+    x = b.input((5, 6, 10))
+    h = b.conv(x, 9, (3, 3), padding=(1, 2, 1, 0), act="relu")
+    c = b.conv(h, 4, (3, 3), padding=(2, 1, 0, 1))
+    d = b.dense(b.reshape(h, "chw"), 7)
+    e = b.dense(b.reshape(x), 3)
+    check(b.graph(c, d, e), SMALL, 3, rng)
