@@ -253,11 +253,11 @@ def _prepare(name, float_model, split, *, config, batch, out_dir):
     return m
 
 
-def _measure(m, golden, chip, backend, y_test):
+def _measure(m, golden, chip, y_test):
     """The numbers of one model from its golden and chip runs."""
     from .compiler.report import build_report
-    graph, n = m["graph"], sum(1 for _ in chip) * m["batch"]
-    n = min(n, m["images"])
+    graph = m["graph"]
+    n = min(len(chip) * m["batch"], m["images"])
     golden_q = _joined(graph, golden, m["images"])
     chip_q = _joined(graph, chip, n)
     ort_q = m["ort_q"][:n]
@@ -389,7 +389,7 @@ def run_demo(backend="verilator", config=None, out_dir="build/demo", batch=64, q
 
     results = {}
     for name, m in prepared.items():
-        r = results[name] = _measure(m, golden[name], chip[name], backend, y_test)
+        r = results[name] = _measure(m, golden[name], chip[name], y_test)
         if backend != "golden":
             r["timings"]["chip_all_models"] = chip_seconds
         _say(f"\n{name} ({r['chip_images']} test images on the chip, {backend})")
