@@ -2,6 +2,8 @@
 int8 forms keep it, and (once compiled) the chip's golden model classifies
 like ONNX Runtime."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -61,6 +63,9 @@ def test_demo_on_golden_backend(trained, capsys):
     assert "bit-exact" in out and "inferences/s at 100 MHz" in out
     assert (tmp_path / "demo.png").stat().st_size > 10_000
     assert (tmp_path / "digits_cnn_int8.onnx").exists()
+    saved = json.loads((tmp_path / "demo.json").read_text())
+    assert saved["models"]["cnn"]["chip_accuracy"] == result["models"]["cnn"]["chip_accuracy"]
+    assert saved["models"]["cnn"]["report"]["layers"]
     for name, r in result["models"].items():
         print(name, {k: v for k, v in r.items() if isinstance(v, (int, float, bool))})
         assert r["images"] == r["chip_images"] == 40 and r["batch"] in (16, 8, 4, 2, 1)

@@ -319,12 +319,15 @@ def _save_png(path, results, x_test, backend):
                title=f"{name}: {100 * r['chip_accuracy']:.1f}% on {r['chip_images']} test digits\n"
                      f"({backend}; ONNX Runtime int8 {100 * r['ort_accuracy']:.1f}%)")
         ax = fig.add_subplot(grid[1, i])
-        layers = [row for row in r["layers"] if row[1] == "chip"]
-        ax.barh([row[0] for row in layers][::-1], [row[2] / r["chip_images"] for row in layers][::-1],
-                color="tab:orange")
+        rows = [row for row in r["report"].rows if row.where == "chip"][::-1]
+        per_inference = [row.cycles / r["chip_images"] for row in rows]
+        bars = ax.barh([row.name for row in rows], per_inference, color="tab:orange")
+        ax.bar_label(bars, [f"MXU {100 * row.utilisation:.0f}%" for row in rows], padding=3,
+                     fontsize=8)
+        ax.set_xlim(0, 1.25 * max(per_inference, default=1))
         ax.set(xlabel="cycles per inference",
                title=f"{name}: {r['cycles_per_inference']:.0f} cycles/inference, "
-                     f"MXU {100 * r['mxu_utilisation']:.0f}% busy")
+                     f"MXU utilisation {100 * r['mxu_utilisation']:.0f}%")
     # A few digits with the CNN's (or the last model's) predictions.
     name = "cnn" if "cnn" in results else names[-1]
     r = results[name]
@@ -409,7 +412,20 @@ def run_demo(backend="verilator", config=None, out_dir="build/demo", batch=64, q
     png = out_dir / "demo.png"
     _save_png(png, results, split[1], backend)
     elapsed = time.perf_counter() - started
-    _say(f"\nsaved {png}; the demo took {elapsed:.0f} s")
     ok = all(r["chip_equals_golden"] and r["golden_equals_reference"] for r in results.values())
+    _save_json(out_dir / "demo.json", results, backend, config, elapsed)
+    _say(f"\nsaved {png} and {out_dir / 'demo.json'}; the demo took {elapsed:.0f} s")
     return {"backend": backend, "config": config, "models": results, "png": str(png),
             "seconds": elapsed, "ok": ok}
+
+
+def _save_json(path, results, backend, config, seconds):
+    """The printed numbers and each model's per-layer report, as JSON."""
+    import json
+    models = {}
+    for name, r in results.items():
+        numbers = {k: v for k, v in r.items() if isinstance(v, (bool, int, float, dict))}
+        numbers["report"] = r["report"].to_json()
+        models[name] = numbers
+    path.write_text(json.dumps({"backend": backend, "config": config.to_dict(),
+                                "seconds": seconds, "models": models}, indent=1, default=float))
