@@ -64,9 +64,9 @@ class Progress:
         self.done = done
         filled = round(self.width * done / self.total)
         elapsed = time.perf_counter() - self.started
-        self.stream.write(f"{chr(13) if self.tty else ''}  {self.label} "
-                          f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} "
-                          f"{elapsed:.0f} s{'' if self.tty else chr(10)}")
+        start, end = ("\r", "") if self.tty else ("", "\n")
+        self.stream.write(f"{start}  {self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
+                          f"{done}/{self.total} {elapsed:.0f} s{end}")
         self.stream.flush()
 
     def close(self):
