@@ -201,6 +201,21 @@ def _joined(graph, results, samples):
     return out.reshape(samples, -1).astype(np.int64)
 
 
+def _simulation_built(simulator, config):
+    """Whether a model of the whole chip for `config` was built for
+    `simulator` (the harness rebuilds it anyway if its Verilog changed)."""
+    import json
+    from .hdl.verilog import CHIP_NAME
+    from .sim.harness import BUILD_ROOT
+    for stamp in (BUILD_ROOT / "sim" / simulator).glob(f"{CHIP_NAME}-{config.name}-*/built.stamp"):
+        try:
+            if json.loads(stamp.read_text()) == config.to_dict():
+                return True
+        except ValueError:
+            pass
+    return False
+
+
 def _compile(graph, config, batch):
     """Compile for `batch`, or the largest power-of-two fraction of it whose
     layers fit the chip's memories; (compiled, batch)."""
@@ -385,6 +400,8 @@ def run_demo(backend="verilator", config=None, out_dir="build/demo", batch=64, q
     if backend == "golden":
         chip = {n: r[:1] for n, r in golden.items()} if quick else golden
     else:
+        if not _simulation_built(backend, config):
+            _say(f"building the chip's {backend} model (once per configuration; a few minutes)")
         t = time.perf_counter()
         chip = _run_on_chip({n: (m["compiled"], m["chunks"][:1] if quick else m["chunks"])
                              for n, m in prepared.items()}, backend, f"{backend} RTL of the chip")
