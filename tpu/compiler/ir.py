@@ -19,7 +19,10 @@ Conventions
   multiplier ``input_scale * weight_scale[n] / output_scale`` turned into the
   chip's (multiplier, shift) by `tpu.sim.activation_model.quantize_multiplier`
   (TFLite's integer rounding), computed from float64 products of the stored
-  float32 scales (`requant_multipliers`).
+  float32 scales (`requant_multipliers`; TFLite's convolutions and
+  FULLY_CONNECTED compute it so too). A matrix layer's ``rounding`` is
+  "double" (the chip's MultiplyByQuantizedMultiplier) or "single" (TFLite's
+  int8 FULLY_CONNECTED rounds once; the chip has no such mode yet).
 * **Fused activations** (`Activation`) act in the output's quantized domain:
   ``relu`` is ``max(q, zero_point)``, ``clamp`` clamps to quantized bounds,
   ``sigmoid``/``tanh`` map the requantized value (in `Activation.pre`, the
@@ -144,6 +147,12 @@ def _per_channel(name, what, values, n, dtype):
     return values
 
 
+def _check_requant(layer):
+    if layer.rounding not in ROUNDINGS:
+        raise IRError(f"layer {layer.name!r}: rounding {layer.rounding!r} is not one of "
+                      f"{', '.join(ROUNDINGS)}")
+
+
 @dataclass
 class Dense:
     """``out[n] = act(requant(sum_k (x[k] - zx) * weight[k, n] + bias[n]))``.
@@ -160,12 +169,14 @@ class Dense:
     weight_scale: np.ndarray
     bias: np.ndarray = None
     activation: Activation = field(default_factory=Activation)
+    rounding: str = "double"
 
     def __post_init__(self):
         self.weight = _weights(self.name, self.weight, 2)
         n = self.weight.shape[1]
         self.weight_scale = _per_channel(self.name, "weight_scale", self.weight_scale, n, np.float64)
         self.bias = _per_channel(self.name, "bias", 0 if self.bias is None else self.bias, n, np.int64)
+        _check_requant(self)
 
     @property
     def inputs(self):
@@ -191,8 +202,10 @@ class Conv2D:
     stride: tuple = (1, 1)
     padding: tuple = (0, 0, 0, 0)
     activation: Activation = field(default_factory=Activation)
+    rounding: str = "double"
 
     def __post_init__(self):
+        _check_requant(self)
         self.weight = _weights(self.name, self.weight, 4)
         n = self.weight.shape[3]
         self.weight_scale = _per_channel(self.name, "weight_scale", self.weight_scale, n, np.float64)
@@ -251,15 +264,29 @@ class GlobalAvgPool:
         return [self.input]
 
 
+ADD_SEMANTICS = ("onnx", "tflite")
+
+
 @dataclass
 class Add:
     """Element-wise sum of two quantized tensors of one shape, requantized to
-    the output, then ``activation``."""
+    the output, then ``activation``.
+
+    ``semantics`` says whose integer arithmetic it follows: "onnx" (ONNX
+    Runtime's float32 dequantize-add-quantize) or "tflite" (TFLite's int8 ADD:
+    inputs shifted left by 20, each rescaled by its own multiplier, summed,
+    rescaled to the output)."""
     name: str
     a: str
     b: str
     output: str
     activation: Activation = field(default_factory=Activation)
+    semantics: str = "onnx"
+
+    def __post_init__(self):
+        if self.semantics not in ADD_SEMANTICS:
+            raise IRError(f"layer {self.name!r}: add semantics {self.semantics!r} is not one of "
+                          f"{', '.join(ADD_SEMANTICS)}")
 
     @property
     def inputs(self):
@@ -391,6 +418,13 @@ class Graph:
             if o.tensor not in written:
                 raise IRError(f"{self.source}: output {o.model_name!r} is never computed")
         return self
+
+
+#: how a matrix layer's requantization rounds: "double" is the chip's (and
+#: TFLite's reference convolutions'): gemmlowp's SaturatingRoundingDoublingHighMul
+#: then RoundingDivideByPOT; "single" rounds ``acc * m / 2**(31 - shift)`` once,
+#: half up (ruy's, which TFLite's int8 FULLY_CONNECTED uses)
+ROUNDINGS = ("double", "single")
 
 
 def requant_multipliers(input_quant, weight_scale, output_quant):

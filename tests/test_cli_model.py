@@ -1,0 +1,190 @@
+"""The model commands: tpu compile, tpu run, tpu disasm of a compiled model,
+through `tpu.cli_model.main`."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from tpu import cli_model
+from tpu.compiler import zoo
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    """A quantized 12-16-5 MLP and a calibration/input set."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(40, 12)).astype(np.float32)
+    model = zoo.quantize(zoo.mlp([12, 16, 5], seed=3), x)
+    path = tmp_path_factory.mktemp("models") / "mlp.onnx"
+    onnx.save(model, str(path))
+    data = path.parent / "x.npy"
+    np.save(data, x[:7])
+    return path, data, x[:7]
+
+
+def has_backend():
+    try:
+        import tpu.compiler.backend       # noqa: F401
+        import tpu.compiler.execute       # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_backend = pytest.mark.skipif(not has_backend(), reason="the back end is not built yet")
+
+
+def test_run_reference_writes_outputs_and_json(model_file, tmp_path, capsys):
+    path, data, x = model_file
+    out, report = tmp_path / "y.npy", tmp_path / "r.json"
+    assert cli_model.main(["run", str(path), "--input", str(data), "--output", str(out),
+                           "--backend", "reference", "--json", str(report)]) == 0
+    y = np.load(out)
+    (want,) = zoo.ort_run(onnx.load(str(path)), x)
+    assert y.shape == want.shape == (7, 5) and y.dtype == np.float32
+    # The chip's integer arithmetic is within a step of ONNX Runtime's.
+    step = np.abs(np.diff(np.unique(want))).min() if np.unique(want).size > 1 else 1
+    assert np.abs(y - want).max() <= step * 1.01
+    assert json.loads(report.read_text())["samples"] == 7
+    assert "7 inferences on the reference interpreter" in capsys.readouterr().out
+
+
+def test_run_accepts_float64_and_a_single_sample(model_file, tmp_path):
+    path, _, x = model_file
+    one = tmp_path / "one.npy"
+    np.save(one, x[0].astype(np.float64))
+    out = tmp_path / "y.npy"
+    assert cli_model.main(["run", str(path), "--input", str(one), "--output", str(out),
+                           "--backend", "reference"]) == 0
+    assert np.load(out).shape == (1, 5)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "{model}", "--input", "{missing}", "--backend", "reference"], "cannot read"),
+    (["run", "{bad_shape}", "--input", "{data}", "--backend", "reference"], "expected a .onnx, .tflite, .tpu"),
+    (["run", "{model}", "--input", "{wrong}", "--backend", "reference"],
+     r"input 'x': shape \(7, 11\) where the model expects \(N, 12\)"),
+    (["run", "{model}", "--input", "{data}", "--backend", "fpga"], "invalid choice"),
+    (["run", "{model}", "--input", "{data}", "--batch", "0"], "positive integer"),
+    (["run", "{model}", "--input", "{data}", "--clock-mhz", "-1"], "positive number"),
+    (["run", "{model}", "--input", "{data}", "--rows", "0"], "rows"),
+    (["run", "{garbage}", "--input", "{data}", "--backend", "reference"], "garbage.onnx"),
+    (["compile", "{data}"], "expected a .onnx, .tflite model file"),
+    (["disasm", "{missing}"], "no such file"),
+])
+def test_bad_input_exits_2_with_one_line(model_file, tmp_path, capsys, argv, message):
+    path, data, x = model_file
+    np.save(tmp_path / "wrong.npy", x[:, :11])
+    (tmp_path / "garbage.onnx").write_bytes(b"not a model")
+    names = {"model": path, "data": data, "missing": tmp_path / "nothing.npy",
+             "bad_shape": tmp_path / "m.txt", "wrong": tmp_path / "wrong.npy",
+             "garbage": tmp_path / "garbage.onnx"}
+    (tmp_path / "m.txt").write_text("")
+    assert cli_model.main([a.format(**names) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tpu: error:") and "\n" not in err
+    assert __import__("re").search(message, err), err
+
+
+@needs_backend
+def test_compile_then_run_and_disasm(model_file, tmp_path, capsys):
+    path, data, x = model_file
+    compiled = tmp_path / "mlp.tpu"
+    assert cli_model.main(["compile", str(path), "-o", str(compiled), "--batch", "4"]) == 0
+    assert compiled.exists()
+    capsys.readouterr()
+    out_chip, out_ref = tmp_path / "chip.npy", tmp_path / "ref.npy"
+    report = tmp_path / "r.json"
+    assert cli_model.main(["run", str(compiled), "--input", str(data), "--output", str(out_chip),
+                           "--json", str(report)]) == 0
+    table = capsys.readouterr().out
+    assert "inferences/s at 100 MHz" in table and "util" in table
+    assert cli_model.main(["run", str(path), "--input", str(data), "--output", str(out_ref),
+                           "--backend", "reference"]) == 0
+    assert (np.load(out_chip) == np.load(out_ref)).all()
+    data_json = json.loads(report.read_text())
+    assert data_json["samples"] == 7 and data_json["total"]["cycles"] > 0
+    capsys.readouterr()
+    assert cli_model.main(["disasm", str(compiled)]) == 0
+    text = capsys.readouterr().out
+    assert "mmc" in text and "halt" in text
+    # A compiled model keeps its chip: other options are an error.
+    assert cli_model.main(["run", str(compiled), "--input", str(data), "--rows", "4",
+                           "--cols", "4"]) == 2
+    assert "compiled for" in capsys.readouterr().err
+
+
+@needs_backend
+def test_chip_fault_exits_1_with_one_line(model_file, monkeypatch, capsys):
+    from tpu.compiler import session
+    from tpu.driver import ChipFault
+    from tpu.isa import Fault
+
+    async def faulting(device, compiled, inputs, profile=True):
+        raise ChipFault(Fault.UB_RANGE, 3, "act acc=0, ub=9999, rows=1")
+
+    monkeypatch.setattr(session, "_execute", faulting)
+    path, data, _ = model_file
+    assert cli_model.main(["run", str(path), "--input", str(data)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tpu: error:") and "UB_RANGE" in err and "\n" not in err
+
+
+def two_input_graph():
+    from tpu.compiler import ir
+    from tpu.compiler.ir import QuantType
+    rng = np.random.default_rng(8)
+    q = QuantType(0.05, 2)
+    tensors = {n: ir.Tensor(n, (6,), q) for n in ("a", "b", "h", "y")}
+    layers = [ir.Dense("fc", "a", "h", rng.integers(-60, 60, (6, 6)).astype(np.int8), 0.02),
+              ir.Add("sum", "h", "b", "y", ir.Activation("relu"))]
+    inputs = [ir.GraphInput(n, n.upper(), (None, 6), np.dtype(np.float32), "nc") for n in "ab"]
+    outputs = [ir.GraphOutput("y", "Y", (None, 6), np.dtype(np.float32), "nc"),
+               ir.GraphOutput("h", "H", (None, 6), np.dtype(np.int8), "nc")]
+    return ir.Graph(tensors, layers, inputs, outputs, "two").validate()
+
+
+@needs_backend
+def test_several_inputs_and_outputs_through_npz(tmp_path, capsys):
+    from tpu.compiler.session import InferenceSession
+    graph = two_input_graph()
+    InferenceSession(graph, batch=2).compiled.save(tmp_path / "two.tpu")
+    rng = np.random.default_rng(1)
+    feeds = {"A": rng.normal(size=(3, 6)), "B": rng.normal(size=(3, 6))}
+    np.savez(tmp_path / "in.npz", **feeds)
+    assert cli_model.main(["run", str(tmp_path / "two.tpu"), "--input", str(tmp_path / "in.npz"),
+                           "--output", str(tmp_path / "out.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as out:
+        got = {k: out[k] for k in out.files}
+    want = InferenceSession(graph, backend="reference").run(
+        None, {k: v.astype(np.float32) for k, v in feeds.items()})
+    assert sorted(got) == ["H", "Y"] and got["H"].dtype == np.int8
+    assert (got["Y"] == want[0]).all() and (got["H"] == want[1]).all()
+    # One .npy cannot hold two inputs or two outputs.
+    np.save(tmp_path / "a.npy", feeds["A"])
+    assert cli_model.main(["run", str(tmp_path / "two.tpu"), "--input",
+                           str(tmp_path / "a.npy")]) == 2
+    assert "give them in an .npz file" in capsys.readouterr().err
+    assert cli_model.main(["run", str(tmp_path / "two.tpu"), "--input", str(tmp_path / "in.npz"),
+                           "--output", str(tmp_path / "out.npy")]) == 2
+    assert "write them to an .npz file" in capsys.readouterr().err
+
+
+@needs_backend
+def test_tflite_model_compiles_and_runs(tmp_path):
+    pytest.importorskip("tflite")
+    from test_tflite_frontend import fc_model
+    path = tmp_path / "fc.tflite"
+    path.write_bytes(fc_model(np.random.default_rng(3), quantize_edges=True))
+    x = np.random.default_rng(4).normal(size=(5, 2, 2, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert cli_model.main(["compile", str(path), "-o", str(tmp_path / "fc.tpu"),
+                           "--batch", "2"]) == 0
+    for model, backend, out in ((tmp_path / "fc.tpu", "golden", "chip.npy"),
+                                (path, "reference", "ref.npy")):
+        assert cli_model.main(["run", str(model), "--input", str(tmp_path / "x.npy"),
+                               "--output", str(tmp_path / out), "--backend", backend]) == 0
+    chip, ref = np.load(tmp_path / "chip.npy"), np.load(tmp_path / "ref.npy")
+    assert chip.shape == (5, 5) and (chip == ref).all()

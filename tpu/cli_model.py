@@ -1,0 +1,359 @@
+"""The model commands of the ``tpu`` command line.
+
+tpu compile MODEL(.onnx|.tflite) -o OUT.tpu [--batch N] [config options]
+tpu run MODEL(.onnx|.tflite|.tpu) --input X.npy --output Y.npy [--backend B] [--batch N]
+        [--json FILE]
+tpu disasm MODEL.tpu          (`disassemble_model`, for the disasm command)
+
+`add_model_commands(subparsers, add_config_options)` adds ``compile`` and
+``run`` to the ``tpu`` parser. Bad input (files, names, shapes, models the
+compiler cannot take, options) raises ``tpu.cli.CommandError`` (exit status
+2); a chip that faults or times out raises a subclass of it (`chip_failure`)
+whose ``exit_status`` is 1. `main(argv)` runs the commands on their own.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .config import ConfigError, TPUConfig
+
+
+__all__ = ["add_model_commands", "cmd_compile", "cmd_run", "disassemble_model", "is_model_file",
+           "chip_failure", "main"]
+
+
+_chip_failure = []
+
+
+def chip_failure(message):
+    """A ``ChipFailure``: a ``tpu.cli.CommandError`` (printed as one line)
+    whose ``exit_status`` is 1, for a chip that faulted or timed out. The
+    class is made on first use: ``tpu.cli`` imports this module."""
+    if not _chip_failure:
+        from .cli import CommandError
+
+        class ChipFailure(CommandError):
+            """The chip faulted or timed out while running a model."""
+            exit_status = 1
+        _chip_failure.append(ChipFailure)
+    return _chip_failure[0](message)
+
+
+def _command_error(message):
+    from .cli import CommandError
+    return CommandError(message)
+
+
+def _config(args, required=False):
+    """The TPUConfig the options give, or None when none is given (and not `required`)."""
+    values = {name: getattr(args, name) for name in TPUConfig.field_names()
+              if getattr(args, name, None) is not None}
+    if not values and not required:
+        return None
+    try:
+        return TPUConfig(**values)
+    except (ConfigError, TypeError) as error:
+        raise _command_error(str(error)) from None
+
+
+def _user_errors():
+    """The exceptions that mean bad input rather than a broken chip."""
+    from .compiler.ir import IRError
+    from .compiler.errors import CompileError
+    return (ValueError, TypeError, OSError, KeyError, IRError, CompileError)
+
+
+def _session(args, model, config, batch):
+    from .compiler.session import InferenceSession
+    options = {}
+    if getattr(args, "seed", None) is not None:
+        options["seed"] = args.seed
+    try:
+        return InferenceSession(model, backend=getattr(args, "backend", "golden"), config=config,
+                                batch=batch, **options)
+    except _user_errors() as error:
+        message = _one_line(error)
+        raise _command_error(message if Path(model).name in message else f"{model}: {message}") \
+            from None
+
+
+def _one_line(error):
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+def _model_path(text, suffixes):
+    path = Path(text)
+    if path.suffix not in suffixes:
+        raise _command_error(f"{path}: expected a {', '.join(suffixes)} model file")
+    if not path.is_file():
+        raise _command_error(f"{path}: no such file")
+    return path
+
+
+# compile ------------------------------------------------------------------------------------
+
+def cmd_compile(args):
+    model = _model_path(args.model, (".onnx", ".tflite"))
+    output = Path(args.output) if args.output else model.with_suffix(".tpu")
+    config = _config(args, required=True)
+    session = _session(argparse.Namespace(backend="golden"), model, config, args.batch)
+    compiled = session.compiled
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        compiled.save(output)
+    except OSError as error:
+        raise _command_error(f"cannot write {output}: {error.strerror}") from None
+    describe = getattr(compiled, "describe", None)
+    if describe is not None:
+        print(describe())
+    print(f"wrote {output} for {config.name}, batch {compiled.batch}", file=sys.stderr)
+    return 0
+
+
+# run ----------------------------------------------------------------------------------------
+
+def _load_array(path):
+    try:
+        data = np.load(path, allow_pickle=False)
+    except OSError as error:
+        raise _command_error(f"cannot read {path}: {error.strerror or _one_line(error)}") \
+            from None
+    except ValueError:
+        # numpy's reason (e.g. "contains pickled data") misleads for a file of text or junk
+        raise _command_error(f"cannot read {path}: not a numpy .npy or .npz array file "
+                             f"(object arrays are not accepted)") from None
+    if isinstance(data, np.lib.npyio.NpzFile):
+        with data:
+            return {name: data[name] for name in data.files}
+    return data
+
+
+def _as_model_dtype(name, value, spec_shape, dtype):
+    """A CLI convenience onnxruntime does not offer: cast what ``np.save``
+    wrote (float64, int64) to the model's dtype, and add a missing batch axis."""
+    value = np.asarray(value)
+    dtype = np.dtype(dtype)
+    if spec_shape and value.ndim == len(spec_shape) - 1:
+        value = value[None]
+    if value.dtype == dtype:
+        return value
+    if dtype.kind == "f" and value.dtype.kind in "fiub":
+        return value.astype(dtype)
+    if dtype.kind in "iu" and value.dtype.kind in "iub":
+        info = np.iinfo(dtype)
+        if value.size and (value.min() < info.min or value.max() > info.max):
+            raise _command_error(f"input {name!r}: values outside {dtype} "
+                                 f"({info.min}..{info.max})")
+        return value.astype(dtype)
+    raise _command_error(f"input {name!r}: {value.dtype} values for a {dtype} input")
+
+
+def _feeds(session, path):
+    data = _load_array(path)
+    specs = session.graph.inputs
+    if not isinstance(data, dict):
+        if len(specs) != 1:
+            names = ", ".join(s.model_name for s in specs)
+            raise _command_error(f"{path}: the model has inputs {names}; give them in an .npz "
+                                 f"file under these names")
+        data = {specs[0].model_name: data}
+    by_name = {s.model_name: s for s in specs}
+    return {name: _as_model_dtype(name, value, by_name[name].model_shape,
+                                  by_name[name].model_dtype) if name in by_name else value
+            for name, value in data.items()}
+
+
+def _save_outputs(path, names, values):
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".npz":
+            np.savez(path, **dict(zip(names, values)))
+        elif len(values) == 1:
+            np.save(path, values[0])
+        else:
+            raise _command_error(f"{path}: the model has {len(values)} outputs "
+                                 f"({', '.join(names)}); write them to an .npz file")
+    except OSError as error:
+        raise _command_error(f"cannot write {path}: {error.strerror}") from None
+
+
+def cmd_run(args):
+    from .driver import TpuError
+    model = _model_path(args.model, (".onnx", ".tflite", ".tpu"))
+    session = _session(args, model, _config(args), args.batch)
+    feeds = _feeds(session, args.input)
+    names = [o.name for o in session.get_outputs()]
+    from .compiler.session import SIMULATION_BACKENDS
+    if args.backend in SIMULATION_BACKENDS and sys.stderr.isatty():
+        session.progress = lambda done, total: print(
+            f"\r{args.backend}: {done}/{total} chunks", end="\n" if done == total else "",
+            file=sys.stderr, flush=True)
+    try:
+        outputs = session.run(None, feeds)
+    except TpuError as error:
+        raise chip_failure(f"{model} on {args.backend}: {_one_line(error)}") from None
+    except _user_errors() as error:
+        raise _command_error(_one_line(error)) from None
+    except RuntimeError as error:
+        if type(error).__name__ == "SimulatorMissing":     # not installed: the user's to fix
+            raise _command_error(_one_line(error)) from None
+        raise chip_failure(f"{model} on {args.backend}: {_one_line(error)}") from None
+    if args.output:
+        _save_outputs(args.output, names, outputs)
+    samples = next(iter(feeds.values())).shape[0]
+    if session.last_profile is not None:
+        result = session.report(clock_hz=args.clock_mhz * 1e6)
+        print(result.format_table())
+        data = result.to_json()
+    else:
+        print(f"{samples} inferences on the reference interpreter (no chip, no counters)")
+        data = {"samples": samples}
+    if args.json:
+        data["model"] = str(model)
+        data["backend"] = args.backend
+        try:
+            Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+        except OSError as error:
+            raise _command_error(f"cannot write {args.json}: {error.strerror}") from None
+    if args.output:
+        shapes = ", ".join(f"{n} {tuple(v.shape)} {v.dtype}" for n, v in zip(names, outputs))
+        print(f"wrote {args.output}: {shapes}", file=sys.stderr)
+    return 0
+
+
+# disasm -------------------------------------------------------------------------------------
+
+def is_model_file(path):
+    """True for a compiled model (``.tpu``), which `disassemble_model` prints."""
+    return Path(path).suffix == ".tpu"
+
+
+def disassemble_model(path):
+    """The text of a compiled model: its description and every program part's assembly."""
+    from .compiler.artifact import CompiledModel
+    path = Path(path)
+    if not path.is_file():
+        raise _command_error(f"{path}: no such file")
+    try:
+        compiled = CompiledModel.load(path)
+    except _user_errors() as error:
+        raise _command_error(f"{path}: {_one_line(error)}") from None
+    for name in ("disassemble", "disassembly"):
+        method = getattr(compiled, name, None)
+        if callable(method):
+            return method()
+    return compiled.describe()
+
+
+def cmd_disasm_model(args):
+    text = disassemble_model(args.file)
+    output = getattr(args, "output", None)
+    if output in (None, "-"):
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        try:
+            Path(output).write_text(text)
+        except OSError as error:
+            raise _command_error(f"cannot write {output}: {error.strerror}") from None
+    return 0
+
+
+# The parser -----------------------------------------------------------------------------------
+
+def _add_config_options(parser):
+    group = parser.add_argument_group("chip configuration")
+    for name in TPUConfig.field_names():
+        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, metavar="N",
+                           help=f"{TPUConfig.describe(name)}; default {getattr(TPUConfig(), name)}")
+
+
+def _positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return value
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
+    return value
+
+
+def add_model_commands(subparsers, add_config_options=_add_config_options):
+    """Add ``compile`` and ``run`` to the ``tpu`` parser's `subparsers`."""
+    p = subparsers.add_parser(
+        "compile", help="compile a quantized ONNX or TFLite model for a chip",
+        description="Import MODEL (a quantized .onnx file, QDQ or QOperator form, or an int8 "
+                    ".tflite file), compile it for the chip the options give and write the "
+                    "compiled model (.tpu).")
+    p.add_argument("model", metavar="MODEL", help="quantized .onnx or .tflite model")
+    p.add_argument("-o", "--output", metavar="OUT", help="compiled model (default: MODEL.tpu)")
+    p.add_argument("--batch", type=_positive, metavar="N",
+                   help="samples per chip run (default: the compiler's)")
+    add_config_options(p)
+    p.set_defaults(func=cmd_compile)
+
+    p = subparsers.add_parser(
+        "run", help="run a model on the chip and print its per-layer performance",
+        description="Run MODEL (.onnx or .tflite, compiled on the fly, or .tpu) on the inputs in X "
+                    "(.npy for a model of one input, .npz by input name; the batch first, model "
+                    "layout, e.g. NCHW) and print cycles, MXU utilisation and the counter "
+                    "breakdown per layer.")
+    p.add_argument("model", metavar="MODEL", help="quantized .onnx/.tflite or compiled .tpu model")
+    p.add_argument("--input", required=True, metavar="X", help="input array (.npy or .npz)")
+    p.add_argument("--output", metavar="Y", help="outputs to write (.npy, or .npz for several)")
+    p.add_argument("--backend", default="golden",
+                   choices=["golden", "icarus", "verilator", "reference"],
+                   help="golden model (default), RTL simulation, or the IR interpreter")
+    p.add_argument("--batch", type=_positive, metavar="N",
+                   help="samples per chip run when compiling (default: the compiler's)")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--clock-mhz", type=_positive_float, default=100.0, metavar="MHZ",
+                   help="chip clock for inferences per second (default 100)")
+    p.add_argument("--seed", type=int, help="simulation backends: host behaviour seed")
+    add_config_options(p)
+    p.set_defaults(func=cmd_run)
+
+
+def main(argv=None):
+    """Run one model command alone (``compile``, ``run``, ``disasm``); the exit status."""
+    from .cli import CommandError
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise CommandError(f"{message} (see '{self.prog} --help')")
+
+    parser = Parser(prog="tpu")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    add_model_commands(commands)
+    p = commands.add_parser("disasm", help="print a compiled model's programs")
+    p.add_argument("file", metavar="MODEL", help="compiled model (.tpu)")
+    p.add_argument("-o", "--output", metavar="OUT", help="text file to write (default: stdout)")
+    p.set_defaults(func=cmd_disasm_model)
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return args.func(args)
+    except CommandError as error:
+        print(f"tpu: error: {error}", file=sys.stderr)
+        return getattr(error, "exit_status", 2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""The back end: an IR `Graph` -> a `CompiledModel` for one chip configuration.
+
+`compile_graph(graph, config, batch=1)` runs the passes in order:
+
+1. `fuse.plan_layers`: chip layers (matrix layer + requantization,
+   activation and pooling in one ACT) and host steps;
+2. stored layouts (`layout.Layout`): each tensor padded for the
+   convolutions that read it;
+3. `tiling.weight_tiles`: the weight image; a layer whose tiles exceed weight
+   memory is split into parts by N tiles, and the runtime refills weight
+   memory between parts;
+4. `allocate.place_blocks`: unified-buffer rows for every tensor kept between
+   parts, and per part its tables; a tensor read from or written to host
+   memory that does not fit whole is streamed through a ring, and tensors
+   kept between parts that do not fit are spilled to host memory (written by
+   their producer, read back by each reader); a pooled output that feeds a
+   padded convolution is pooled unpadded and padded through host memory;
+5. `lower.lower_part` and `schedule.insert_weight_reads`: each part's
+   program (zero points folded into the biases by `fold`).
+"""
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..isa import Cfg, Halt, Ldl, Reg, Rhm, encode_program, ldl_rows, ldq_rows
+from ..sim.cycle_model import estimate_cycles
+from .allocate import Block, place_blocks
+from .artifact import ChipStep, CompiledModel, HostStep, TensorSpec
+from .errors import CompileError
+from .fuse import ChipLayer, plan_layers
+from .layout import Layout, as_image
+from .lower import PartAddresses, lower_part, ring_slots, useful_macs
+from .schedule import insert_weight_reads
+from .tiling import act_settings, lut, quant_tables, weight_tiles
+
+
+__all__ = ["compile_graph"]
+
+_ALIGN = 64
+
+
+def _check_config(config, batch):
+    if config.rows != config.cols:
+        raise CompileError(f"the compiler needs a square array (rows == cols): ACT writes a "
+                           f"result row of {config.cols} channels into a UB row of "
+                           f"{config.rows} bytes; this chip is {config.rows}x{config.cols}")
+    if config.acc_rows < 2:
+        raise CompileError(f"the compiler needs at least 2 accumulator rows, not {config.acc_rows}")
+    if not isinstance(batch, int) or batch < 1:
+        raise CompileError(f"batch must be a positive integer, not {batch!r}")
+
+
+def _parts(chip, config, batch):
+    """Weight tiles and the ``(n0, n1, k0, k1)`` ranges of the parts of
+    `chip`: N tiles as many as weight memory holds; a dense layer whose one
+    N tile needs more is also split by K tiles, its partial sums kept in the
+    accumulators from one part to the next (so the batch must fit them)."""
+    k_tiles, tiles = weight_tiles(chip, config)
+    nt, kt = tiles.shape[:2]
+    cap = config.weight_mem_tiles
+    if kt <= cap:
+        group = min(nt, cap // kt)
+        return k_tiles, tiles, [(n, min(n + group, nt), 0, kt) for n in range(0, nt, group)]
+    if chip.kind != "dense" or batch > config.acc_rows:
+        why = ("a convolution's K tiles cannot be split" if chip.kind != "dense" else
+               f"splitting K keeps the batch's sums in the accumulators, but batch {batch} "
+               f"exceeds their {config.acc_rows} rows")
+        raise CompileError(f"layer {chip.name!r}: one block of {config.cols} output channels "
+                           f"needs {kt} weight tiles; weight memory holds {cap} and {why}")
+    return k_tiles, tiles, [(n, n + 1, k, min(k + cap, kt)) for n in range(nt)
+                            for k in range(0, kt, cap)]
+
+
+def compile_graph(graph, config, batch=1):
+    """Compile `graph` for `config`, `batch` samples per program run."""
+    _check_config(config, batch)
+    graph.validate()
+    R = config.rows
+    plan, aliases = plan_layers(graph, config)
+
+    # Stored layouts: padded for the convolutions that read each tensor.
+    pads, im2col_of = {}, {}
+    for item in plan:
+        if isinstance(item, ChipLayer) and item.kind == "conv":
+            if item.im2col:
+                im2col_of[item.input] = (item.im2col, item.in_shape)
+            else:
+                old = pads.get(item.input, (0, 0, 0, 0))
+                pads[item.input] = tuple(max(a, b) for a, b in zip(old, item.padding))
+    layouts = {}
+
+    def layout_of(name):
+        if name not in layouts:
+            t = graph.tensor(name)
+            shape = im2col_of[name][1] if name in im2col_of else as_image(t.shape)
+            layouts[name] = Layout(*shape, lanes=R, batch=batch, pad=pads.get(name, (0, 0, 0, 0)),
+                                   fill=int(t.quant.zero_point), unsigned=bool(t.quant.unsigned))
+        return layouts[name]
+
+    # Steps: chip parts (weights split by N tiles) and host steps.
+    steps, image, mem_cursor = [], [], 0
+    for item in plan:
+        if not isinstance(item, ChipLayer):
+            steps.append(dict(kind="host", item=item))
+            continue
+        k_tiles, tiles, ranges = _parts(item, config, batch)
+        for n0, n1, k0, k1 in ranges:
+            part = tiles[n0:n1, k0:k1].reshape(-1, R, config.cols)
+            if mem_cursor + len(part) > config.weight_mem_tiles:
+                mem_cursor = 0
+            steps.append(dict(kind="chip", item=item, n=(n0, n1), k=(k0, k1), k_tiles=k_tiles,
+                              weights=(sum(len(t) for t in image), len(part)),
+                              mem_base=mem_cursor, split=len(ranges) > 1,
+                              tables=quant_tables(item, config)[n0:n1], lut=lut(item)))
+            image.append(part)
+            mem_cursor += len(part)
+
+    # Who produces and reads each stored tensor.
+    graph_inputs = {i.tensor for i in graph.inputs}
+    graph_outputs = {o.tensor for o in graph.outputs}
+    chip_prod, chip_cons, host_side = {}, {}, set(graph_inputs) | graph_outputs
+    for s, step in enumerate(steps):
+        item = step["item"]
+        if step["kind"] == "chip":
+            chip_cons.setdefault(item.input, []).append(s)
+            chip_prod.setdefault(item.output, []).append(s)
+        else:
+            host_side.update(item.inputs)
+            host_side.update(item.outputs)
+
+    # Pooled outputs that a padded layout would split into one windowed ACT
+    # per pooled row (79 decode cycles each) are pooled into an unpadded
+    # stage instead and laid out padded by their trip through host memory.
+    relayout = {step["item"].output for step in steps if step["kind"] == "chip"
+                and step["item"].pool is not None and step["item"].pool[0] != "global"
+                and step["item"].pool[1] == step["item"].pool[2]
+                and (layout_of(step["item"].output).pad[1] or layout_of(step["item"].output).pad[3])}
+
+    def ub_layout(t, key):
+        lay = layout_of(t)
+        return replace(lay, pad=(0, 0, 0, 0)) if key[0] == "out" and t in relayout else lay
+
+    q_rows, l_rows = ldq_rows(config), ldl_rows(config)
+    for step in steps:
+        if step["kind"] == "chip":
+            step["slots"] = ring_slots(step["item"], batch, config)
+
+    streamed = set()        # keys of in/out blocks that hold a ring, not the whole tensor
+
+    def ring_rows(key, t, s):
+        lay = ub_layout(t, key)
+        return lay.blocks * min(batch, steps[s]["slots"]) * lay.sample_stride if key in streamed \
+            else lay.rows
+
+    def blocks_for(spilled):
+        blocks = {}
+        for s, step in enumerate(steps):
+            if step["kind"] == "chip":
+                rows = len(step["tables"]) * q_rows + (l_rows if step["lut"] else 0)
+                blocks[("tables", s)] = Block(("tables", s), rows, s, s)
+        for t in sorted(set(chip_prod) | set(chip_cons)):
+            rows = layout_of(t).rows
+            prod, cons = chip_prod.get(t, []), chip_cons.get(t, [])
+            # Kept in the UB whole: from its producer to its last reader, or,
+            # read from host memory by several parts, from the first on.
+            if t not in spilled | relayout and ((prod and cons) or len(set(cons)) > 1):
+                blocks[("res", t)] = Block(("res", t), rows, min(prod + cons), max(prod + cons), t)
+                continue
+            # Streamed through a ring of a few M tiles' samples.
+            if prod:
+                key = ("out", t)
+                blocks[key] = Block(key, ring_rows(key, t, prod[0]), min(prod), max(prod))
+            for c in cons:
+                key = ("in", t, c)
+                blocks[key] = Block(key, ring_rows(key, t, c), c, c)
+        return blocks
+
+    spilled = set()
+    while True:
+        blocks = blocks_for(spilled)
+        bad = place_blocks(list(blocks.values()), config.ub_rows)
+        if bad is None:
+            break
+        # Stream the block that does not fit, if it can be; else spill the
+        # largest tensor kept across the parts there; else stream another
+        # block of those parts.
+        if bad.key[0] in ("in", "out") and bad.key not in streamed:
+            streamed.add(bad.key)
+            continue
+        at = [b for b in blocks.values() if b.start <= bad.end and bad.start <= b.end]
+        live = [b for b in at if b.tensor and b.start < b.end and b.tensor not in spilled]
+        if live:
+            spilled.add(max(live, key=lambda b: b.rows).tensor)
+            continue
+        ring = [b for b in at if b.key[0] in ("in", "out") and b.key not in streamed]
+        if ring:
+            streamed.add(max(ring, key=lambda b: b.rows).key)
+            continue
+        need = sum(b.rows for b in blocks.values() if b.start <= bad.start <= b.end)
+        raise CompileError(f"layer {steps[bad.start]['item'].name!r}: its input, output and "
+                           f"tables need {need} unified-buffer rows at once; the unified "
+                           f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
+                           f"may fit)")
+    host_side |= spilled | relayout
+
+    # The host region: constants, then tensors kept in host memory.
+    host = bytearray()
+
+    def put(data):
+        host.extend(bytes(-len(host) % _ALIGN))
+        offset = len(host)
+        host.extend(data)
+        return offset
+
+    for step in steps:
+        if step["kind"] == "chip":
+            data = b"".join(step["tables"])
+            if step["lut"]:
+                data += step["lut"].ljust(l_rows * R, b"\0")
+            step["tables_host"] = put(data)
+    fills = {}
+    for t in chip_prod:
+        lay = layout_of(t)
+        runs = [n for j in range(lay.blocks) for _, n in lay.pad_runs(j)]
+        if runs:
+            byte = lay.fill & 0xFF
+            fills[byte] = max(fills.get(byte, 0), max(runs))
+    fill_host = {byte: put(bytes([byte]) * (rows * R)) for byte, rows in sorted(fills.items())}
+    host_off = {}
+    for t in sorted(relayout):      # padding rows hold the fill value from the start
+        lay = layout_of(t)
+        host_off[t] = put(bytes([lay.fill & 0xFF]) * lay.nbytes)
+    constants = bytes(host)
+    for t in sorted(host_side - relayout):
+        host_off[t] = put(bytes(0))
+        host.extend(bytes(layout_of(t).nbytes))
+    host_size = max(len(host), _ALIGN)
+
+    # Programs.
+    out_steps = []
+    for s, step in enumerate(steps):
+        item = step["item"]
+        if step["kind"] == "host":
+            out_steps.append(HostStep(
+                name=item.name, layer=item.layer.name,
+                inputs=[(t, host_off[t], layout_of(t)) for t in item.inputs],
+                outputs=[(t, host_off[t], layout_of(t)) for t in item.outputs]))
+            continue
+        out_steps.append(_chip_step(s, step, item, config, batch, blocks, layout_of, host_off,
+                                    fill_host, chip_prod, host_side, streamed, ub_layout))
+
+    weights = (np.concatenate(image) if image
+               else np.zeros((0, R, config.cols), dtype=np.int8)).astype(np.int8)
+    host_layers = {s.layer: _layer(graph, s.layer) for s in out_steps if isinstance(s, HostStep)}
+
+    def spec(g, kind):
+        t = graph.tensor(g.tensor)
+        return TensorSpec(tensor=g.tensor, shape=t.shape, quant=t.quant, model_name=g.model_name,
+                          model_shape=tuple(g.model_shape), model_dtype=str(np.dtype(g.model_dtype)),
+                          model_layout=g.layout, storage=layout_of(g.tensor),
+                          host_offset=host_off[g.tensor],
+                          im2col=im2col_of[g.tensor][0] if kind == "in" and g.tensor in im2col_of
+                          else None)
+
+    notes = [f"tensor {t!r} spilled to host memory" for t in sorted(spilled)]
+    notes += [f"tensor {k[1]!r} streamed through the unified buffer "
+              f"({'written by' if k[0] == 'out' else 'read by'} {steps[blocks[k].start]['item'].name!r})"
+              for k in sorted(streamed, key=str)]
+    return CompiledModel(config=config, batch=batch,
+                         inputs=[spec(g, "in") for g in graph.inputs],
+                         outputs=[spec(g, "out") for g in graph.outputs],
+                         steps=out_steps, weights=weights, host_size=host_size,
+                         constants=constants, tensors=dict(graph.tensors),
+                         host_layers=host_layers, source=graph.source, notes=notes)
+
+
+def _layer(graph, name):
+    for layer in graph.layers:
+        if layer.name == name:
+            return layer
+    raise CompileError(f"no layer named {name!r}")
+
+
+def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_host,
+               chip_prod, host_side, streamed, ub_layout):
+    """The `ChipStep` of part `s`: tables, activation registers, the lowered
+    layer, HALT; RWs scheduled; its cycle estimate."""
+    n0, n1 = step["n"]
+    inl, outl = layout_of(chip.input), layout_of(chip.output)
+    pre = []
+    # The input: resident since an earlier part, or read from host memory now.
+    ring_in = ring_out = None
+    if ("in", chip.input, s) in blocks:
+        in_block = blocks[("in", chip.input, s)]
+        load = True
+        ring_in = step["slots"] if ("in", chip.input, s) in streamed else None
+    else:
+        in_block = blocks[("res", chip.input)]
+        load = chip.input not in chip_prod and in_block.start == s
+    tables = blocks[("tables", s)]
+    pre.append(Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"]))
+    if step["lut"]:
+        pre.append(Ldl(ub=tables.base + len(step["tables"]) * ldq_rows(config)))
+    zero, low, high, _ = act_settings(chip)
+    pre += [Cfg(reg=Reg.OUT_ZERO_POINT, value=zero), Cfg(reg=Reg.CLAMP_MIN, value=low),
+            Cfg(reg=Reg.CLAMP_MAX, value=high)]
+    out_block = blocks.get(("res", chip.output))
+    if out_block is None:
+        out_block = blocks[("out", chip.output)]
+        ring_out = step["slots"] if ("out", chip.output) in streamed else None
+    out_host_layout = outl
+    outl = ub_layout(chip.output, out_block.key)
+    k0, k1 = step["k"]
+    body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), k_range=(k0, k1), addr=PartAddresses(
+        inl, in_block.base, outl, out_block.base, tables.base, step["mem_base"],
+        out_host_layout=out_host_layout,
+        in_host=host_off[chip.input] if load else None,
+        out_host=host_off[chip.output] if chip.output in host_side else None,
+        fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,
+        in_slots=ring_in, out_slots=ring_out))
+    post = [Halt()]
+    program = insert_weight_reads(pre + body + post, config)
+    nt = -(-chip.n_out // config.cols)
+    kt = len(step["k_tiles"])
+    name = chip.name + (f"[n{n0}:{n1}" + (f" k{k0}:{k1}" if k1 - k0 < kt else "") + "]"
+                        if step["split"] else "")
+    return ChipStep(name=name, layers=list(chip.layers), program=encode_program(program),
+                    weights=step["weights"], weight_base=step["mem_base"],
+                    estimated_cycles=int(estimate_cycles(config, program)["cycles"]),
+                    useful_macs=useful_macs(chip, batch) * (n1 - n0) * (k1 - k0) // (nt * kt))

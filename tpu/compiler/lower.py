@@ -1,0 +1,353 @@
+"""Pass: lower one chip layer (its N tiles ``n0 .. n1 - 1``) to MMC, LDQ and
+ACT instructions.
+
+Per N tile, per M tile: the MMCs of every K tile (the first overwrites, the
+rest ACCUMULATE; a convolution reads its taps with MMC's CONV addressing,
+a dense layer over an image one stored pixel per K tile), then the ACTs that
+requantize, activate and pool the tile into the output's stored layout.
+M tiles alternate between the two halves of the accumulators, and the ACTs
+of a tile are emitted after the MMCs of the next one, so the matrix unit
+runs on while the activation unit drains the previous tile (the sequencer
+interlocks on the rows, so this needs no NOPs). An MMC switches weights only
+when its tile differs from the one in the array.
+
+An input read from host memory is read tile by tile, one tile ahead, and an
+output written to host memory is written two tiles behind; when the tensor is
+streamed, its UB copy is a ring of two tiles' samples (`_Ring`). DMA
+instructions and ACTs are placed where their unit should be idle, since a
+waiting instruction would hold up the MMCs behind it.
+"""
+
+from dataclasses import dataclass, replace
+
+from ..isa import Act, Conv, Func, Ldq, Mmc, Pool, Rhm, Whm, ldq_rows
+from . import ir
+from .tiling import act_settings, m_tiles
+
+
+__all__ = ["PartAddresses", "lower_part", "ring_slots", "useful_macs"]
+
+
+_FUNC = {ir.ActivationKind.NONE: Func.NONE, ir.ActivationKind.RELU: Func.RELU,
+         ir.ActivationKind.CLAMP: Func.CLAMP, ir.ActivationKind.SIGMOID: Func.SIGMOID,
+         ir.ActivationKind.TANH: Func.TANH}
+
+
+@dataclass
+class PartAddresses:
+    """Where a part's data is: stored layouts and UB bases of its input and
+    output, the UB rows of its LDQ tables (one per N tile of the part), and
+    the weight-memory tile of its first (N tile, K tile)."""
+    in_layout: object
+    in_base: int
+    out_layout: object
+    out_base: int
+    tables_base: int
+    mem_base: int
+    in_host: int = None      # host offset to read the input from, tile by tile
+    out_host: int = None     # host offset to write the output to, tile by tile
+    fill_host: int = None    # host offset of fill rows for the output's padding
+    out_host_layout: object = None   # the output's layout in host memory, if not out_layout
+    in_slots: int = None     # samples of the input's ring in the UB (None: all)
+    out_slots: int = None    # samples of the output's ring in the UB (None: all)
+
+
+class _Ring:
+    """A stored layout whose UB copy holds only `slots` samples (None: every
+    sample, as stored). Output samples go to slot ``b % slots``; input
+    samples take the next group of slots when they are read in (`take`),
+    so a tile never reads in over the samples the tile before still uses."""
+
+    def __init__(self, layout, slots, group=1):
+        self.slots = slots if slots is not None and slots < layout.batch else None
+        self.layout = layout if self.slots is None else replace(layout, batch=self.slots)
+        self.group = group
+        self.taken = 0
+        self.where, self.holder = {}, {}
+
+    def take(self, samples):
+        first = (self.taken % (self.slots // self.group)) * self.group if self.slots else None
+        self.taken += 1
+        for i, b in enumerate(samples):
+            slot = b if first is None else first + i
+            self.where[b], self.holder[slot] = slot, b
+
+    def holds(self, b):
+        return b in self.where and self.holder.get(self.where[b]) == b
+
+    def slot(self, b):
+        if self.slots is None:
+            return b
+        return self.where.get(b, b % self.slots)
+
+    def row(self, b, y, x, j):
+        return self.layout.row(self.slot(b), y, x, j)
+
+    def __getattr__(self, name):
+        return getattr(self.layout, name)
+
+
+def _merge(pairs):
+    """(acc, ub) row pairs -> runs ``(acc, ub, rows)`` consecutive in both."""
+    runs = []
+    for acc, ub, n in pairs:
+        if runs and runs[-1][0] + runs[-1][2] == acc and runs[-1][1] + runs[-1][2] == ub:
+            runs[-1][2] += n
+        else:
+            runs.append([acc, ub, n])
+    return runs
+
+
+def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None):
+    """Instructions (switching MMCs as ``(Mmc, weight-memory tile)``) of N
+    tiles `n_range` of `chip`, K tiles `k_range` (default all; a part that
+    does not end K leaves its sums in the accumulators for the next, and
+    only the last activates)."""
+    n0, n1 = n_range
+    k0, k1 = k_range or (0, len(k_tiles))
+    finish = k1 == len(k_tiles)
+    region = config.acc_rows // 2
+    q_rows = ldq_rows(config)
+    _, _, _, unsigned_out = act_settings(chip)
+    func = _FUNC[chip.activation.kind]
+    # UB addressing goes through the ring (if any); host offsets use the
+    # full layouts.
+    in_full, out_full = addr.in_layout, addr.out_host_layout or addr.out_layout
+    tiles = m_tiles(chip, batch, config)
+    group = max(len(t.samples) for t in tiles)
+    inl = _Ring(in_full, addr.in_slots, group)
+    outl = _Ring(addr.out_layout, addr.out_slots)
+    unsigned_in = bool(chip.in_q.unsigned)
+    ow = chip.conv_out[1]
+    jobs = []
+    for n in range(n0, n1):
+        for mt in tiles:
+            jobs.append((n, mt))
+
+    current = [None]
+
+    def mmc(ub, rows, acc, accumulate, tile, conv):
+        ins = Mmc(ub=ub, rows=rows, acc=acc, accumulate=accumulate, switch=tile != current[0],
+                  unsigned=unsigned_in, conv=conv)
+        if ins.switch:
+            current[0] = tile
+            return (ins, tile)
+        return ins
+
+    def mmcs(index, n, mt):
+        base = (index % 2) * region
+        out = []
+        for k in range(k0, k1):
+            kt_ = k_tiles[k]
+            tile = addr.mem_base + (n - n0) * (k1 - k0) + k - k0
+            if chip.kind == "dense":
+                b0 = mt.samples[0]
+                rows = len(mt.samples)
+                ss = inl.sample_stride
+                conv = Conv(out_w=1, col_step=0, row_step=ss) if ss != 1 and rows > 1 else None
+                out.append(mmc(addr.in_base + inl.row(b0, kt_.y, kt_.x, kt_.j), rows, base,
+                               k > 0, tile, conv))
+                continue
+            sh, sw = chip.stride
+            pt, pl = chip.padding[0], chip.padding[1]
+            rps, cw = mt.rows_per_sample, mt.width
+            # Rows the tap reads consecutively (a 1x1 conv of an unpadded
+            # image) need no CONV addressing, and whole images one MMC.
+            dense_rows = sw == 1 and sh * inl.padded_w == cw
+            conv = None if dense_rows else Conv(out_w=cw, col_step=sw, row_step=sh * inl.padded_w)
+            runs = []
+            for si, b in enumerate(mt.samples):
+                ub = addr.in_base + inl.row(b, mt.r0 * sh + kt_.y - pt, mt.c0 * sw + kt_.x - pl,
+                                            kt_.j)
+                if dense_rows and runs and runs[-1][0] + runs[-1][1] == ub:
+                    runs[-1][1] += rps
+                else:
+                    runs.append([ub, rps, base + si * rps])
+            for ub, rows, acc in runs:
+                out.append(mmc(ub, rows, acc, k > 0, tile, conv))
+        return out
+
+    def acts(index, n, mt):
+        base = (index % 2) * region
+        flags = dict(func=func, unsigned=unsigned_out)
+        out = []
+        if chip.kind == "dense":
+            pairs = [(base + si, addr.out_base + outl.row(b, 0, 0, n), 1)
+                     for si, b in enumerate(mt.samples)]
+            return [Act(acc=a, ub=u, rows=r, **flags) for a, u, r in _merge(pairs)]
+        rps, cw = mt.rows_per_sample, mt.width
+        pool = chip.pool
+        pairs = []
+        if (pool is not None and pool[0] != "global" and pool[1] == pool[2]
+                and not any(outl.pad) and cw == ow):
+            # Windows as wide as their stride never straddle two images
+            # stacked one after another: one ACT pools the whole tile (a
+            # windowed ACT's decode costs as much as 79 rows).
+            mode = Pool.MAX if pool[0] == "max" else Pool.AVG
+            return [Act(acc=base, ub=addr.out_base + outl.row(mt.samples[0], mt.p0, 0, n),
+                        rows=rps * len(mt.samples), pool=mode, pool_size=pool[1],
+                        pool_stride=pool[2], in_w=cw, **flags)]
+        for si, b in enumerate(mt.samples):
+            first = base + si * rps
+            if pool is None:
+                pairs += [(first + (oy - mt.r0) * cw, addr.out_base + outl.row(b, oy, mt.c0, n), cw)
+                          for oy in range(mt.r0, mt.r1)]
+            elif pool[0] == "global":
+                out.append(Act(acc=first, ub=addr.out_base + outl.row(b, 0, 0, n), rows=rps,
+                               pool=Pool.GLOBAL_AVG, **flags))
+            else:
+                kind, k, s = pool
+                mode = Pool.MAX if kind == "max" else Pool.AVG
+                window = dict(pool=mode, pool_size=k, pool_stride=s, in_w=cw)
+                if outl.pad[1] == 0 and outl.pad[3] == 0 and cw == ow:
+                    out.append(Act(acc=first, ub=addr.out_base + outl.row(b, mt.p0, 0, n),
+                                   rows=rps, **window, **flags))
+                else:
+                    for py in range(mt.p0, mt.p1):
+                        out.append(Act(acc=first + (py * s - mt.r0) * cw,
+                                       ub=addr.out_base + outl.row(b, py, mt.q0, n), rows=k * cw,
+                                       **window, **flags))
+        out += [Act(acc=a, ub=u, rows=r, **flags) for a, u, r in _merge(pairs)]
+        return out
+
+    R = config.rows
+    filled = set()
+
+    def loads(n, mt):
+        """RHMs of the input samples the tile reads for the first time, and
+        of the padding of its output samples (fill rows)."""
+        out = []
+        if addr.in_host is not None and not all(inl.holds(b) for b in mt.samples):
+            inl.take(mt.samples)
+            for j in range(inl.blocks):
+                for b in mt.samples:
+                    first = inl.row(b, -inl.pad[0], -inl.pad[1], j)
+                    host = in_full.row(b, -inl.pad[0], -inl.pad[1], j)
+                    out.append(Rhm(ub=addr.in_base + first, rows=inl.sample_stride,
+                                   host=addr.in_host + host * R))
+        if addr.fill_host is not None and finish:
+            for b in mt.samples:
+                slot = outl.slot(b)
+                if (n, slot) not in filled:
+                    filled.add((n, slot))
+                    out += [Rhm(ub=addr.out_base + off, rows=rows, host=addr.fill_host)
+                            for off, rows in outl.pad_runs(n, samples=(slot,))]
+        return _coalesce(out, R)
+
+    def stores(index):
+        """WHM of the output samples the tile completes."""
+        if addr.out_host is None or not finish:
+            return []
+        n, mt = jobs[index]
+        oh, ow_ = chip.conv_out
+        last = chip.kind == "dense" or (
+            (mt.r1 == oh or (mt.p1 and mt.p1 == chip.out_shape[0]))
+            and (mt.c1 == ow_ or (mt.q1 and mt.q1 == chip.out_shape[1])))
+        done = list(mt.samples) if last else []
+        out = []
+        for b in done:
+            if out_full.pad == outl.pad:
+                first = outl.row(b, -outl.pad[0], -outl.pad[1], n)
+                host = out_full.row(b, -outl.pad[0], -outl.pad[1], n)
+                out.append(Whm(ub=addr.out_base + first, rows=outl.sample_stride,
+                               host=addr.out_host + host * R))
+            else:
+                # Unpadded in the UB, padded in host memory: image row by row.
+                out += [Whm(ub=addr.out_base + outl.row(b, y, 0, n), rows=outl.width,
+                            host=addr.out_host + out_full.row(b, y, 0, n) * R)
+                        for y in range(outl.height)]
+        return _coalesce(out, R)
+
+    body = []
+    table = [None]
+
+    def drain(index):
+        """LDQ (when the N tile changes) and the ACTs of tile `index`."""
+        n, mt = jobs[index]
+        if not finish:
+            return []
+        out = []
+        if table[0] != n:
+            out.append(Ldq(ub=addr.tables_base + (n - n0) * q_rows))
+            table[0] = n
+        return out + acts(index, n, mt)
+
+    # Tile i: the WHMs of tile i - 2 (whose ACTs are done once tile i may
+    # overwrite its accumulators); its MMCs, with the ACTs of tile i - 1
+    # spread among them once the array's drain is covered, each after MMC
+    # rows that outlast the ACT before (issue is in order: an ACT waiting
+    # for the unit would stop the MMCs behind it); the RHMs tile i + 1
+    # needs once the WHMs should be done (a DMA waiting for the unit would
+    # stop them too).
+    lead = config.rows + config.cols + 32
+    if jobs:
+        body.extend(loads(*jobs[0]))
+    for i, (n, mt) in enumerate(jobs):
+        out = stores(i - 2) if i >= 2 else []
+        body.extend(out)
+        pending = drain(i - 1) if i else []
+        threshold, rows = lead, 0
+        load_at = sum(w.rows for w in out) + lead
+        loaded_next = i + 1 >= len(jobs)
+        for op in mmcs(i, n, mt):
+            body.append(op)
+            rows += (op[0] if isinstance(op, tuple) else op).rows
+            while pending and rows >= threshold:
+                body.append(pending.pop(0))
+                threshold = rows + _busy(body[-1], config)
+            if not loaded_next and rows >= load_at:
+                body.extend(loads(*jobs[i + 1]))
+                loaded_next = True
+        body.extend(pending)
+        if not loaded_next:
+            body.extend(loads(*jobs[i + 1]))
+    if jobs:
+        body.extend(drain(len(jobs) - 1))
+        for i in range(max(0, len(jobs) - 2), len(jobs)):
+            body.extend(stores(i))
+    return body
+
+
+def _busy(instruction, config):
+    """About how many cycles the activation unit is busy with `instruction`
+    (docs/core_performance.md)."""
+    if isinstance(instruction, Ldq):
+        return 19 * config.cols + 1
+    cost = instruction.rows + 16
+    if instruction.pool in (Pool.MAX, Pool.AVG):
+        cost += 79
+    if instruction.pool in (Pool.AVG, Pool.GLOBAL_AVG):
+        cost += 35
+    return cost
+
+
+def _coalesce(dmas, lanes):
+    """Merge DMA instructions of consecutive UB rows and host bytes."""
+    out = []
+    for d in dmas:
+        last = out[-1] if out else None
+        if (last is not None and type(last) is type(d) and last.ub + last.rows == d.ub
+                and last.host + last.rows * lanes == d.host):
+            out[-1] = type(d)(ub=last.ub, rows=last.rows + d.rows, host=last.host)
+        else:
+            out.append(d)
+    return out
+
+
+def ring_slots(chip, batch, config):
+    """Samples a streamed input or output of `chip` needs in the UB: two M
+    tiles' worth (the tile computing and the one reading in or writing out:
+    by the time a tile reads in over the samples of the tile before last, or
+    its ACTs write over them, those are done with), a multiple of the tile's
+    samples so no tile wraps."""
+    group = max(len(t.samples) for t in m_tiles(chip, batch, config))
+    return min(batch, 2 * group)
+
+
+def useful_macs(chip, batch):
+    """Multiply-accumulates of the layer's own arithmetic (no padding lanes)."""
+    if chip.kind == "dense":
+        return batch * chip.weight.shape[0] * chip.weight.shape[1]
+    oh, ow = chip.conv_out
+    kh, kw, cin, cout = chip.weight.shape
+    return batch * oh * ow * kh * kw * cin * cout
