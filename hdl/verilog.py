@@ -79,8 +79,8 @@ def port_map(component):
 def format_port_map(component, module):
     """`port_map` as text: one line per port, then one indented line per field
     with its bit range inside the port."""
-    lines = [f"// ports of module {module}: port [msb:lsb] direction, then each field of a",
-             f"// flattened lib.data layout as port[msb:lsb] = .field (shape)"]
+    lines = [f"// ports of module {module}: 'port [msb:lsb] direction', then, for a port",
+             f"// flattened from a lib.data layout, 'port[msb:lsb] = field (shape)' per field"]
     for name, direction, width, fields in port_map(component):
         lines.append(f"{name} [{width - 1}:0] {direction}" if width > 1 else f"{name} {direction}")
         for lsb, bits, path, shape in fields:
