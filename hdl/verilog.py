@@ -7,7 +7,7 @@ from amaranth.lib import data, wiring
 from ..config import TPUConfig
 
 
-__all__ = ["generate_verilog", "port_map", "format_port_map", "design", "DEFAULT_TOP",
+__all__ = ["generate_verilog", "generate_with_ports", "port_map", "format_port_map", "design", "DEFAULT_TOP",
            "ENGINE_NAME", "CORE_NAME", "CHIP_NAME", "TOPS"]
 
 ENGINE_NAME = "tpu_matrix_engine"
@@ -30,6 +30,13 @@ def design(config=TPUConfig(), top=DEFAULT_TOP):
     if top not in TOPS:
         raise ValueError(f"unknown top {top!r}: choose one of {', '.join(TOPS)}")
     return {"chip": HostInterface, "core": TPUCore, "engine": MatrixEngine}[top](config)
+
+
+def generate_with_ports(config=TPUConfig(), *, top=DEFAULT_TOP):
+    """(Verilog text, port map text) of `top` for `config`, from one elaboration."""
+    component = design(config, top)
+    text = verilog.convert(component, name=TOPS[top], emit_src=False)
+    return text, format_port_map(component, TOPS[top])
 
 
 def generate_verilog(config=TPUConfig(), *, top=DEFAULT_TOP, name=None):
@@ -65,6 +72,8 @@ def port_map(component):
     It reads the component's signature, the same layouts the RTL is built
     from, so it cannot disagree with the Verilog.
     """
+    # Only the signature is read: the component need not be elaborated.
+    component._MustUse__silence = True
     ports = [("clk", "input", 1, []), ("rst", "input", 1, [])]
     for path, member, _ in component.signature.flatten(component):
         name = "__".join(str(part) for part in path)

