@@ -221,12 +221,13 @@ def cmd_sim(args):
                                    f"{reason}")
     skipped = [case for case in cases if case.why_not(config)]
     cases = [case for case in cases if not case.why_not(config)]
-    _simulator(args.sim)
     _check_memory(config, args.top)
+    _simulator(args.sim)
     seed = args.seed if args.seed is not None else int(time.time()) % 1000000
     module = TOPS[args.top]
     print(f"{args.top} ({module}) of {config.name} under {args.sim}, seed {seed} "
-          f"(replay with --seed {seed}): {len(cases)} testcases", flush=True)
+          f"(replay with --seed {seed}): {len(cases)} testcase{'s' if len(cases) != 1 else ''}",
+          flush=True)
     source = generate_verilog(config, top=args.top)
     passed = 0
     for case in cases:
@@ -300,6 +301,16 @@ def _parse_addr(text, what):
     return value
 
 
+def _positive_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text} is not in 0 < seconds <= 3600")
+    return value
+
+
 def cmd_exec(args):
     from .exec_program import ExecError, execute, load_program
     config = _config_from(args)
@@ -321,8 +332,8 @@ def cmd_exec(args):
     if len(set(names)) != len(names):
         raise CommandError("two --output options name the same file")
     if args.backend != "golden":
-        _simulator(args.backend)
         _check_memory(config, "chip")
+        _simulator(args.backend)
     try:
         code = load_program(program_path, _read(program_path, text=False, what="program"), config)
         result = execute(code, config, backend=args.backend, inputs=inputs,
@@ -366,7 +377,7 @@ def _exec_parser(commands):
     p.add_argument("--weights", metavar="FILE",
                    help="int8 weight tiles (rows x cols bytes each, row-major) loaded into "
                         "weight memory from tile 0 before the run")
-    p.add_argument("--timeout", type=float, default=0.1,
+    p.add_argument("--timeout", type=_positive_seconds, default=0.1,
                    help="link seconds to wait for the program to end (default 0.1)")
     _seed_option(p, "simulation backends: draws the host's timing; default 1")
     _add_config_options(p)
@@ -509,6 +520,12 @@ def cmd_asm(args):
     config = _config_from(args)
     source = _input_path(args.file, "assembly source")
     text = _read(source, text=True, what="assembly")
+    try:
+        program = assemble(text, filename=str(source), config=None if args.no_check else config)
+    except (AsmError, ValueError, OverflowError, RecursionError) as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise CommandError(message if isinstance(error, AsmError) else f"{source}: {message}") \
+            from None
     if args.output == "-":
         output = None
     elif args.output is not None:
@@ -519,12 +536,6 @@ def cmd_asm(args):
             raise CommandError(f"the binary would overwrite the source {source}; name it with -o")
         if output.is_dir():
             raise CommandError(f"{output} is a directory; name the binary with -o")
-    try:
-        program = assemble(text, filename=str(source), config=None if args.no_check else config)
-    except (AsmError, ValueError, OverflowError, RecursionError) as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise CommandError(message if isinstance(error, AsmError) else f"{source}: {message}") \
-            from None
     if not program:
         raise CommandError(f"{source} holds no instructions (only comments or blank lines)")
     if output is None:

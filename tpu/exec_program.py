@@ -48,7 +48,8 @@ def load_program(path, data, config):
         try:
             code = assemble(text, filename=str(path), config=config)
         except (AsmError, ValueError, OverflowError, RecursionError) as error:
-            raise ExecError(str(error).splitlines()[0] if str(error) else type(error).__name__) \
+            message = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ExecError(message if isinstance(error, AsmError) else f"{path}: {message}") \
                 from None
     else:
         code = bytes(data)
