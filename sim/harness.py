@@ -162,13 +162,15 @@ def _outcomes(results, log):
 
 
 def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None,
-                 toplevel=None, verilog_source=None, quiet=False):
+                 toplevel=None, verilog_source=None, quiet=False, run_name=None):
     """Run cocotb `test_module` on the model of `config`; the `Outcome` of
     each test that ran.
 
     The model is the matrix engine unless `verilog_source` (with `toplevel`,
-    its module name) gives another design. Unless `quiet`, a failure prints
-    the lines of the log that name an error, and the log's path.
+    its module name) gives another design. The log goes to
+    ``runs/<run_name>-<seed>/sim.log`` in the model's directory (`run_name`
+    is the testcase by default). Unless `quiet`, a failure prints the lines
+    of the log that name an error, and the log's path.
     """
     from ..hdl.verilog import ENGINE_NAME
     from cocotb_tools.runner import get_runner
@@ -176,7 +178,7 @@ def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra
     toplevel = toplevel or ENGINE_NAME
     build_dir = build(config, simulator, toplevel=toplevel, verilog_source=verilog_source)
     runner = get_runner(simulator)
-    test_dir = build_dir / "runs" / f"{testcase or 'all'}-{seed}"
+    test_dir = build_dir / "runs" / f"{run_name or testcase or 'all'}-{seed}"
     test_dir.mkdir(parents=True, exist_ok=True)
     env = {
         "TPU_CONFIG": json.dumps(config.to_dict()),

@@ -233,7 +233,7 @@ def cmd_sim(args):
     for case in cases:
         started = time.perf_counter()
         outcomes = run_outcomes(config, args.sim, case.module, testcase=case.test, seed=seed,
-                                toplevel=module, verilog_source=source,
+                                toplevel=module, verilog_source=source, run_name=case.name,
                                 extra_env={"TPU_SIMULATOR": args.sim, **case.env}, quiet=True)
         seconds = time.perf_counter() - started
         if not outcomes:
