@@ -104,3 +104,25 @@ def test_every_testbench_test_is_a_testcase():
                      if isinstance(node, ast.AsyncFunctionDef)
                      and any("cocotb.test" in ast.unparse(d) for d in node.decorator_list)}
             assert tests <= covered, f"{top}: {sorted(tests - covered)} not run by tpu sim"
+
+
+@pytest.mark.rtl
+def test_exec_on_the_rtl(simulator, capsys, tmp_path):
+    """`tpu exec` runs a program through the driver on the chip's RTL: the
+    bytes come back, and a fault is exit status 1 with its name."""
+    from test_host_interface_rtl import NARROW
+    program = tmp_path / "copy.s"
+    program.write_text("rhm ub=0, rows=4, host=0x0\nwhm ub=0, rows=4, host=0x40\nhalt\n")
+    data = tmp_path / "in.bin"
+    data.write_bytes(bytes(range(100, 116)))
+    out = tmp_path / "out.bin"
+    status = main(["exec", str(program), "--backend", simulator, *_options(NARROW),
+                   "--input", f"0={data}", "--output", f"0x40:16={out}"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "status: halted" in printed and "counters: cycles" in printed
+    assert out.read_bytes() == data.read_bytes()
+    program.write_text("rhm ub=0, rows=1, host=0x10000000\nhalt\n")
+    status = main(["exec", str(program), "--backend", simulator, *_options(NARROW)])
+    printed = capsys.readouterr().out
+    assert status == 1 and "HOST_RANGE" in printed, printed

@@ -157,7 +157,7 @@ def test_docs_list_the_waivers():
 def test_port_map_matches_the_verilog(top):
     """Every port of the map is a port of the Verilog, with its direction and
     width, and the fields of a layout port tile it without gaps or overlaps."""
-    config = TPUConfig(rows=4, cols=8, acc_rows=64)
+    config = TPUConfig(rows=2, cols=4, acc_rows=16, ub_rows=64, weight_mem_tiles=8)
     text = generate_verilog(config, top=top)
     ports = _ports(text, TOPS[top])
     mapped = port_map(design(config, top))
