@@ -19,7 +19,7 @@ from xml.etree import ElementTree
 from ..config import TPUConfig
 
 
-__all__ = ["SIMULATORS", "SimulatorMissing", "missing_simulator", "build", "run", "run_outcomes",
+__all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "missing_simulator", "build", "run", "run_outcomes",
            "Outcome", "BUILD_ROOT", "verilator_path"]
 
 SIMULATORS = ("icarus", "verilator")
@@ -34,6 +34,11 @@ VERILATOR_WAIVERS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-
 
 class SimulatorMissing(RuntimeError):
     """The requested simulator is not installed."""
+
+
+class SimulationError(RuntimeError):
+    """A model did not build, or a simulation ended without results; the
+    message names the log."""
 
 
 def _verilator_bin():
@@ -114,15 +119,19 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
         if cxx_opt:
             flags += [f"OPT_FAST={cxx_opt}", f"OPT_SLOW={cxx_opt}", f"OPT_GLOBAL={cxx_opt}"]
         os.environ["MAKEFLAGS"] = " ".join(flags)
-    runner.build(
-        sources=[source],
-        hdl_toplevel=toplevel,
-        build_dir=build_dir,
-        build_args=build_args,
-        timescale=("1ns", "1ps"),
-        always=True,
-        log_file=build_dir / "build.log",
-    )
+    try:
+        runner.build(
+            sources=[source],
+            hdl_toplevel=toplevel,
+            build_dir=build_dir,
+            build_args=build_args,
+            timescale=("1ns", "1ps"),
+            always=True,
+            log_file=build_dir / "build.log",
+        )
+    except RuntimeError as error:
+        raise SimulationError(f"the {simulator} build of {toplevel} ({config.name}) failed "
+                              f"({error}); see {build_dir / 'build.log'}") from None
     stamp.write_text(json.dumps(config.to_dict()))
     return build_dir
 
@@ -207,7 +216,7 @@ def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra
         # file tells which, and the log why.
         pass
     if not results.exists():
-        raise RuntimeError(f"the simulation ended without results; see {log}")
+        raise SimulationError(f"the simulation ended without results; see {log}")
     outcomes = _outcomes(results, log)
     if not quiet and not all(o.passed for o in outcomes):
         lines = log.read_text(errors="replace").splitlines()

@@ -126,3 +126,19 @@ def test_exec_on_the_rtl(simulator, capsys, tmp_path):
     status = main(["exec", str(program), "--backend", simulator, *_options(NARROW)])
     printed = capsys.readouterr().out
     assert status == 1 and "HOST_RANGE" in printed, printed
+
+
+def test_a_model_that_does_not_build_is_one_line(capsys, monkeypatch):
+    from tpu.sim import harness
+    if harness.missing_simulator("icarus"):
+        pytest.skip(harness.missing_simulator("icarus"))
+
+    def broken(config, simulator, **options):
+        raise harness.SimulationError("the icarus build of tpu_matrix_engine (1x1) failed "
+                                      "(Command failed with return code: 2); see build.log")
+    monkeypatch.setattr(harness, "build", broken)
+    status = main(["sim", "--top", "engine", "--rows", "1", "--cols", "1", "--seed", "1"])
+    out, err = capsys.readouterr()
+    assert status == 1
+    assert err.strip().splitlines() == ["tpu: error: the icarus build of tpu_matrix_engine (1x1) "
+                                        "failed (Command failed with return code: 2); see build.log"]

@@ -10,7 +10,8 @@ tpu asm       assemble a program (docs/isa.md) into its binary
 tpu disasm    disassemble a binary program
 
 Exit status: 0 success, 1 the chip (or a simulation of it) reported an
-error, 2 a usage or input error, printed as one line ``tpu: error: ...``.
+error (a fault, a failed testcase, a model that did not build), 2 a usage or
+input error, printed as one line ``tpu: error: ...``.
 
 Adding a command: write ``cmd_NAME(args)`` (returns the exit status, raises
 `CommandError` for bad input) and ``_NAME_parser(commands)``, and list the
@@ -18,6 +19,7 @@ latter in `_PARSERS`. `main` maps every expected error to its one line.
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -197,7 +199,7 @@ def _verilog_parser(commands):
 
 def cmd_sim(args):
     from .hdl.verilog import TOPS, generate_verilog
-    from .sim.harness import run_outcomes
+    from .sim.harness import SimulationError, build, run_outcomes
     from .sim.suites import testcases
     config = _config_from(args)
     cases = testcases(args.top)
@@ -229,16 +231,24 @@ def cmd_sim(args):
           f"(replay with --seed {seed}): {len(cases)} testcase{'s' if len(cases) != 1 else ''}",
           flush=True)
     source = generate_verilog(config, top=args.top)
+    started = time.perf_counter()
+    # A model that does not build is one error (exit status 1), not one per testcase.
+    model = build(config, args.sim, verilog_source=source, toplevel=module)
+    print(f"model: {model} ({time.perf_counter() - started:.1f} s)", flush=True)
     passed = 0
     for case in cases:
         started = time.perf_counter()
-        outcomes = run_outcomes(config, args.sim, case.module, testcase=case.test, seed=seed,
-                                toplevel=module, verilog_source=source, run_name=case.name,
-                                extra_env={"TPU_SIMULATOR": args.sim, **case.env}, quiet=True)
+        try:
+            outcomes = run_outcomes(config, args.sim, case.module, testcase=case.test, seed=seed,
+                                    toplevel=module, verilog_source=source, run_name=case.name,
+                                    extra_env={"TPU_SIMULATOR": args.sim, **case.env}, quiet=True)
+        except SimulationError as error:
+            print(f"ERROR {case.name}: {error}", flush=True)
+            continue
         seconds = time.perf_counter() - started
         if not outcomes:
-            print(f"ERROR {case.name}: the testcase did not run; see the log under "
-                  f"the build directory", flush=True)
+            print(f"ERROR {case.name}: the testcase did not run; see the logs under {model}",
+                  flush=True)
             continue
         outcome = outcomes[0]
         if outcome.passed:
@@ -624,7 +634,7 @@ def _parser():
 
 
 def main(argv=None):
-    from .sim.harness import SimulatorMissing
+    from .sim.harness import SimulationError, SimulatorMissing
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -635,13 +645,22 @@ def main(argv=None):
     except (CommandError, ConfigError, SimulatorMissing) as error:
         print(f"tpu: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader of stdout went away (tpu verilog | head): nothing to say,
+        # and nothing more to flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except SimulationError as error:
+        print(f"tpu: error: {error}", file=sys.stderr)
+        return EXIT_CHIP_ERROR
     except MemoryError:
         print("tpu: error: out of memory: choose smaller sizes", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:
-        # The reader of stdout went away (tpu verilog | head): nothing to say.
-        sys.stderr.close()
-        return EXIT_OK
+    except OSError as error:
+        # A file the command needs (the build directory, a scratch file).
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"tpu: error: {where}{error.strerror or error}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("tpu: interrupted", file=sys.stderr)
         return 130
