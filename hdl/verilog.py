@@ -33,10 +33,10 @@ def design(config=TPUConfig(), top=DEFAULT_TOP):
 
 
 def generate_with_ports(config=TPUConfig(), *, top=DEFAULT_TOP):
-    """(Verilog text, port map text) of `top` for `config`, from one elaboration."""
+    """(Verilog text, `port_map`) of `top` for `config`, from one elaboration."""
     component = design(config, top)
     text = verilog.convert(component, name=TOPS[top], emit_src=False)
-    return text, format_port_map(component, TOPS[top])
+    return text, port_map(component)
 
 
 def generate_verilog(config=TPUConfig(), *, top=DEFAULT_TOP, name=None):
@@ -85,12 +85,14 @@ def port_map(component):
     return ports
 
 
-def format_port_map(component, module):
-    """`port_map` as text: one line per port, then one indented line per field
-    with its bit range inside the port."""
+def format_port_map(ports, module):
+    """A `port_map` (or the component to make it of) as text: one line per
+    port, then one indented line per field with its bit range inside the port."""
+    if not isinstance(ports, list):
+        ports = port_map(ports)
     lines = [f"// ports of module {module}: 'port [msb:lsb] direction', then, for a port",
              f"// flattened from a lib.data layout, 'port[msb:lsb] = field (shape)' per field"]
-    for name, direction, width, fields in port_map(component):
+    for name, direction, width, fields in ports:
         lines.append(f"{name} [{width - 1}:0] {direction}" if width > 1 else f"{name} {direction}")
         for lsb, bits, path, shape in fields:
             if bits == 0:

@@ -172,10 +172,10 @@ def cmd_verilog(args):
     if output is None:
         sys.stdout.write(generate_verilog(config, top=args.top))
         return EXIT_OK
-    text, port_text = generate_with_ports(config, top=args.top)
+    text, port_list = generate_with_ports(config, top=args.top)
     ports = output.with_suffix(".ports")
     _write(output, text.encode())
-    _write(ports, port_text.encode())
+    _write(ports, format_port_map(port_list, module).encode())
     print(f"wrote {output} (module {module}, {len(text.splitlines())} lines) and its port map "
           f"{ports} for {config.name}", file=sys.stderr)
     return EXIT_OK
@@ -399,7 +399,7 @@ def _exec_parser(commands):
 
 def cmd_demo(args):
     import numpy as np
-    from .hdl.verilog import DEFAULT_TOP, TOPS, generate_with_ports
+    from .hdl.verilog import DEFAULT_TOP, TOPS, format_port_map, generate_with_ports
     from .sim.matrix_engine_model import MatMul, MatrixEngineModel
     config = _config_from(args)
     output = _output_path(args.output, what="Verilog output")
@@ -407,19 +407,17 @@ def cmd_demo(args):
     _check_memory(config, DEFAULT_TOP)
     module = TOPS[DEFAULT_TOP]
     started = time.perf_counter()
-    text, port_text = generate_with_ports(config, top=DEFAULT_TOP)
+    text, ports = generate_with_ports(config, top=DEFAULT_TOP)
     elapsed = time.perf_counter() - started
     ports_path = output.with_suffix(".ports")
     _write(output, text.encode())
-    _write(ports_path, port_text.encode())
+    _write(ports_path, format_port_map(ports, module).encode())
     print(f"configuration: {config}")
     print(f"module {module} (the chip): {len(text.splitlines())} lines of Verilog in {output} "
           f"(generated in {elapsed:.2f} s); port map in {ports_path}")
     print(f"  {'port':<24} {'dir':<6} {'bits':>5}")
-    for line in port_text.splitlines():
-        if not line.startswith(("//", " ")):
-            name, *width, direction = line.split()
-            print(f"  {name:<24} {direction:<6} {int(width[0][1:].split(':')[0]) + 1 if width else 1:>5}")
+    for name, direction, width, _ in ports:
+        print(f"  {name:<24} {direction:<6} {width:>5}")
     latency = config.rows + config.cols + 2
     print(f"array: {config.rows}x{config.cols} int8 MACs, peak {config.peak_macs_per_cycle} "
           f"MAC/cycle, row latency {latency} cycles, accumulators {config.acc_rows}x{config.cols} int32")
