@@ -232,6 +232,8 @@ def cmd_sim(args):
           flush=True)
     source = generate_verilog(config, top=args.top)
     started = time.perf_counter()
+    print(f"building the {args.sim} model, or reusing it if built before "
+          f"(a Verilator build takes minutes)", flush=True)
     # A model that does not build is one error (exit status 1), not one per testcase.
     model = build(config, args.sim, verilog_source=source, toplevel=module)
     print(f"model: {model} ({time.perf_counter() - started:.1f} s)", flush=True)
