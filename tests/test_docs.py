@@ -2,9 +2,10 @@
 and docs/*.md runs, and every ``asm`` block assembles.
 
 A block runs in a scratch directory that holds links to the project's
-``.venv``, ``examples``, ``Makefile`` and ``pyproject.toml``, so relative
-paths work as they do from the repository root while whatever a block writes
-(``build/...``) stays out of the checkout. Simulator models are shared with
+``.venv``, ``examples``, ``docs`` and ``scripts``, so relative paths work as
+they do from the repository root while whatever a block writes
+(``build/...``) stays out of the checkout; a block that runs ``make`` runs in
+the checkout, as make's rules install the project from there. Simulator models are shared with
 the rest of the suite through ``TPU_BUILD_DIR``.
 
 A block that must not run here (it is the test suite itself, or takes
@@ -56,7 +57,7 @@ def _id(block):
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory):
     directory = tmp_path_factory.mktemp("docs")
-    for name in (".venv", "examples", "Makefile", "pyproject.toml", "docs", "scripts"):
+    for name in (".venv", "examples", "docs", "scripts"):
         (directory / name).symlink_to(ROOT / name)
     return directory
 
@@ -91,7 +92,10 @@ def test_block(block, scratch):
             pytest.skip(missing_simulator("verilator"))
         if "icarus" in code and missing_simulator("icarus"):
             pytest.skip(missing_simulator("icarus"))
-        _run(["bash", "-e", "-o", "pipefail", "-c", code], scratch, what)
+        # make runs from the checkout itself: its rules (re)install the
+        # virtual environment from the project directory, never from a copy.
+        cwd = ROOT if re.search(r"^make ", code, re.M) else scratch
+        _run(["bash", "-e", "-o", "pipefail", "-c", code], cwd, what)
     else:
         script = scratch / f"block_{page.stem}_{line}.py"
         script.write_text(code)
