@@ -173,3 +173,17 @@ def test_exec_with_weights(files, capsys):
     out, _ = capsys.readouterr()
     assert status == 0, out
     assert "useful_macs 128" in out and "weight_shift 8" in out
+
+
+@pytest.mark.parametrize("top, sizes, measured_mib", [
+    ("chip", {}, 153), ("chip", {"weight_mem_tiles": 16384}, 1128),
+    ("chip", {"ub_rows": 65536}, 598), ("chip", {"acc_rows": 16384}, 602),
+    ("engine", {"rows": 64, "cols": 64}, 1116), ("engine", {"rows": 128, "cols": 128}, 5038),
+])
+def test_memory_estimate_against_measurements(top, sizes, measured_mib):
+    """The estimate (docs/verilog.md) is never below what was measured, and
+    not wildly above it."""
+    from tpu import TPUConfig
+    from tpu.estimate import elaboration_memory
+    estimate = elaboration_memory(TPUConfig(**sizes), top) / (1 << 20)
+    assert measured_mib <= estimate <= 2 * measured_mib
