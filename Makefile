@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh clone:
-#   make demo   generate the default chip and summarise it
+#   make demo   generate the default chip, summarise it, run an MLP on its golden model
 #   make test   run the whole test suite (RTL under Icarus and Verilator)
 # Both create .venv and install the project into it when needed.
 
@@ -22,8 +22,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	PYTHONWARNINGS=error $(BIN)/python -m pytest
 
+# The default chip's Verilog (module tpu_chip) and its port map.
 verilog: $(STAMP)
-	$(BIN)/tpu verilog -o build/tpu_matrix_engine.v
+	$(BIN)/tpu verilog -o build/tpu_chip.v
 
 clean:
 	rm -rf build

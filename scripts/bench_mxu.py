@@ -138,7 +138,7 @@ start = time.perf_counter()
 from tpu import TPUConfig
 from tpu.hdl import generate_verilog
 imported = time.perf_counter()
-text = generate_verilog(TPUConfig(rows=rows, cols=cols))
+text = generate_verilog(TPUConfig(rows=rows, cols=cols), top="engine")
 done = time.perf_counter()
 with open(out, "w") as f:
     f.write(text)

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from ..hdl.verilog import CHIP_NAME, generate_verilog
-from .harness import SimulatorMissing, missing_simulator, run
+from .harness import SimulatorMissing, missing_simulator, run_outcomes
 
 
 __all__ = ["simulation_backend", "main_target"]
@@ -54,13 +54,17 @@ def simulation_backend(simulator):
         target = main_target(main)
         with tempfile.TemporaryDirectory() as scratch:
             result = Path(scratch) / "result.pickle"
-            tests, failures = run(config, simulator, "tpu.sim.tb_host", testcase="check", seed=seed,
-                                  toplevel=CHIP_NAME,
-                                  verilog_source=generate_verilog(config, top="chip"),
-                                  extra_env={"TPU_HOST_CHECK": target, "TPU_SIMULATOR": simulator,
-                                             "TPU_HOST_RESULT": str(result)})
-            if tests != 1 or failures:
-                raise RuntimeError(f"{target} failed on the {simulator} simulation (seed {seed}); "
-                                   f"its log is under build/sim/{simulator}/")
+            outcomes = run_outcomes(config, simulator, "tpu.sim.tb_host", testcase="check",
+                                    seed=seed, toplevel=CHIP_NAME,
+                                    verilog_source=generate_verilog(config, top="chip"),
+                                    extra_env={"TPU_HOST_CHECK": target,
+                                               "TPU_SIMULATOR": simulator,
+                                               "TPU_HOST_RESULT": str(result)})
+            if len(outcomes) != 1 or not outcomes[0].passed:
+                why = outcomes[0].message.splitlines()[0] if outcomes and outcomes[0].message \
+                    else "it did not run"
+                log = outcomes[0].log if outcomes else "the build directory"
+                raise RuntimeError(f"{target} failed on the {simulator} simulation (seed {seed}): "
+                                   f"{why}; the log is {log}")
             return pickle.loads(result.read_bytes())
     return factory

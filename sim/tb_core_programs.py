@@ -99,8 +99,13 @@ class ProgramTB(TB):
 
 
 async def run_case(dut):
-    path = os.environ["TPU_PROGRAM_CASE"]
-    program, code = ChipProgram.load(path)
+    # A program file, or the name of one of `PROGRAMS` (as `tpu sim` gives it).
+    case = os.environ["TPU_PROGRAM_CASE"]
+    if case in PROGRAMS:
+        program = PROGRAMS[case]()
+        code = program.assemble()
+    else:
+        program, code = ChipProgram.load(case)
     tb = ProgramTB(dut, program, code)
     dut._log.info("program %s:\n%s", program.name, program.text)
     await tb.reset()

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import pickle
 import random
+import sys
 
 import cocotb
 import numpy as np
@@ -104,14 +105,42 @@ async def registers_test(dut):
     assert bad_after == bad_before + 1, f"BAD_REQUESTS {bad_before} -> {bad_after}"
 
 
+class _HandedOver(Exception):
+    """A script's top level called `tpu.driver.run` while being loaded here."""
+
+
+def _load_script(path):
+    """The script at `path`, loaded as a module (not as "__main__").
+
+    Its top level runs up to its first `tpu.driver.run` call, which is the
+    call that started this simulation: that call stops the loading instead of
+    starting another simulation, so a script needs no
+    ``if __name__ == "__main__":`` guard (though one does no harm).
+    """
+    from .. import driver
+
+    def handed_over(*args, **kwargs):
+        raise _HandedOver
+
+    spec = importlib.util.spec_from_file_location("tpu_host_main", path)
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules["tpu_host_main"] = loaded
+    real_run, driver.run = driver.run, handed_over
+    try:
+        spec.loader.exec_module(loaded)
+    except _HandedOver:
+        pass
+    finally:
+        driver.run = real_run
+    return loaded
+
+
 def _load(target):
     """The function `target` names: ``package.module:function`` or
     ``/path/to/file.py:function``."""
     module, _, name = target.rpartition(":")
     if module.endswith(".py"):
-        spec = importlib.util.spec_from_file_location("tpu_host_main", module)
-        loaded = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loaded)
+        loaded = _load_script(module)
     else:
         loaded = importlib.import_module(module)
     function = loaded

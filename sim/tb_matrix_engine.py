@@ -51,7 +51,12 @@ class TB:
         raise AssertionError(f"{message} [config {self.config.name}, seed {self.seed}]")
 
     async def reset(self):
+        """Reset, then read every accumulator row into the model: the
+        accumulator memory keeps its contents through reset, so a testcase
+        that follows another starts from what that one left."""
         await start_clock_and_reset(self.dut)
+        for addr in range(self.config.acc_rows):
+            self.model.acc[addr] = await self.read_acc(addr)
 
     # Stimulus ------------------------------------------------------------
 

@@ -38,20 +38,42 @@ def test_verilog_to_file(tmp_path):
 
 
 def test_verilog_of_the_core_to_stdout():
-    result = tpu("verilog", "--rows", "2", "--cols", "2")
+    result = tpu("verilog", "--top", "core", "--rows", "2", "--cols", "2")
     assert result.returncode == 0
     assert "module tpu_core(" in result.stdout
     assert "input [127:0] instr__payload;" in result.stdout
+
+
+def test_verilog_default_is_the_chip_with_its_port_map(tmp_path):
+    out = tmp_path / "tpu_chip.v"
+    result = tpu("verilog", "--rows", "2", "--cols", "2", "--acc-rows", "16", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "module tpu_chip(" in out.read_text()
+    ports = out.with_suffix(".ports").read_text()
+    assert "rx__payload [" in ports and "= keep (" in ports
+    result = tpu("verilog", "--top", "core", "--rows", "2", "--cols", "2", "--ports")
+    assert result.returncode == 0
+    assert "  counters[63:0] = cycles (unsigned(64))" in result.stdout
+    assert "module" not in result.stdout.replace("// ports of module tpu_core", "")
 
 
 def test_demo(tmp_path):
     out = tmp_path / "demo.v"
     result = tpu("demo", "-o", str(out))
     assert result.returncode == 0, result.stderr
-    assert "module tpu_core" in result.stdout
+    assert "module tpu_chip (the chip)" in result.stdout
     assert "golden model: 4 uint8 rows x one tile matches numpy" in result.stdout
     assert "MLP" in result.stdout and "output matches the numpy integer reference" in result.stdout
-    assert out.exists()
+    assert "8x8 chip" in result.stdout
+    assert out.exists() and out.with_suffix(".ports").exists()
+
+
+def test_demo_honours_the_configuration(tmp_path):
+    """Every part of the demo runs on the configuration it is given."""
+    result = tpu("demo", "--rows", "4", "--cols", "4", "-o", str(tmp_path / "d.v"))
+    assert result.returncode == 0, result.stderr
+    assert "4x4 chip" in result.stdout and "8x8" not in result.stdout
+    assert "rows=4, cols=4" in result.stdout
 
 
 @pytest.mark.parametrize("args, fragments", [

@@ -165,12 +165,17 @@ def test_disasm_errors(tmp_path):
 
 
 def test_empty_program(tmp_path):
+    """A source with no instructions, or an empty binary, is an error, not an
+    empty output."""
     path = tmp_path / "empty.s"
     path.write_text("; nothing\n")
-    assert tpu("asm", str(path)).returncode == 0
-    assert path.with_suffix(".bin").read_bytes() == b""
-    result = tpu("disasm", str(path.with_suffix(".bin")))
-    assert result.returncode == 0 and result.stdout == b""
+    assert_one_line_error(tpu("asm", str(path)), "holds no instructions")
+    assert not path.with_suffix(".bin").exists()
+    path.write_text("")
+    assert_one_line_error(tpu("asm", str(path)), "is empty")
+    binary = tmp_path / "empty.bin"
+    binary.write_bytes(b"")
+    assert_one_line_error(tpu("disasm", str(binary)), "is empty")
 
 
 def test_help_lists_the_commands():

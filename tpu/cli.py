@@ -2,15 +2,24 @@
 
 Commands
 --------
-tpu verilog   write the Verilog of a configuration
-tpu sim       run the cocotb testbenches of a configuration under a simulator
+tpu verilog   write the Verilog of a configuration (and the map of its ports)
+tpu sim       run the cocotb testbenches of a top level under a simulator
+tpu exec      run a program on the chip through the host driver
 tpu demo      the main job on the default configuration
 tpu asm       assemble a program (docs/isa.md) into its binary
 tpu disasm    disassemble a binary program
+
+Exit status: 0 success, 1 the chip (or a simulation of it) reported an
+error (a fault, a failed testcase, a model that did not build), 2 a usage or
+input error, printed as one line ``tpu: error: ...``.
+
+Adding a command: write ``cmd_NAME(args)`` (returns the exit status, raises
+`CommandError` for bad input) and ``_NAME_parser(commands)``, and list the
+latter in `_PARSERS`. `main` maps every expected error to its one line.
 """
 
 import argparse
-import re
+import os
 import sys
 import time
 from pathlib import Path
@@ -18,7 +27,9 @@ from pathlib import Path
 from .config import TPUConfig, ConfigError
 
 
-__all__ = ["main"]
+__all__ = ["main", "CommandError", "EXIT_OK", "EXIT_CHIP_ERROR", "EXIT_USAGE"]
+
+EXIT_OK, EXIT_CHIP_ERROR, EXIT_USAGE = 0, 1, 2
 
 
 class CommandError(Exception):
@@ -29,6 +40,9 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         # One line, naming what was wrong, instead of usage plus message.
         raise CommandError(f"{message} (see '{self.prog} --help')")
+
+
+# Shared helpers ------------------------------------------------------------------------
 
 
 def _add_config_options(parser):
@@ -47,121 +61,50 @@ def _config_from(args):
         raise CommandError(str(error)) from None
 
 
-def _verilog_summary(text, module):
-    """The ports of `module` in `text`, as (direction, bits, name)."""
-    body = re.search(rf"^module {module}\b(.*?)^endmodule", text, re.M | re.S).group(1)
-    return [(direction, int(msb) + 1 if msb else 1, name) for direction, msb, name in
-            re.findall(r"^\s*(input|output)\s*(?:\[(\d+):0\])?\s*(\w+)\s*;", body, re.M)]
+def _given_config_options(args):
+    """The configuration options given on the command line, as they were spelt."""
+    return [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in TPUConfig.field_names()
+            if getattr(args, name, None) is not None]
 
 
-def cmd_verilog(args):
-    from .hdl.verilog import generate_verilog
-    config = _config_from(args)
-    text = generate_verilog(config, top=args.top)
-    if args.output in (None, "-"):
-        sys.stdout.write(text)
-    else:
-        path = Path(args.output)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        except OSError as error:
-            raise CommandError(f"cannot write {path}: {error.strerror}") from None
-        print(f"wrote {path} ({len(text.splitlines())} lines) for {config.name}", file=sys.stderr)
-    return 0
+def _top_option(parser, default_help):
+    from .hdl.verilog import DEFAULT_TOP, TOPS
+    parser.add_argument("--top", choices=list(TOPS), default=DEFAULT_TOP,
+                        help=f"{default_help}: the chip with its PCIe-style host interface "
+                             f"(default), the core behind row-level DMA ports, or the matrix "
+                             f"engine alone")
 
 
-def cmd_sim(args):
-    from .sim.harness import missing_simulator, run
-    config = _config_from(args)
-    reason = missing_simulator(args.sim)
-    if reason:
-        raise CommandError(reason)
-    seed = args.seed if args.seed is not None else int(time.time()) % 1000000
-    print(f"{config.name} under {args.sim}, seed {seed}")
-    tests, failures = run(config, args.sim, "tpu.sim.tb_matrix_engine",
-                          testcase=args.testcase, seed=seed)
-    print(f"{tests - failures} passed, {failures} failed")
-    return 1 if failures or not tests else 0
+def _check_memory(config, top):
+    """Refuse, before building, a design this machine has too little memory for."""
+    from .estimate import available_memory, elaboration_memory, format_bytes
+    need = elaboration_memory(config, top)
+    have = available_memory()
+    if have is not None and need > have:
+        raise CommandError(f"generating the {top} of this configuration would need about "
+                           f"{format_bytes(need)} of memory, and {format_bytes(have)} is "
+                           f"available; choose smaller sizes (the estimate is in docs/verilog.md)")
 
 
-def cmd_demo(args):
-    import numpy as np
-    from .hdl.verilog import generate_verilog, CORE_NAME
-    from .sim.matrix_engine_model import MatMul, MatrixEngineModel
-    config = _config_from(args)
-    started = time.perf_counter()
-    text = generate_verilog(config, top="core")
-    elapsed = time.perf_counter() - started
-    path = Path(args.output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    module = CORE_NAME
-    ports = _verilog_summary(text, module)
-    print(f"configuration: {config}")
-    print(f"module {module}: {len(text.splitlines())} lines of Verilog in {path} "
-          f"(generated in {elapsed:.2f} s)")
-    print(f"  {'port':<24} {'dir':<6} {'bits':>5}")
-    for direction, width, name in ports:
-        print(f"  {name:<24} {direction:<6} {width:>5}")
-    latency = config.rows + config.cols + 2
-    print(f"array: {config.rows}x{config.cols} int8 MACs, peak {config.peak_macs_per_cycle} "
-          f"MAC/cycle, row latency {latency} cycles, accumulators {config.acc_rows}x{config.cols} int32")
-
-    rng = np.random.default_rng(0)
-    model = MatrixEngineModel(config)
-    x = rng.integers(0, 256, size=(4, config.rows))
-    w = rng.integers(-128, 128, size=(config.rows, config.cols))
-    model.push_tile(w)
-    model.matmul(MatMul(x, 0, unsigned=True, switch=True))
-    ok = np.array_equal(model.acc[:4], x @ w)
-    print(f"golden model: 4 uint8 rows x one tile {'matches' if ok else 'DIFFERS FROM'} numpy")
-    return 0 if ok and _demo_mlp() and _demo_driver() else 1
+def _input_path(name, what):
+    """The path of an existing, readable, non-empty file `name`."""
+    if not name:
+        raise CommandError(f"the {what} path is empty")
+    path = Path(name)
+    if path.is_dir():
+        raise CommandError(f"cannot read {path}: Is a directory, not a {what}")
+    if not path.exists():
+        raise CommandError(f"cannot read {path}: No such file or directory")
+    return path
 
 
-def _demo_driver():
-    """The same MLP through the host driver: weights by DMA, the program by
-    doorbell, the result read back from host memory (golden backend)."""
-    from .driver import run
-    from .driver.checks import check_mlp
-    try:
-        result = run(check_mlp, backend="golden", config=TPUConfig())
-    except AssertionError as error:
-        print(f"host driver: the MLP through the driver FAILED: {error}")
-        return False
-    print(f"host driver (golden backend): the MLP submitted by doorbell halts with the reference "
-          f"output; counters {result.counters['cycles']} cycles, "
-          f"{result.counters['useful_macs']} useful MACs "
-          f"(run the same on the RTL with backend=\"icarus\" or \"verilator\")")
-    return True
-
-
-def _demo_mlp():
-    """A two-layer int8 MLP, assembled and run on the golden model of the chip."""
-    from .sim.chip_model import ChipModel
-    from .sim.cycle_model import estimate_cycles
-    from .sim.programs import mlp_program
-    program = mlp_program()
-    chip = ChipModel(program.config)
-    chip.weight_memory[:len(program.weights)] = program.weights
-    for addr, data in program.host.items():
-        chip.host.write(addr, data)
-    code = program.assemble()
-    chip.run(code)
-    ok = all(chip.host.read(addr, len(data)) == data for addr, data in program.expected_host.items())
-    estimate = estimate_cycles(program.config, code)
-    print(f"two-layer int8 MLP ({len(code) // 16} instructions, {program.config.name} chip): "
-          f"output {'matches' if ok else 'DIFFERS FROM'} the numpy integer reference; "
-          f"{estimate['cycles']} cycles, MXU utilisation {estimate['utilisation']['matrix_phase']:.0%} "
-          f"while the matrix unit runs")
-    return ok
-
-
-def _read(path, text):
+def _read(path, text, what="file"):
     try:
         data = path.read_bytes()
     except OSError as error:
         raise CommandError(f"cannot read {path}: {error.strerror}") from None
+    if not data:
+        raise CommandError(f"{path} is empty: it holds no {what}")
     if not text:
         return data
     try:
@@ -171,80 +114,452 @@ def _read(path, text):
                            f"{error.start}); is it a binary? (try 'tpu disasm')") from None
 
 
+def _output_path(name, inputs=(), what="output"):
+    """The path `name` for writing, refused if empty, a directory, or one of `inputs`."""
+    if name is not None and not name:
+        raise CommandError(f"the {what} path is empty")
+    path = Path(name)
+    if path.is_dir():
+        raise CommandError(f"{path} is a directory; name the {what} file")
+    for source in inputs:
+        if path.resolve() == Path(source).resolve():
+            raise CommandError(f"the {what} {path} would overwrite the input {source}")
+    return path
+
+
 def _write(path, data):
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     except OSError as error:
-        raise CommandError(f"cannot write {path}: {error.strerror}") from None
+        raise CommandError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def _seed_option(parser, default):
+    def seed(text):
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid seed {text!r}: not an integer") from None
+        if not 0 <= value < 1 << 32:
+            raise argparse.ArgumentTypeError(f"seed {value} is out of range 0..{(1 << 32) - 1}")
+        return value
+    parser.add_argument("--seed", type=seed, help=f"random seed, 0..2**32-1 ({default})")
+
+
+def _simulator(name):
+    from .sim.harness import missing_simulator
+    reason = missing_simulator(name)
+    if reason:
+        raise CommandError(reason)
+
+
+# tpu verilog ---------------------------------------------------------------------------
+
+
+def cmd_verilog(args):
+    from .hdl.verilog import TOPS, design, format_port_map, generate_verilog, generate_with_ports
+    config = _config_from(args)
+    module = TOPS[args.top]
+    if args.ports:
+        if args.output not in (None, "-"):
+            raise CommandError("--ports prints the port map to stdout; -o writes the Verilog "
+                               "and the port map next to it: give one of them")
+        sys.stdout.write(format_port_map(design(config, args.top), module))
+        return EXIT_OK
+    output = None if args.output in (None, "-") else _output_path(args.output, what="Verilog output")
+    _check_memory(config, args.top)
+    if output is None:
+        sys.stdout.write(generate_verilog(config, top=args.top))
+        return EXIT_OK
+    text, port_list = generate_with_ports(config, top=args.top)
+    ports = output.with_suffix(".ports")
+    _write(output, text.encode())
+    _write(ports, format_port_map(port_list, module).encode())
+    print(f"wrote {output} (module {module}, {len(text.splitlines())} lines) and its port map "
+          f"{ports} for {config.name}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _verilog_parser(commands):
+    p = commands.add_parser("verilog", help="write the Verilog of a configuration",
+                            description="Write the Verilog of a configuration. With -o FILE, the "
+                                        "map of every flattened port to its fields and bit "
+                                        "offsets goes to FILE with suffix .ports.")
+    _add_config_options(p)
+    p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
+    p.add_argument("--ports", action="store_true",
+                   help="print the port map (ports, fields, bit offsets) instead of the Verilog")
+    _top_option(p, "what to generate")
+    p.set_defaults(func=cmd_verilog)
+
+
+# tpu sim -------------------------------------------------------------------------------
+
+
+def cmd_sim(args):
+    from .hdl.verilog import TOPS, generate_verilog
+    from .sim.harness import SimulationError, build, run_outcomes
+    from .sim.suites import testcases
+    config = _config_from(args)
+    cases = testcases(args.top)
+    if args.list:
+        for case in cases:
+            reason = case.why_not(config)
+            print(f"{case.name:<28} {case.doc}" + (f" [not for this configuration: {reason}]"
+                                                    if reason else ""))
+        return EXIT_OK
+    if args.testcase:
+        by_name = {case.name: case for case in cases}
+        unknown = [name for name in args.testcase if name not in by_name]
+        if unknown:
+            raise CommandError(f"unknown testcase {', '.join(unknown)} of --top {args.top}; "
+                               f"its testcases are {', '.join(by_name)}")
+        cases = [by_name[name] for name in dict.fromkeys(args.testcase)]
+        for case in cases:
+            reason = case.why_not(config)
+            if reason:
+                raise CommandError(f"testcase {case.name} cannot run on {config.name} as given: "
+                                   f"{reason}")
+    skipped = [case for case in cases if case.why_not(config)]
+    cases = [case for case in cases if not case.why_not(config)]
+    _check_memory(config, args.top)
+    _simulator(args.sim)
+    seed = args.seed if args.seed is not None else int(time.time()) % 1000000
+    module = TOPS[args.top]
+    print(f"{args.top} ({module}) of {config.name} under {args.sim}, seed {seed} "
+          f"(replay with --seed {seed}): {len(cases)} testcase{'s' if len(cases) != 1 else ''}",
+          flush=True)
+    source = generate_verilog(config, top=args.top)
+    started = time.perf_counter()
+    print(f"building the {args.sim} model, or reusing it if built before "
+          f"(a Verilator build takes minutes)", flush=True)
+    # A model that does not build is one error (exit status 1), not one per testcase.
+    model = build(config, args.sim, verilog_source=source, toplevel=module)
+    print(f"model: {model} ({time.perf_counter() - started:.1f} s)", flush=True)
+    passed = 0
+    for case in cases:
+        started = time.perf_counter()
+        try:
+            outcomes = run_outcomes(config, args.sim, case.module, testcase=case.test, seed=seed,
+                                    toplevel=module, verilog_source=source, run_name=case.name,
+                                    extra_env={"TPU_SIMULATOR": args.sim, **case.env}, quiet=True)
+        except SimulationError as error:
+            print(f"ERROR {case.name}: {error}", flush=True)
+            continue
+        seconds = time.perf_counter() - started
+        if not outcomes:
+            print(f"ERROR {case.name}: the testcase did not run; see the logs under {model}",
+                  flush=True)
+            continue
+        outcome = outcomes[0]
+        if outcome.passed:
+            passed += 1
+            print(f"pass  {case.name} ({seconds:.1f} s)", flush=True)
+        else:
+            word = "FAIL " if outcome.kind == "failed" else "ERROR"
+            print(f"{word} {case.name} ({seconds:.1f} s): {outcome.message.splitlines()[0][:300]}"
+                  f"\n      log: {outcome.log}", flush=True)
+    failed = len(cases) - passed
+    note = f"; {len(skipped)} not for this configuration (see --list)" if skipped else ""
+    print(f"{passed} passed, {failed} failed{note}")
+    return EXIT_CHIP_ERROR if failed else EXIT_OK
+
+
+def _sim_parser(commands):
+    p = commands.add_parser("sim", help="run the RTL testbenches of a top level",
+                            description="Run every cocotb testcase of a top level (or those "
+                                        "named with --testcase), each in a simulation of its "
+                                        "own, under Icarus or Verilator.")
+    _add_config_options(p)
+    _top_option(p, "which testbenches")
+    p.add_argument("--sim", choices=["icarus", "verilator"], default="icarus",
+                   help="simulator (default icarus)")
+    _seed_option(p, "default: new each run")
+    p.add_argument("--testcase", action="append", metavar="NAME",
+                   help="run this testcase only (repeatable; --list names them)")
+    p.add_argument("--list", action="store_true", help="list the testcases of --top and exit")
+    p.set_defaults(func=cmd_sim)
+
+
+# tpu exec ------------------------------------------------------------------------------
+
+
+def _parse_input(text):
+    addr, sep, name = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--input {text!r}: expected ADDR=FILE")
+    return _parse_addr(addr, "--input"), name
+
+
+def _parse_output(text):
+    spec, sep, name = text.partition("=")
+    addr, sep2, nbytes = spec.partition(":")
+    if not sep or not sep2 or not name:
+        raise argparse.ArgumentTypeError(f"--output {text!r}: expected ADDR:NBYTES=FILE")
+    n = _parse_addr(nbytes, "--output NBYTES")
+    if n == 0:
+        raise argparse.ArgumentTypeError(f"--output {text!r}: NBYTES is 0")
+    return _parse_addr(addr, "--output"), n, name
+
+
+def _parse_addr(text, what):
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}: {text!r} is not a number") from None
+    if value < 0 or value >= 1 << 32:
+        raise argparse.ArgumentTypeError(f"{what}: {text} is out of range 0..0xffffffff")
+    return value
+
+
+def _positive_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text} is not in 0 < seconds <= 3600")
+    return value
+
+
+def cmd_exec(args):
+    from .exec_program import ExecError, execute, load_program
+    config = _config_from(args)
+    program_path = _input_path(args.program, "program")
+    inputs = []
+    for addr, name in args.input or ():
+        path = _input_path(name, "input file")
+        inputs.append((addr, _read(path, text=False, what="input data")))
+    weights = None
+    if args.weights:
+        weights = _read(_input_path(args.weights, "weights file"), text=False, what="weights")
+    sources = [program_path] + [Path(name) for _, name in args.input or ()]
+    if args.weights:
+        sources.append(Path(args.weights))
+    outputs = []
+    for addr, nbytes, name in args.output or ():
+        outputs.append((addr, nbytes, _output_path(name, sources, what="output")))
+    names = [path.resolve() for *_, path in outputs]
+    if len(set(names)) != len(names):
+        raise CommandError("two --output options name the same file")
+    if args.backend != "golden":
+        _check_memory(config, "chip")
+        _simulator(args.backend)
+    try:
+        code = load_program(program_path, _read(program_path, text=False, what="program"), config)
+        result = execute(code, config, backend=args.backend, inputs=inputs,
+                         outputs=[(addr, n) for addr, n, _ in outputs], weights=weights,
+                         seed=args.seed if args.seed is not None else 1, timeout=args.timeout)
+    except ExecError as error:
+        raise CommandError(str(error)) from None
+    print(f"{program_path}: {len(code) // 16} instructions on the {args.backend} backend "
+          f"({config.name})")
+    if result["fault"]:
+        print(f"status: error: {result['fault']}")
+    else:
+        print(f"status: {'halted' if result['halted'] else 'ran off the end of the program (no HALT)'}"
+              f" after {result['elapsed'] * 1e6:.1f} us of link time")
+    if result["int_codes"]:
+        print(f"interrupt codes: {', '.join(str(code) for code in result['int_codes'])}")
+    counters = result["counters"] or {}
+    print("counters: " + ", ".join(f"{name} {value}" for name, value in counters.items()))
+    for (addr, nbytes, path), data in zip(outputs, result["outputs"]):
+        _write(path, data)
+        print(f"wrote {path} ({nbytes} bytes from host offset 0x{addr:x})")
+    return EXIT_CHIP_ERROR if result["fault"] else EXIT_OK
+
+
+def _exec_parser(commands):
+    p = commands.add_parser("exec", help="run a program on the chip through the host driver",
+                            description="Run PROGRAM (assembly .s, or a binary from 'tpu asm') "
+                                        "through tpu.driver on a backend, and print its status, "
+                                        "fault and counters. Host addresses in the program, "
+                                        "--input and --output are offsets into one host buffer "
+                                        "that tpu exec allocates inside the driver's DMA window; "
+                                        "exec adds the buffer's address to every RHM and WHM.")
+    p.add_argument("program", metavar="PROGRAM", help="assembly (.s) or binary (.bin) program")
+    p.add_argument("--backend", choices=["golden", "icarus", "verilator"], default="golden",
+                   help="the golden model (default) or the chip's RTL under a simulator")
+    p.add_argument("--input", action="append", type=_parse_input, metavar="ADDR=FILE",
+                   help="copy FILE's bytes to host offset ADDR before the run (repeatable)")
+    p.add_argument("--output", action="append", type=_parse_output, metavar="ADDR:NBYTES=FILE",
+                   help="after the run, write NBYTES bytes from host offset ADDR to FILE "
+                        "(repeatable)")
+    p.add_argument("--weights", metavar="FILE",
+                   help="int8 weight tiles (rows x cols bytes each, row-major) loaded into "
+                        "weight memory from tile 0 before the run")
+    p.add_argument("--timeout", type=_positive_seconds, default=0.1,
+                   help="link seconds to wait for the program to end (default 0.1)")
+    _seed_option(p, "simulation backends: draws the host's timing; default 1")
+    _add_config_options(p)
+    p.set_defaults(func=cmd_exec)
+
+
+# tpu demo ------------------------------------------------------------------------------
+
+
+def cmd_demo(args):
+    import numpy as np
+    from .hdl.verilog import DEFAULT_TOP, TOPS, format_port_map, generate_with_ports
+    from .sim.matrix_engine_model import MatMul, MatrixEngineModel
+    config = _config_from(args)
+    output = _output_path(args.output, what="Verilog output")
+    mlp = _demo_mlp_program(config, args)
+    _check_memory(config, DEFAULT_TOP)
+    module = TOPS[DEFAULT_TOP]
+    started = time.perf_counter()
+    text, ports = generate_with_ports(config, top=DEFAULT_TOP)
+    elapsed = time.perf_counter() - started
+    ports_path = output.with_suffix(".ports")
+    _write(output, text.encode())
+    _write(ports_path, format_port_map(ports, module).encode())
+    print(f"configuration: {config}")
+    print(f"module {module} (the chip): {len(text.splitlines())} lines of Verilog in {output} "
+          f"(generated in {elapsed:.2f} s); port map in {ports_path}")
+    print(f"  {'port':<24} {'dir':<6} {'bits':>5}")
+    for name, direction, width, _ in ports:
+        print(f"  {name:<24} {direction:<6} {width:>5}")
+    latency = config.rows + config.cols + 2
+    print(f"array: {config.rows}x{config.cols} int8 MACs, peak {config.peak_macs_per_cycle} "
+          f"MAC/cycle, row latency {latency} cycles, accumulators {config.acc_rows}x{config.cols} int32")
+
+    rng = np.random.default_rng(0)
+    model = MatrixEngineModel(config)
+    batch = min(4, config.acc_rows)
+    x = rng.integers(0, 256, size=(batch, config.rows))
+    w = rng.integers(-128, 128, size=(config.rows, config.cols))
+    model.push_tile(w)
+    model.matmul(MatMul(x, 0, unsigned=True, switch=True))
+    ok = np.array_equal(model.acc[:batch], x @ w)
+    print(f"golden model: {batch} uint8 rows x one tile {'matches' if ok else 'DIFFERS FROM'} numpy")
+    ok = ok and _demo_mlp(config, mlp) and _demo_driver(config)
+    return EXIT_OK if ok else EXIT_CHIP_ERROR
+
+
+def _mlp_sizes(config):
+    """The demo MLP's layer sizes on `config`: 3, 3 and 2 tiles (24, 24, 16 on 8x8)."""
+    return {"k1": 3 * config.rows, "n1": 3 * config.rows, "n2": 2 * config.rows}
+
+
+def _demo_mlp_program(config, args):
+    """The demo's MLP built for `config`, or why `config` cannot hold it."""
+    from .isa import check, decode_program
+    from .sim.programs import mlp_program
+    try:
+        program = mlp_program(config=config, **_mlp_sizes(config))
+        problems = [f"{instruction}: {fault.name}"
+                    for instruction in decode_program(program.assemble())
+                    for fault in [check(instruction, config)] if fault]
+    except (ValueError, AssertionError) as error:
+        problems = [str(error)]
+    if problems:
+        given = " ".join(_given_config_options(args)) or "the default configuration"
+        raise CommandError(f"the demo's two-layer MLP does not fit {given}: {problems[0]}")
+    return program
+
+
+async def _demo_driver_main(device):
+    """The demo MLP through the driver; (RunResult, output equals the reference)."""
+    from .driver.checks import load_program_data
+    from .sim.programs import mlp_program
+    p = mlp_program(config=device.config, **_mlp_sizes(device.config))
+    await device.load_weights(p.weights)
+    program, buffers = load_program_data(device, p)
+    result = await device.run(program, timeout=1e-2)
+    (addr, expected), = p.expected_host.items()
+    return result, result.halted and device.read(buffers[addr]) == expected
+
+
+def _demo_driver(config):
+    """The same MLP through the host driver: weights by DMA, the program by
+    doorbell, the result read back from host memory (golden backend)."""
+    from .driver import TpuError, run
+    try:
+        result, ok = run(_demo_driver_main, backend="golden", config=config)
+    except TpuError as error:
+        print(f"host driver: the MLP through the driver FAILED: {error}")
+        return False
+    if not ok:
+        print("host driver: the MLP through the driver FAILED: its output differs from the reference")
+        return False
+    print(f"host driver (golden backend): the MLP submitted by doorbell halts with the reference "
+          f"output; counters {result.counters['cycles']} cycles, "
+          f"{result.counters['useful_macs']} useful MACs "
+          f"(tpu exec runs a program the same way on the RTL: --backend icarus or verilator)")
+    return True
+
+
+def _demo_mlp(config, program):
+    """A two-layer int8 MLP, assembled and run on the golden model of the chip."""
+    from .sim.chip_model import ChipModel
+    from .sim.cycle_model import estimate_cycles
+    chip = ChipModel(config)
+    chip.weight_memory[:len(program.weights)] = program.weights
+    for addr, data in program.host.items():
+        chip.host.write(addr, data)
+    code = program.assemble()
+    chip.run(code)
+    ok = all(chip.host.read(addr, len(data)) == data for addr, data in program.expected_host.items())
+    estimate = estimate_cycles(config, code)
+    print(f"two-layer int8 MLP ({len(code) // 16} instructions, {config.name} chip): "
+          f"output {'matches' if ok else 'DIFFERS FROM'} the numpy integer reference; "
+          f"{estimate['cycles']} cycles, MXU utilisation {estimate['utilisation']['matrix_phase']:.0%} "
+          f"while the matrix unit runs")
+    return ok
+
+
+def _demo_parser(commands):
+    p = commands.add_parser("demo", help="generate the chip, summarise it, run an MLP on it",
+                            description="Generate the chip's Verilog and port map, and run a "
+                                        "two-layer MLP built for the configuration on the golden "
+                                        "model, directly and through the host driver.")
+    _add_config_options(p)
+    p.add_argument("-o", "--output", metavar="FILE", default="build/tpu_chip.v",
+                   help="where to write the Verilog (default build/tpu_chip.v; the port map "
+                        "goes next to it, suffix .ports)")
+    p.set_defaults(func=cmd_demo)
+
+
+# tpu asm / disasm ----------------------------------------------------------------------
 
 
 def cmd_asm(args):
     from .asm import AsmError, assemble
     from .isa import INSTRUCTION_BYTES
     config = _config_from(args)
-    source = Path(args.file)
-    text = _read(source, text=True)
+    source = _input_path(args.file, "assembly source")
+    text = _read(source, text=True, what="assembly")
     try:
         program = assemble(text, filename=str(source), config=None if args.no_check else config)
-    except AsmError as error:
-        raise CommandError(str(error)) from None
+    except (AsmError, ValueError, OverflowError, RecursionError) as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise CommandError(message if isinstance(error, AsmError) else f"{source}: {message}") \
+            from None
     if args.output == "-":
+        output = None
+    elif args.output is not None:
+        output = _output_path(args.output, [source], what="binary output")
+    else:
+        output = source.with_suffix(".bin")
+        if output.resolve() == source.resolve():
+            raise CommandError(f"the binary would overwrite the source {source}; name it with -o")
+        if output.is_dir():
+            raise CommandError(f"{output} is a directory; name the binary with -o")
+    if not program:
+        raise CommandError(f"{source} holds no instructions (only comments or blank lines)")
+    if output is None:
         sys.stdout.buffer.write(program)
         sys.stdout.buffer.flush()
-        return 0
-    output = Path(args.output) if args.output else source.with_suffix(".bin")
-    if output.resolve() == source.resolve():
-        raise CommandError(f"the output would overwrite the source {source}; name it with -o")
+        return EXIT_OK
     _write(output, program)
     checked = "not range-checked" if args.no_check else f"range-checked for {config.name}"
     print(f"wrote {output} ({len(program) // INSTRUCTION_BYTES} instructions, {len(program)} bytes, "
           f"{checked})", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
-def cmd_disasm(args):
-    from .asm import disassemble
-    from .isa import IllegalInstruction
-    path = Path(args.file)
-    data = _read(path, text=False)
-    try:
-        text = disassemble(data, strict=args.strict)
-    except (IllegalInstruction, ValueError) as error:
-        raise CommandError(f"{path}: {error}") from None
-    if args.output in (None, "-"):
-        sys.stdout.write(text)
-    else:
-        _write(Path(args.output), text.encode())
-    return 0
-
-
-def _parser():
-    parser = _Parser(prog="tpu", description="An open TPU-v1-class inference accelerator.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
-    p = commands.add_parser("verilog", help="write the Verilog of a configuration")
-    _add_config_options(p)
-    p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
-    p.add_argument("--top", choices=["chip", "core", "engine"], default="core",
-                   help="the core behind row-level DMA ports (default), the chip with its "
-                        "PCIe-style host interface, or the matrix engine alone")
-    p.set_defaults(func=cmd_verilog)
-
-    p = commands.add_parser("sim", help="run the RTL testbenches of a configuration")
-    _add_config_options(p)
-    p.add_argument("--sim", choices=["icarus", "verilator"], default="icarus",
-                   help="simulator (default icarus)")
-    p.add_argument("--seed", type=int, help="random seed (default: new each run)")
-    p.add_argument("--testcase", help="run one testcase only")
-    p.set_defaults(func=cmd_sim)
-
-    p = commands.add_parser("demo", help="generate the default chip and summarise it")
-    _add_config_options(p)
-    p.add_argument("-o", "--output", metavar="FILE", default="build/tpu_core.v",
-                   help="where to write the Verilog (default build/tpu_core.v)")
-    p.set_defaults(func=cmd_demo)
-
+def _asm_parser(commands):
     p = commands.add_parser("asm", help="assemble a program into its binary",
                             description="Assemble FILE (syntax: docs/isa.md). Every instruction is "
                                         "range-checked against the chip configuration given by the "
@@ -257,6 +572,42 @@ def _parser():
     _add_config_options(p)
     p.set_defaults(func=cmd_asm)
 
+
+def _looks_like_text(data):
+    printable = set(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
+    return all(byte in printable for byte in data)
+
+
+def cmd_disasm(args):
+    from .asm import disassemble
+    from .isa import IllegalInstruction, INSTRUCTION_BYTES, decode
+    path = _input_path(args.file, "binary program")
+    data = _read(path, text=False, what="instructions")
+    if _looks_like_text(data):
+        def legal(i):
+            try:
+                decode(data[i:i + INSTRUCTION_BYTES])
+                return True
+            except (IllegalInstruction, ValueError):
+                return False
+        if not all(legal(i) for i in range(0, len(data) - len(data) % INSTRUCTION_BYTES,
+                                           INSTRUCTION_BYTES)):
+            raise CommandError(f"{path} is text, not a binary program; is it assembly? "
+                               f"(try 'tpu asm {path}')")
+    output = None if args.output in (None, "-") else _output_path(args.output, [path],
+                                                                   what="text output")
+    try:
+        text = disassemble(data, strict=args.strict)
+    except (IllegalInstruction, ValueError) as error:
+        raise CommandError(f"{path}: {error}") from None
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        _write(output, text.encode())
+    return EXIT_OK
+
+
+def _disasm_parser(commands):
     p = commands.add_parser("disasm", help="disassemble a binary program",
                             description="Print FILE, a binary program, as assembly that assembles "
                                         "back to the same bytes. Illegal instructions are shown as "
@@ -265,20 +616,51 @@ def _parser():
     p.add_argument("-o", "--output", metavar="OUT", help="text file to write (default: stdout)")
     p.add_argument("--strict", action="store_true", help="an illegal instruction is an error")
     p.set_defaults(func=cmd_disasm)
+
+
+# The command line ----------------------------------------------------------------------
+
+_PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _demo_parser, _asm_parser, _disasm_parser]
+
+
+def _parser():
+    parser = _Parser(prog="tpu", description="An open TPU-v1-class inference accelerator.",
+                     epilog="Exit status: 0 success, 1 the chip reported an error (a fault, a "
+                            "failed testcase), 2 a usage or input error.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for add in _PARSERS:
+        add(commands)
     return parser
 
 
 def main(argv=None):
+    from .sim.harness import SimulationError, SimulatorMissing
     parser = _parser()
     try:
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help()
-            return 2
+            return EXIT_USAGE
         return args.func(args)
-    except CommandError as error:
+    except (CommandError, ConfigError, SimulatorMissing) as error:
         print(f"tpu: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader of stdout went away (tpu verilog | head): nothing to say,
+        # and nothing more to flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except SimulationError as error:
+        print(f"tpu: error: {error}", file=sys.stderr)
+        return EXIT_CHIP_ERROR
+    except MemoryError:
+        print("tpu: error: out of memory: choose smaller sizes", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as error:
+        # A file the command needs (the build directory, a scratch file).
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"tpu: error: {where}{error.strerror or error}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("tpu: interrupted", file=sys.stderr)
         return 130

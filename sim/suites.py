@@ -1,0 +1,97 @@
+"""The testcases `tpu sim` runs for each top level: every cocotb testbench of
+the matrix engine, the core and the chip, by name.
+
+A testcase is one cocotb test of one testbench module with the environment
+it needs (a driver check's name, a DMA stage, a fault kind). `tpu sim` runs
+each in a simulation of its own, so every testcase starts from the state
+the Verilog gives at time zero, whatever ran before it.
+"""
+
+from dataclasses import dataclass, field
+
+
+__all__ = ["Testcase", "testcases", "TOPS"]
+
+TOPS = ("engine", "core", "chip")
+
+
+@dataclass(frozen=True)
+class Testcase:
+    """One named testcase: cocotb test `test` of module `module`, with `env`."""
+    name: str
+    module: str
+    test: str
+    doc: str
+    env: dict = field(default_factory=dict)
+    #: None, or why this testcase cannot run on a given configuration
+    #: (a function of the `TPUConfig`).
+    unfit: object = None
+
+    def why_not(self, config):
+        """None if the testcase runs on `config`, else the reason it cannot."""
+        return self.unfit(config) if self.unfit else None
+
+
+def _engine():
+    module = "tpu.sim.tb_matrix_engine"
+    return [Testcase(name, module, name, doc) for name, doc in [
+        ("random_operations", "random tiles, shapes, flags, addresses and idle cycles"),
+        ("extreme_values", "the largest sums in both directions"),
+        ("accumulate_chain", "32 tiles accumulated into the same rows against one numpy matmul"),
+        ("back_to_back_timing", "tile switches back to back: the cycle of every row"),
+        ("heavy_idle", "both input streams idle most of the time"),
+    ]]
+
+
+def _program_config_only(config):
+    from .programs import PROGRAM_CONFIG
+    if config == PROGRAM_CONFIG:
+        return None
+    options = " ".join(f"--{name.replace('_', '-')} {value}"
+                       for name, value in PROGRAM_CONFIG.to_dict().items()
+                       if value != type(PROGRAM_CONFIG)().to_dict()[name])
+    return f"the fixed programs are written for one configuration: {options}"
+
+
+def _core():
+    from .program_generator import FAULT_KINDS
+    from .programs import PROGRAMS
+    module = "tpu.sim.tb_core"
+    cases = [Testcase("random_programs", module, "random_programs",
+                      "a random legal program with hazards everywhere, against the golden model",
+                      {"TPU_LENGTH": "40"})]
+    cases += [Testcase(f"fault_{kind}", module, "random_programs",
+                       f"a random program ending in the fault {kind}",
+                       {"TPU_LENGTH": "20", "TPU_FAULT": kind}) for kind in FAULT_KINDS]
+    cases += [Testcase("host_windows", module, "host_windows", "HOST_RANGE against the DMA windows"),
+              Testcase("dma_error", module, "dma_error", "the DMA_ERROR input: code, index, halt")]
+    cases += [Testcase(f"program_{name}", "tpu.sim.tb_core_programs", name,
+                       f"the fixed program {name!r} of tpu.sim.programs against its expected results",
+                       {"TPU_PROGRAM_CASE": name}, unfit=_program_config_only)
+              for name in PROGRAMS]
+    return cases
+
+
+def _chip():
+    from ..driver.checks import CHECKS
+    module = "tpu.sim.tb_host"
+    cases = [Testcase("registers", module, "registers_test", "BAR0 register reset values and access")]
+    cases += [Testcase(f"check_{name}", module, "check",
+                       f"the driver check {name!r} of tpu.driver.checks",
+                       {"TPU_HOST_CHECK": f"tpu.driver.checks:{function.__name__}"})
+              for name, function in CHECKS.items()]
+    cases += [Testcase(f"dma_faults_{stage}", module, "dma_faults",
+                       f"every bad answer to a DMA read during {what}", {"TPU_DMA_STAGE": stage})
+              for stage, what in [("rhm", "an RHM"), ("fetch", "a program fetch"),
+                                  ("wfill", "a weight fill")]]
+    cases += [Testcase("bad_tlps", module, "bad_tlps", "malformed and unsupported packets"),
+              Testcase("abort_during_writes", module, "abort_during_writes",
+                       "ABORT and SOFT_RESET while WHM writes keep the link busy")]
+    return cases
+
+
+def testcases(top):
+    """Every testcase of `top` ("engine", "core" or "chip"), in running order."""
+    if top not in TOPS:
+        raise ValueError(f"unknown top {top!r}: choose one of {', '.join(TOPS)}")
+    return {"engine": _engine, "core": _core, "chip": _chip}[top]()

@@ -1,0 +1,144 @@
+"""`tpu sim` end to end, under both simulators: every testcase of the matrix
+engine on two configurations, one testcase each of the core and the chip,
+and what it says when a testcase fails.
+
+The configurations are those of the RTL tests (test_matrix_engine_rtl,
+test_core_rtl, test_host_interface_rtl), so the simulator models are built
+once per test session and reused here.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import base_seed
+from tpu.cli import main
+from tpu.sim import suites
+
+
+def _options(config):
+    """`config` as command-line options."""
+    return [arg for name, value in config.to_dict().items()
+            for arg in (f"--{name.replace('_', '-')}", str(value))]
+
+
+def _sim(capsys, *args):
+    status = main(["sim", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+ENGINE_CONFIGS = ["2x2", "4x8"]
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("shape", ENGINE_CONFIGS)
+def test_engine_every_testcase(simulator, capsys, shape):
+    """All five matrix-engine testcases in one command: each starts from a
+    known state, whatever ran before it."""
+    rows, cols = shape.split("x")
+    seed = base_seed()
+    status, out, err = _sim(capsys, "--top", "engine", "--rows", rows, "--cols", cols,
+                            "--acc-rows", "64", "--sim", simulator, "--seed", str(seed))
+    assert status == 0, f"seed {seed}: {out}{err}"
+    assert "5 passed, 0 failed" in out
+    assert len(re.findall(r"^pass  ", out, re.M)) == 5
+
+
+@pytest.mark.rtl
+def test_core_and_chip_testcases(simulator, capsys):
+    from test_core_rtl import CONFIGS
+    from test_host_interface_rtl import NARROW
+    seed = base_seed()
+    status, out, err = _sim(capsys, "--top", "core", *_options(CONFIGS[0]), "--sim", simulator,
+                            "--seed", str(seed), "--testcase", "host_windows",
+                            "--testcase", "fault_ub_range")
+    assert status == 0 and "2 passed, 0 failed" in out, f"seed {seed}: {out}{err}"
+    status, out, err = _sim(capsys, *_options(NARROW), "--sim", simulator, "--seed", str(seed),
+                            "--testcase", "registers")
+    assert status == 0 and "1 passed, 0 failed" in out, f"seed {seed}: {out}{err}"
+    assert out.startswith("chip (tpu_chip) of 4x4")
+
+
+@pytest.mark.rtl
+def test_a_failing_testcase_names_its_log(capsys, monkeypatch):
+    """A testcase that breaks says how, and where its log is; exit status 1."""
+    if suites_missing := __import__("tpu.sim.harness", fromlist=["x"]).missing_simulator("icarus"):
+        pytest.skip(suites_missing)
+    wrong = json.dumps({"rows": 3, "cols": 2, "acc_rows": 64})     # not the built 2x2 engine
+    broken = suites.Testcase("broken", "tpu.sim.tb_matrix_engine", "random_operations",
+                             "a testbench told the wrong configuration", {"TPU_CONFIG": wrong})
+    monkeypatch.setattr(suites, "testcases", lambda top: [broken])
+    status, out, err = _sim(capsys, "--top", "engine", "--rows", "2", "--cols", "2",
+                            "--acc-rows", "64", "--seed", "1")
+    assert status == 1
+    assert re.search(r"^(FAIL |ERROR) broken \(", out, re.M), out
+    log = re.search(r"^      log: (\S+sim\.log)$", out, re.M)
+    assert log and Path(log.group(1)).read_text(), out
+    assert "0 passed, 1 failed" in out
+
+
+def test_list_names_every_testcase(capsys):
+    for top in suites.TOPS:
+        assert main(["sim", "--top", top, "--list"]) == 0
+        out = capsys.readouterr().out
+        names = [line.split()[0] for line in out.splitlines()]
+        assert names == [case.name for case in suites.testcases(top)]
+    assert {"random_operations", "heavy_idle"} <= {c.name for c in suites.testcases("engine")}
+    assert {"check_mlp", "dma_faults_wfill", "bad_tlps"} <= {c.name for c in suites.testcases("chip")}
+
+
+def test_every_testbench_test_is_a_testcase():
+    """No cocotb test of a top level's testbenches is left out of `tpu sim`."""
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent / "sim"
+    for top, modules in {"engine": ["tb_matrix_engine"], "core": ["tb_core"],
+                         "chip": ["tb_host"]}.items():
+        covered = {case.test for case in suites.testcases(top)}
+        for module in modules:
+            tree = ast.parse((root / f"{module}.py").read_text())
+            tests = {node.name for node in ast.walk(tree)
+                     if isinstance(node, ast.AsyncFunctionDef)
+                     and any("cocotb.test" in ast.unparse(d) for d in node.decorator_list)}
+            assert tests <= covered, f"{top}: {sorted(tests - covered)} not run by tpu sim"
+
+
+@pytest.mark.rtl
+def test_exec_on_the_rtl(simulator, capsys, tmp_path):
+    """`tpu exec` runs a program through the driver on the chip's RTL: the
+    bytes come back, and a fault is exit status 1 with its name."""
+    from test_host_interface_rtl import NARROW
+    program = tmp_path / "copy.s"
+    program.write_text("rhm ub=0, rows=4, host=0x0\nwhm ub=0, rows=4, host=0x40\nhalt\n")
+    data = tmp_path / "in.bin"
+    data.write_bytes(bytes(range(100, 116)))
+    out = tmp_path / "out.bin"
+    status = main(["exec", str(program), "--backend", simulator, *_options(NARROW),
+                   "--input", f"0={data}", "--output", f"0x40:16={out}"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "status: halted" in printed and "counters: cycles" in printed
+    assert out.read_bytes() == data.read_bytes()
+    program.write_text("rhm ub=0, rows=1, host=0x10000000\nhalt\n")
+    status = main(["exec", str(program), "--backend", simulator, *_options(NARROW)])
+    printed = capsys.readouterr().out
+    assert status == 1 and "HOST_RANGE" in printed, printed
+
+
+def test_a_model_that_does_not_build_is_one_line(capsys, monkeypatch):
+    from tpu.sim import harness
+    if harness.missing_simulator("icarus"):
+        pytest.skip(harness.missing_simulator("icarus"))
+
+    def broken(config, simulator, **options):
+        raise harness.SimulationError("the icarus build of tpu_matrix_engine (1x1) failed "
+                                      "(Command failed with return code: 2); see build.log")
+    monkeypatch.setattr(harness, "build", broken)
+    status = main(["sim", "--top", "engine", "--rows", "1", "--cols", "1", "--seed", "1"])
+    out, err = capsys.readouterr()
+    assert status == 1
+    assert err.strip().splitlines() == ["tpu: error: the icarus build of tpu_matrix_engine (1x1) "
+                                        "failed (Command failed with return code: 2); see build.log"]
