@@ -5,9 +5,11 @@ Commands
 tpu verilog   write the Verilog of a configuration (and the map of its ports)
 tpu sim       run the cocotb testbenches of a top level under a simulator
 tpu exec      run a program on the chip through the host driver
-tpu demo      the main job on the default configuration
+tpu demo      the main job: digits classified by compiled networks on the chip
+tpu compile   compile a quantized ONNX or TFLite model (tpu.cli_model)
+tpu run       run a model on the chip with a per-layer report (tpu.cli_model)
 tpu asm       assemble a program (docs/isa.md) into its binary
-tpu disasm    disassemble a binary program
+tpu disasm    disassemble a binary program or a compiled model
 
 Exit status: 0 success, 1 the chip (or a simulation of it) reported an
 error (a fault, a failed testcase, a model that did not build), 2 a usage or
@@ -27,13 +29,18 @@ from pathlib import Path
 from .config import TPUConfig, ConfigError
 
 
-__all__ = ["main", "CommandError", "EXIT_OK", "EXIT_CHIP_ERROR", "EXIT_USAGE"]
+__all__ = ["main", "CommandError", "ChipError", "EXIT_OK", "EXIT_CHIP_ERROR", "EXIT_USAGE"]
 
 EXIT_OK, EXIT_CHIP_ERROR, EXIT_USAGE = 0, 1, 2
 
 
 class CommandError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+class ChipError(CommandError):
+    """The chip (or a simulation of it) reported an error: one line, exit status 1."""
+    exit_status = EXIT_CHIP_ERROR
 
 
 class _Parser(argparse.ArgumentParser):
@@ -313,6 +320,16 @@ def _parse_addr(text, what):
     return value
 
 
+def _positive_count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return value
+
+
 def _positive_seconds(text):
     try:
         value = float(text)
@@ -400,124 +417,60 @@ def _exec_parser(commands):
 
 
 def cmd_demo(args):
-    import numpy as np
+    from .compiler.errors import CompileError
+    from .driver import TpuError
     from .hdl.verilog import DEFAULT_TOP, TOPS, format_port_map, generate_with_ports
-    from .sim.matrix_engine_model import MatMul, MatrixEngineModel
     config = _config_from(args)
     output = _output_path(args.output, what="Verilog output")
-    mlp = _demo_mlp_program(config, args)
+    given = " ".join(_given_config_options(args)) or "the default configuration"
+    if config.rows != config.cols:
+        raise CommandError(f"the demo does not fit {given}: rows must equal cols "
+                           f"(the compiler needs a square array: docs/isa.md, open points)")
     _check_memory(config, DEFAULT_TOP)
     module = TOPS[DEFAULT_TOP]
     started = time.perf_counter()
     text, ports = generate_with_ports(config, top=DEFAULT_TOP)
     elapsed = time.perf_counter() - started
+
+    from .demo import run_demo
+    try:
+        result = run_demo(backend=args.backend, config=config, out_dir=args.out, batch=args.batch,
+                          quick=args.quick)
+    except CompileError as error:
+        raise CommandError(f"the demo does not fit {given}: {error}") from None
+    except TpuError as error:
+        raise ChipError(f"the chip failed running the demo: {error}") from None
+    # Written last, so that a configuration the networks do not fit leaves nothing behind.
     ports_path = output.with_suffix(".ports")
     _write(output, text.encode())
     _write(ports_path, format_port_map(ports, module).encode())
     print(f"configuration: {config}")
     print(f"module {module} (the chip): {len(text.splitlines())} lines of Verilog in {output} "
-          f"(generated in {elapsed:.2f} s); port map in {ports_path}")
-    print(f"  {'port':<24} {'dir':<6} {'bits':>5}")
-    for name, direction, width, _ in ports:
-        print(f"  {name:<24} {direction:<6} {width:>5}")
-    latency = config.rows + config.cols + 2
-    print(f"array: {config.rows}x{config.cols} int8 MACs, peak {config.peak_macs_per_cycle} "
-          f"MAC/cycle, row latency {latency} cycles, accumulators {config.acc_rows}x{config.cols} int32")
-
-    rng = np.random.default_rng(0)
-    model = MatrixEngineModel(config)
-    batch = min(4, config.acc_rows)
-    x = rng.integers(0, 256, size=(batch, config.rows))
-    w = rng.integers(-128, 128, size=(config.rows, config.cols))
-    model.push_tile(w)
-    model.matmul(MatMul(x, 0, unsigned=True, switch=True))
-    ok = np.array_equal(model.acc[:batch], x @ w)
-    print(f"golden model: {batch} uint8 rows x one tile {'matches' if ok else 'DIFFERS FROM'} numpy")
-    ok = ok and _demo_mlp(config, mlp) and _demo_driver(config)
-    return EXIT_OK if ok else EXIT_CHIP_ERROR
-
-
-def _mlp_sizes(config):
-    """The demo MLP's layer sizes on `config`: 3, 3 and 2 tiles (24, 24, 16 on 8x8)."""
-    return {"k1": 3 * config.rows, "n1": 3 * config.rows, "n2": 2 * config.rows}
-
-
-def _demo_mlp_program(config, args):
-    """The demo's MLP built for `config`, or why `config` cannot hold it."""
-    from .isa import check, decode_program
-    from .sim.programs import mlp_program
-    try:
-        program = mlp_program(config=config, **_mlp_sizes(config))
-        problems = [f"{instruction}: {fault.name}"
-                    for instruction in decode_program(program.assemble())
-                    for fault in [check(instruction, config)] if fault]
-    except (ValueError, AssertionError) as error:
-        problems = [str(error)]
-    if problems:
-        given = " ".join(_given_config_options(args)) or "the default configuration"
-        raise CommandError(f"the demo's two-layer MLP does not fit {given}: {problems[0]}")
-    return program
-
-
-async def _demo_driver_main(device):
-    """The demo MLP through the driver; (RunResult, output equals the reference)."""
-    from .driver.checks import load_program_data
-    from .sim.programs import mlp_program
-    p = mlp_program(config=device.config, **_mlp_sizes(device.config))
-    await device.load_weights(p.weights)
-    program, buffers = load_program_data(device, p)
-    result = await device.run(program, timeout=1e-2)
-    (addr, expected), = p.expected_host.items()
-    return result, result.halted and device.read(buffers[addr]) == expected
-
-
-def _demo_driver(config):
-    """The same MLP through the host driver: weights by DMA, the program by
-    doorbell, the result read back from host memory (golden backend)."""
-    from .driver import TpuError, run
-    try:
-        result, ok = run(_demo_driver_main, backend="golden", config=config)
-    except TpuError as error:
-        print(f"host driver: the MLP through the driver FAILED: {error}")
-        return False
-    if not ok:
-        print("host driver: the MLP through the driver FAILED: its output differs from the reference")
-        return False
-    print(f"host driver (golden backend): the MLP submitted by doorbell halts with the reference "
-          f"output; counters {result.counters['cycles']} cycles, "
-          f"{result.counters['useful_macs']} useful MACs "
-          f"(tpu exec runs a program the same way on the RTL: --backend icarus or verilator)")
-    return True
-
-
-def _demo_mlp(config, program):
-    """A two-layer int8 MLP, assembled and run on the golden model of the chip."""
-    from .sim.chip_model import ChipModel
-    from .sim.cycle_model import estimate_cycles
-    chip = ChipModel(config)
-    chip.weight_memory[:len(program.weights)] = program.weights
-    for addr, data in program.host.items():
-        chip.host.write(addr, data)
-    code = program.assemble()
-    chip.run(code)
-    ok = all(chip.host.read(addr, len(data)) == data for addr, data in program.expected_host.items())
-    estimate = estimate_cycles(config, code)
-    print(f"two-layer int8 MLP ({len(code) // 16} instructions, {config.name} chip): "
-          f"output {'matches' if ok else 'DIFFERS FROM'} the numpy integer reference; "
-          f"{estimate['cycles']} cycles, MXU utilisation {estimate['utilisation']['matrix_phase']:.0%} "
-          f"while the matrix unit runs")
-    return ok
+          f"(generated in {elapsed:.2f} s), {len(ports)} ports; port map in {ports_path}")
+    return EXIT_OK if result["ok"] else EXIT_CHIP_ERROR
 
 
 def _demo_parser(commands):
-    p = commands.add_parser("demo", help="generate the chip, summarise it, run an MLP on it",
-                            description="Generate the chip's Verilog and port map, and run a "
-                                        "two-layer MLP built for the configuration on the golden "
-                                        "model, directly and through the host driver.")
+    p = commands.add_parser("demo", help="the main job: digits classified by compiled networks on the chip",
+                            description="Generate the chip's Verilog and port map; train an MLP and "
+                                        "a CNN on scikit-learn's handwritten digits, quantize them "
+                                        "with ONNX Runtime, compile them and classify the test split "
+                                        "on the chip (the RTL under Verilator by default), compared "
+                                        "with ONNX Runtime, the golden model and the reference "
+                                        "interpreter; writes a PNG and JSON of the results.")
     _add_config_options(p)
     p.add_argument("-o", "--output", metavar="FILE", default="build/tpu_chip.v",
                    help="where to write the Verilog (default build/tpu_chip.v; the port map "
                         "goes next to it, suffix .ports)")
+    p.add_argument("--backend", default="verilator", choices=["golden", "icarus", "verilator"],
+                   help="where the chip runs: the RTL under Verilator (default) or Icarus, "
+                        "or the golden model")
+    p.add_argument("--batch", type=_positive_count, default=64, metavar="N",
+                   help="images per chip run (default 64)")
+    p.add_argument("--quick", action="store_true",
+                   help="run one batch of the test split on the chip instead of all of it")
+    p.add_argument("--out", metavar="DIR", default="build/demo",
+                   help="where the trained models, the PNG and the JSON go (default build/demo)")
     p.set_defaults(func=cmd_demo)
 
 
@@ -580,7 +533,10 @@ def _looks_like_text(data):
 
 def cmd_disasm(args):
     from .asm import disassemble
+    from .cli_model import cmd_disasm_model, is_model_file
     from .isa import IllegalInstruction, INSTRUCTION_BYTES, decode
+    if is_model_file(args.file):
+        return cmd_disasm_model(args)
     path = _input_path(args.file, "binary program")
     data = _read(path, text=False, what="instructions")
     if _looks_like_text(data):
@@ -620,7 +576,13 @@ def _disasm_parser(commands):
 
 # The command line ----------------------------------------------------------------------
 
-_PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _demo_parser, _asm_parser, _disasm_parser]
+def _model_parsers(commands):
+    from .cli_model import add_model_commands
+    add_model_commands(commands, _add_config_options)
+
+
+_PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _demo_parser, _model_parsers, _asm_parser,
+            _disasm_parser]
 
 
 def _parser():
@@ -644,7 +606,7 @@ def main(argv=None):
         return args.func(args)
     except (CommandError, ConfigError, SimulatorMissing) as error:
         print(f"tpu: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return getattr(error, "exit_status", EXIT_USAGE)
     except BrokenPipeError:
         # The reader of stdout went away (tpu verilog | head): nothing to say,
         # and nothing more to flush at exit.

@@ -6,10 +6,10 @@ tpu run MODEL(.onnx|.tflite|.tpu) --input X.npy --output Y.npy [--backend B] [--
 tpu disasm MODEL.tpu          (`disassemble_model`, for the disasm command)
 
 `add_model_commands(subparsers, add_config_options)` adds ``compile`` and
-``run`` to the ``tpu`` parser. Bad input (files, names, shapes, models the
-compiler cannot take, options) raises ``tpu.cli.CommandError`` (exit status
-2); a chip that faults or times out raises a subclass of it (`chip_failure`)
-whose ``exit_status`` is 1. `main(argv)` runs the commands on their own.
+``run`` to the ``tpu`` parser (`tpu.cli`). Bad input (files, names, shapes,
+models the compiler cannot take, options) raises ``tpu.cli.CommandError``
+(exit status 2); a chip that faults or times out raises ``tpu.cli.ChipError``
+(exit status 1).
 """
 
 import argparse
@@ -23,24 +23,14 @@ from .config import ConfigError, TPUConfig
 
 
 __all__ = ["add_model_commands", "cmd_compile", "cmd_run", "disassemble_model", "is_model_file",
-           "chip_failure", "main"]
-
-
-_chip_failure = []
+           "chip_failure"]
 
 
 def chip_failure(message):
-    """A ``ChipFailure``: a ``tpu.cli.CommandError`` (printed as one line)
-    whose ``exit_status`` is 1, for a chip that faulted or timed out. The
-    class is made on first use: ``tpu.cli`` imports this module."""
-    if not _chip_failure:
-        from .cli import CommandError
-
-        class ChipFailure(CommandError):
-            """The chip faulted or timed out while running a model."""
-            exit_status = 1
-        _chip_failure.append(ChipFailure)
-    return _chip_failure[0](message)
+    """A ``tpu.cli.ChipError`` (one line, exit status 1): the chip faulted or
+    timed out while running a model."""
+    from .cli import ChipError
+    return ChipError(message)
 
 
 def _command_error(message):
@@ -266,13 +256,6 @@ def cmd_disasm_model(args):
 
 # The parser -----------------------------------------------------------------------------------
 
-def _add_config_options(parser):
-    group = parser.add_argument_group("chip configuration")
-    for name in TPUConfig.field_names():
-        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, metavar="N",
-                           help=f"{TPUConfig.describe(name)}; default {getattr(TPUConfig(), name)}")
-
-
 def _positive(text):
     try:
         value = int(text)
@@ -293,7 +276,7 @@ def _positive_float(text):
     return value
 
 
-def add_model_commands(subparsers, add_config_options=_add_config_options):
+def add_model_commands(subparsers, add_config_options):
     """Add ``compile`` and ``run`` to the ``tpu`` parser's `subparsers`."""
     p = subparsers.add_parser(
         "compile", help="compile a quantized ONNX or TFLite model for a chip",
@@ -327,33 +310,3 @@ def add_model_commands(subparsers, add_config_options=_add_config_options):
     p.add_argument("--seed", type=int, help="simulation backends: host behaviour seed")
     add_config_options(p)
     p.set_defaults(func=cmd_run)
-
-
-def main(argv=None):
-    """Run one model command alone (``compile``, ``run``, ``disasm``); the exit status."""
-    from .cli import CommandError
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):
-            raise CommandError(f"{message} (see '{self.prog} --help')")
-
-    parser = Parser(prog="tpu")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    add_model_commands(commands)
-    p = commands.add_parser("disasm", help="print a compiled model's programs")
-    p.add_argument("file", metavar="MODEL", help="compiled model (.tpu)")
-    p.add_argument("-o", "--output", metavar="OUT", help="text file to write (default: stdout)")
-    p.set_defaults(func=cmd_disasm_model)
-    try:
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help()
-            return 2
-        return args.func(args)
-    except CommandError as error:
-        print(f"tpu: error: {error}", file=sys.stderr)
-        return getattr(error, "exit_status", 2)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
