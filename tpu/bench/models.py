@@ -1,0 +1,86 @@
+"""Models per layer at several batches on the golden chip: the demo MLP and CNN
+(quantized like the demo) and the MLPerf Tiny models that are present."""
+
+from pathlib import Path
+
+from ..compiler.errors import CompileError
+from .common import BREAKDOWN, progress, run_session
+
+
+__all__ = ["load_models", "run_models", "BATCHES"]
+
+BATCHES = (1, 8, 64, 256)
+CALIBRATION_IMAGES = 256
+
+
+def load_models(quick, cache_dir="build/demo"):
+    """``(graphs by name, skipped: name -> reason)``."""
+    from ..compiler import demo_models, zoo
+    from ..compiler.onnx_frontend import import_onnx
+    graphs, skipped = {}, {}
+    floats = demo_models.demo_models(cache_dir, log=progress)
+    x_train = demo_models.digits_split()[0]
+    for name, model in floats.items():
+        quantized = zoo.quantize(model, demo_models.model_input(name, x_train[:CALIBRATION_IMAGES]),
+                                 form="qdq", activation_type="int8")
+        graphs[f"demo {name}"] = import_onnx(quantized, name=f"digits_{name}")
+    from ..compiler import mlperf_tiny
+    names = list(mlperf_tiny.MODELS)
+    for name in names:
+        reason = mlperf_tiny.missing_reason(name)
+        if reason is None and quick and name != "ad01_int8":
+            reason = "not in --quick (run the full suite)"
+        if reason:
+            skipped[name] = reason
+            continue
+        try:
+            from ..compiler.tflite_frontend import import_tflite
+            graphs[name] = import_tflite(Path(mlperf_tiny.model_path(name)))
+        except Exception as error:          # a model the front end refuses is reported, not fatal
+            skipped[name] = f"{type(error).__name__}: {error}"
+    return graphs, skipped
+
+
+def _fit_batch(graph, config, batch):
+    """The largest power-of-two fraction of `batch` the compiler accepts."""
+    from ..compiler.backend import compile_graph
+    while True:
+        try:
+            compile_graph(graph, config, batch)
+            return batch
+        except CompileError as error:
+            if batch == 1:
+                raise
+            batch = max(1, batch // 2)
+
+
+def run_models(graphs, config, batches, clock_hz):
+    """Per model and batch: the report's layers and totals."""
+    results = []
+    for name, graph in graphs.items():
+        for batch in batches:
+            progress(f"model {name} at batch {batch} on golden")
+            try:
+                compiled_batch = _fit_batch(graph, config, batch)
+                report, seconds = run_session(graph, config, compiled_batch)
+            except Exception as error:
+                results.append({"model": name, "batch": batch, "error": f"{type(error).__name__}: {error}"})
+                continue
+            report.clock_hz = clock_hz
+            total = report.total
+            layers = []
+            for row in report.rows:
+                layers.append({"name": row.name, "where": row.where, "cycles": row.cycles,
+                               "estimate": row.estimate, "macs": row.macs,
+                               "utilisation": row.utilisation,
+                               "weight_bytes": row.counters.get("weight_shift", 0) * config.cols,
+                               **{n: int(row.counters.get(n, 0)) for n in BREAKDOWN}})
+            results.append({
+                "model": name, "batch": batch, "compiled_batch": compiled_batch,
+                "cycles": total.cycles, "estimate": total.estimate, "macs": total.macs,
+                "utilisation": total.utilisation,
+                **{n: int(total.counters.get(n, 0)) for n in BREAKDOWN},
+                "cycles_per_inference": report.cycles_per_inference,
+                "inferences_per_second": report.inferences_per_second,
+                "clock_hz": clock_hz, "seconds": seconds, "layers": layers})
+    return results
