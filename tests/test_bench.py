@@ -4,6 +4,7 @@ import argparse
 import json
 
 from tpu.bench import run_bench
+from tpu.bench.report import publish
 from tpu.cli_bench import add_bench_commands
 from tpu.cli_model import _add_config_options
 
@@ -24,6 +25,9 @@ def test_tiny_bench_writes_consistent_report(tmp_path):
     assert {t[0][:15] for t in saved["targets"]} >= {"MXU utilisation", "zero weight-sta"}
     points = [p for p in saved["design_space"] if p["cycles"]]
     assert points and all(p["speedup"] > 0 for p in points)
+    doc = publish(tmp_path, tmp_path / "docs" / "bench.md", tmp_path / "docs" / "img")
+    assert "](img/bench_roofline.png)" in doc.read_text()
+    assert (tmp_path / "docs" / "img" / "bench_roofline.png").exists()
 
 
 def test_bench_command_parses():

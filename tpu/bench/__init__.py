@@ -114,7 +114,8 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
                                            CLOCK_HZ)
 
     # (e) design space on the cycle model
-    workloads = {name: (g, 64) for name, g in graphs.items()}
+    on_chip = {m["model"] for m in model_results if m.get("cycles")}
+    workloads = {name: (g, 64) for name, g in graphs.items() if name in on_chip}
     big = 8 * config.rows
     workloads[f"GEMM {big}x{big}x{big}"] = (dense_graph(big, big), big)
     design = design_space.sweep(workloads, gconfig, progress)
