@@ -35,3 +35,19 @@ def test_bench_command_parses():
     add_bench_commands(parser.add_subparsers(), _add_config_options)
     args = parser.parse_args(["bench", "--quick", "--out", "x", "--rows", "16", "--cols", "16"])
     assert args.quick and args.out == "x" and args.rows == 16
+
+
+def test_trace_covers_every_instruction_of_every_part():
+    from tpu.bench.common import dense_graph
+    from tpu.bench.trace import model_trace
+    from tpu.compiler.backend import compile_graph
+    from tpu.isa import INSTRUCTION_BYTES
+    from tpu.config import TPUConfig
+    compiled = compile_graph(dense_graph(20, 12), TPUConfig(), 16)
+    events = model_trace(compiled)["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X" and e["tid"] != 0]
+    parts = [e for e in events if e["ph"] == "X" and e["tid"] == 0]
+    assert len(slices) == sum(len(s.program) // INSTRUCTION_BYTES for s in compiled.steps)
+    end = parts[-1]["ts"] + parts[-1]["dur"]
+    assert all(0 <= e["ts"] and e["ts"] + e["dur"] <= end + 1 for e in slices)
+    assert any(e["name"].startswith("mmc") for e in slices)

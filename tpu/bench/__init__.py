@@ -27,7 +27,7 @@ NOT_INCLUDED = [
     "host link (DMA throughput, host share of run time): scripts/bench_host.py, "
     "docs/host_performance.md",
     "FPGA resource and timing table: scripts/bench_fpga.py, docs/fpga.md",
-    "a Chrome/Perfetto trace of the chip's units",
+    "a trace of RTL runs (the traces are the cycle model's schedule, exact against the RTL)",
 ]
 
 
@@ -113,6 +113,18 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
     model_results = model_suite.run_models(graphs, config, model_batches or model_suite.BATCHES,
                                            CLOCK_HZ)
 
+    # timelines: one Perfetto trace per model at batch 64 (the cycle model's schedule)
+    from ..compiler.backend import compile_graph
+    from .trace import write_trace
+    traces = {}
+    for m in model_results:
+        if m.get("batch") == 64 and m.get("cycles"):
+            file = f"trace_{m['model'].replace(' ', '_')}.json"
+            progress(f"trace of {m['model']} at batch {m['compiled_batch']}: {file}")
+            write_trace(out / file, compile_graph(graphs[m["model"]], config, m["compiled_batch"]),
+                        m["model"])
+            traces[m["model"]] = file
+
     # (e) design space on the cycle model
     on_chip = {m["model"] for m in model_results if m.get("cycles")}
     workloads = {name: (g, 64) for name, g in graphs.items() if name in on_chip}
@@ -138,7 +150,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         "design_summary": _design_summary(design),
         "not_included": NOT_INCLUDED + (["Icarus and 16x16 simulation speed (full run only)"]
                                         if quick else []),
-        "plots": plots,
+        "plots": plots, "traces": traces,
     }
     results["targets"] = [list(t) for t in report.targets(config, gemm_results, model_results, rtl_runs)]
     results["seconds"] = time.monotonic() - started

@@ -158,6 +158,10 @@ def write_markdown(results, plots):
                          *(layer[b] for b in BREAKDOWN)))
     out.append(_table(["model", "batch", "layer", "cycles", "estimate", "MACs", "util",
                        *(_HEAD[b] for b in BREAKDOWN)], rows))
+    if results.get("traces"):
+        out.append("\nTimelines (Chrome/Perfetto trace-event JSON, open at ui.perfetto.dev; one "
+                   "track per unit, 1 us on the timeline = 1 cycle): " + ", ".join(
+                       f"{k}: `{v}`" for k, v in results["traces"].items()) + "\n")
     out.append("\n## Simulation speed\n")
     out.append("Simulated cycles per wall-clock second on the same compiled GEMM program "
                "(a simulator's time includes starting it, its model already built).\n")
