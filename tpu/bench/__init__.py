@@ -103,7 +103,8 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         if s["backend"] != "golden":
             m, k, n = rtl_size
             rtl_runs.append({"label": f"GEMM {m}x{k}x{n} {s['backend']} {s['rows']}x{s['cols']}",
-                             "cycles": s["cycles"], "estimate": s["estimate"]})
+                             "cycles": s["cycles"], "estimate": s["estimate"],
+                             "host_stall": s["host_stall"]})
 
     # (c) models
     graphs, skipped = ({}, {"all": "not requested"})

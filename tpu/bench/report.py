@@ -165,10 +165,26 @@ def write_markdown(results, plots):
     out.append("\n## Simulation speed\n")
     out.append("Simulated cycles per wall-clock second on the same compiled GEMM program "
                "(a simulator's time includes starting it, its model already built).\n")
-    out.append(_table(["backend", "array", "M x K x N", "cycles", "seconds", "cycles/s"],
+    out.append(_table(["backend", "array", "M x K x N", "cycles", "seconds",
+                       "build or reuse (s)", "cycles/s"],
                       [(s["backend"], f"{s['rows']}x{s['cols']}", f"{s['m']}x{s['k']}x{s['n']}",
-                        s["cycles"], f"{s['seconds']:.2f}", f"{s['cycles_per_second']:,.0f}")
+                        s["cycles"], f"{s['seconds']:.2f}",
+                        "-" if s.get("build_seconds") is None else f"{s['build_seconds']:.1f}", f"{s['cycles_per_second']:,.0f}")
                        for s in results["simspeed"]]))
+    golden = {(s["rows"], s["cols"]): s for s in results["simspeed"] if s["backend"] == "golden"}
+    rtl = [s for s in results["simspeed"] if s["backend"] != "golden"]
+    if rtl:
+        out.append("\nThe same program's counters on the RTL and on the golden chip (the cycle "
+                   "model's):\n")
+        names = ("cycles", *BREAKDOWN)
+        rows = []
+        for s in rtl:
+            g = golden.get((s["rows"], s["cols"]))
+            rows.append((f"{s['backend']} {s['rows']}x{s['cols']}",
+                         *(s["counters"][n] for n in names)))
+            if g:
+                rows.append((f"golden {g['rows']}x{g['cols']}", *(g["counters"][n] for n in names)))
+        out.append(_table(["run", *(_HEAD.get(n, n) for n in names)], rows))
     out.append("\n## Design space (cycle model)\n")
     out.append(f"Each workload (models at batch 64) compiled for chips varied one parameter at a "
                f"time around the chip above (with the GEMM sweep's {results['gemm_ub_rows']}-row "
