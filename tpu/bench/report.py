@@ -171,6 +171,13 @@ def write_markdown(results, plots):
                         s["cycles"], f"{s['seconds']:.2f}",
                         "-" if s.get("build_seconds") is None else f"{s['build_seconds']:.1f}", f"{s['cycles_per_second']:,.0f}")
                        for s in results["simspeed"]]))
+    sweep = [g for g in results["gemms"] if g.get("backend") == "golden" and g.get("seconds")]
+    if sweep:
+        big = max(sweep, key=lambda g: g["cycles"])
+        out.append(f"\nThe program above is short, so starting a run dominates its time; the "
+                   f"golden chip on the sweep's longest GEMM ({big['m']}x{big['k']}x{big['n']}, "
+                   f"{big['cycles']} cycles in {big['seconds']:.2f} s) simulates "
+                   f"{big['cycles'] / big['seconds']:,.0f} cycles/s.\n")
     golden = {(s["rows"], s["cols"]): s for s in results["simspeed"] if s["backend"] == "golden"}
     rtl = [s for s in results["simspeed"] if s["backend"] != "golden"]
     if rtl:
@@ -186,7 +193,7 @@ def write_markdown(results, plots):
                 rows.append((f"golden {g['rows']}x{g['cols']}", *(g["counters"][n] for n in names)))
         out.append(_table(["run", *(_HEAD.get(n, n) for n in names)], rows))
     out.append("\n## Design space (cycle model)\n")
-    out.append(f"Each workload (models at batch 64) compiled for chips varied one parameter at a "
+    out.append(f"Each workload (models at batch 64 and 1) compiled for chips varied one parameter at a "
                f"time around the chip above (with the GEMM sweep's {results['gemm_ub_rows']}-row "
                f"unified buffer), its parts' cycles added up by the cycle model "
                f"(`tpu.sim.cycle_model`, exact against the RTL). Arrays keep their weight "
