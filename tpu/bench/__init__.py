@@ -132,7 +132,9 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         if m.get("batch") == 64 and m.get("cycles"):
             file = f"trace_{m['model'].replace(' ', '_')}.json"
             progress(f"trace of {m['model']} at batch {m['compiled_batch']}: {file}")
-            write_trace(out / file, compile_graph(graphs[m["model"]], config, m["compiled_batch"]),
+            write_trace(out / file, compile_graph(graphs[m["model"]],
+                                                 model_suite.model_config(m["model"], config),
+                                                 m["compiled_batch"]),
                         m["model"])
             traces[m["model"]] = file
 
