@@ -22,7 +22,12 @@ def _config(args):
 def cmd_bench(args):
     from .bench import run_bench
     backends = () if args.golden_only else None
-    run_bench(args.out, quick=args.quick, config=_config(args), backends=backends)
+    words = ["tpu bench", *(["--quick"] if args.quick else []),
+             *(["--golden-only"] if args.golden_only else []), f"--out {args.out}"]
+    words += [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in TPUConfig.field_names()
+              if getattr(args, name, None) is not None]
+    run_bench(args.out, quick=args.quick, config=_config(args), backends=backends,
+              command=" ".join(words))
     print(f"{args.out}/report.md, {args.out}/results.json and plots written")
 
 
