@@ -11,7 +11,6 @@ for golden only).
 import json
 import os
 import platform
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path

@@ -8,7 +8,7 @@ import numpy as np
 from ..compiler import ir
 
 
-__all__ = ["progress", "dense_graph", "random_feed", "run_session", "row_dict", "plot_file", "percent",
+__all__ = ["progress", "dense_graph", "random_feed", "run_session", "plot_file", "percent",
            "BREAKDOWN"]
 
 #: TPU v1's counter breakdown (Table 3), in the chip's counter names
@@ -60,14 +60,6 @@ def run_session(graph, config, batch, backend="golden", seed=0):
     start = time.monotonic()
     session.run(None, feeds)
     return session.report(), time.monotonic() - start
-
-
-def row_dict(row, config):
-    """A report row as the suite records it."""
-    return {"name": row.name, "cycles": row.cycles, "estimate": row.estimate, "macs": row.macs,
-            "utilisation": row.utilisation, "active_utilisation": row.active_utilisation,
-            **{name: int(row.counters.get(name, 0)) for name in BREAKDOWN},
-            "weight_bytes": None}
 
 
 def plot_file(out_dir, name):

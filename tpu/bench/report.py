@@ -1,7 +1,6 @@
 """The benchmark report: targets with pass/fail marks, tables, plots."""
 
 from .common import BREAKDOWN, percent, plot_file
-from .roofline import ridge_point
 
 
 __all__ = ["targets", "write_markdown", "plot_gemms", "plot_design_space", "publish"]
