@@ -1,0 +1,53 @@
+"""`tpu bench` on a tiny suite (golden only): files written, numbers consistent."""
+
+import argparse
+import json
+
+from tpu.bench import run_bench
+from tpu.bench.report import publish
+from tpu.cli_bench import add_bench_commands
+from tpu.cli_model import _add_config_options
+
+
+def test_tiny_bench_writes_consistent_report(tmp_path):
+    results = run_bench(tmp_path, quick=True, backends=(),
+                        gemm_sizes=[(64, 8, 8), (3, 11, 8)], include_models=False)
+    assert (tmp_path / "report.md").read_text().startswith("# Benchmark report")
+    for name in ("gemm_utilisation", "roofline", "design_space"):
+        assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert len(saved["gemms"]) == 2
+    for g in saved["gemms"]:
+        assert 0 < g["utilisation"] <= g["ideal_utilisation"] <= 1
+        assert g["ideal_cycles"] <= g["cycles"] == g["estimate"]
+        assert g["mxu_active"] == g["ideal_cycles"]
+        assert sum(g[k] for k in ("mxu_active", "non_matrix")) == g["cycles"]
+    assert {t[0][:15] for t in saved["targets"]} >= {"MXU utilisation", "zero weight-sta"}
+    points = [p for p in saved["design_space"] if p["cycles"]]
+    assert points and all(p["speedup"] > 0 for p in points)
+    doc = publish(tmp_path, tmp_path / "docs" / "bench.md", tmp_path / "docs" / "img")
+    assert "](img/bench_roofline.png)" in doc.read_text()
+    assert (tmp_path / "docs" / "img" / "bench_roofline.png").exists()
+
+
+def test_bench_command_parses():
+    parser = argparse.ArgumentParser()
+    add_bench_commands(parser.add_subparsers(), _add_config_options)
+    args = parser.parse_args(["bench", "--quick", "--out", "x", "--rows", "16", "--cols", "16"])
+    assert args.quick and args.out == "x" and args.rows == 16
+
+
+def test_trace_covers_every_instruction_of_every_part():
+    from tpu.bench.common import dense_graph
+    from tpu.bench.trace import model_trace
+    from tpu.compiler.backend import compile_graph
+    from tpu.isa import INSTRUCTION_BYTES
+    from tpu.config import TPUConfig
+    compiled = compile_graph(dense_graph(20, 12), TPUConfig(), 16)
+    events = model_trace(compiled)["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X" and e["tid"] != 0]
+    parts = [e for e in events if e["ph"] == "X" and e["tid"] == 0]
+    assert len(slices) == sum(len(s.program) // INSTRUCTION_BYTES for s in compiled.steps)
+    end = parts[-1]["ts"] + parts[-1]["dur"]
+    assert all(0 <= e["ts"] and e["ts"] + e["dur"] <= end + 1 for e in slices)
+    assert any(e["name"].startswith("mmc") for e in slices)

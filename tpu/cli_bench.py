@@ -1,0 +1,47 @@
+"""``tpu bench``: the benchmark suite (`tpu.bench.run_bench`).
+
+`add_bench_commands(subparsers, add_config_options)` adds the command to the
+``tpu`` parser."""
+
+from .config import ConfigError, TPUConfig
+
+
+__all__ = ["add_bench_commands", "cmd_bench"]
+
+
+def _config(args):
+    values = {name: getattr(args, name) for name in TPUConfig.field_names()
+              if getattr(args, name, None) is not None}
+    try:
+        return TPUConfig(**values)
+    except (ConfigError, TypeError) as error:
+        from .cli import CommandError
+        raise CommandError(str(error)) from None
+
+
+def cmd_bench(args):
+    from .bench import run_bench
+    backends = () if args.golden_only else None
+    words = ["tpu bench", *(["--quick"] if args.quick else []),
+             *(["--golden-only"] if args.golden_only else []), f"--out {args.out}"]
+    words += [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in TPUConfig.field_names()
+              if getattr(args, name, None) is not None]
+    run_bench(args.out, quick=args.quick, config=_config(args), backends=backends,
+              command=" ".join(words))
+    print(f"{args.out}/report.md, {args.out}/results.json and plots written")
+
+
+def add_bench_commands(subparsers, add_config_options):
+    """Add ``bench`` to the ``tpu`` parser's `subparsers`."""
+    p = subparsers.add_parser(
+        "bench", help="measure the chip: GEMM sweep, roofline, models, simulation speed, "
+                      "design space",
+        description="Run the benchmark suite on the golden model and the RTL (Verilator; "
+                    "Icarus too in the full run) and write DIR/report.md, DIR/results.json "
+                    "and PNG plots. --quick takes a few minutes on 2 cores.")
+    p.add_argument("--quick", action="store_true", help="the short suite (one Verilator run)")
+    p.add_argument("--out", default="build/bench/report", metavar="DIR",
+                   help="output directory (default build/bench/report)")
+    p.add_argument("--golden-only", action="store_true", help="no RTL simulation")
+    add_config_options(p)
+    p.set_defaults(func=cmd_bench)
