@@ -8,6 +8,7 @@ tpu exec      run a program on the chip through the host driver
 tpu demo      the main job: digits classified by compiled networks on the chip
 tpu compile   compile a quantized ONNX or TFLite model (tpu.cli_model)
 tpu run       run a model on the chip with a per-layer report (tpu.cli_model)
+tpu bench     measure the chip: GEMMs, roofline, models, simulation speed (tpu.cli_bench)
 tpu asm       assemble a program (docs/isa.md) into its binary
 tpu disasm    disassemble a binary program or a compiled model
 
@@ -581,8 +582,13 @@ def _model_parsers(commands):
     add_model_commands(commands, _add_config_options)
 
 
-_PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _demo_parser, _model_parsers, _asm_parser,
-            _disasm_parser]
+def _bench_parser(commands):
+    from .cli_bench import add_bench_commands
+    add_bench_commands(commands, _add_config_options)
+
+
+_PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _demo_parser, _model_parsers, _bench_parser,
+            _asm_parser, _disasm_parser]
 
 
 def _parser():
