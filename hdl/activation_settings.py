@@ -66,6 +66,7 @@ def SettingsLayout(max_width):
     return data.StructLayout({
         "function":        Function,
         "unsigned":        1,
+        "single_round":    1,
         "zero_point":      signed(VALUE_WIDTH),
         "clamp_min":       signed(VALUE_WIDTH),
         "clamp_max":       signed(VALUE_WIDTH),

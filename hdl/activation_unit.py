@@ -106,13 +106,14 @@ class ActivationUnit(wiring.Component):
         m.submodules.divider = divider = SerialDivider(RECIPROCAL_SHIFT + 2)
         count = Signal(24)
         act = {name: field(word, Opcode.ACT, name) for name in
-               ("unsigned", "acc", "ub", "rows", "func", "pool", "pool_size", "pool_stride", "in_w")}
+               ("unsigned", "single_round", "acc", "ub", "rows", "func", "pool", "pool_size", "pool_stride", "in_w")}
         windowed = (act["pool"] == Pool.MAX) | (act["pool"] == Pool.AVG)
         averaging = (act["pool"] == Pool.AVG) | (act["pool"] == Pool.GLOBAL_AVG)
         settings = pipe.set_settings.payload
         m.d.comb += [
             settings.function.eq(act["func"]),
             settings.unsigned.eq(act["unsigned"]),
+            settings.single_round.eq(act["single_round"]),
             settings.zero_point.eq(_saturate(regs[Reg.OUT_ZERO_POINT], VALUE_WIDTH)),
             settings.clamp_min.eq(_saturate(regs[Reg.CLAMP_MIN], VALUE_WIDTH)),
             settings.clamp_max.eq(_saturate(regs[Reg.CLAMP_MAX], VALUE_WIDTH)),

@@ -16,8 +16,9 @@ INT32_MAX = (1 << 31) - 1
 class Requantizer(wiring.Component):
     """``clamp(MultiplyByQuantizedMultiplier(acc + bias, multiplier, shift) + zero_point)``.
 
-    TFLite's double-rounding requantization, bit for bit (see
-    ``sim/activation_model.py``), as a five-stage pipeline without stalls:
+    TFLite's double-rounding requantization, or with `single_round` its
+    one-rounding form, bit for bit (see ``sim/activation_model.py``), as a
+    five-stage pipeline without stalls:
     `value` is the result for the `acc` presented `latency` cycles earlier.
     The settings inputs must not change while values are in flight.
 
@@ -33,6 +34,11 @@ class Requantizer(wiring.Component):
        (y < 0)) >> r`` for ``r > 0`` (round half away from zero), ``y`` for ``r = 0``;
     5. ``+ zero_point`` (exact), then ``min(max(., low), high)``.
 
+    With `single_round` stage 1 does not shift, stage 3 adds the rounding
+    constant ``2**(t-1)`` (none for ``t = 0``), ``t = 31 - shift``, to the
+    product and stage 4 takes ``>> t`` saturated to int32; saturating changes
+    no output, as the clamp bounds are 9-bit values.
+
     Members
     -------
     acc : In(signed(32))
@@ -42,6 +48,8 @@ class Requantizer(wiring.Component):
     shift : In(signed(6))
         Column shift: positive shifts left before the multiply, negative
         divides by a power of two after it.
+    single_round : In(1)
+        Round once: ``(x * multiplier + 2**(30 - shift)) >> (31 - shift)``.
     zero_point, low, high : In(signed(9))
         Output zero point and clamp bounds (``high`` wins over ``low``).
     value : Out(signed(9))
@@ -56,6 +64,7 @@ class Requantizer(wiring.Component):
             "bias":       In(signed(32)),
             "multiplier": In(signed(32)),
             "shift":      In(signed(SHIFT_WIDTH)),
+            "single_round": In(1),
             "zero_point": In(signed(VALUE_WIDTH)),
             "low":        In(signed(VALUE_WIDTH)),
             "high":       In(signed(VALUE_WIDTH)),
@@ -68,7 +77,7 @@ class Requantizer(wiring.Component):
         left = Signal(range(1 << (SHIFT_WIDTH - 1)))      # 0..31
         right = Signal(range((1 << (SHIFT_WIDTH - 1)) + 1))   # 0..32
         m.d.comb += [
-            left.eq(Mux(self.shift > 0, self.shift, 0)),
+            left.eq(Mux((self.shift > 0) & ~self.single_round, self.shift, 0)),
             right.eq(Mux(self.shift < 0, -self.shift, 0)),
         ]
 
@@ -86,9 +95,19 @@ class Requantizer(wiring.Component):
             saturate.eq((shifted == INT32_MIN) & (self.multiplier == INT32_MIN)),
         ]
 
-        # 3: rounding doubling high half.
+        # 3: rounding doubling high half; or the single rounding's constant.
         high_mul = Signal(signed(32))
-        m.d.sync += high_mul.eq(Mux(saturate, INT32_MAX, (product + (1 << 30)) >> 31))
+        total = Signal(range(64))           # single rounding: 31 - shift, 0..63
+        nudge = Signal(63)
+        nudged = Signal(signed(65))
+        m.d.comb += [
+            total.eq(31 - self.shift),
+            nudge.eq((Const(1, 64) << total) >> 1),
+        ]
+        m.d.sync += [
+            high_mul.eq(Mux(saturate, INT32_MAX, (product + (1 << 30)) >> 31)),
+            nudged.eq(product + nudge),
+        ]
 
         # 4: rounding divide by a power of two.
         half = Signal(33)
@@ -98,7 +117,16 @@ class Requantizer(wiring.Component):
             half.eq((Const(1, 34) << right) >> 1),
             rounding.eq(Mux(right == 0, 0, half - high_mul[31])),
         ]
-        m.d.sync += divided.eq((high_mul + rounding) >> right)
+        once = Signal(signed(65))
+        m.d.comb += once.eq(nudged >> total)
+        with m.If(~self.single_round):
+            m.d.sync += divided.eq((high_mul + rounding) >> right)
+        with m.Elif(once > INT32_MAX):
+            m.d.sync += divided.eq(INT32_MAX)
+        with m.Elif(once < INT32_MIN):
+            m.d.sync += divided.eq(INT32_MIN)
+        with m.Else():
+            m.d.sync += divided.eq(once)
 
         # 5: zero point and clamp.
         offset = Signal(signed(34))

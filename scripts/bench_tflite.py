@@ -11,16 +11,12 @@ For each model (ad01_int8, kws_ref_model, pretrainedResnet_quant):
    batch 1 the chip's cycles (counters), MXU-active cycles, utilisation by
    the model's own MACs (a depthwise convolution counts its real
    ``KH*KW*C*multiplier`` MACs per pixel, not the block-diagonal matrix the
-   chip multiplies), and the host steps;
-3. ``--chip-fc``: the cycles if TFLite's FULLY_CONNECTED ran on the chip
-   (its one-step rounding made the chip's two-step rounding, so not
-   bit-exact: what the activation unit's missing single-rounding mode costs).
+   chip multiplies), and the host steps.
 
     .venv/bin/python scripts/bench_tflite.py [--reference 100] [--chip 5] [--sizes 8,16]
 """
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -66,13 +62,6 @@ def model_macs(graph):
     return total
 
 
-def on_chip_fc(graph):
-    """The graph with TFLite's FULLY_CONNECTED rounding twice (so it runs on the chip)."""
-    layers = [dataclasses.replace(layer, rounding="double") if isinstance(layer, ir.Dense)
-              else layer for layer in graph.layers]
-    return dataclasses.replace(graph, layers=layers)
-
-
 def chip_run(graph, x, size, ub_rows, backend):
     config = TPUConfig(rows=size, cols=size, ub_rows=ub_rows)
     session = InferenceSession(graph, backend=backend, config=config, batch=1)
@@ -97,8 +86,6 @@ def main(argv=None):
     parser.add_argument("--sizes", default="8,16", help="array sizes (rows = cols)")
     parser.add_argument("--ub-rows", type=int, default=8192)
     parser.add_argument("--backend", default="golden")
-    parser.add_argument("--chip-fc", action="store_true",
-                        help="also measure FULLY_CONNECTED on the chip (not bit-exact)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     failures = 0
@@ -135,12 +122,6 @@ def main(argv=None):
                   f"utilisation {100 * util:.1f}%, weight stall+shift {m['weight']:,}; "
                   f"{m['parts']} chip parts; host steps: {', '.join(m['host']) or 'none'} "
                   f"({time.time() - t:.1f} s)")
-            if args.chip_fc:
-                _, m = chip_run(on_chip_fc(graph), x[:1], size, args.ub_rows, args.backend)
-                util = macs / (m["cycles"] * size * size) if m["cycles"] else 0.0
-                print(f"  {size}x{size} with FULLY_CONNECTED on the chip: {m['cycles']:,} "
-                      f"cycles/inference, utilisation {100 * util:.1f}%; host steps: "
-                      f"{', '.join(m['host']) or 'none'}")
     return 1 if failures else 0
 
 

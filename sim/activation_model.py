@@ -10,7 +10,10 @@ it bit for bit. Per output column ``n`` of an accumulator row:
    left shift ``x * (1 << shift)`` for ``shift > 0`` wraps at 32 bits, which is
    what TFLite's reference does on two's complement machines (it marks the
    function ``TFLITE_NO_SANITIZE_INTEGER_OVERFLOW``); ``QuantizeMultiplier``
-   output never overflows it for the accumulators a compiler produces;
+   output never overflows it for the accumulators a compiler produces.
+   With ``single_round`` set instead ``y = (x * multiplier + 2**(30 - shift))
+   >> (31 - shift)``, one rounding with ties toward +infinity, computed exactly
+   (TFLite's int8 FULLY_CONNECTED);
 3. ``v = min(max(y + zero_point, low), high)`` computed exactly (no int32
    wrap), with ``low``/``high`` from the function and the output type;
 4. SIGMOID and TANH replace ``v`` by ``lut[v + 128]`` (int8) or ``lut[v]``
@@ -34,7 +37,8 @@ from ..hdl.activation_settings import (
 __all__ = [
     "Function", "Pooling", "ActivationSettings",
     "wrap_int32", "saturating_rounding_doubling_high_mul", "rounding_divide_by_pot",
-    "multiply_by_quantized_multiplier", "quantize_multiplier",
+    "multiply_by_quantized_multiplier", "multiply_by_quantized_multiplier_single_round",
+    "quantize_multiplier",
     "type_range", "output_bounds", "requantize", "apply_function", "lut_index",
     "pool_reciprocal", "pool_average", "tflite_average", "pool", "output_rows",
     "run_operation", "sigmoid_table", "tanh_table", "IDENTITY_MULTIPLIER",
@@ -96,6 +100,23 @@ def multiply_by_quantized_multiplier(x, multiplier, shift):
     return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted, multiplier), right)
 
 
+def multiply_by_quantized_multiplier_single_round(x, multiplier, shift):
+    """``MultiplyByQuantizedMultiplier`` rounded once (ruy's, and TFLite's with
+    ``TFLITE_SINGLE_ROUNDING``): ``(x * m + 2**(30 - shift)) >> (31 - shift)``,
+    ties toward +infinity, exact (no int32 wrap or saturation). TFLite's int8
+    FULLY_CONNECTED requantizes this way. ``shift`` is -32..31; for 31 there
+    is nothing to round."""
+    x = np.asarray(x, dtype=np.int64)
+    total = 31 - np.asarray(shift, dtype=np.int64)
+    if np.any((total < 0) | (total > 63)):
+        raise ValueError("shift must be in -32..31")
+    product = x * np.asarray(multiplier, dtype=np.int64)    # |x * m| <= 2**62 fits int64
+    # floor((p + 2**(t-1)) / 2**t) == (floor(p / 2**(t-1)) + 1) >> 1, without the
+    # 2**63 that p + 2**(t-1) reaches for INT32_MIN * INT32_MIN and t = 63.
+    halved = ((product >> np.maximum(total - 1, 0)) + 1) >> 1
+    return np.where(total == 0, product, halved)
+
+
 def quantize_multiplier(real_multiplier):
     """``(multiplier, shift)`` with ``real ~= multiplier * 2**(shift - 31)``,
     as TFLite's ``QuantizeMultiplier``.
@@ -155,6 +176,7 @@ class ActivationSettings:
     shift: np.ndarray = None
     function: Function = Function.NONE
     unsigned: bool = False
+    single_round: bool = False
     zero_point: int = 0
     clamp_min: int = -(1 << (VALUE_WIDTH - 1))
     clamp_max: int = (1 << (VALUE_WIDTH - 1)) - 1
@@ -186,6 +208,7 @@ class ActivationSettings:
         self.function = Function(self.function)
         self.pool = Pooling(self.pool)
         self.unsigned = bool(self.unsigned)
+        self.single_round = bool(self.single_round)
         self.validate()
 
     def validate(self):
@@ -228,7 +251,10 @@ def requantize(acc, settings):
     """Accumulator rows ``(rows, cols)`` -> clamped values before the function."""
     acc = np.asarray(acc, dtype=np.int64)
     x = wrap_int32(acc + settings.bias)
-    y = multiply_by_quantized_multiplier(x, settings.multiplier, settings.shift)
+    if settings.single_round:
+        y = multiply_by_quantized_multiplier_single_round(x, settings.multiplier, settings.shift)
+    else:
+        y = multiply_by_quantized_multiplier(x, settings.multiplier, settings.shift)
     low, high = output_bounds(settings)
     return np.minimum(np.maximum(y + settings.zero_point, low), high)
 

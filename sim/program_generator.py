@@ -133,6 +133,7 @@ def random_program(config, rng, *, length=40, fault=None, input_rows=64, windows
 def _random_act(cfg, rng):
     func = rng.choice(list(Func))
     unsigned = rng.random() < 0.5
+    single_round = rng.random() < 0.3
     pool = rng.choice([Pool.NONE, Pool.NONE, Pool.MAX, Pool.AVG, Pool.GLOBAL_AVG])
     if pool in (Pool.MAX, Pool.AVG):
         in_w = rng.randint(1, min(6, cfg.pool_max_width))
@@ -147,12 +148,13 @@ def _random_act(cfg, rng):
             probe = Act(acc, 0, rows, pool=pool, pool_size=k, pool_stride=rng.randint(1, 3), in_w=in_w)
             ub = rng.randrange(0, cfg.ub_rows - probe.output_rows + 1)
             return Act(acc, ub, rows, func=func, pool=pool, pool_size=k,
-                       pool_stride=probe.pool_stride, in_w=in_w, unsigned=unsigned)
+                       pool_stride=probe.pool_stride, in_w=in_w, unsigned=unsigned,
+                       single_round=single_round)
     rows = rng.randint(1, min(12, cfg.acc_rows))
     acc = rng.randrange(0, cfg.acc_rows - rows + 1)
     out = 1 if pool == Pool.GLOBAL_AVG else rows
     ub = rng.randrange(0, cfg.ub_rows - out + 1)
-    return Act(acc, ub, rows, func=func, pool=pool, unsigned=unsigned)
+    return Act(acc, ub, rows, func=func, pool=pool, unsigned=unsigned, single_round=single_round)
 
 
 class _RawWord:

@@ -17,7 +17,9 @@ from ..hdl.activation_pipeline import ActivationPipeline
 from ..hdl.activation_settings import (ChannelWrite, InputRow, LutWrite, SettingsLayout,
                                        MAX_POOL_COUNT, MAX_POOL_SIZE)
 from .activation_model import (ActivationSettings, Function, Pooling,
-                               multiply_by_quantized_multiplier, output_rows, quantize_multiplier,
+                               multiply_by_quantized_multiplier,
+                               multiply_by_quantized_multiplier_single_round, output_rows,
+                               quantize_multiplier,
                                run_operation, sigmoid_table, tanh_table)
 from .harness import config_from_env
 from .streams import CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset
@@ -206,6 +208,7 @@ class TB:
         if rng.random() < 0.1:
             clamp_min, clamp_max = clamp_max, clamp_min       # high wins
         bias, multiplier, shift = self.random_channels()
+        single_round = bool(rng.random() < 0.3)
         lut = None
         if function in (Function.SIGMOID, Function.TANH):
             if rng.random() < 0.2:
@@ -221,8 +224,8 @@ class TB:
                 lut = builder(in_scale, zero_point, out_scale, out_zero, unsigned)
         settings = ActivationSettings(
             cols=self.cols, bias=bias, multiplier=multiplier, shift=shift,
-            function=function, unsigned=unsigned, zero_point=zero_point,
-            clamp_min=clamp_min, clamp_max=clamp_max,
+            function=function, unsigned=unsigned, single_round=single_round,
+            zero_point=zero_point, clamp_min=clamp_min, clamp_max=clamp_max,
             lut=lut if lut is not None else self.current.lut)
         return self.random_pooling(settings, pool)
 
@@ -261,7 +264,8 @@ class TB:
 
 
 def describe(settings):
-    return (f"function {settings.function.name}, unsigned {settings.unsigned}, zero point "
+    return (f"function {settings.function.name}, unsigned {settings.unsigned}, single round "
+            f"{settings.single_round}, zero point "
             f"{settings.zero_point}, clamp {settings.clamp_min}..{settings.clamp_max}, pool "
             f"{settings.pool.name} k {settings.pool_size} s {settings.pool_stride} width "
             f"{settings.pool_width} count {settings.pool_count}; bias {settings.bias.tolist()}, "
@@ -315,6 +319,11 @@ def _edge_cases(rng):
                         x0 = round(y * 2.0 ** 31 / multiplier / 2.0 ** left)
                         for e in (-1, 0, 1):
                             values.add(int(np.clip(x0 + e, INT32_MIN, INT32_MAX)))
+                    # x * multiplier around (t + 1/2) * 2**(31 - shift): a tie of
+                    # the single rounding.
+                    x1 = round((t + 0.5) * 2.0 ** (31 - shift) / multiplier)
+                    for e in (-1, 0, 1):
+                        values.add(min(max(x1 + e, INT32_MIN), INT32_MAX))
             values.update(int(v) for v in rng.integers(INT32_MIN, INT32_MAX, size=3))
             cases.append((multiplier, shift, sorted(values)))
     return cases
@@ -342,13 +351,16 @@ async def requantization_edges(dut):
         acc = np.zeros((rows, cols), dtype=np.int64)
         for n, (_, _, values) in enumerate(group):
             acc[:, n] = np.resize(values, rows)
-        for unsigned, zero_point in ((False, 0), (True, 128)):
+        for unsigned, zero_point, single in ((False, 0, False), (True, 128, False),
+                                             (False, 0, True)):
             settings = ActivationSettings(
-                cols=cols, unsigned=unsigned, zero_point=zero_point,
+                cols=cols, unsigned=unsigned, zero_point=zero_point, single_round=single,
                 multiplier=[m for m, _, _ in group], shift=[s for _, s, _ in group])
             await tb.operation(settings, acc)
-            y = multiply_by_quantized_multiplier(acc, settings.multiplier, settings.shift)
-            seen.update(int(v) for v in y.reshape(-1) if -3 <= v <= 3)
+            requant = multiply_by_quantized_multiplier_single_round if single \
+                else multiply_by_quantized_multiplier
+            y = requant(acc, settings.multiplier, settings.shift)
+            seen.update((single, int(v)) for v in y.reshape(-1) if -3 <= v <= 3)
     # Bias wrap-around and both saturation bounds, with the identity multiplier.
     acc = np.array([INT32_MAX, INT32_MIN, INT32_MAX - 5, 1000, -1000, 127, 128, -128, -129,
                     255, 256, 0, -1])
@@ -357,7 +369,7 @@ async def requantization_edges(dut):
             settings = ActivationSettings(cols=cols, unsigned=unsigned, bias=bias)
             await tb.operation(settings, np.repeat(acc[:, None], cols, axis=1))
     await tb.finish()
-    if not {-1, 0, 1} <= seen:
+    if not {(s, v) for s in (False, True) for v in (-1, 0, 1)} <= seen:
         tb.fail(f"edge cases did not reach small results: {sorted(seen)}")
 
 

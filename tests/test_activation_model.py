@@ -9,7 +9,7 @@ import pytest
 
 from tpu.sim.activation_model import (
     ActivationSettings, Function, Pooling, IDENTITY_MULTIPLIER,
-    multiply_by_quantized_multiplier, output_rows, pool, pool_average, pool_reciprocal,
+    multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_single_round, output_rows, pool, pool_average, pool_reciprocal,
     quantize_multiplier, requantize, rounding_divide_by_pot, run_operation,
     saturating_rounding_doubling_high_mul, sigmoid_table, tanh_table, tflite_average)
 
@@ -127,6 +127,30 @@ def test_mbqm_matches_reference_over_all_shifts():
             got = multiply_by_quantized_multiplier(xs, multiplier, shift)
             want = [ref_mbqm(x, multiplier, shift) for x in xs]
             assert [int(g) for g in got] == want, (multiplier, shift)
+
+
+def test_single_round_matches_exact_rounding_over_all_shifts():
+    """``floor((x * m + 2**(t-1)) / 2**t)``, ``t = 31 - shift``, in exact
+    integers: ties toward +infinity, no int64 overflow at INT32_MIN squared."""
+    rng = np.random.default_rng(11)
+    xs = EDGE_INT32 + [int(v) for v in rng.integers(INT32_MIN, INT32_MAX, size=40, endpoint=True)]
+    for shift in range(-32, 32):
+        total = 31 - shift
+        for multiplier in EDGE_MULTIPLIERS + [INT32_MIN, int(rng.integers(1 << 30, 1 << 31))]:
+            got = multiply_by_quantized_multiplier_single_round(xs, multiplier, shift)
+            want = [(x * multiplier + ((1 << total) >> 1)) >> total for x in xs]
+            assert [int(g) for g in got] == want, (multiplier, shift)
+    # Ties: +1/2 rounds up, -1/2 rounds up too (toward +infinity).
+    assert int(multiply_by_quantized_multiplier_single_round(3, 1 << 30, 0)) == 2
+    assert int(multiply_by_quantized_multiplier_single_round(-3, 1 << 30, 0)) == -1
+
+
+def test_requantize_single_round_flag():
+    # -6 / 4 = -1.5: one rounding goes up, the double one away from zero.
+    settings = ActivationSettings(cols=2, multiplier=1 << 30, shift=-1, single_round=True)
+    assert requantize([[-6, 2]], settings).tolist() == [[-1, 1]]
+    settings = ActivationSettings(cols=2, multiplier=1 << 30, shift=-1)
+    assert requantize([[-6, 2]], settings).tolist() == [[-2, 1]]
 
 
 def test_mbqm_is_within_one_of_the_real_product():

@@ -1,6 +1,8 @@
 """The compiler's back end: IR graphs compiled and run on the golden chip
 (through the host driver) equal `tpu.compiler.reference` bit for bit."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -306,6 +308,38 @@ def test_weights_exceed_weight_memory(rng):
     y = b.dense(f, 11, "relu")
     compiled, profile = check(b.graph(y), cfg, 40, rng)
     assert len(compiled.chip_steps) == 2 * 6        # 18 K tiles in 3s, 2 N tiles
+
+
+def test_all_zero_weight_tiles_are_skipped(rng):
+    """All-zero weight tiles are neither loaded nor multiplied. The first kept
+    K tile overwrites the accumulators (also when it starts a later part of
+    a K-split layer), and an N tile whose weights are all zero keeps one MMC
+    so that its outputs are the bias alone."""
+    b = Builder(rng)
+    x = b.input((5, 5, 16))
+    y = b.conv(x, 24, (3, 3), padding=(1, 1, 1, 1))
+    w = b.layers[-1].weight.copy()
+    # N tile 1 (after N tile 0 has left sums in both accumulator halves):
+    # every tap's second channel block zero, and the first tap's first.
+    w[:, :, 8:, 8:16] = 0
+    w[0, 0, :8, 8:16] = 0
+    w[:, :, :, 16:] = 0         # N tile 2: nothing but the bias
+    b.layers[-1] = dataclasses.replace(b.layers[-1], weight=w)
+    compiled, _ = check(b.graph(y), SMALL, 2, rng)
+    assert len(compiled.weights) == 18 + 8 + 1          # of 3 N x 18 K tiles
+    # A K-split dense layer (3 K tiles per part) whose first part has
+    # nothing to multiply for N tile 1, and an all-zero N tile 2.
+    cfg = SMALL.replace(weight_mem_tiles=3)
+    b = Builder(rng)
+    x = b.input((3, 3, 10))
+    f = b.reshape(x, "chw")
+    y = b.dense(f, 20, "relu")
+    w = b.layers[-1].weight.copy()
+    w[[c * 9 for c in range(10)] + [c * 9 + 1 for c in range(8)], 8:16] = 0
+    w[:, 16:] = 0
+    b.layers[-1] = dataclasses.replace(b.layers[-1], weight=w)
+    compiled, _ = check(b.graph(y), cfg, 5, rng)
+    assert len(compiled.weights) == 18 + 15 + 1
 
 
 def test_spill_to_host(rng):

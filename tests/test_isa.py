@@ -78,7 +78,7 @@ SPEC_LAYOUTS = {
     Opcode.MMC: [("accumulate", 8, 1), ("switch", 9, 1), ("unsigned", 10, 1), ("conv", 11, 1),
                  ("ub", 16, 24), ("rows", 40, 24), ("acc", 64, 16), ("out_w", 80, 16),
                  ("col_step", 96, 8), ("row_step", 104, 16)],
-    Opcode.ACT: [("unsigned", 8, 1), ("acc", 16, 16), ("ub", 32, 24), ("rows", 56, 24),
+    Opcode.ACT: [("unsigned", 8, 1), ("single_round", 9, 1), ("acc", 16, 16), ("ub", 32, 24), ("rows", 56, 24),
                  ("func", 80, 4), ("pool", 84, 4), ("pool_size", 88, 4), ("pool_stride", 92, 4),
                  ("in_w", 96, 16)],
     Opcode.CFG: [("reg", 16, 8), ("value", 32, 32)],

@@ -9,6 +9,7 @@ import pytest
 
 from tpu import TPUConfig
 from tpu.compiler import ir, reference
+from tpu.compiler.artifact import HostStep
 from tpu.compiler.errors import ModelError
 from tpu.compiler.mlperf_tiny import MODELS, missing_reason, model_path
 from tpu.compiler.session import InferenceSession
@@ -106,14 +107,21 @@ def test_models_map_onto_the_ir():
 @pytest.mark.parametrize("rows", [8, 16])
 @pytest.mark.parametrize("name", ["kws_ref_model", "pretrainedResnet_quant", "ad01_int8"])
 def test_golden_chip_equals_reference(name, rows):
-    graph = import_tflite(tiny_model(name))
+    """The golden chip equals the reference interpreter and the TFLite
+    interpreter, with every FULLY_CONNECTED and CONV_2D on the chip."""
+    path = tiny_model(name)
+    graph = import_tflite(path)
     seed = base_seed()
     print(f"seed {seed}")
     x = random_inputs(graph, 2, seed)
     config = TPUConfig(rows=rows, cols=rows, ub_rows=UB_ROWS)
     session = InferenceSession(graph, backend="golden", config=config, batch=1)
+    host = [layer for layer in graph.layers
+            if layer.name in {s.layer for s in session.compiled.steps if isinstance(s, HostStep)}]
+    assert not [layer.name for layer in host if isinstance(layer, (ir.Dense, ir.Conv2D))]
     (got,) = session.run(None, {graph.inputs[0].model_name: x})
     np.testing.assert_array_equal(got.reshape(len(x), -1), reference_run(graph, x))
+    np.testing.assert_array_equal(got.reshape(len(x), -1), tflite_run(path, x).reshape(len(x), -1))
 
 
 def test_not_a_tflite_file(tmp_path):
@@ -371,6 +379,10 @@ def test_fully_connected_rounding():
     zero = np.zeros((1, 1), dtype=np.int8)
     want = tflite_outputs(data, {"x": zero})["y"]
     np.testing.assert_array_equal(reference.run(graph, {"x": zero})["y"], want)
+    session = InferenceSession(graph, backend="golden", config=TPUConfig(rows=4, cols=4), batch=1)
+    assert not any(isinstance(step, HostStep) for step in session.compiled.steps)
+    (chip,) = session.run(None, {"x": zero})
+    np.testing.assert_array_equal(chip.reshape(want.shape), want)
     layer = graph.layers[0]
     twice = dataclasses.replace(layer, rounding="double")
     assert (reference.dense(twice, zero, graph.tensor("x").quant, graph.tensor("y").quant)

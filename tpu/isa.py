@@ -296,6 +296,9 @@ LAYOUTS = {
     ),
     Opcode.ACT: (
         _flag("unsigned", 0, "output uint8 (else int8)"),
+        _flag("single_round", 1, "requantize with one rounding, `(x * multiplier + "
+              "2**(30 - shift)) >> (31 - shift)` (TFLite's FULLY_CONNECTED), "
+              "else TFLite's double-rounding MultiplyByQuantizedMultiplier"),
         Field("acc", 16, 16, doc="first accumulator row read"),
         Field("ub", 32, **_U24, doc="first UB row written"),
         Field("rows", 56, **_U24, doc="accumulator rows read"),
@@ -721,6 +724,7 @@ class Act(Instruction):
     pool_stride: int = 0
     in_w: int = 0
     unsigned: bool = False
+    single_round: bool = False
 
     @property
     def windowed(self):

@@ -32,7 +32,7 @@ from .fuse import ChipLayer, plan_layers
 from .layout import Layout, as_image
 from .lower import PartAddresses, lower_part, ring_slots, useful_macs
 from .schedule import insert_weight_reads
-from .tiling import act_settings, lut, quant_tables, weight_tiles
+from .tiling import act_settings, kept_tiles, lut, quant_tables, weight_tiles
 
 
 __all__ = ["compile_graph"]
@@ -105,11 +105,13 @@ def compile_graph(graph, config, batch=1):
             steps.append(dict(kind="host", item=item))
             continue
         k_tiles, tiles, ranges = _parts(item, config, batch)
+        kept = kept_tiles(tiles)
         for n0, n1, k0, k1 in ranges:
-            part = tiles[n0:n1, k0:k1].reshape(-1, R, config.cols)
+            part = tiles[n0:n1, k0:k1][kept[n0:n1, k0:k1]]
             if mem_cursor + len(part) > config.weight_mem_tiles:
                 mem_cursor = 0
             steps.append(dict(kind="chip", item=item, n=(n0, n1), k=(k0, k1), k_tiles=k_tiles,
+                              kept=kept,
                               weights=(sum(len(t) for t in image), len(part)),
                               mem_base=mem_cursor, split=len(ranges) > 1,
                               tables=quant_tables(item, config)[n0:n1], lut=lut(item)))
@@ -312,7 +314,8 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     out_host_layout = outl
     outl = ub_layout(chip.output, out_block.key)
     k0, k1 = step["k"]
-    body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), k_range=(k0, k1), addr=PartAddresses(
+    body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), k_range=(k0, k1),
+                      kept=step["kept"], addr=PartAddresses(
         inl, in_block.base, outl, out_block.base, tables.base, step["mem_base"],
         out_host_layout=out_host_layout,
         in_host=host_off[chip.input] if load else None,

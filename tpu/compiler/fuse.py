@@ -48,6 +48,7 @@ class ChipLayer:
     pool: tuple = None           # None, ("max" | "avg", k, s) or ("global",)
     input_view: str = "hwc"      # dense: how K indexes the stored (y, x, c)
     im2col: dict = None          # conv of host-made patches: the original geometry
+    rounding: str = "double"     # "single": ACTs with single_round (TFLite FULLY_CONNECTED)
 
     @property
     def n_out(self):
@@ -129,12 +130,10 @@ def _table_ok(activation, out_q):
 
 
 def _matrix_on_chip(graph, layer):
-    """A Dense or Conv2D the chip runs. The activation unit rounds twice
-    (MultiplyByQuantizedMultiplier); a layer that rounds once (TFLite's
-    FULLY_CONNECTED) runs on the host until the unit has that mode."""
+    """A Dense or Conv2D the chip runs: either rounding (a layer that rounds
+    once, TFLite's FULLY_CONNECTED, gets ACTs with ``single_round``)."""
     return (isinstance(layer, (ir.Dense, ir.Conv2D))
-            and _table_ok(layer.activation, graph.tensor(layer.output).quant)
-            and getattr(layer, "rounding", "double") == "double")
+            and _table_ok(layer.activation, graph.tensor(layer.output).quant))
 
 
 def plan_layers(graph, config):
@@ -163,7 +162,8 @@ def plan_layers(graph, config):
                 name=layer.name, layers=[layer.name], kind="dense", input=root(layer.input),
                 output=layer.output, weight=layer.weight, weight_scale=layer.weight_scale,
                 bias=layer.bias, activation=layer.activation, in_q=in_t.quant, out_q=out_q,
-                in_shape=as_image(graph.tensor(root(layer.input)).shape))
+                in_shape=as_image(graph.tensor(root(layer.input)).shape),
+                rounding=getattr(layer, "rounding", "double"))
             if isinstance(layer, ir.Dense):
                 chip.input_view = aliases[layer.input][1] if layer.input in aliases else "hwc"
             else:

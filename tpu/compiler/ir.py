@@ -22,7 +22,7 @@ Conventions
   float32 scales (`requant_multipliers`; TFLite's convolutions and
   FULLY_CONNECTED compute it so too). A matrix layer's ``rounding`` is
   "double" (the chip's MultiplyByQuantizedMultiplier) or "single" (TFLite's
-  int8 FULLY_CONNECTED rounds once; the chip has no such mode yet).
+  int8 FULLY_CONNECTED rounds once: ACT's ``single_round``).
 * **Fused activations** (`Activation`) act in the output's quantized domain:
   ``relu`` is ``max(q, zero_point)``, ``clamp`` clamps to quantized bounds,
   ``sigmoid``/``tanh`` map the requantized value (in `Activation.pre`, the

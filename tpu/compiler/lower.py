@@ -1,8 +1,9 @@
 """Pass: lower one chip layer (its N tiles ``n0 .. n1 - 1``) to MMC, LDQ and
 ACT instructions.
 
-Per N tile, per M tile: the MMCs of every K tile (the first overwrites, the
-rest ACCUMULATE; a convolution reads its taps with MMC's CONV addressing,
+Per N tile, per M tile: the MMCs of every K tile whose weights are not all
+zero (the first overwrites, the rest ACCUMULATE; an N tile whose weights
+are all zero keeps one MMC, which clears the accumulators; a convolution reads its taps with MMC's CONV addressing,
 a dense layer over an image one stored pixel per K tile), then the ACTs that
 requantize, activate and pool the tile into the output's stored layout.
 M tiles alternate between the two halves of the accumulators, and the ACTs
@@ -98,13 +99,22 @@ def _merge(pairs):
     return runs
 
 
-def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None):
+def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=None):
     """Instructions (switching MMCs as ``(Mmc, weight-memory tile)``) of N
     tiles `n_range` of `chip`, K tiles `k_range` (default all; a part that
     does not end K leaves its sums in the accumulators for the next, and
-    only the last activates)."""
+    only the last activates). `kept` (``tiling.kept_tiles``, default all)
+    says which (N tile, K tile) to multiply; the part's kept tiles are in
+    weight memory from ``addr.mem_base`` on, N-major."""
     n0, n1 = n_range
     k0, k1 = k_range or (0, len(k_tiles))
+    memory, first = {}, {}
+    for n in range(n0, n1):
+        ks = [k for k in range(len(k_tiles)) if kept is None or kept[n, k]]
+        first[n] = ks[0]
+        for k in ks:
+            if k0 <= k < k1:
+                memory[(n, k)] = addr.mem_base + len(memory)
     finish = k1 == len(k_tiles)
     region = config.acc_rows // 2
     q_rows = ldq_rows(config)
@@ -138,15 +148,18 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None):
         base = (index % 2) * region
         out = []
         for k in range(k0, k1):
+            if (n, k) not in memory:
+                continue
             kt_ = k_tiles[k]
-            tile = addr.mem_base + (n - n0) * (k1 - k0) + k - k0
+            tile = memory[(n, k)]
+            accumulate = k > first[n]
             if chip.kind == "dense":
                 b0 = mt.samples[0]
                 rows = len(mt.samples)
                 ss = inl.sample_stride
                 conv = Conv(out_w=1, col_step=0, row_step=ss) if ss != 1 and rows > 1 else None
                 out.append(mmc(addr.in_base + inl.row(b0, kt_.y, kt_.x, kt_.j), rows, base,
-                               k > 0, tile, conv))
+                               accumulate, tile, conv))
                 continue
             sh, sw = chip.stride
             pt, pl = chip.padding[0], chip.padding[1]
@@ -164,12 +177,12 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None):
                 else:
                     runs.append([ub, rps, base + si * rps])
             for ub, rows, acc in runs:
-                out.append(mmc(ub, rows, acc, k > 0, tile, conv))
+                out.append(mmc(ub, rows, acc, accumulate, tile, conv))
         return out
 
     def acts(index, n, mt):
         base = (index % 2) * region
-        flags = dict(func=func, unsigned=unsigned_out)
+        flags = dict(func=func, unsigned=unsigned_out, single_round=chip.rounding == "single")
         out = []
         if chip.kind == "dense":
             pairs = [(base + si, addr.out_base + outl.row(b, 0, 0, n), 1)

@@ -26,7 +26,8 @@ import math
 import numpy as np
 
 from ..sim.activation_model import (
-    multiply_by_quantized_multiplier, quantize_multiplier, rounding_divide_by_pot,
+    multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_single_round,
+    quantize_multiplier, rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul, wrap_int32)
 from .ir import ActivationKind, IRError
 
@@ -76,17 +77,6 @@ def add_tflite(layer, a, b, a_q, b_q, out_q):
         + int(out_q.zero_point)
     low, high = _bounds(out_q, layer.activation)
     return np.clip(raw, low, high).astype(out_q.dtype)
-
-
-def multiply_by_quantized_multiplier_single_round(x, multiplier, shift):
-    """``MultiplyByQuantizedMultiplier`` rounded once (ruy's, and TFLite's with
-    ``TFLITE_SINGLE_ROUNDING``): ``(x * m + 2**(30 - shift)) >> (31 - shift)``,
-    ties toward +infinity. TFLite's int8 FULLY_CONNECTED requantizes this way."""
-    x = np.asarray(x, dtype=np.int64)
-    total = 31 - np.asarray(shift, dtype=np.int64)
-    m = np.asarray(multiplier, dtype=np.int64)
-    # x * m needs up to 62 bits; with a left shift (total < 31) it still fits int64.
-    return (x * m + (np.int64(1) << (total - 1))) >> total
 
 
 # gemmlowp fixed point ---------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .errors import CompileError
 from .fold import fold_zero_point
 
 
-__all__ = ["KTile", "MTile", "weight_tiles", "m_tiles", "quant_tables", "lut"]
+__all__ = ["KTile", "MTile", "weight_tiles", "kept_tiles", "m_tiles", "quant_tables", "lut"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,17 @@ def weight_tiles(chip, config):
     w[real, :N] = chip.weight[logical[real]]
     tiles = w.reshape(len(k_tiles), R, nt, C).transpose(2, 0, 1, 3)
     return k_tiles, np.ascontiguousarray(tiles)
+
+
+def kept_tiles(tiles):
+    """``(N tiles, K tiles)`` booleans: the weight tiles the chip multiplies.
+    An all-zero tile adds nothing (depthwise convolutions lowered to
+    block-diagonal weights are mostly such tiles) and is skipped, except
+    that an N tile whose K tiles are all zero keeps the first: its MMC
+    clears the accumulators that the ACT then reads (the bias alone)."""
+    kept = tiles.any(axis=(2, 3))
+    kept[~kept.any(axis=1), 0] = True
+    return kept
 
 
 def _ranges(n, per):
