@@ -1,12 +1,9 @@
 """`tpu bench` on a tiny suite (golden only): files written, numbers consistent."""
 
-import argparse
 import json
 
 from tpu.bench import run_bench
 from tpu.bench.report import publish
-from tpu.cli_bench import add_bench_commands
-from tpu.cli_model import _add_config_options
 
 
 def test_tiny_bench_writes_consistent_report(tmp_path):
@@ -31,9 +28,8 @@ def test_tiny_bench_writes_consistent_report(tmp_path):
 
 
 def test_bench_command_parses():
-    parser = argparse.ArgumentParser()
-    add_bench_commands(parser.add_subparsers(), _add_config_options)
-    args = parser.parse_args(["bench", "--quick", "--out", "x", "--rows", "16", "--cols", "16"])
+    from tpu.cli import _parser
+    args = _parser().parse_args(["bench", "--quick", "--out", "x", "--rows", "16", "--cols", "16"])
     assert args.quick and args.out == "x" and args.rows == 16
 
 
