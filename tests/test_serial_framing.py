@@ -92,3 +92,50 @@ def test_bad_input():
         parse(b"\x40\x00")
     with pytest.raises(ValueError, match="16-bit length"):
         encode_frame(Kind.TLP, 0, bytes(1 << 16))
+
+
+class _SilentTransport:
+    """A line nobody answers, on a clock that jumps ahead when waited on."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.written = b""
+
+    def write(self, data):
+        self.written += bytes(data)
+
+    async def read(self, timeout):
+        self.now += timeout
+        return b""
+
+    def time(self):
+        return self.now
+
+    async def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_serial_link_without_a_chip():
+    """No answer to SYNC: a one-line LinkError after the retries, each a SYNC frame."""
+    import asyncio
+    from tpu import TPUConfig
+    from tpu.driver.serial_link import LinkError, SerialLink
+    transport = _SilentTransport()
+    link = SerialLink(transport, TPUConfig(), retries=3)
+    with pytest.raises(LinkError, match="no answer from a chip"):
+        asyncio.run(link.read32(0))
+    assert Deframer().feed(transport.written) == [Frame(Kind.SYNC, 0)] * 4
+    with pytest.raises(ValueError, match="not a register offset"):
+        asyncio.run(link.read32(2))
+
+
+def test_serial_backend_bad_port():
+    from tpu import TPUConfig
+    from tpu.driver import run
+    from tpu.driver.serial_link import LinkError
+
+    async def main(device):
+        return None
+
+    with pytest.raises(LinkError, match="cannot open serial port /dev/ttyNOPE"):
+        run(main, backend="serial", config=TPUConfig(), port="/dev/ttyNOPE")

@@ -45,15 +45,16 @@ def frame_seconds(nbytes, baudrate):
 
 
 class PySerialTransport:
-    """A pyserial port as a transport: `port` is a device name (opened at
-    `baudrate`, 8N1) or an open ``serial.Serial``."""
+    """A pyserial port as a transport: `port` is a device name or a pyserial
+    URL such as ``socket://host:port`` (opened at `baudrate`, 8N1), or an
+    open ``serial.Serial``."""
 
     def __init__(self, port, baudrate=115200, poll_interval=1e-3):
         if isinstance(port, str):
             import serial
             try:
-                port = serial.Serial(port, baudrate=baudrate, timeout=0)
-            except serial.SerialException as error:
+                port = serial.serial_for_url(port, baudrate=baudrate, timeout=0)
+            except (serial.SerialException, ValueError) as error:
                 raise LinkError(f"cannot open serial port {port}: {error}") from None
         self.port = port
         self.poll_interval = poll_interval
@@ -80,6 +81,9 @@ class PySerialTransport:
 
     def close(self):
         self.port.close()
+
+    def __repr__(self):
+        return f"serial port {self.port.name}"
 
 
 class SerialLink(Link):
