@@ -12,7 +12,7 @@ import pickle
 import time
 
 import cocotb
-from cocotb.triggers import RisingEdge
+from cocotb.triggers import RisingEdge, Timer
 
 from ..driver.serial_framing import Kind, encode_frame
 from ..driver.tlp_bytes import memory_write
@@ -26,7 +26,9 @@ def _seed():
     return int(os.environ.get("TPU_SEED", "1"))
 
 
-@cocotb.test()
+# Bounds in simulated time, so that a stuck link fails instead of running on:
+# the longest check measured (faults) takes 7.4 ms.
+@cocotb.test(timeout_time=20, timeout_unit="ms")
 async def check(dut):
     """The checks ``TPU_HOST_CHECK`` names (comma-separated), one after the
     other on one device; the result is the last one's."""
@@ -37,6 +39,7 @@ async def check(dut):
     frame_rate = float(os.environ.get("TPU_SERIAL_FRAME_RATE", "0"))
     byte_rate = float(os.environ.get("TPU_SERIAL_BYTE_RATE", "0"))
     link = await open_serial_link(dut, config, seed=seed, frame_rate=frame_rate, byte_rate=byte_rate)
+    cocotb.start_soon(_progress(dut, link))
     device = await Device.open(link, config)
     for target in targets:
         began, wall = link.time(), time.monotonic()
@@ -54,12 +57,19 @@ async def check(dut):
             pickle.dump(result, file)
 
 
+async def _progress(dut, link, every_us=500):
+    """Log the link's counts now and then: a slow run shows where it is."""
+    while True:
+        await Timer(every_us, "us")
+        dut._log.info(f"link at {link.time() * 1e6:.0f} us: {link.stats}")
+
+
 async def _quiet(link, seconds=20e-6):
     """Let the link serve the wire for a while."""
     await link.sleep(seconds)
 
 
-@cocotb.test()
+@cocotb.test(timeout_time=5, timeout_unit="ms")
 async def damaged_frames(dut):
     """A write that would change PROG_LEN, and a START, arrive damaged (a
     flipped bit, a lost byte, cut short, a wrong CRC, a bad length) or
