@@ -176,7 +176,9 @@ class SerialLink(Link):
             payload = self._queue.popleft()
             frame = encode_frame(Kind.TLP, self._tx_seq, payload)
             self._outstanding = out = [self._tx_seq, frame, None, 0]
-        if out is not None and (out[2] is None or now - out[2] > self._timeout_for(out[1])):
+        # >=, as `_pump` waits exactly until the timeout: with > a wake-up
+        # right on it would neither resend nor wait, and spin in zero time.
+        if out is not None and (out[2] is None or now - out[2] >= self._timeout_for(out[1])):
             if out[3] > self.retries:
                 raise LinkError(f"the chip did not acknowledge a frame after {out[3]} sends "
                                 f"over {self.transport!r}")
