@@ -21,7 +21,7 @@ from importlib import import_module, metadata
 from pathlib import Path
 
 
-__all__ = ["BOARDS", "FPGAToolMissing", "missing_fpga_tools", "tool_versions", "build_mxu"]
+__all__ = ["BOARDS", "FPGAToolMissing", "missing_fpga_tools", "tool_versions", "build_mxu", "build_chip"]
 
 
 class FPGAToolMissing(RuntimeError):
@@ -286,6 +286,110 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True):
         dsp_blocks=_cells(utilisation, [spec.dsp_cell]),
         ram_blocks=_cells(utilisation, spec.ram_cells),
         cells={cell: {"used": u, "available": a} for cell, (u, a) in utilisation.items() if u},
+        bitstream=str(bitstream) if bitstream.exists() else None,
+        report=str(report),
+    )
+    return result
+
+
+#: nextpnr cell types of the iCE40's single-port RAMs (the UP5K's SPRAM).
+_SPRAM_CELLS = ("ICESTORM_SPRAM",)
+
+
+def _fits_message(board, usage):
+    """The one-line reason a design does not fit, from nextpnr's counts."""
+    over = [f"{cell} {used} used of {available}" for cell, (used, available) in usage.items()
+            if used > available]
+    return f"the design does not fit the {BOARDS[board].device}: " + (
+        ", ".join(over) if over else "nextpnr could not place it")
+
+
+def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=None):
+    """Synthesise, place and route the whole chip (`tpu.fpga.board_top.BoardChip`,
+    the chip behind its UART bridge) for `board`.
+
+    Returns a dict like `build_mxu`'s, for the chip of `config`: ``fits``;
+    ``resources`` (``logic``, ``ffs``, ``dsp``, ``ram``, ``spram``, each
+    ``{"used", "available"}``; ``ffs`` is None on the iCE40, whose logic cells
+    hold their flip-flops); ``clocks`` (net -> ``{"fmax_mhz", "target_mhz"}``
+    for every clock domain); ``problem``, None or a one-line reason the
+    design cannot run on the board (does not fit, or a clock misses its
+    target); the ``bitstream`` path. `progress`, if given, is called with
+    each line the tools print. Raises like `build_mxu`.
+    """
+    from .board_top import BoardChip
+
+    spec = _board(board)
+    reason = missing_fpga_tools(board)
+    if reason:
+        raise FPGAToolMissing(reason)
+    platform = _platform(spec)
+    if board == "icebreaker":
+        platform.add_resources(platform.break_off_pmod)
+    clock_hz = platform.default_clk_frequency
+    top = BoardChip(board, config, clock_hz=clock_hz, baudrate=baudrate)
+
+    name = "tpu_chip"
+    build_dir = Path(build_dir).resolve()
+    bitstream = build_dir / f"{name}.{spec.bitstream}"
+    report = build_dir / "report.json"
+    log = build_dir / f"{name}.tim"
+    for stale in (bitstream, report, log):
+        stale.unlink(missing_ok=True)
+    synth_opts = spec.dsp_opt if dsp else spec.nodsp_opt
+    overrides = {"nextpnr_opts": "--report report.json --timing-allow-fail"}
+    if synth_opts:
+        overrides["synth_opts"] = synth_opts
+    plan = platform.prepare(top, name, **overrides)
+    plan.extract(build_dir)
+
+    result = {"board": board, "device": spec.device, "config": config.to_dict(),
+              "baudrate": baudrate, "uart_divisor": top.chip.divisor, "clock_mhz": clock_hz / 1e6,
+              "dsp": dsp, "build_dir": str(build_dir), "tools": tool_versions(board)}
+    start = time.monotonic()
+    lines = []
+    with subprocess.Popen(["sh", f"{plan.script}.sh"], cwd=build_dir, env=_environment(spec),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as run:
+        for line in run.stdout:
+            lines.append(line)
+            if progress is not None:
+                progress(line.rstrip())
+    result["seconds"] = round(time.monotonic() - start, 1)
+    output = "".join(lines)
+    (build_dir / "build.log").write_text(output)
+    log_text = log.read_text(errors="replace") if log.exists() else ""
+
+    if run.returncode != 0:
+        errors = _error_lines(log_text)
+        if not errors or report.exists():
+            tail = _error_lines(output) or output.strip().splitlines()[-3:]
+            raise RuntimeError(f"{board} build of the chip failed outside place and route "
+                               f"(see {build_dir}): {' / '.join(tail)}")
+        usage = _log_utilisation(log_text)
+        result.update(fits=False, reason=errors[0].removeprefix("ERROR:").strip(),
+                      problem=_fits_message(board, usage),
+                      needed={cell: {"used": u, "available": a} for cell, (u, a) in usage.items() if u})
+        return result
+
+    data = json.loads(report.read_text())
+    usage = {cell: (v["used"], v["available"]) for cell, v in data["utilization"].items()}
+    clocks = {net: {"fmax_mhz": round(v["achieved"], 2), "target_mhz": round(v["constraint"], 2)}
+              for net, v in data.get("fmax", {}).items()}
+    slow = [f"clock {net} reaches {v['fmax_mhz']} MHz of the {v['target_mhz']} MHz it needs"
+            for net, v in clocks.items() if v["fmax_mhz"] < v["target_mhz"]]
+    ecp5 = spec.logic_cell == "TRELLIS_COMB"
+    result.update(
+        fits=True,
+        problem=("; ".join(slow) or None),
+        resources={
+            "logic": _cells(usage, [spec.logic_cell]),
+            "ffs": _cells(usage, ["TRELLIS_FF"]) if ecp5 else None,
+            "dsp": _cells(usage, [spec.dsp_cell]),
+            "ram": _cells(usage, spec.ram_cells),
+            "spram": None if ecp5 else _cells(usage, _SPRAM_CELLS),
+        },
+        clocks=clocks,
+        cells={cell: {"used": u, "available": a} for cell, (u, a) in usage.items() if u},
         bitstream=str(bitstream) if bitstream.exists() else None,
         report=str(report),
     )

@@ -45,6 +45,9 @@ class HostInterface(wiring.Component):
         The chip's bus/device/function, as enumeration assigned it.
     irq_pending : Out(1)
         IRQ_STATUS & IRQ_ENABLE is not zero (for hosts without MSI).
+    status : Out(4)
+        STATUS as BAR0 reads it (busy, halted, error, weight fill busy), for
+        a board's LEDs.
     """
 
     def __init__(self, config):
@@ -54,6 +57,7 @@ class HostInterface(wiring.Component):
             "tx":          Out(link_stream(config.link_dw)),
             "pcie_id":     In(16),
             "irq_pending": Out(1),
+            "status":      Out(4),
         })
 
     @property
@@ -173,6 +177,7 @@ class HostInterface(wiring.Component):
         with m.If(bar0.soft_reset):
             m.d.sync += irq_code.eq(0)
 
+        m.d.comb += self.status.eq(bar0.status)
         m.d.comb += [
             bar0.status.eq(Mux(busy, Status.BUSY, 0) | Mux(halted, Status.HALTED, 0) |
                            Mux(error_code != 0, Status.ERROR, 0) |

@@ -8,15 +8,18 @@ from ..config import TPUConfig
 
 
 __all__ = ["generate_verilog", "generate_with_ports", "port_map", "format_port_map", "design", "DEFAULT_TOP",
-           "ENGINE_NAME", "CORE_NAME", "CHIP_NAME", "TOPS"]
+           "ENGINE_NAME", "CORE_NAME", "CHIP_NAME", "SERIAL_NAME",
+           "TOPS"]
 
 ENGINE_NAME = "tpu_matrix_engine"
 CORE_NAME = "tpu_core"
 CHIP_NAME = "tpu_chip"
+SERIAL_NAME = "tpu_serial_chip"
 
 #: What can be generated: the chip with its host interface, the core behind
-#: its row-level DMA ports, or the matrix engine alone.
-TOPS = {"chip": CHIP_NAME, "core": CORE_NAME, "engine": ENGINE_NAME}
+#: its row-level DMA ports, or the matrix engine alone; "serial" is the chip
+#: behind its UART bridge (docs/serial_link.md).
+TOPS = {"chip": CHIP_NAME, "core": CORE_NAME, "engine": ENGINE_NAME, "serial": SERIAL_NAME}
 
 #: What "the chip" means everywhere (`tpu verilog`, `tpu demo`, `make verilog`).
 DEFAULT_TOP = "chip"
@@ -27,9 +30,11 @@ def design(config=TPUConfig(), top=DEFAULT_TOP):
     from .core import TPUCore
     from .host_interface import HostInterface
     from .matrix_engine import MatrixEngine
+    from .serial_chip import SerialChip
     if top not in TOPS:
         raise ValueError(f"unknown top {top!r}: choose one of {', '.join(TOPS)}")
-    return {"chip": HostInterface, "core": TPUCore, "engine": MatrixEngine}[top](config)
+    return {"chip": HostInterface, "core": TPUCore, "engine": MatrixEngine,
+            "serial": SerialChip}[top](config)
 
 
 def generate_with_ports(config=TPUConfig(), *, top=DEFAULT_TOP):

@@ -9,6 +9,8 @@ tpu demo      the main job: digits classified by compiled networks on the chip
 tpu compile   compile a quantized ONNX or TFLite model (tpu.cli_model)
 tpu run       run a model on the chip with a per-layer report (tpu.cli_model)
 tpu bench     measure the chip: GEMMs, roofline, models, simulation speed (tpu.cli_bench)
+tpu build     synthesise, place and route the chip for a board (tpu.cli_fpga)
+tpu flash     program a board with a bitstream (tpu.cli_fpga)
 tpu asm       assemble a program (docs/isa.md) into its binary
 tpu disasm    disassemble a binary program or a compiled model
 
@@ -77,7 +79,7 @@ def _given_config_options(args):
 
 def _top_option(parser, default_help):
     from .hdl.verilog import DEFAULT_TOP, TOPS
-    parser.add_argument("--top", choices=list(TOPS), default=DEFAULT_TOP,
+    parser.add_argument("--top", choices=[t for t in TOPS if t != "serial"], default=DEFAULT_TOP,
                         help=f"{default_help}: the chip with its PCIe-style host interface "
                              f"(default), the core behind row-level DMA ports, or the matrix "
                              f"engine alone")
@@ -587,8 +589,13 @@ def _bench_parser(commands):
     add_bench_commands(commands, _add_config_options)
 
 
+def _fpga_parsers(commands):
+    from .cli_fpga import add_fpga_commands
+    add_fpga_commands(commands, _add_config_options)
+
+
 _PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _demo_parser, _model_parsers, _bench_parser,
-            _asm_parser, _disasm_parser]
+            _fpga_parsers, _asm_parser, _disasm_parser]
 
 
 def _parser():

@@ -8,7 +8,9 @@ opens the device and drives its event loop to the end; the golden backend
 uses plain asyncio. The simulation backends "icarus" and "verilator"
 (`tpu.sim.driver_backend`) run `main` inside a cocotb simulation of the
 whole chip, whose event loop cocotb owns; `main` must then be a module-level
-function, and what it returns must pickle.
+function, and what it returns must pickle. The "serial" backend
+(`tpu.driver.serial_link`) talks to a chip on a board over a UART:
+``run(main, backend="serial", port="/dev/ttyUSB1", clock_hz=12e6)``.
 """
 
 import asyncio
@@ -83,3 +85,20 @@ def _simulation(simulator):
 
 register_backend("icarus", _simulation("icarus"))
 register_backend("verilator", _simulation("verilator"))
+
+
+def _serial(main, config, *, port, baudrate=115200, open=None, **link_options):
+    # Imported on use: pyserial is needed only to talk to a board.
+    from .serial_link import SerialLink
+
+    async def session():
+        link = SerialLink(port, config, baudrate=baudrate, **link_options)
+        try:
+            device = await Device.open(link, config, **(open or {}))
+            return await main(device)
+        finally:
+            await link.close()
+    return asyncio.run(session())
+
+
+register_backend("serial", _serial)

@@ -1,0 +1,406 @@
+"""The chip's TLP streams over a UART byte stream, in frames (docs/serial_link.md).
+
+`SerialBridge` sits between a UART and the host interface's link streams.
+Both directions use the frame format of `tpu.driver.serial_framing`: SOF,
+then byte-stuffed ctrl, length, payload and CRC-16/CCITT. Each direction is
+stop-and-wait with one sequence bit:
+
+* From the host: a frame is stored whole and its CRC checked before any
+  byte of it reaches the chip, so a damaged frame is never executed; it is
+  answered with NAK. A good TLP frame with the expected sequence bit goes
+  to the chip, and only then is it acknowledged (ACK): the host sends no
+  next TLP before, which is the flow control. A repeat (our ACK was lost)
+  is acknowledged again and dropped. SOF restarts the receiver wherever it
+  is, so garbage or a lost byte costs one frame, which the host sends again.
+* To the host: a TLP from the chip is stored, sent, and kept until the host
+  acknowledges it; a NAK, or no ACK within `retransmit_cycles`, sends it
+  again.
+"""
+
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..driver.serial_framing import ESC, SOF, Kind
+from .tlp import link_stream
+
+
+__all__ = ["SerialBridge", "crc16_next"]
+
+
+def _crc16_matrix():
+    """For each bit of CRC-16/CCITT after one byte: the mask of the inputs
+    (bits 0-15: the CRC before, bits 16-23: the byte) whose XOR it is."""
+    masks = [1 << i for i in range(16)]
+    for j in range(8):
+        masks[8 + j] ^= 1 << (16 + j)
+    for _ in range(8):
+        top = masks[15]
+        masks = [0] + masks[:15]
+        for i in range(16):
+            if 0x1021 >> i & 1:
+                masks[i] ^= top
+    return masks
+
+
+_CRC16 = _crc16_matrix()
+
+
+def crc16_next(crc, byte):
+    """CRC-16/CCITT-FALSE `crc` (16 bits) advanced by `byte` (8 bits): a
+    single level of XORs."""
+    inputs = Cat(crc, byte)
+    return Cat(*(Cat(*(inputs[k] for k in range(24) if mask >> k & 1)).xor() for mask in _CRC16))
+
+
+class SerialBridge(wiring.Component):
+    """Frames between UART bytes and link-stream TLPs; see the module docstring.
+
+    Parameters
+    ----------
+    link_dw : int
+        Words per beat of the link streams.
+    max_words : int
+        Longest TLP in either direction, in words (header and payload): the
+        depth of each frame buffer.
+    retransmit_cycles : int
+        Cycles without an ACK before a TLP frame is sent again.
+
+    Members
+    -------
+    rx_byte : In(stream of 8 bits, always ready)
+        Bytes from the UART receiver.
+    rx_error : In(1)
+        The UART receiver dropped a byte (bad stop bit): the frame is lost.
+    tx_byte : Out(stream of 8 bits)
+        Bytes to the UART transmitter.
+    tlp_out : Out(link_stream(link_dw))
+        TLPs from the host, to the chip's ``rx``.
+    tlp_in : In(link_stream(link_dw))
+        TLPs from the chip's ``tx``, to the host.
+    bad_frame : Out(1)
+        Pulses for each frame from the host refused as damaged.
+    """
+
+    def __init__(self, *, link_dw, max_words, retransmit_cycles):
+        if link_dw not in (1, 2, 4, 8):
+            raise ValueError(f"link_dw must be 1, 2, 4 or 8, not {link_dw!r}")
+        if not isinstance(max_words, int) or not 4 <= max_words <= 0x3FFF:
+            raise ValueError(f"max_words must be an int from 4 to 16383, not {max_words!r}")
+        if not isinstance(retransmit_cycles, int) or retransmit_cycles < 1:
+            raise ValueError(f"retransmit_cycles must be a positive int, not {retransmit_cycles!r}")
+        self._dw = link_dw
+        self._max_words = max_words
+        self._retransmit = retransmit_cycles
+        super().__init__({
+            "rx_byte":   In(stream.Signature(8, always_ready=True)),
+            "rx_error":  In(1),
+            "tx_byte":   Out(stream.Signature(8)),
+            "tlp_out":   Out(link_stream(link_dw)),
+            "tlp_in":    In(link_stream(link_dw)),
+            "bad_frame": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        dw, depth = self._dw, self._max_words
+
+        # Requests for control frames, raised by the receiving side and taken
+        # by the sender. The sender's clears come first in this function, so
+        # a request raised in the cycle one is taken survives.
+        ack_req = Signal()
+        ack_seq = Signal()
+        nak_req = Signal()
+        sync_req = Signal()
+        # What the host said about our TLP frame (one-cycle pulses).
+        ack_in = Signal()
+        ack_in_seq = Signal()
+        nak_in = Signal()
+
+        m.submodules.rx_mem = rx_mem = Memory(shape=32, depth=depth, init=[])
+        m.submodules.tx_mem = tx_mem = Memory(shape=32, depth=depth, init=[])
+        rx_wr, rx_rd = rx_mem.write_port(), rx_mem.read_port()
+        tx_wr, tx_rd = tx_mem.write_port(), tx_mem.read_port()
+
+        # ---- To the host: capture a TLP from the chip --------------------------
+        tx_full = Signal()          # a whole TLP is in tx_mem
+        tx_words = Signal(range(depth + 1))
+        tx_seq = Signal()
+        tx_sent = Signal()          # sent, waiting for its ACK
+        acked = Signal()            # its ACK came; freed once no byte of it is left to send
+        sending_data = Signal()
+        timer = Signal(range(self._retransmit + 1))
+
+        cap_data = Signal(32 * dw)
+        cap_keep = Signal(dw)
+        cap_last = Signal()
+        cap_slot = Signal(range(dw + 1))
+        widx = Signal(range(depth + 1))
+        with m.FSM(name="capture"):
+            with m.State("TAKE"):
+                m.d.comb += self.tlp_in.ready.eq(~tx_full)
+                with m.If(self.tlp_in.valid & ~tx_full):
+                    m.d.sync += [cap_data.eq(self.tlp_in.payload.data),
+                                 cap_keep.eq(self.tlp_in.payload.keep),
+                                 cap_last.eq(self.tlp_in.payload.last), cap_slot.eq(0)]
+                    m.next = "WRITE"
+            with m.State("WRITE"):
+                # keep is contiguous from word 0: words up to the first clear bit.
+                m.d.comb += [tx_wr.addr.eq(widx), tx_wr.data.eq(cap_data.word_select(cap_slot, 32)),
+                             tx_wr.en.eq(widx < depth)]
+                m.d.sync += [widx.eq(widx + 1), cap_slot.eq(cap_slot + 1)]
+                beat_done = (cap_slot == dw - 1) | ~cap_keep.bit_select(cap_slot + 1, 1)
+                with m.If(beat_done):
+                    with m.If(cap_last):
+                        m.d.sync += [tx_full.eq(1), tx_words.eq(widx + 1), widx.eq(0)]
+                    m.next = "TAKE"
+
+        # ---- Bytes out: control frames first, then the TLP frame ---------------
+        g_valid = Signal()
+        g_byte = Signal(8)
+        g_sof = Signal()            # the byte is SOF, not to be stuffed
+        g_ready = Signal()
+        g_ctrl = Signal(8)
+        g_len = Signal(16)
+        g_data = Signal()
+        g_crc = Signal(16)
+        g_idx = Signal(range(depth + 1))
+        g_byte_no = Signal(2)
+        g_word = Signal(32)
+        g_hdr4 = Signal()
+        taken = g_valid & g_ready
+        m.d.comb += tx_rd.addr.eq(g_idx)
+        with m.FSM(name="sender"):
+            with m.State("IDLE"):
+                with m.If(sync_req):
+                    m.d.sync += [sync_req.eq(0), g_ctrl.eq(Kind.SYNC << 4), g_data.eq(0)]
+                    m.next = "SOF"
+                with m.Elif(nak_req):
+                    m.d.sync += [nak_req.eq(0), g_ctrl.eq(Kind.NAK << 4), g_data.eq(0)]
+                    m.next = "SOF"
+                with m.Elif(ack_req):
+                    m.d.sync += [ack_req.eq(0), g_ctrl.eq(Kind.ACK << 4 | ack_seq), g_data.eq(0)]
+                    m.next = "SOF"
+                with m.Elif(tx_full & ~tx_sent & ~acked):
+                    m.d.sync += [g_ctrl.eq(Kind.TLP << 4 | tx_seq), g_data.eq(1),
+                                 sending_data.eq(1)]
+                    m.next = "SOF"
+            with m.State("SOF"):
+                m.d.comb += [g_valid.eq(1), g_byte.eq(SOF), g_sof.eq(1)]
+                with m.If(taken):
+                    m.d.sync += [g_crc.eq(0xFFFF), g_len.eq(Mux(g_data, tx_words << 2, 0))]
+                    m.next = "CTRL"
+            with m.State("CTRL"):
+                m.d.comb += [g_valid.eq(1), g_byte.eq(g_ctrl)]
+                with m.If(taken):
+                    m.d.sync += g_crc.eq(crc16_next(g_crc, g_byte))
+                    m.next = "LEN_HI"
+            with m.State("LEN_HI"):
+                m.d.comb += [g_valid.eq(1), g_byte.eq(g_len[8:])]
+                with m.If(taken):
+                    m.d.sync += g_crc.eq(crc16_next(g_crc, g_byte))
+                    m.next = "LEN_LO"
+            with m.State("LEN_LO"):
+                m.d.comb += [g_valid.eq(1), g_byte.eq(g_len[:8])]
+                with m.If(taken):
+                    m.d.sync += [g_crc.eq(crc16_next(g_crc, g_byte)), g_idx.eq(0)]
+                    with m.If(g_data):
+                        m.next = "READ"
+                    with m.Else():
+                        m.next = "CRC_HI"
+            with m.State("READ"):
+                # tx_mem's read port answers a cycle after its address.
+                m.next = "LOAD"
+            with m.State("LOAD"):
+                m.d.sync += [g_word.eq(tx_rd.data), g_byte_no.eq(0)]
+                with m.If(g_idx == 0):
+                    m.d.sync += g_hdr4.eq(tx_rd.data[29])
+                m.next = "BYTES"
+            with m.State("BYTES"):
+                # Header words go most significant byte first (PCIe byte
+                # order), payload words least significant first (address order).
+                big = g_idx < Mux(g_hdr4, 4, 3)
+                m.d.comb += [g_valid.eq(1), g_byte.eq(Mux(big, g_word[24:], g_word[:8]))]
+                with m.If(taken):
+                    m.d.sync += [g_crc.eq(crc16_next(g_crc, g_byte)),
+                                 g_word.eq(Mux(big, g_word << 8, g_word >> 8)),
+                                 g_byte_no.eq(g_byte_no + 1)]
+                    with m.If(g_byte_no == 3):
+                        m.d.sync += g_idx.eq(g_idx + 1)
+                        with m.If(g_idx + 1 == tx_words):
+                            m.next = "CRC_HI"
+                        with m.Else():
+                            m.next = "READ"
+            with m.State("CRC_HI"):
+                m.d.comb += [g_valid.eq(1), g_byte.eq(g_crc[8:])]
+                with m.If(taken):
+                    m.next = "CRC_LO"
+            with m.State("CRC_LO"):
+                m.d.comb += [g_valid.eq(1), g_byte.eq(g_crc[:8])]
+                with m.If(taken):
+                    with m.If(g_data):
+                        m.d.sync += [tx_sent.eq(1), timer.eq(self._retransmit), sending_data.eq(0)]
+                    m.next = "IDLE"
+
+        # Byte stuffing: SOF and ESC inside a frame go as ESC, byte ^ 0x20.
+        second = Signal(8)
+        second_valid = Signal()
+        special = ~g_sof & ((g_byte == SOF) | (g_byte == ESC))
+        with m.If(second_valid):
+            m.d.comb += [self.tx_byte.valid.eq(1), self.tx_byte.payload.eq(second)]
+            with m.If(self.tx_byte.ready):
+                m.d.sync += second_valid.eq(0)
+        with m.Else():
+            m.d.comb += [self.tx_byte.valid.eq(g_valid),
+                         self.tx_byte.payload.eq(Mux(special, ESC, g_byte)),
+                         g_ready.eq(self.tx_byte.ready)]
+            with m.If(g_valid & self.tx_byte.ready & special):
+                m.d.sync += [second.eq(g_byte ^ 0x20), second_valid.eq(1)]
+
+        # The TLP frame's fate: ACK frees it (once no byte of it is left to
+        # send), NAK or silence sends it again.
+        with m.If(tx_sent & ~acked):
+            with m.If(nak_in | (timer == 0)):
+                m.d.sync += tx_sent.eq(0)
+            with m.Else():
+                m.d.sync += timer.eq(timer - 1)
+        with m.If(ack_in & (ack_in_seq == tx_seq) & tx_full & (tx_sent | sending_data)):
+            m.d.sync += acked.eq(1)
+        with m.If(acked & ~sending_data):
+            m.d.sync += [tx_full.eq(0), tx_seq.eq(~tx_seq), acked.eq(0), tx_sent.eq(0)]
+
+        # ---- From the host: frames in --------------------------------------------
+        # Unstuffing: SOF starts a frame wherever the receiver is.
+        esc = Signal()
+        got = Signal()
+        val = Signal(8)
+        sof = Signal()
+        with m.If(self.rx_byte.valid):
+            with m.If(self.rx_byte.payload == SOF):
+                m.d.comb += sof.eq(1)
+                m.d.sync += esc.eq(0)
+            with m.Elif(self.rx_byte.payload == ESC):
+                m.d.sync += esc.eq(1)
+            with m.Else():
+                m.d.comb += [got.eq(1), val.eq(self.rx_byte.payload ^ Mux(esc, 0x20, 0))]
+                m.d.sync += esc.eq(0)
+
+        HUNT, CTRL, LEN_HI, LEN_LO, PAYLOAD, CRC_HI, CRC_LO = range(7)
+        pstate = Signal(range(7))
+        ctrl = Signal(8)
+        length = Signal(16)
+        count = Signal(16)
+        crc = Signal(16)
+        word = Signal(32)
+        hdr4 = Signal()
+        rx_full = Signal()          # a checked TLP waits in rx_mem to go to the chip
+        rx_words = Signal(range(depth + 1))
+        rx_seq = Signal()
+        expected = Signal()         # sequence bit of the next new TLP frame
+        crc_now = crc16_next(crc, val)
+        kind = ctrl[4:]
+        bad = Signal()
+        m.d.comb += self.bad_frame.eq(bad)
+
+        with m.If(got):
+            m.d.sync += crc.eq(crc_now)
+            with m.Switch(pstate):
+                with m.Case(CTRL):
+                    m.d.sync += [ctrl.eq(val), pstate.eq(LEN_HI)]
+                with m.Case(LEN_HI):
+                    m.d.sync += [length[8:].eq(val), pstate.eq(LEN_LO)]
+                with m.Case(LEN_LO):
+                    size = Cat(val, length[8:])
+                    m.d.sync += [length.eq(size), count.eq(0)]
+                    is_tlp = kind == Kind.TLP
+                    size_ok = Mux(is_tlp, (size[:2] == 0) & (size >= 12) & (size <= 4 * depth),
+                                  size == 0)
+                    ctrl_ok = (ctrl[1:4] == 0) & (kind >= Kind.TLP) & (kind <= Kind.SYNC)
+                    with m.If(~size_ok | ~ctrl_ok):
+                        m.d.comb += bad.eq(1)
+                        m.d.sync += [nak_req.eq(1), pstate.eq(HUNT)]
+                    with m.Elif(is_tlp & rx_full):
+                        # Still passing the last TLP on: the host sends this
+                        # one again when no ACK comes.
+                        m.d.sync += pstate.eq(HUNT)
+                    with m.Elif(is_tlp):
+                        m.d.sync += pstate.eq(PAYLOAD)
+                    with m.Else():
+                        m.d.sync += pstate.eq(CRC_HI)
+                with m.Case(PAYLOAD):
+                    first = count == 0
+                    big = count[2:] < Mux(Mux(first, val[5], hdr4), 4, 3)
+                    new_word = Mux(big, Cat(val, word[:24]), Cat(word[8:], val))
+                    m.d.sync += [word.eq(new_word), count.eq(count + 1)]
+                    with m.If(first):
+                        m.d.sync += hdr4.eq(val[5])
+                    m.d.comb += [rx_wr.addr.eq(count[2:]), rx_wr.data.eq(new_word),
+                                 rx_wr.en.eq(count[:2] == 3)]
+                    with m.If(count + 1 == length):
+                        m.d.sync += pstate.eq(CRC_HI)
+                with m.Case(CRC_HI):
+                    m.d.sync += pstate.eq(CRC_LO)
+                with m.Case(CRC_LO):
+                    m.d.sync += pstate.eq(HUNT)
+                    with m.If(crc_now != 0):
+                        m.d.comb += bad.eq(1)
+                        m.d.sync += nak_req.eq(1)
+                    with m.Elif(kind == Kind.TLP):
+                        with m.If(ctrl[0] == expected):
+                            m.d.sync += [rx_full.eq(1), rx_words.eq(length[2:]), rx_seq.eq(ctrl[0]),
+                                         expected.eq(~expected)]
+                        with m.Else():
+                            m.d.sync += [ack_req.eq(1), ack_seq.eq(ctrl[0])]
+                    with m.Elif(kind == Kind.ACK):
+                        m.d.comb += [ack_in.eq(1), ack_in_seq.eq(ctrl[0])]
+                    with m.Elif(kind == Kind.NAK):
+                        m.d.comb += nak_in.eq(1)
+                    with m.Else():
+                        m.d.sync += [expected.eq(0), sync_req.eq(1)]
+        with m.If(self.rx_error & (pstate != HUNT)):
+            m.d.comb += bad.eq(1)
+            m.d.sync += [nak_req.eq(1), pstate.eq(HUNT)]
+        with m.If(sof):
+            m.d.sync += [pstate.eq(CTRL), crc.eq(0xFFFF)]
+
+        # ---- To the chip: the checked TLP, link_dw words a beat ------------------
+        ridx = Signal(range(depth + 1))
+        slot = Signal(range(dw + 1))
+        beat_data = Signal(32 * dw)
+        beat_keep = Signal(dw)
+        beat_last = Signal()
+        m.d.comb += [rx_rd.addr.eq(ridx),
+                     self.tlp_out.payload.data.eq(beat_data),
+                     self.tlp_out.payload.keep.eq(beat_keep),
+                     self.tlp_out.payload.last.eq(beat_last)]
+        with m.FSM(name="forward"):
+            with m.State("IDLE"):
+                with m.If(rx_full):
+                    m.d.sync += [ridx.eq(0), slot.eq(0), beat_keep.eq(0)]
+                    m.next = "READ"
+            with m.State("READ"):
+                m.next = "PLACE"
+            with m.State("PLACE"):
+                with m.Switch(slot):
+                    for i in range(dw):
+                        with m.Case(i):
+                            m.d.sync += [beat_data.word_select(i, 32).eq(rx_rd.data),
+                                         beat_keep[i].eq(1)]
+                m.d.sync += [ridx.eq(ridx + 1), slot.eq(slot + 1)]
+                last = ridx + 1 == rx_words
+                with m.If(last | (slot == dw - 1)):
+                    m.d.sync += beat_last.eq(last)
+                    m.next = "SEND"
+                with m.Else():
+                    m.next = "READ"
+            with m.State("SEND"):
+                m.d.comb += self.tlp_out.valid.eq(1)
+                with m.If(self.tlp_out.ready):
+                    m.d.sync += [slot.eq(0), beat_keep.eq(0)]
+                    with m.If(beat_last):
+                        m.d.sync += [rx_full.eq(0), ack_req.eq(1), ack_seq.eq(rx_seq)]
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "READ"
+        return m

@@ -1,0 +1,134 @@
+"""cocotb testbench: the `SerialChip` on its UART pins, driven by the driver's
+`SerialLink` over cocotbext-uart (`tpu.sim.serial_host`).
+
+``check`` runs a driver check (``TPU_HOST_CHECK``, ``module:function``) over
+the serial framing, with frames spoilt at the rates ``TPU_SERIAL_FRAME_RATE``
+(to the chip) and ``TPU_SERIAL_BYTE_RATE`` (from it); ``damaged_frames``
+sends frames that are damaged or cut short and checks none of them acts.
+"""
+
+import os
+import pickle
+import time
+
+import cocotb
+from cocotb.triggers import RisingEdge, Timer
+
+from ..driver.serial_framing import Kind, encode_frame
+from ..driver.tlp_bytes import memory_write
+from ..host_registers import Control, Status, register_map
+from .harness import config_from_env
+from .serial_host import open_serial_link
+from .tb_host import _load
+
+
+def _seed():
+    return int(os.environ.get("TPU_SEED", "1"))
+
+
+# Bounds in simulated time, so that a stuck link fails instead of running on:
+# the longest check measured (faults) takes 7.4 ms.
+@cocotb.test(timeout_time=20, timeout_unit="ms")
+async def check(dut):
+    """The checks ``TPU_HOST_CHECK`` names (comma-separated), one after the
+    other on one device; the result is the last one's."""
+    from ..driver import Device
+    config = config_from_env()
+    seed = _seed()
+    targets = os.environ["TPU_HOST_CHECK"].split(",")
+    frame_rate = float(os.environ.get("TPU_SERIAL_FRAME_RATE", "0"))
+    byte_rate = float(os.environ.get("TPU_SERIAL_BYTE_RATE", "0"))
+    link = await open_serial_link(dut, config, seed=seed, frame_rate=frame_rate, byte_rate=byte_rate)
+    cocotb.start_soon(_progress(dut, link))
+    device = await Device.open(link, config)
+    for target in targets:
+        began, wall = link.time(), time.monotonic()
+        result = await _load(target)(device)
+        dut._log.info(f"{target} passed over the serial link (seed {seed}) in "
+                      f"{(link.time() - began) * 1e6:.0f} us simulated, {time.monotonic() - wall:.1f} s")
+    faults = getattr(link.transport, "faults", {})
+    dut._log.info(f"link: {link.stats}; injected: {faults}")
+    if frame_rate or byte_rate:
+        # The noise struck, and the link recovered by sending again.
+        assert sum(faults.values()) > 0, f"no fault was injected (seed {seed})"
+        assert link.stats["resent"] > 0 or link.stats["naks_sent"] > 0, link.stats
+    if os.environ.get("TPU_HOST_RESULT"):
+        with open(os.environ["TPU_HOST_RESULT"], "wb") as file:
+            pickle.dump(result, file)
+
+
+async def _progress(dut, link, every_us=500):
+    """Log the link's counts now and then: a slow run shows where it is."""
+    while True:
+        await Timer(every_us, "us")
+        dut._log.info(f"link at {link.time() * 1e6:.0f} us: {link.stats}")
+
+
+async def _quiet(link, seconds=20e-6):
+    """Let the link serve the wire for a while."""
+    await link.sleep(seconds)
+
+
+@cocotb.test(timeout_time=5, timeout_unit="ms")
+async def damaged_frames(dut):
+    """A write that would change PROG_LEN, and a START, arrive damaged (a
+    flipped bit, a lost byte, cut short, a wrong CRC, a bad length) or
+    between garbage: the chip NAKs what it can see is damaged, acts on none
+    of them, and the link goes on working."""
+    from ..driver import Device
+    config = config_from_env()
+    link = await open_serial_link(dut, config, seed=_seed())
+    device = await Device.open(link, config)
+    regs = register_map(config)
+    prog_len = regs["PROG_LEN"].offset
+    await device.write_register("PROG_LEN", 5)
+    bad_before = await device.read_register("BAD_REQUESTS")
+    seq = link._tx_seq            # the sequence bit the chip takes next
+
+    def frame(offset, value):
+        return bytearray(encode_frame(Kind.TLP, seq, memory_write(offset, value.to_bytes(4, "little"))))
+
+    start = frame(regs["CONTROL"].offset, int(Control.START))
+    flipped = frame(prog_len, 7)
+    flipped[-6] ^= 0x01           # a payload bit: only the CRC tells
+    wrong_crc = frame(prog_len, 7)
+    wrong_crc[-1] ^= 0xFF
+    too_long = bytearray(encode_frame(Kind.TLP, seq, memory_write(prog_len, bytes(4 * 40))))
+    lost = frame(prog_len, 7)
+    del lost[9]
+    # (what, bytes, whether the chip can tell it is damaged: it NAKs; a
+    # frame cut short it cannot, until the next SOF; None: either).
+    cases = [("flipped payload bit", flipped, True), ("wrong CRC", wrong_crc, True),
+             ("longer than the chip's buffer", too_long, True),
+             ("lost byte", lost, None), ("START cut short", start[:-2], False),
+             ("START cut short, then garbage", start[:-1] + b"\x12\x34\x56", None)]
+    for note, data, nak in cases:
+        naks = link.stats["naks_received"]
+        link.transport.write(data)
+        await _quiet(link)
+        if nak is not None:
+            assert link.stats["naks_received"] == naks + nak, f"{note}: NAKs {link.stats}"
+        got = await device.read_register("PROG_LEN")
+        assert got == 5, f"{note}: PROG_LEN is {got}: a damaged frame acted"
+        status = Status(await device.read_register("STATUS"))
+        assert not status & (Status.BUSY | Status.ERROR), f"{note}: STATUS {status!r}"
+        assert await device.read_register("BAD_REQUESTS") == bad_before, f"{note}: a request arrived"
+    assert dut.link_error.value == 1, "the link-error LED is off after damaged frames"
+
+    # A repeat of a frame already taken (as when the chip's ACK is lost) is
+    # acknowledged again and not passed on again: a write of part of a word,
+    # which BAR0 drops and counts, counts once.
+    seq = link._tx_seq
+    partial = encode_frame(Kind.TLP, seq, memory_write(prog_len, (9).to_bytes(4, "little"),
+                                                        first_be=0x1))
+    acks = link.stats["acks_received"]
+    link.transport.write(partial)
+    await _quiet(link)
+    link.transport.write(partial)
+    await _quiet(link)
+    assert link.stats["acks_received"] == acks + 2, link.stats
+    link._tx_seq ^= 1             # the chip took it once: the next frame has the other bit
+    assert await device.read_register("BAD_REQUESTS") == bad_before + 1
+    assert await device.read_register("PROG_LEN") == 5
+    for _ in range(10):
+        await RisingEdge(dut.clk)

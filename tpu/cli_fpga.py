@@ -1,0 +1,165 @@
+"""``tpu build`` and ``tpu flash``: the whole chip on an FPGA board (docs/fpga.md).
+
+``add_fpga_commands(subparsers, add_config_options)`` adds both commands to
+the ``tpu`` command line; `main` runs them on their own.
+
+tpu build --board icebreaker|ulx3s-85f [--rows R --cols C ...] [--baud B] [--out DIR]
+    synthesis, place and route and bitstream with the YoWASP tools; prints
+    and saves (``DIR/build.json``) the resources used and available and the
+    Fmax of each clock; fails with a one-line error naming what does not fit
+    or which clock misses its target.
+tpu flash --board NAME [--bitstream FILE] [--dry-run]
+    programs the board with iceprog (iCEBreaker) or openFPGALoader (ULX3S);
+    ``--dry-run`` prints the command instead.
+"""
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+__all__ = ["add_fpga_commands", "main", "PROGRAMMERS", "default_out", "flash_command"]
+
+BOARD_NAMES = ("icebreaker", "ulx3s-85f")
+
+#: board -> (environment variable, command, Debian package, arguments before the file)
+PROGRAMMERS = {
+    "icebreaker": ("ICEPROG", "iceprog", "fpga-icestorm", []),
+    # -m: into the FPGA's SRAM, as the ULX3S platform of amaranth-boards does.
+    "ulx3s-85f": ("OPENFPGALOADER", "openFPGALoader", "openfpgaloader", ["-b", "ulx3s", "-m"]),
+}
+_SUFFIX = {"icebreaker": ".bin", "ulx3s-85f": ".bit"}
+
+
+def _error(message):
+    from .cli import CommandError
+    return CommandError(message)
+
+
+def default_out(board):
+    """Where `tpu build` puts a board's files unless told."""
+    return Path("build") / "fpga" / board
+
+
+def _config(args):
+    from .config import ConfigError, TPUConfig
+    values = {name: getattr(args, name) for name in TPUConfig.field_names()
+              if getattr(args, name, None) is not None}
+    try:
+        return TPUConfig(**values)
+    except (ConfigError, TypeError) as error:
+        raise _error(str(error)) from None
+
+
+def _usage(entry):
+    return "-" if entry is None else f"{entry['used']} / {entry['available']}"
+
+
+def cmd_build(args):
+    from .fpga.board_top import uart_divisor
+    from .fpga.build import BOARDS, FPGAToolMissing, build_chip, missing_fpga_tools
+    config = _config(args)
+    reason = missing_fpga_tools(args.board)
+    if reason:
+        raise _error(reason)
+    clock_hz = {"icebreaker": 12e6, "ulx3s-85f": 25e6}[args.board]
+    try:
+        uart_divisor(clock_hz, args.baud)
+    except ValueError as error:
+        raise _error(f"--baud: {error}") from None
+    out = Path(args.out) if args.out else default_out(args.board)
+    print(f"building the {config.name} chip for the {BOARDS[args.board].device} in {out} "
+          f"(synthesis, place and route: minutes to an hour)", flush=True)
+    try:
+        result = build_chip(args.board, config, build_dir=out, baudrate=args.baud,
+                            progress=lambda line: print(f"  {line}", flush=True) if line else None)
+    except (FPGAToolMissing, RuntimeError) as error:
+        raise _error(str(error)) from None
+    (out / "build.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"took {result['seconds']:g} s; results in {out / 'build.json'}")
+    if result["fits"]:
+        for name, entry in result["resources"].items():
+            if entry is not None:
+                print(f"  {name:6} {_usage(entry)}")
+        for net, clock in result["clocks"].items():
+            print(f"  clock {net}: {clock['fmax_mhz']} MHz (target {clock['target_mhz']} MHz)")
+        print(f"bitstream: {result['bitstream']}")
+    if result["problem"]:
+        raise _error(result["problem"])
+    return 0
+
+
+def flash_command(board, bitstream):
+    """The programmer's command line for `bitstream` on `board`."""
+    variable, command, _, arguments = PROGRAMMERS[board]
+    return [os.environ.get(variable, command), *arguments, str(bitstream)]
+
+
+def cmd_flash(args):
+    board = args.board
+    bitstream = Path(args.bitstream) if args.bitstream else \
+        default_out(board) / f"tpu_chip{_SUFFIX[board]}"
+    if not bitstream.is_file():
+        raise _error(f"no bitstream {bitstream}: build one with 'tpu build --board {board}' "
+                     f"or name it with --bitstream")
+    if bitstream.suffix != _SUFFIX[board]:
+        raise _error(f"{bitstream} is not a {_SUFFIX[board]} bitstream, which the {board} takes")
+    command = flash_command(board, bitstream)
+    if args.dry_run:
+        print(shlex.join(command))
+        return 0
+    variable, _, package, _ = PROGRAMMERS[board]
+    if shutil.which(command[0]) is None:
+        raise _error(f"the programmer {command[0]} was not found: install it (Debian: apt-get "
+                     f"install {package}) or set {variable} to its path")
+    run = subprocess.run(command)
+    if run.returncode:
+        raise _error(f"{shlex.join(command)} failed with exit status {run.returncode}: is the "
+                     f"{board} connected, powered and free?")
+    return 0
+
+
+def add_fpga_commands(subparsers, add_config_options):
+    """Add ``build`` and ``flash`` to `subparsers` (an argparse subparsers
+    action); `add_config_options(parser)` adds the chip configuration options."""
+    p = subparsers.add_parser("build", help="build the chip's bitstream for an FPGA board",
+                              description="Synthesise, place and route the whole chip behind its "
+                                          "UART bridge for a board and write its bitstream.")
+    p.add_argument("--board", required=True, choices=BOARD_NAMES, help="the board")
+    add_config_options(p)
+    p.add_argument("--baud", type=int, default=115200, metavar="B",
+                   help="the UART's bit rate (default 115200)")
+    p.add_argument("--out", metavar="DIR", help="build directory (default build/fpga/BOARD)")
+    p.set_defaults(func=cmd_build)
+
+    p = subparsers.add_parser("flash", help="program an FPGA board with a built bitstream")
+    p.add_argument("--board", required=True, choices=BOARD_NAMES, help="the board")
+    p.add_argument("--bitstream", metavar="FILE",
+                   help="the bitstream (default: what 'tpu build' wrote for the board)")
+    p.add_argument("--dry-run", action="store_true", help="print the command, do not run it")
+    p.set_defaults(func=cmd_flash)
+
+
+def main(argv=None):
+    """Run ``build`` or ``flash`` alone, with the ``tpu`` command line's errors."""
+    from .cli import CommandError, _add_config_options, _Parser
+    parser = _Parser(prog="tpu")
+    add_fpga_commands(parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser),
+                      _add_config_options)
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return args.func(args)
+    except CommandError as error:
+        print(f"tpu: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
