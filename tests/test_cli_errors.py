@@ -98,6 +98,10 @@ BAD = [
     (["demo", "--rows", "8", "--cols", "4"], ["does not fit --rows 8 --cols 4", "rows must equal cols"]),
     (["demo", "--ub-rows", "16"], ["does not fit --ub-rows 16"]),
     (["demo", *HUGE], ["would need about"]),
+    # bench (compile, run: tests/test_cli_model.py; build, flash: tests/test_cli_fpga.py)
+    (["bench", "--rows", "0"], ["TPUConfig.rows = 0"]),
+    (["bench", "--out", ""], ["--out", "empty"]),
+    (["bench", "--out", "{prog.s}"], ["not a directory"]),
     # asm
     (["asm", "{empty.s}"], ["is empty"]),
     (["asm", "{comments.s}"], ["holds no instructions"]),

@@ -3,30 +3,28 @@
 `add_bench_commands(subparsers, add_config_options)` adds the command to the
 ``tpu`` parser."""
 
-from .config import ConfigError, TPUConfig
+from pathlib import Path
+
+from .config import TPUConfig
 
 
 __all__ = ["add_bench_commands", "cmd_bench"]
 
 
-def _config(args):
-    values = {name: getattr(args, name) for name in TPUConfig.field_names()
-              if getattr(args, name, None) is not None}
-    try:
-        return TPUConfig(**values)
-    except (ConfigError, TypeError) as error:
-        from .cli import CommandError
-        raise CommandError(str(error)) from None
-
-
 def cmd_bench(args):
     from .bench import run_bench
+    from .cli import CommandError, _config_from
+    config = _config_from(args)
+    if not args.out:
+        raise CommandError("--out: the output directory is empty")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise CommandError(f"--out {args.out}: not a directory")
     backends = () if args.golden_only else None
     words = ["tpu bench", *(["--quick"] if args.quick else []),
              *(["--golden-only"] if args.golden_only else []), f"--out {args.out}"]
     words += [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in TPUConfig.field_names()
               if getattr(args, name, None) is not None]
-    run_bench(args.out, quick=args.quick, config=_config(args), backends=backends,
+    run_bench(args.out, quick=args.quick, config=config, backends=backends,
               command=" ".join(words))
     print(f"{args.out}/report.md, {args.out}/results.json and plots written")
 

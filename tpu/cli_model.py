@@ -256,16 +256,6 @@ def cmd_disasm_model(args):
 
 # The parser -----------------------------------------------------------------------------------
 
-def _positive(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
-    return value
-
-
 def _positive_float(text):
     try:
         value = float(text)
@@ -278,6 +268,7 @@ def _positive_float(text):
 
 def add_model_commands(subparsers, add_config_options):
     """Add ``compile`` and ``run`` to the ``tpu`` parser's `subparsers`."""
+    from .cli import _positive_count
     p = subparsers.add_parser(
         "compile", help="compile a quantized ONNX or TFLite model for a chip",
         description="Import MODEL (a quantized .onnx file, QDQ or QOperator form, or an int8 "
@@ -285,7 +276,7 @@ def add_model_commands(subparsers, add_config_options):
                     "compiled model (.tpu).")
     p.add_argument("model", metavar="MODEL", help="quantized .onnx or .tflite model")
     p.add_argument("-o", "--output", metavar="OUT", help="compiled model (default: MODEL.tpu)")
-    p.add_argument("--batch", type=_positive, metavar="N",
+    p.add_argument("--batch", type=_positive_count, metavar="N",
                    help="samples per chip run (default: the compiler's)")
     add_config_options(p)
     p.set_defaults(func=cmd_compile)
@@ -302,7 +293,7 @@ def add_model_commands(subparsers, add_config_options):
     p.add_argument("--backend", default="golden",
                    choices=["golden", "icarus", "verilator", "reference"],
                    help="golden model (default), RTL simulation, or the IR interpreter")
-    p.add_argument("--batch", type=_positive, metavar="N",
+    p.add_argument("--batch", type=_positive_count, metavar="N",
                    help="samples per chip run when compiling (default: the compiler's)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
     p.add_argument("--clock-mhz", type=_positive_float, default=100.0, metavar="MHZ",
