@@ -163,7 +163,7 @@ def test_disassemble_illegal_words():
 
 def test_docs_example_assembles():
     text = DOCS.read_text()
-    blocks = re.findall(r"^## Assembly$.*?^```\n(.*?)^```$", text, re.M | re.S)
+    blocks = re.findall(r"^## Assembly$.*?^```(?:asm)?\n(.*?)^```$", text, re.M | re.S)
     assert len(blocks) == 1
     program = parse(blocks[0], filename="isa.md", config=TPUConfig())
     assert len(program) == 9
