@@ -23,7 +23,7 @@ class ActivationPipeline(wiring.Component):
     ``clamp(MultiplyByQuantizedMultiplier(acc + bias[n], multiplier[n],
     shift[n]) + zero_point)`` (TFLite's integer rounding), then the function
     (a clamp, or a 256-entry table for SIGMOID/TANH), then pooling; the result
-    is one byte per column. ``sim/activation_model.py`` is the exact
+    is one byte per column. ``sim/models/activation_model.py`` is the exact
     definition; ``docs/activation_pipeline.md`` describes it.
 
     One row is accepted per cycle whatever the settings. The computation

@@ -21,7 +21,7 @@ from tpu.compiler.execute import execute
 from tpu.compiler.reference import run as reference_run
 from tpu.driver import run
 from tpu.isa import decode_program
-from tpu.sim.cycle_model import estimate_cycles
+from tpu.sim.models.cycle_model import estimate_cycles
 
 
 def conv_graph(rng, h, w, cin, cout, kernel, padding, pool=None):

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Core measurements: MXU utilisation, the counter breakdown, and the cycle estimate.
 
-Runs the cocotb module ``tpu.sim.bench_core`` through ``tpu.sim.harness.run``
-for every case (`tpu.sim.bench_core.cases`), configuration and simulator,
+Runs the cocotb module ``tpu.sim.bench.bench_core`` through ``tpu.sim.harness.run``
+for every case (`tpu.sim.bench.bench_core.cases`), configuration and simulator,
 collects the JSON each run writes (the path is passed in ``TPU_BENCH_OUT``),
 prints a table and saves ``build/bench/core.json``.
 
 Each case runs one program on the RTL core with a host that never stalls and
 an instruction stream that never idles, and compares the RTL's ``cycles``
-counter with `tpu.sim.cycle_model.estimate_cycles`.
+counter with `tpu.sim.models.cycle_model.estimate_cycles`.
 
 Examples::
 
@@ -27,11 +27,11 @@ from pathlib import Path
 from amaranth.back import verilog
 
 from tpu.hdl.core import COUNTERS, TPUCore
-from tpu.sim.bench_core import CASE_NAMES, TOP, cases
+from tpu.sim.bench.bench_core import CASE_NAMES, TOP, cases
 from tpu.sim.harness import BUILD_ROOT, SIMULATORS, missing_simulator, run
 
 
-BENCH_MODULE = "tpu.sim.bench_core"
+BENCH_MODULE = "tpu.sim.bench.bench_core"
 BENCH_DIR = BUILD_ROOT / "bench"
 
 
@@ -113,7 +113,7 @@ def print_table(results):
     lines.append("")
     lines.append("matrix: MXU utilisation from the first row into the array to the last; "
                  "program: useful MACs / (rows x cols x cycles).")
-    lines.append("estimate: tpu.sim.cycle_model.estimate_cycles; error = (estimate - RTL) / RTL.")
+    lines.append("estimate: tpu.sim.models.cycle_model.estimate_cycles; error = (estimate - RTL) / RTL.")
     mismatched = [(key, n, d["counters"][n], d["estimate"]["counters"][n])
                   for key, d in results.items() for n in COUNTERS
                   if d["counters"][n] != d["estimate"]["counters"][n]]

@@ -2,7 +2,7 @@
 """Host-link measurements: DMA throughput, host read latency, and what the link
 costs a matmul-heavy program.
 
-Runs the cocotb module ``tpu.sim.bench_host`` on the whole chip (the
+Runs the cocotb module ``tpu.sim.bench.bench_host`` on the whole chip (the
 `HostInterface` behind cocotbext-pcie's root complex, driven by
 `tpu.driver.Device`) through ``tpu.sim.harness.run``: its ``dma`` test for
 every link configuration and added host latency, its ``programs`` test for
@@ -30,11 +30,11 @@ from pathlib import Path
 
 from tpu import TPUConfig
 from tpu.hdl.verilog import CHIP_NAME, generate_verilog
-from tpu.sim.bench_host import PROGRAM_CASES
+from tpu.sim.bench.bench_host import PROGRAM_CASES
 from tpu.sim.harness import BUILD_ROOT, SIMULATORS, missing_simulator, run
 
 
-BENCH_MODULE = "tpu.sim.bench_host"
+BENCH_MODULE = "tpu.sim.bench.bench_host"
 BENCH_DIR = BUILD_ROOT / "bench"
 
 FULL = {"configs": ["2/256/512", "4/256/512", "4/128/128", "2/128/128"],

@@ -3,7 +3,7 @@
 
 Two modes:
 
-* default: runs the cocotb module ``tpu.sim.bench_matrix_engine`` through
+* default: runs the cocotb module ``tpu.sim.bench.bench_matrix_engine`` through
   ``tpu.sim.harness.run`` for each configuration and simulator, collects the
   JSON each run writes, prints a table and saves ``build/bench/mxu.json``;
 * ``--elaborate [R C]``: generates the Verilog of ``TPUConfig(rows=R,
@@ -32,7 +32,7 @@ from tpu import TPUConfig
 from tpu.sim.harness import BUILD_ROOT, SIMULATORS, missing_simulator, run
 
 
-BENCH_MODULE = "tpu.sim.bench_matrix_engine"
+BENCH_MODULE = "tpu.sim.bench.bench_matrix_engine"
 # Each in a simulation of its own: the design is not reset between cocotb tests.
 BENCH_TESTS = ("utilisation", "sim_speed", "sim_speed_free_run")
 BENCH_DIR = BUILD_ROOT / "bench"

@@ -16,6 +16,8 @@ from importlib.util import find_spec
 from pathlib import Path
 from xml.etree import ElementTree
 
+from filelock import FileLock
+
 from ..config import TPUConfig
 
 
@@ -83,7 +85,6 @@ def missing_simulator(simulator):
 def build(config, simulator, *, verilog_source=None, toplevel=None):
     """Build (or reuse) the model of `config` for `simulator`; return its directory."""
     from ..hdl.verilog import generate_verilog, ENGINE_NAME
-    from cocotb_tools.runner import get_runner
 
     reason = _environment(simulator)
     if reason:
@@ -106,6 +107,20 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
     stamp = build_dir / "built.stamp"
     if stamp.exists():
         return build_dir
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    # Test sessions run in several processes at once: the first to want a
+    # model builds it, the others wait for it instead of building it again.
+    with FileLock(build_dir.with_name(build_dir.name + ".lock")):
+        if not stamp.exists():
+            _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_opt)
+    return build_dir
+
+
+def _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_opt):
+    """Build the model of `text` into `build_dir`; stamp it when done."""
+    from cocotb_tools.runner import get_runner
+
+    stamp = build_dir / "built.stamp"
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{toplevel}.v"
     source.write_text(text)
@@ -133,7 +148,6 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
         raise SimulationError(f"the {simulator} build of {toplevel} ({config.name}) failed "
                               f"({error}); see {build_dir / 'build.log'}") from None
     stamp.write_text(json.dumps(config.to_dict()))
-    return build_dir
 
 
 @dataclass(frozen=True)
@@ -187,7 +201,9 @@ def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra
     toplevel = toplevel or ENGINE_NAME
     build_dir = build(config, simulator, toplevel=toplevel, verilog_source=verilog_source)
     runner = get_runner(simulator)
-    test_dir = build_dir / "runs" / f"{run_name or testcase or 'all'}-{seed}"
+    # Runs of one model in parallel test processes each get a directory.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    test_dir = build_dir / "runs" / f"{run_name or testcase or 'all'}-{seed}{'-' + worker if worker else ''}"
     test_dir.mkdir(parents=True, exist_ok=True)
     env = {
         "TPU_CONFIG": json.dumps(config.to_dict()),

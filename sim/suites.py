@@ -33,7 +33,7 @@ class Testcase:
 
 
 def _engine():
-    module = "tpu.sim.tb_matrix_engine"
+    module = "tpu.sim.testbenches.tb_matrix_engine"
     return [Testcase(name, module, name, doc) for name, doc in [
         ("random_operations", "random tiles, shapes, flags, addresses and idle cycles"),
         ("extreme_values", "the largest sums in both directions"),
@@ -44,7 +44,7 @@ def _engine():
 
 
 def _program_config_only(config):
-    from .programs import PROGRAM_CONFIG
+    from .stimulus.programs import PROGRAM_CONFIG
     if config == PROGRAM_CONFIG:
         return None
     options = " ".join(f"--{name.replace('_', '-')} {value}"
@@ -54,9 +54,9 @@ def _program_config_only(config):
 
 
 def _core():
-    from .program_generator import FAULT_KINDS
-    from .programs import PROGRAMS
-    module = "tpu.sim.tb_core"
+    from .stimulus.program_generator import FAULT_KINDS
+    from .stimulus.programs import PROGRAMS
+    module = "tpu.sim.testbenches.tb_core"
     cases = [Testcase("random_programs", module, "random_programs",
                       "a random legal program with hazards everywhere, against the golden model",
                       {"TPU_LENGTH": "40"})]
@@ -65,8 +65,8 @@ def _core():
                        {"TPU_LENGTH": "20", "TPU_FAULT": kind}) for kind in FAULT_KINDS]
     cases += [Testcase("host_windows", module, "host_windows", "HOST_RANGE against the DMA windows"),
               Testcase("dma_error", module, "dma_error", "the DMA_ERROR input: code, index, halt")]
-    cases += [Testcase(f"program_{name}", "tpu.sim.tb_core_programs", name,
-                       f"the fixed program {name!r} of tpu.sim.programs against its expected results",
+    cases += [Testcase(f"program_{name}", "tpu.sim.testbenches.tb_core_programs", name,
+                       f"the fixed program {name!r} of tpu.sim.stimulus.programs against its expected results",
                        {"TPU_PROGRAM_CASE": name}, unfit=_program_config_only)
               for name in PROGRAMS]
     return cases
@@ -74,7 +74,7 @@ def _core():
 
 def _chip():
     from ..driver.checks import CHECKS
-    module = "tpu.sim.tb_host"
+    module = "tpu.sim.testbenches.tb_host"
     cases = [Testcase("registers", module, "registers_test", "BAR0 register reset values and access")]
     cases += [Testcase(f"check_{name}", module, "check",
                        f"the driver check {name!r} of tpu.driver.checks",

@@ -29,3 +29,15 @@ def simulator(request):
 def base_seed():
     """TPU_SEED replays a run; otherwise every run draws new seeds."""
     return int(os.environ.get("TPU_SEED", "0")) or int.from_bytes(os.urandom(3), "little")
+
+
+def pytest_configure(config):
+    # Tests are parametrized by seeds drawn at collection, and parallel test
+    # processes (pytest-xdist) must collect the same tests: draw the session's
+    # seed once, here, where the worker processes inherit it.
+    if not hasattr(config, "workerinput") and not os.environ.get("TPU_SEED"):
+        os.environ["TPU_SEED"] = str(int.from_bytes(os.urandom(3), "little"))
+
+
+def pytest_report_header(config):
+    return f"random seeds drawn from TPU_SEED={os.environ.get('TPU_SEED')} (set it to replay this run)"

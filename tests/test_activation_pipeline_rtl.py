@@ -4,7 +4,7 @@ several column counts and under every simulator.
 Each configuration's Verilog is generated once per test run and each
 simulator model built once (and reused while the Verilog is unchanged); one
 simulation per (simulator, configuration) runs every testcase of
-``tpu.sim.tb_activation_pipeline``.
+``tpu.sim.testbenches.tb_activation_pipeline``.
 """
 
 from functools import lru_cache
@@ -19,7 +19,7 @@ from tpu.sim.harness import run
 
 
 TOPLEVEL = "tpu_activation_pipeline"
-TEST_MODULE = "tpu.sim.tb_activation_pipeline"
+TEST_MODULE = "tpu.sim.testbenches.tb_activation_pipeline"
 TESTCASES = ["random_operations", "requantization_edges", "function_tables", "pooling_shapes",
              "global_average_extremes", "timing_and_interlock"]
 CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)]

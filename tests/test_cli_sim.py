@@ -68,7 +68,7 @@ def test_a_failing_testcase_names_its_log(capsys, monkeypatch):
     if suites_missing := __import__("tpu.sim.harness", fromlist=["x"]).missing_simulator("icarus"):
         pytest.skip(suites_missing)
     wrong = json.dumps({"rows": 3, "cols": 2, "acc_rows": 64})     # not the built 2x2 engine
-    broken = suites.Testcase("broken", "tpu.sim.tb_matrix_engine", "random_operations",
+    broken = suites.Testcase("broken", "tpu.sim.testbenches.tb_matrix_engine", "random_operations",
                              "a testbench told the wrong configuration", {"TPU_CONFIG": wrong})
     monkeypatch.setattr(suites, "testcases", lambda top: [broken])
     status, out, err = _sim(capsys, "--top", "engine", "--rows", "2", "--cols", "2",
@@ -94,7 +94,7 @@ def test_every_testbench_test_is_a_testcase():
     """No cocotb test of a top level's testbenches is left out of `tpu sim`."""
     import ast
     from pathlib import Path
-    root = Path(__file__).resolve().parent.parent / "sim"
+    root = Path(__file__).resolve().parent.parent / "sim" / "testbenches"
     for top, modules in {"engine": ["tb_matrix_engine"], "core": ["tb_core"],
                          "chip": ["tb_host"]}.items():
         covered = {case.test for case in suites.testcases(top)}

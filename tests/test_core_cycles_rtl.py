@@ -1,8 +1,8 @@
 """Cycle counts of the RTL core, under both simulators: MXU utilisation of a
 compute-bound program, weight stalls of a memory-bound one, and the cycle
-estimate of `tpu.sim.cycle_model` against the RTL's counters.
+estimate of `tpu.sim.models.cycle_model` against the RTL's counters.
 
-Each program runs through ``tpu.sim.bench_core`` (an ideal host, an
+Each program runs through ``tpu.sim.bench.bench_core`` (an ideal host, an
 instruction stream that never idles). The RTL is deterministic here, so the
 cycle counts are asserted exactly, against the closed forms worked out in
 docs/core_performance.md, and the estimate must equal every counter.
@@ -17,7 +17,7 @@ from tpu import TPUConfig
 from tpu.hdl.core import COUNTERS, TPUCore
 from tpu.hdl.sequencer import ACC_SLOTS
 from tpu.isa import Act, Func, Halt, Mmc, Rhm, Rw, Whm
-from tpu.sim.bench_core import HOST_IN, HOST_OUT, TOP
+from tpu.sim.bench.bench_core import HOST_IN, HOST_OUT, TOP
 from tpu.sim.harness import run
 
 
@@ -31,7 +31,7 @@ def _bench(simulator, tmp_path, case):
     if CONFIG not in _SOURCE:
         _SOURCE[CONFIG] = verilog.convert(TPUCore(CONFIG), name=TOP, emit_src=False)
     out = tmp_path / "bench.json"
-    tests, failures = run(CONFIG, simulator, "tpu.sim.bench_core", testcase="bench_program",
+    tests, failures = run(CONFIG, simulator, "tpu.sim.bench.bench_core", testcase="bench_program",
                           seed=1, toplevel=TOP, verilog_source=_SOURCE[CONFIG],
                           extra_env={"TPU_BENCH_CASE": json.dumps(case),
                                      "TPU_BENCH_OUT": str(out)})

@@ -1,9 +1,9 @@
 """End-to-end programs on the whole core RTL, under both simulators.
 
 A two-layer MLP, two convolutions with pooling, and one directed program per
-group of instructions (`tpu.sim.programs`), each checked against results
+group of instructions (`tpu.sim.stimulus.programs`), each checked against results
 computed in plain integer arithmetic and against the golden model
-(`sim/tb_core_programs.py`). The fast tests at the end check the programs'
+(`sim/testbenches/tb_core_programs.py`). The fast tests at the end check the programs'
 expected results against the golden model and the reference arithmetic
 against the activation model, without a simulator.
 """
@@ -16,10 +16,10 @@ from amaranth.back import verilog
 
 from conftest import base_seed
 from tpu.hdl.core import TPUCore
-from tpu.sim import activation_model
-from tpu.sim.chip_model import ChipModel
+from tpu.sim.models import activation_model
+from tpu.sim.models.chip_model import ChipModel
 from tpu.sim.harness import run
-from tpu.sim.programs import (PROGRAM_CONFIG, PROGRAMS, ChipProgram, mlp_program,
+from tpu.sim.stimulus.programs import (PROGRAM_CONFIG, PROGRAMS, ChipProgram, mlp_program,
                               multiply_by_quantized_multiplier, round_average)
 
 
@@ -43,7 +43,7 @@ def test_program(simulator, name, tmp_path):
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     path = tmp_path / f"{name}.npz"
     PROGRAMS[name]().save(path)
-    tests, failures = run(PROGRAM_CONFIG, simulator, "tpu.sim.tb_core_programs", testcase=name,
+    tests, failures = run(PROGRAM_CONFIG, simulator, "tpu.sim.testbenches.tb_core_programs", testcase=name,
                           seed=seed, toplevel=TOP, verilog_source=_source(PROGRAM_CONFIG),
                           extra_env={"TPU_PROGRAM_CASE": str(path)})
     assert tests == 1 and failures == 0, \

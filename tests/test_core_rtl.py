@@ -8,7 +8,7 @@ from conftest import base_seed
 from tpu import TPUConfig
 from tpu.hdl.core import TPUCore
 from tpu.sim.harness import run
-from tpu.sim.program_generator import FAULT_KINDS
+from tpu.sim.stimulus.program_generator import FAULT_KINDS
 
 
 TOP = "tpu_core"
@@ -29,7 +29,7 @@ def _source(config):
 
 def _run(simulator, config, seed, **env):
     print(f"seed {seed}: replay with TPU_SEED={seed}")
-    tests, failures = run(config, simulator, "tpu.sim.tb_core", testcase="random_programs",
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_core", testcase="random_programs",
                           seed=seed, toplevel=TOP, verilog_source=_source(config),
                           extra_env={k: str(v) for k, v in env.items()})
     assert tests == 1 and failures == 0, f"failed with seed {seed} (replay with TPU_SEED={seed})"
@@ -55,6 +55,6 @@ def test_dma_windows_and_errors(simulator, testcase):
     exact fit, a closed window, two adjacent windows that only together hold
     the span) and DMA_ERROR (fault code, index, interrupt, halt)."""
     seed = base_seed()
-    tests, failures = run(CONFIGS[0], simulator, "tpu.sim.tb_core", testcase=testcase,
+    tests, failures = run(CONFIGS[0], simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
                           seed=seed, toplevel=TOP, verilog_source=_source(CONFIGS[0]))
     assert tests == 1 and failures == 0, f"failed with seed {seed} (replay with TPU_SEED={seed})"

@@ -1,4 +1,4 @@
-"""The cycle estimate (`tpu.sim.cycle_model`) on small programs whose timing
+"""The cycle estimate (`tpu.sim.models.cycle_model`) on small programs whose timing
 can be worked out by hand from the rules in docs/core_performance.md.
 
 Cycle 0 is the cycle the first instruction is offered; it can be decoded
@@ -12,8 +12,8 @@ from tpu import TPUConfig
 from tpu.isa import (Act, Cfg, Conv, Func, Halt, Mmc, Nop, Pool, Rhm, Rw, Sync, Whm,
                      encode_program)
 from tpu.hdl.sequencer import ACC_SLOTS
-from tpu.sim.bench_core import stream_program
-from tpu.sim.cycle_model import estimate_cycles
+from tpu.sim.bench.bench_core import stream_program
+from tpu.sim.models.cycle_model import estimate_cycles
 
 
 CFG = TPUConfig()                      # 8x8, weight memory latency 8, 8 bytes per cycle
@@ -241,7 +241,7 @@ def test_no_halt_ends_when_idle():
     assert est([Rhm(0, 10, 0x1000)])["cycles"] == 4 + 2 + 10
 
 
-# The benchmark programs (sim/bench_core.py), in closed form --------------------
+# The benchmark programs (sim/bench/bench_core.py), in closed form --------------------
 
 def stream_cycles(config, tiles, batch):
     """Cycles of `stream_program` with its epilogue (ACT + WHM of one block):
@@ -300,7 +300,7 @@ def test_compute_bound_utilisation():
 def test_layer_act_is_hidden(act_lag):
     # Each block's ACT, placed after the next block's first MMC(s), waits
     # only for its own block's rows: the array never idles.
-    from tpu.sim.bench_core import layer_program
+    from tpu.sim.bench.bench_core import layer_program
     program = layer_program(CFG, blocks=4, k_tiles=4, batch=64, act_lag=act_lag)
     r = est(program)
     assert r["matrix_phase"]["cycles"] == 16 * 64

@@ -8,7 +8,7 @@ from amaranth.back import verilog
 from conftest import base_seed
 from tpu import TPUConfig
 from tpu.sim.harness import run
-from tpu.sim.dma_top import DmaTop, GearboxTop
+from tpu.sim.tops.dma_top import DmaTop, GearboxTop
 
 
 # Small cpl_timeout keeps the timeout case short; it is still far above the
@@ -34,7 +34,7 @@ def test_dma(simulator, config, testcase, tmp_path):
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     report = tmp_path / "report.jsonl"
     source = verilog.convert(DmaTop(config), name=TOP, emit_src=False)
-    tests, failures = run(config, simulator, "tpu.sim.tb_dma", testcase=testcase, seed=seed,
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_dma", testcase=testcase, seed=seed,
                           toplevel=TOP, verilog_source=source,
                           extra_env={"TPU_DMA_REPORT": str(report)})
     assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed}"
@@ -49,6 +49,6 @@ def test_byte_gearboxes(simulator):
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     config = TPUConfig()
     source = verilog.convert(GearboxTop(), name="tpu_gearboxes", emit_src=False)
-    tests, failures = run(config, simulator, "tpu.sim.tb_dma", testcase="gearboxes", seed=seed,
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_dma", testcase="gearboxes", seed=seed,
                           toplevel="tpu_gearboxes", verilog_source=source)
     assert tests == 1 and failures == 0, f"gearboxes failed with seed {seed}"

@@ -5,7 +5,7 @@ import pytest
 
 from tpu.driver import run
 from tpu.driver.checks import check_mlp
-from tpu.sim.driver_backend import main_target
+from tpu.sim.host.driver_backend import main_target
 
 from test_host_interface_rtl import NARROW
 

@@ -20,7 +20,7 @@ WIDE = TPUConfig(rows=8, cols=8, acc_rows=256, ub_rows=1024, weight_mem_tiles=64
 def _run(config, simulator, testcase, **env):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
-    tests, failures = run(config, simulator, "tpu.sim.tb_host", testcase=testcase, seed=seed,
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_host", testcase=testcase, seed=seed,
                           toplevel=CHIP_NAME, verilog_source=generate_verilog(config, top="chip"),
                           extra_env={"TPU_SIMULATOR": simulator, **env})
     assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"

@@ -17,7 +17,7 @@ TESTCASES = ["random_operations", "extreme_values", "accumulate_chain",
 def test_matrix_engine(simulator, config, testcase):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
-    tests, failures = run(config, simulator, "tpu.sim.tb_matrix_engine",
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_matrix_engine",
                           testcase=testcase, seed=seed)
     assert tests == 1, f"{testcase} did not run (see the simulation log)"
     assert failures == 0, f"{testcase} failed with seed {seed} (replay with TPU_SEED={seed})"

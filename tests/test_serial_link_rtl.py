@@ -33,7 +33,7 @@ SERIAL = TPUConfig(rows=4, cols=4, acc_rows=256, ub_rows=1024, weight_mem_tiles=
 def _run(simulator, testcase, **env):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
-    tests, failures = run(SERIAL, simulator, "tpu.sim.tb_serial", testcase=testcase, seed=seed,
+    tests, failures = run(SERIAL, simulator, "tpu.sim.testbenches.tb_serial", testcase=testcase, seed=seed,
                           toplevel=SERIAL_NAME, verilog_source=generate_verilog(SERIAL, top="serial"),
                           extra_env={"TPU_SIMULATOR": simulator, **env})
     assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"

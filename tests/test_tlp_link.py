@@ -1,4 +1,4 @@
-"""The Python link-format conversions of tpu.sim.tlp_link."""
+"""The Python link-format conversions of tpu.sim.host.tlp_link."""
 
 import random
 
@@ -6,8 +6,8 @@ import pytest
 from cocotbext.pcie.core.tlp import Tlp, TlpType
 
 from conftest import base_seed
-from tpu.sim.tb_tlp import random_tlp
-from tpu.sim.tlp_link import (beats_to_tlp, header_from_tlp, tlp_from_header, tlp_to_beats,
+from tpu.sim.testbenches.tb_tlp import random_tlp
+from tpu.sim.host.tlp_link import (beats_to_tlp, header_from_tlp, tlp_from_header, tlp_to_beats,
                               tlp_to_words)
 
 

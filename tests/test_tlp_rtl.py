@@ -6,7 +6,7 @@ from amaranth.back import verilog
 from conftest import base_seed
 from tpu import TPUConfig
 from tpu.sim.harness import run
-from tpu.sim.tlp_top import TlpLoopbackTop
+from tpu.sim.tops.tlp_top import TlpLoopbackTop
 
 
 TOP = "tpu_tlp_loopback"
@@ -21,6 +21,6 @@ def test_tlp(simulator, link_dw, testcase):
     config = TPUConfig(link_dw=link_dw, max_payload=256)
     source = verilog.convert(TlpLoopbackTop(link_dw, max_payload=config.max_payload), name=TOP,
                              emit_src=False)
-    tests, failures = run(config, simulator, "tpu.sim.tb_tlp", testcase=testcase, seed=seed,
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_tlp", testcase=testcase, seed=seed,
                           toplevel=TOP, verilog_source=source)
     assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed}"

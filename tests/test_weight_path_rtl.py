@@ -6,7 +6,7 @@ from amaranth.back import verilog
 from conftest import base_seed
 from tpu import TPUConfig
 from tpu.sim.harness import run
-from tpu.sim.weight_path_top import WeightPathTop
+from tpu.sim.tops.weight_path_top import WeightPathTop
 
 
 CONFIGS = [
@@ -30,6 +30,6 @@ def test_weight_path(simulator, config, testcase):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     source = verilog.convert(WeightPathTop(config), name=TOP, emit_src=False)
-    tests, failures = run(config, simulator, "tpu.sim.tb_weight_path", testcase=testcase,
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_weight_path", testcase=testcase,
                           seed=seed, toplevel=TOP, verilog_source=source)
     assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed}"

@@ -196,7 +196,7 @@ def write_markdown(results, plots):
     out.append(f"Each workload (models at batch 64 and 1) compiled for chips varied one parameter at a "
                f"time around the chip above (with the GEMM sweep's {results['gemm_ub_rows']}-row "
                f"unified buffer), its parts' cycles added up by the cycle model "
-               f"(`tpu.sim.cycle_model`, exact against the RTL). Arrays keep their weight "
+               f"(`tpu.sim.models.cycle_model`, exact against the RTL). Arrays keep their weight "
                f"bandwidth at the same bytes per column.\n")
     out.append(results["design_summary"] + "\n")
     rows = [(p["workload"], p["parameter"], f"{p['factor']:g}",

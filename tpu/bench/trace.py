@@ -9,7 +9,7 @@ ui.perfetto.dev or chrome://tracing."""
 
 import json
 
-from ..sim.cycle_model import estimate_cycles
+from ..sim.models.cycle_model import estimate_cycles
 
 
 __all__ = ["model_trace", "write_trace", "UNITS"]

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..driver.checks import relocate
 from ..isa import decode_program
-from ..sim.cycle_model import estimate_cycles
+from ..sim.models.cycle_model import estimate_cycles
 from . import reference
 from .artifact import ChipStep
 

@@ -10,7 +10,7 @@ padded column::
 
     row(b, y, x, j) = j * B * Hp * Wp + b * Hp * Wp + (y + top) * Wp + (x + left)
 
-so a vector batch is column-blocked (`tpu.sim.programs.blocked`: block ``j``
+so a vector batch is column-blocked (`tpu.sim.stimulus.programs.blocked`: block ``j``
 is ``B`` consecutive rows), an image is stored padded for the convolution
 that reads it (padding pixels hold the zero point, a real zero), and one
 ACT writes a run of consecutive output pixels. RHM and WHM copy these rows

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ir
-from ..sim.programs import ldq_table
-from ..sim.activation_model import sigmoid_table, tanh_table
+from ..sim.stimulus.programs import ldq_table
+from ..sim.models.activation_model import sigmoid_table, tanh_table
 from .errors import CompileError
 from .fold import fold_zero_point
 

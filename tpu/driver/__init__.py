@@ -6,7 +6,7 @@ named backend and returns what it returns. A backend is a factory
 ``factory(main, config, **options) -> main's result`` that builds the link,
 opens the device and drives its event loop to the end; the golden backend
 uses plain asyncio. The simulation backends "icarus" and "verilator"
-(`tpu.sim.driver_backend`) run `main` inside a cocotb simulation of the
+(`tpu.sim.host.driver_backend`) run `main` inside a cocotb simulation of the
 whole chip, whose event loop cocotb owns; `main` must then be a module-level
 function, and what it returns must pickle. The "serial" backend
 (`tpu.driver.serial_link`) talks to a chip on a board over a UART:
@@ -78,7 +78,7 @@ def _simulation(simulator):
     def factory(main, config, **options):
         # Imported on use: the simulation stack (Amaranth, cocotb) is not
         # needed to drive the golden model or a board.
-        from ..sim.driver_backend import simulation_backend
+        from ..sim.host.driver_backend import simulation_backend
         return simulation_backend(simulator)(main, config, **options)
     return factory
 

@@ -20,8 +20,8 @@ from ..asm import parse
 from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, UNMAPPED, Control, HostError, Irq,
                               Status, config_words, registers)
 from ..isa import Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
-from ..sim.cycle_model import estimate_cycles
-from ..sim.programs import blocked, mlp_program
+from ..sim.models.cycle_model import estimate_cycles
+from ..sim.stimulus.programs import blocked, mlp_program
 from .device import Device, HostBuffer
 from .errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
 from .link import Link
@@ -58,7 +58,7 @@ def relocate(program, regions):
 
 
 def load_program_data(device, chip_program):
-    """Buffers for a `tpu.sim.programs.ChipProgram`'s host data (written) and
+    """Buffers for a `tpu.sim.stimulus.programs.ChipProgram`'s host data (written) and
     outputs; ``(instructions relocated to them, {old address: buffer})``."""
     buffers = {}
     for old, data in chip_program.host.items():
@@ -340,7 +340,7 @@ async def check_open(device):
 
 
 async def check_mlp(device, seed=1):
-    """The two-layer MLP of tpu.sim.programs: weights by WFILL, data in host
+    """The two-layer MLP of tpu.sim.stimulus.programs: weights by WFILL, data in host
     buffers, the program by doorbell; the output equals the integer reference."""
     cfg = device.config
     p = mlp_program(seed, config=cfg)

@@ -19,7 +19,7 @@ frames from the chip are served only then. On a board, keep the chip's
 The transport is anything with ``write(data)``, ``async read(timeout)``
 (the bytes received, waiting up to `timeout` seconds for the first),
 ``time()`` and ``async sleep(seconds)``: `PySerialTransport` for a serial
-port, a UART model in simulation (`tpu.sim.serial_host`).
+port, a UART model in simulation (`tpu.sim.host.serial_host`).
 """
 
 import asyncio

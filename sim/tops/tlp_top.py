@@ -4,9 +4,9 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..hdl.tlp import TlpBeat, link_stream
-from ..hdl.tlp_rx import RxError, TlpReceiver
-from ..hdl.tlp_tx import TlpTransmitter
+from ...hdl.tlp import TlpBeat, link_stream
+from ...hdl.tlp_rx import RxError, TlpReceiver
+from ...hdl.tlp_tx import TlpTransmitter
 
 
 __all__ = ["TlpLoopbackTop"]

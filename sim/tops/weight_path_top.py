@@ -4,8 +4,8 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..hdl.weight_fifo import WeightFifo, WeightLoad
-from ..hdl.weight_memory import WeightMemory, WeightMemoryFillSignature
+from ...hdl.weight_fifo import WeightFifo, WeightLoad
+from ...hdl.weight_memory import WeightMemory, WeightMemoryFillSignature
 
 
 __all__ = ["WeightPathTop"]

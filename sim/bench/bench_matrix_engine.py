@@ -32,10 +32,10 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, Timer
 
-from .harness import config_from_env
-from .matrix_engine_model import MatMul, ideal_schedule
-from .streams import pack_fields
-from .tb_matrix_engine import TB
+from ..harness import config_from_env
+from ..models.matrix_engine_model import MatMul, ideal_schedule
+from ..host.streams import pack_fields
+from ..testbenches.tb_matrix_engine import TB
 
 
 __all__ = ["utilisation", "sim_speed", "sim_speed_free_run"]

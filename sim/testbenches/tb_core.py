@@ -16,12 +16,12 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from ..hdl.core import COUNTERS
-from ..isa import Fault, INSTRUCTION_BYTES
-from .chip_model import ChipModel
-from .harness import config_from_env
-from .program_generator import FAULT_KINDS, HOST_INPUT, OPEN_WINDOW, random_program, random_windows
-from .streams import CycleLoop, StreamSource, pack_array, start_clock_and_reset, unpack_array
+from ...hdl.core import COUNTERS
+from ...isa import Fault, INSTRUCTION_BYTES
+from ..models.chip_model import ChipModel
+from ..harness import config_from_env
+from ..stimulus.program_generator import FAULT_KINDS, HOST_INPUT, OPEN_WINDOW, random_program, random_windows
+from ..host.streams import CycleLoop, StreamSource, pack_array, start_clock_and_reset, unpack_array
 
 
 class HostModel:
@@ -244,7 +244,7 @@ _TOP = 1 << 64
 
 def _window_cases(R):
     """``(name, windows, the DMA at index 2, expected fault)``."""
-    from ..isa import Rhm, Whm
+    from ...isa import Rhm, Whm
     n = 2 * R                    # bytes of a 2-row DMA
     return [
         ("crosses the end", [(_WIN, 16 * R)], Rhm(8, 2, _WIN + 16 * R - R), Fault.HOST_RANGE),
@@ -273,7 +273,7 @@ async def host_windows(dut):
     starts, like the golden model: spans across either end of a window, a
     closed window, two adjacent windows that only together hold the span, a
     window ending beyond 2**64; and spans that fit exactly do not fault."""
-    from ..isa import Halt, Mmc, Rhm, Whm, encode_program
+    from ...isa import Halt, Mmc, Rhm, Whm, encode_program
     first = True
     R = config_from_env().rows
     previous = None
@@ -322,7 +322,7 @@ class _Raise:
 async def dma_error(dut):
     """``dma_error`` halts the core at once with DMA_ERROR, the index of the RHM
     or WHM issued last and one interrupt; nothing issues after it."""
-    from ..isa import Halt, Int, Mmc, Nop, Rhm, Whm, encode_program
+    from ...isa import Halt, Int, Mmc, Nop, Rhm, Whm, encode_program
     none = (1 << 32) - 1
     acc_rows = config_from_env().acc_rows
     cases = [

@@ -1,9 +1,9 @@
 """cocotb testbench: fixed programs on the whole core, with their expected results.
 
 The program, the weight-memory tiles, the host-memory image and the expected
-results come from an ``.npz`` file written by `tpu.sim.programs.ChipProgram.save`,
+results come from an ``.npz`` file written by `tpu.sim.stimulus.programs.ChipProgram.save`,
 named by ``TPU_PROGRAM_CASE``. The program runs on the RTL (random waits on
-every host and instruction stream, as in `tpu.sim.tb_core`) and on the golden
+every host and instruction stream, as in `tpu.sim.testbenches.tb_core`) and on the golden
 model; then
 
 * the unified buffer, the accumulators, host memory, the fault status, the
@@ -15,7 +15,7 @@ model; then
 A program may go on after its HALT: those instructions are queued and never
 run, so the core then stays ``busy`` while ``halted``.
 
-One cocotb test per program name in `tpu.sim.programs.PROGRAMS`, all alike,
+One cocotb test per program name in `tpu.sim.stimulus.programs.PROGRAMS`, all alike,
 so every program's run has its own directory.
 """
 
@@ -24,8 +24,8 @@ import os
 import cocotb
 import numpy as np
 
-from ..isa import INSTRUCTION_BYTES, Opcode
-from .programs import PROGRAMS, ChipProgram
+from ...isa import INSTRUCTION_BYTES, Opcode
+from ..stimulus.programs import PROGRAMS, ChipProgram
 from .tb_core import TB
 
 
@@ -120,7 +120,7 @@ def _program_test(name):
     async def test(dut):
         await run_case(dut)
     test.__qualname__ = test.__name__ = name
-    test.__doc__ = f"The program {name!r} of tpu.sim.programs, from TPU_PROGRAM_CASE."
+    test.__doc__ = f"The program {name!r} of tpu.sim.stimulus.programs, from TPU_PROGRAM_CASE."
     return cocotb.test(name=name)(test)
 
 

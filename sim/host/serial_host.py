@@ -17,8 +17,8 @@ from cocotb.triggers import RisingEdge, Timer
 from cocotb.utils import get_sim_time
 from cocotbext.uart import UartSink, UartSource
 
-from ..driver.serial_link import SerialLink
-from ..hdl.serial_chip import DEFAULT_DIVISOR
+from ...driver.serial_link import SerialLink
+from ...hdl.serial_chip import DEFAULT_DIVISOR
 
 
 __all__ = ["CLOCK_NS", "UartTransport", "NoisyTransport", "open_serial_link"]

@@ -16,11 +16,11 @@ from amaranth.lib import data
 from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpAt, TlpAttr, TlpTc, TlpType
 from cocotbext.pcie.core.utils import PcieId
 
-from ..hdl.tlp import LinkBeat, TlpBeat
-from ..hdl.tlp_rx import RxError
-from .harness import config_from_env
-from .streams import CycleLoop, StreamSource, pack_fields, start_clock_and_reset
-from .tlp_link import Beat, beats_to_tlp, header_dw, header_from_tlp, tlp_to_words, words_to_beats
+from ...hdl.tlp import LinkBeat, TlpBeat
+from ...hdl.tlp_rx import RxError
+from ..harness import config_from_env
+from ..host.streams import CycleLoop, StreamSource, pack_fields, start_clock_and_reset
+from ..host.tlp_link import Beat, beats_to_tlp, header_dw, header_from_tlp, tlp_to_words, words_to_beats
 
 
 def unpack_fields(layout, value):

@@ -1,11 +1,11 @@
 """cocotb benchmark of the whole core: MXU utilisation and the counter breakdown.
 
 Launched by `tpu.sim.harness.run` (see ``scripts/bench_core.py`` and
-``tests/test_core_cycles_rtl.py``). It reuses `tpu.sim.tb_core.TB` with a host
+``tests/test_core_cycles_rtl.py``). It reuses `tpu.sim.testbenches.tb_core.TB` with a host
 that never stalls and an instruction stream that never idles, runs one
 benchmark program (`PROGRAMS`), checks what it computed against the golden
 chip model, and writes the performance counters, the matrix phase and the
-estimate of `tpu.sim.cycle_model.estimate_cycles` as JSON.
+estimate of `tpu.sim.models.cycle_model.estimate_cycles` as JSON.
 
 Every counter is taken as the difference between its value in the cycle the
 first instruction is offered and its value once the core has halted and
@@ -33,11 +33,11 @@ import random
 import cocotb
 import numpy as np
 
-from ..hdl.core import COUNTERS
-from ..isa import Act, Func, Halt, Mmc, Rhm, Rw, Whm, encode_program
-from .cycle_model import estimate_cycles
-from .program_generator import random_program
-from .tb_core import TB
+from ...hdl.core import COUNTERS
+from ...isa import Act, Func, Halt, Mmc, Rhm, Rw, Whm, encode_program
+from ..models.cycle_model import estimate_cycles
+from ..stimulus.program_generator import random_program
+from ..testbenches.tb_core import TB
 
 
 __all__ = ["PROGRAMS", "CASE_NAMES", "TOP", "stream_program", "layer_program", "random_case",
@@ -133,7 +133,7 @@ def layer_program(config, *, blocks, k_tiles, batch, act_lag=0):
 
 
 def random_case(config, *, seed, length=40):
-    """A legal random program of `sim/program_generator.py` (every opcode,
+    """A legal random program of `sim/stimulus/program_generator.py` (every opcode,
     hazards everywhere), for checking the cycle estimate on irregular code."""
     instructions, _ = random_program(config, random.Random(seed), length=length)
     return list(instructions)
@@ -141,7 +141,7 @@ def random_case(config, *, seed, length=40):
 
 def asm_case(config, *, text):
     """A program in assembly (`tpu.asm`); it must end with HALT."""
-    from ..asm import parse
+    from ...asm import parse
     return list(parse(text, "<case>", config))
 
 
@@ -169,7 +169,7 @@ def cases(rows=8, cols=8, *, names=CASE_NAMES, compute_tiles=128):
       ``8 x rows`` rows, each block's ACT placed after the next block's first
       MMC.
     """
-    from ..config import TPUConfig
+    from ...config import TPUConfig
     base = TPUConfig(rows=rows, cols=cols, weight_mem_bytes_per_cycle=max(cols, 8))
     table = {
         "compute": (base, {"tiles": compute_tiles, "batch": 8 * rows}),

@@ -14,9 +14,9 @@ import cocotb
 import numpy as np
 from cocotb.triggers import RisingEdge
 
-from ..hdl.weight_fifo import WeightLoad
-from .harness import config_from_env
-from .streams import CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset, unpack_array
+from ...hdl.weight_fifo import WeightLoad
+from ..harness import config_from_env
+from ..host.streams import CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset, unpack_array
 
 
 class Sink:

@@ -25,9 +25,9 @@ from cocotbext.pcie.core import Device, RootComplex
 from cocotbext.pcie.core.caps import MsiCapability
 from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpType
 
-from ..hdl.tlp import LinkBeat
-from ..host_registers import BAR0_BYTES
-from ..driver.link import Link
+from ...hdl.tlp import LinkBeat
+from ...host_registers import BAR0_BYTES
+from ...driver.link import Link
 from .streams import pack_fields
 from .tlp_link import Beat, beats_to_tlp, tlp_to_beats, tlp_to_words, words_to_beats
 

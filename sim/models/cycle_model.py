@@ -61,9 +61,9 @@ HALT the estimate ends when everything is idle.
 
 from dataclasses import dataclass, field
 
-from ..config import TPUConfig
-from ..hdl.sequencer import ACC_SLOTS
-from ..isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
+from ...config import TPUConfig
+from ...hdl.sequencer import ACC_SLOTS
+from ...isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
                    INSTRUCTION_BYTES, check, decode, ldl_rows, ldq_rows)
 
 
@@ -280,7 +280,7 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
         The encoded program (or `tpu.isa` instructions).
     host_latency : int
         Extra cycles before the first row of each RHM arrives (0: the ideal
-        host of ``sim/bench_core.py``).
+        host of ``sim/bench/bench_core.py``).
     schedule : bool
         Also return, per instruction, its issue cycle and the cycle its unit
         is done with it.

@@ -1,5 +1,5 @@
 """cocotb testbench: the `SerialChip` on its UART pins, driven by the driver's
-`SerialLink` over cocotbext-uart (`tpu.sim.serial_host`).
+`SerialLink` over cocotbext-uart (`tpu.sim.host.serial_host`).
 
 ``check`` runs a driver check (``TPU_HOST_CHECK``, ``module:function``) over
 the serial framing, with frames spoilt at the rates ``TPU_SERIAL_FRAME_RATE``
@@ -14,11 +14,11 @@ import time
 import cocotb
 from cocotb.triggers import RisingEdge, Timer
 
-from ..driver.serial_framing import Kind, encode_frame
-from ..driver.tlp_bytes import memory_write
-from ..host_registers import Control, Status, register_map
-from .harness import config_from_env
-from .serial_host import open_serial_link
+from ...driver.serial_framing import Kind, encode_frame
+from ...driver.tlp_bytes import memory_write
+from ...host_registers import Control, Status, register_map
+from ..harness import config_from_env
+from ..host.serial_host import open_serial_link
 from .tb_host import _load
 
 
@@ -32,7 +32,7 @@ def _seed():
 async def check(dut):
     """The checks ``TPU_HOST_CHECK`` names (comma-separated), one after the
     other on one device; the result is the last one's."""
-    from ..driver import Device
+    from ...driver import Device
     config = config_from_env()
     seed = _seed()
     targets = os.environ["TPU_HOST_CHECK"].split(",")
@@ -75,7 +75,7 @@ async def damaged_frames(dut):
     flipped bit, a lost byte, cut short, a wrong CRC, a bad length) or
     between garbage: the chip NAKs what it can see is damaged, acts on none
     of them, and the link goes on working."""
-    from ..driver import Device
+    from ...driver import Device
     config = config_from_env()
     link = await open_serial_link(dut, config, seed=_seed())
     device = await Device.open(link, config)

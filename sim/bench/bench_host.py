@@ -4,7 +4,7 @@ the host costs a matmul-heavy program.
 Launched by `tpu.sim.harness.run` from ``scripts/bench_host.py`` on the whole
 chip (`tpu.hdl.HostInterface`), with cocotbext-pcie's root complex as the host
 and the driver (`tpu.driver.Device`) doing what it does for any program. The
-host is made as fast and as regular as the bridge of `tpu.sim.pcie_host`
+host is made as fast and as regular as the bridge of `tpu.sim.host.pcie_host`
 allows: no idle cycles, no back-pressure, completions in request order,
 completions as large as the chip's max_payload (never split at every RCB),
 plus a fixed extra latency (`TPU_BENCH_LATENCY` cycles) added to every
@@ -26,7 +26,7 @@ Tests:
 ``programs``
     Each program of ``TPU_BENCH_PROGRAMS`` (see `PROGRAM_CASES`) with its
     weights loaded by WFILL and its input read by RHM; its counters, link
-    windows and `tpu.sim.cycle_model.estimate_cycles` (the core with an ideal
+    windows and `tpu.sim.models.cycle_model.estimate_cycles` (the core with an ideal
     host, equal to the RTL core cycle for cycle: docs/core_performance.md).
 
 Environment: ``TPU_BENCH_OUT`` (JSON file the results are merged into, under
@@ -46,12 +46,12 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly
 
-from ..hdl.tlp import LinkBeat
-from ..host_registers import COUNTER_NAMES
-from ..isa import Halt, Rhm, Rw, Whm, encode_program
-from .cycle_model import estimate_cycles
-from .harness import config_from_env
-from .pcie_host import CLOCK_NS, PcieBridge, RtlLink, attach_root_complex
+from ...hdl.tlp import LinkBeat
+from ...host_registers import COUNTER_NAMES
+from ...isa import Halt, Rhm, Rw, Whm, encode_program
+from ..models.cycle_model import estimate_cycles
+from ..harness import config_from_env
+from ..host.pcie_host import CLOCK_NS, PcieBridge, RtlLink, attach_root_complex
 
 
 __all__ = ["LinkMonitor", "LatencyBridge", "open_bench_link", "PROGRAM_CASES", "read_program",
@@ -79,7 +79,7 @@ class LatencyBridge(PcieBridge):
 
 
 async def open_bench_link(dut, config, *, latency=0, memory_bytes=4 << 20):
-    """Like `tpu.sim.pcie_host.open_rtl_link`, with a deterministic host:
+    """Like `tpu.sim.host.pcie_host.open_rtl_link`, with a deterministic host:
     `LatencyBridge` without idle cycles, back-pressure or reordering, and a
     root complex that answers a read with completions of max_payload bytes."""
     cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
@@ -259,7 +259,7 @@ def _save(result):
 
 
 async def _setup(dut):
-    from ..driver import Device
+    from ...driver import Device
     config = config_from_env()
     latency = int(os.environ.get("TPU_BENCH_LATENCY", "0"))
     link = await open_bench_link(dut, config, latency=latency)
@@ -316,8 +316,8 @@ async def dma(dut):
 @cocotb.test()
 async def programs(dut):
     """The programs of TPU_BENCH_PROGRAMS through the host link."""
-    from ..driver.checks import load_program_data, relocate
-    from .programs import mlp_program
+    from ...driver.checks import load_program_data, relocate
+    from ..stimulus.programs import mlp_program
     config, latency, link, monitor, device = await _setup(dut)
     names = json.loads(os.environ.get("TPU_BENCH_PROGRAMS", '["mlp", "compute"]'))
     rng = np.random.default_rng(2)

@@ -1,9 +1,9 @@
 """Random programs for the chip: legal ones with every kind of data hazard,
 and ones that fault on purpose."""
 
-from ..isa import (Act, Cfg, Conv, Func, Halt, Int, Ldl, Ldq, Mmc, Nop, Pool, Reg, Rhm,
+from ...isa import (Act, Cfg, Conv, Func, Halt, Int, Ldl, Ldq, Mmc, Nop, Pool, Reg, Rhm,
                    Rw, Sync, Whm, encode_program, ldl_rows, ldq_rows)
-from .chip_model import ALL_HOST_MEMORY, in_window
+from ..models.chip_model import ALL_HOST_MEMORY, in_window
 
 
 __all__ = ["random_program", "random_windows", "HOST_INPUT", "HOST_OUTPUT", "FAULT_KINDS",

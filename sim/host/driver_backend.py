@@ -1,6 +1,6 @@
 """The driver's simulation backends: ``tpu.driver.run(main, backend="icarus")``
 and ``backend="verilator"`` run ``main(device)`` against the RTL of the whole
-chip, behind cocotbext-pcie's root complex (`tpu.sim.pcie_host`).
+chip, behind cocotbext-pcie's root complex (`tpu.sim.host.pcie_host`).
 
 cocotb owns the simulator's event loop, so `main` runs inside the simulation
 process: it is named there by module and function (or script file and
@@ -12,8 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..hdl.verilog import CHIP_NAME, generate_verilog
-from .harness import SimulatorMissing, missing_simulator, run_outcomes
+from ...hdl.verilog import CHIP_NAME, generate_verilog
+from ..harness import SimulatorMissing, missing_simulator, run_outcomes
 
 
 __all__ = ["simulation_backend", "main_target"]
@@ -54,7 +54,7 @@ def simulation_backend(simulator):
         target = main_target(main)
         with tempfile.TemporaryDirectory() as scratch:
             result = Path(scratch) / "result.pickle"
-            outcomes = run_outcomes(config, simulator, "tpu.sim.tb_host", testcase="check",
+            outcomes = run_outcomes(config, simulator, "tpu.sim.testbenches.tb_host", testcase="check",
                                     seed=seed, toplevel=CHIP_NAME,
                                     verilog_source=generate_verilog(config, top="chip"),
                                     extra_env={"TPU_HOST_CHECK": target,

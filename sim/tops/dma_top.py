@@ -4,9 +4,9 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-from ..hdl.byte_gearbox import ByteGearbox
-from ..hdl.dma_read import DmaReader
-from ..hdl.dma_write import DmaWriter
+from ...hdl.byte_gearbox import ByteGearbox
+from ...hdl.dma_read import DmaReader
+from ...hdl.dma_write import DmaWriter
 
 
 __all__ = ["DmaTop", "GearboxTop", "GEARBOX_SIZES"]

@@ -17,14 +17,14 @@ import cocotb
 from amaranth.lib import data
 from cocotb.triggers import RisingEdge
 
-from ..hdl.byte_gearbox import ByteBeat
-from ..hdl.dma_read import ReadJob
-from ..hdl.dma_write import WriteJob
-from ..hdl.tlp import CplStatus, FmtType, TlpBeat, TlpHeader
-from ..host_registers import HostError
-from .dma_top import GEARBOX_SIZES
-from .harness import config_from_env
-from .streams import CycleLoop, StreamSource, pack_fields, start_clock_and_reset
+from ...hdl.byte_gearbox import ByteBeat
+from ...hdl.dma_read import ReadJob
+from ...hdl.dma_write import WriteJob
+from ...hdl.tlp import CplStatus, FmtType, TlpBeat, TlpHeader
+from ...host_registers import HostError
+from ..tops.dma_top import GEARBOX_SIZES
+from ..harness import config_from_env
+from ..host.streams import CycleLoop, StreamSource, pack_fields, start_clock_and_reset
 
 
 REQUESTER_ID = 0xBEEF

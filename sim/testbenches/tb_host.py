@@ -1,5 +1,5 @@
 """cocotb testbench: the chip behind its PCIe-style host interface, driven by
-cocotbext-pcie's root complex (`tpu.sim.pcie_host`).
+cocotbext-pcie's root complex (`tpu.sim.host.pcie_host`).
 
 ``registers`` checks BAR0 against the register table through real MMIO
 TLPs; ``check`` runs a driver-level check (an async function taking a
@@ -19,12 +19,12 @@ import numpy as np
 from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpType
 from cocotbext.pcie.core.utils import PcieId
 
-from ..host_registers import (CHIP_ID, COUNTER_NAMES, HW_VERSION, UNMAPPED, Control, HostError,
+from ...host_registers import (CHIP_ID, COUNTER_NAMES, HW_VERSION, UNMAPPED, Control, HostError,
                               Irq, Status, config_words, counter_offset, register_map, registers)
-from ..isa import ISA_VERSION, Halt, Int, Nop, Rhm, Whm, encode_program
-from .harness import config_from_env
-from .pcie_host import CLOCK_NS, READ_FAULTS, open_rtl_link
-from .tlp_link import Beat, tlp_to_words, words_to_beats
+from ...isa import ISA_VERSION, Halt, Int, Nop, Rhm, Whm, encode_program
+from ..harness import config_from_env
+from ..host.pcie_host import CLOCK_NS, READ_FAULTS, open_rtl_link
+from ..host.tlp_link import Beat, tlp_to_words, words_to_beats
 
 
 def _seed():
@@ -117,7 +117,7 @@ def _load_script(path):
     starting another simulation, so a script needs no
     ``if __name__ == "__main__":`` guard (though one does no harm).
     """
-    from .. import driver
+    from ... import driver
 
     def handed_over(*args, **kwargs):
         raise _HandedOver
@@ -151,7 +151,7 @@ def _load(target):
 
 @cocotb.test()
 async def check(dut):
-    from ..driver import Device
+    from ...driver import Device
     config = config_from_env()
     seed = _seed()
     target = os.environ["TPU_HOST_CHECK"]
@@ -423,8 +423,8 @@ async def dma_faults(dut):
     ``TPU_DMA_STAGE`` (rhm, fetch or wfill) reads: the chip stops with the
     right error, writes nothing, keeps taking TLPs, and after ABORT or
     SOFT_RESET runs the next program correctly."""
-    from ..driver import Device
-    from ..driver.checks import check_mlp
+    from ...driver import Device
+    from ...driver.checks import check_mlp
     config = config_from_env()
     seed = _seed()
     rng = random.Random(seed)
@@ -562,7 +562,7 @@ async def bad_tlps(dut):
     answered, and MMIO and DMA go on working, also with packets arriving
     between the completions of a running program. A completion while no
     read is due is CPL_UNEXPECTED."""
-    from ..driver import Device
+    from ...driver import Device
     config = config_from_env()
     seed = _seed()
     rng = random.Random(seed)
@@ -661,7 +661,7 @@ async def abort_during_writes(dut):
     link busy with WHM writes: every TLP the chip sends stays whole (the
     root complex checks each), nothing outside the WHMs' destinations
     changes, and the next program is right."""
-    from ..driver import Device
+    from ...driver import Device
     config = config_from_env()
     seed = _seed()
     rng = random.Random(seed)

@@ -13,16 +13,16 @@ from dataclasses import replace
 import cocotb
 import numpy as np
 
-from ..hdl.activation_pipeline import ActivationPipeline
-from ..hdl.activation_settings import (ChannelWrite, InputRow, LutWrite, SettingsLayout,
+from ...hdl.activation_pipeline import ActivationPipeline
+from ...hdl.activation_settings import (ChannelWrite, InputRow, LutWrite, SettingsLayout,
                                        MAX_POOL_COUNT, MAX_POOL_SIZE)
-from .activation_model import (ActivationSettings, Function, Pooling,
+from ..models.activation_model import (ActivationSettings, Function, Pooling,
                                multiply_by_quantized_multiplier,
                                multiply_by_quantized_multiplier_single_round, output_rows,
                                quantize_multiplier,
                                run_operation, sigmoid_table, tanh_table)
-from .harness import config_from_env
-from .streams import CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset
+from ..harness import config_from_env
+from ..host.streams import CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset
 
 
 LATENCY = ActivationPipeline.latency

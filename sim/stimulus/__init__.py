@@ -1,0 +1,1 @@
+"""Programs for the RTL: fixed program library and the random program generator."""

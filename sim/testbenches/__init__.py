@@ -1,0 +1,1 @@
+"""cocotb testbenches, one per RTL unit or top level; the harness runs them."""

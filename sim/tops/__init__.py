@@ -1,0 +1,1 @@
+"""Small RTL wrappers that put one unit behind the streams a testbench drives."""
