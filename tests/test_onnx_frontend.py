@@ -15,6 +15,7 @@ where one step before a dense layer of many inputs moves many outputs). Bad mode
 `CompileError` naming what is wrong."""
 
 import itertools
+import json
 import os
 
 import numpy as np
@@ -111,6 +112,33 @@ def allowed_step(graph, layer):
     return 1 + int(np.ceil(slope * activation.pre.scale / out.scale))
 
 
+def record(kind, diff):
+    """Append agreement counts to the file $TPU_AGREEMENT_LOG names
+    (scripts/bench_onnx_agreement.py sums them)."""
+    path = os.environ.get("TPU_AGREEMENT_LOG")
+    if path:
+        with open(path, "a") as log:
+            log.write(json.dumps({"kind": kind, "values": int(diff.size),
+                                  "equal": int((diff == 0).sum()),
+                                  "max": int(diff.max(initial=0))}) + "\n")
+
+
+def layer_kind(layer):
+    """A label for the agreement log: the layer type and what decides its rounding."""
+    kind = type(layer).__name__
+    activation = getattr(layer, "activation", ir.NO_ACTIVATION).kind
+    if activation in (ir.ActivationKind.SIGMOID, ir.ActivationKind.TANH):
+        kind += f" + {activation.value}"
+    if isinstance(layer, ir.Pool2D):
+        kind += f" {layer.kind}" + (" padded" if any(layer.padding) else "") \
+            + (" even" if layer.size[0] * layer.size[1] % 2 == 0 else "")
+    if isinstance(layer, ir.HostOp):
+        kind += f" {layer.op}"
+    if layer.name.endswith("/requantize"):
+        kind += " after a padded average"
+    return kind
+
+
 def check_layers(qmodel, graph, x, min_equal, what):
     """Each IR layer, fed ONNX Runtime's values of its inputs, must give ONNX
     Runtime's values of its output: this tests the import of every node
@@ -125,6 +153,7 @@ def check_layers(qmodel, graph, x, min_equal, what):
             values.setdefault(name, ours)
             if name in theirs:
                 diff = np.abs(ours.astype(int) - theirs[name].reshape(ours.shape).astype(int))
+                record(layer_kind(layer), diff)
                 step = allowed_step(graph, layer)
                 assert diff.max() <= step, f"{what}, layer {layer.name}: off by {diff.max()}"
                 assert (diff == 0).mean() >= min_equal, \
@@ -148,6 +177,7 @@ def check(model, shape, seed, forms=FORMS, min_equal=0.95, end_to_end=0.9):
         for ours, theirs in pairs:
             assert ours.shape == theirs.shape
             diff = np.abs(ours - theirs)
+            record("whole model", diff)
             assert (diff == 0).mean() >= end_to_end, \
                 f"{what}: only {(diff == 0).mean():.3f} of the outputs equal"
         graphs.append(graph)

@@ -449,6 +449,12 @@ class _Importer:
                 raise self.unsupported(node, f"cannot read this node ({type(exc).__name__}: "
                                        f"{_one_line(exc)})") from None
         self.fuse_activations()
+        for layer in self.layers:
+            # ONNX Runtime requantizes a sum with one float multiply and one
+            # rounding; the ACT's single rounding differs only within about
+            # 2**-31 of a tie, TFLite's double rounding within 2**-shift.
+            if isinstance(layer, (ir.Dense, ir.Conv2D)):
+                layer.rounding = "single"
         graph = ir.Graph(self.tensors, self.layers, self.graph_inputs(), self.graph_outputs(),
                          self.source)
         try:
