@@ -48,7 +48,7 @@ class ChipLayer:
     pool: tuple = None           # None, ("max" | "avg", k, s) or ("global",)
     input_view: str = "hwc"      # dense: how K indexes the stored (y, x, c)
     im2col: dict = None          # conv of host-made patches: the original geometry
-    rounding: str = "double"     # "single": ACTs with single_round (TFLite FULLY_CONNECTED)
+    rounding: str = "double"     # "single", "float32": ACTs with single_round (ir.ROUNDINGS)
 
     @property
     def n_out(self):

@@ -182,7 +182,8 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
 
     def acts(index, n, mt):
         base = (index % 2) * region
-        flags = dict(func=func, unsigned=unsigned_out, single_round=chip.rounding == "single")
+        flags = dict(func=func, unsigned=unsigned_out,
+                     single_round=chip.rounding in ("single", "float32"))
         out = []
         if chip.kind == "dense":
             pairs = [(base + si, addr.out_base + outl.row(b, 0, 0, n), 1)
