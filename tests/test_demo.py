@@ -71,8 +71,9 @@ def test_demo_on_golden_backend(trained, capsys):
         assert r["images"] == r["chip_images"] == 40 and r["batch"] in (16, 8, 4, 2, 1)
         assert r["golden_equals_reference"] and r["chip_equals_golden"]
         assert r["chip_accuracy"] >= 0.85
-        # the chip's requantization is TFLite's integer one, ONNX Runtime's a float one
-        assert r["ort_max_lsb"] <= 1 and r["ort_mismatches"] <= 0.1 * r["outputs"]
+        # the bound: at least 99% of the logits equal ONNX Runtime's, none
+        # more than a step off (on the digits they are all equal, docs/demo.md)
+        assert r["ort_max_lsb"] <= 1 and r["ort_mismatches"] <= 0.01 * r["outputs"]
         assert r["cycles_per_inference"] > 0 and 0 < r["mxu_utilisation"] <= 1
         assert r["inferences_per_second"] == pytest.approx(
             100e6 / r["cycles_per_inference"], rel=1e-6)
