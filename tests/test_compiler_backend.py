@@ -310,6 +310,24 @@ def test_weights_exceed_weight_memory(rng):
     assert len(compiled.chip_steps) == 2 * 6        # 18 K tiles in 3s, 2 N tiles
 
 
+def test_conv_split_by_k_beyond_weight_memory(rng):
+    """A convolution whose one block of output channels needs more weight
+    tiles than weight memory holds is split by K tiles into parts that add
+    into the sums the accumulators keep, with a refill between them."""
+    cfg = SMALL.replace(weight_mem_tiles=4)
+    b = Builder(rng)
+    x = b.input((6, 5, 3))
+    h = b.conv(x, 12, (3, 3), padding=(1, 1, 1, 1), act="relu")   # im2col: 27 rows, 4 K tiles
+    y = b.conv(h, 5, (3, 3), padding=(1, 0, 1, 0), act="clamp")     # 9 taps x 2 blocks: 18
+    compiled, profile = check(b.graph(y), cfg, 2, rng)       # 2 x 30 output rows: 2 M tiles
+    names = [s.name for s in compiled.chip_steps]
+    assert len(names) == 2 * 1 + 5                           # (4 | 4) K x 2 N; 18 = 4+4+4+4+2
+    assert sum(p["weights_loaded"] > 0 for p in profile) >= 5
+    # batches whose output does not fit the accumulators (two regions) cannot keep the sums
+    with pytest.raises(CompileError, match="conv.*output pixels exceed their 64 rows.*smaller batch"):
+        compile_graph(b.graph(y), cfg, 3)
+
+
 def test_all_zero_weight_tiles_are_skipped(rng):
     """All-zero weight tiles are neither loaded nor multiplied. The first kept
     K tile overwrites the accumulators (also when it starts a later part of
@@ -401,7 +419,7 @@ def test_compile_errors(rng):
     im = c.input((5, 5, 3))
     cv = c.conv(im, 4, (3, 3))
     with pytest.raises(CompileError, match="conv.*4 weight tiles; weight memory holds 3"):
-        compile_graph(c.graph(cv), SMALL.replace(weight_mem_tiles=3), 1)   # im2col: 27 rows
+        compile_graph(c.graph(cv), SMALL.replace(weight_mem_tiles=3), 8)   # 8 x 9 rows > 64
     with pytest.raises(CompileError, match="dense.*unified buffer has 8"):
         compile_graph(g, SMALL.replace(ub_rows=8), 1)
     with pytest.raises(CompileError, match="batch"):
