@@ -90,6 +90,32 @@ def test_quick_runs_one_batch_on_the_chip(trained):
     assert r["images"] == 20 and r["chip_images"] == 8 and r["outputs"] == 80
 
 
+def test_cnn_meets_the_performance_targets(trained, split):
+    """docs/compiler.md's targets for the demo CNN at batch 64 on the 8x8
+    array, from the golden chip's counters (the cycle model, exact against
+    the RTL core; an ideal host): at least 80% MXU utilisation while the
+    matrix unit runs, and the whole program within 2x of the matrix unit's
+    lower bound (the model's MACs / (rows x cols))."""
+    import contextlib
+    import io
+    from tpu import TPUConfig
+    from tpu.compiler.report import build_report
+    from tpu.demo import _prepare, _run_on_chip
+    if _compiler_ready():
+        pytest.skip(_compiler_ready())
+    config = TPUConfig()
+    float_model = demo_models.demo_models(trained, names=("cnn",))["cnn"]
+    with contextlib.redirect_stderr(io.StringIO()):
+        m = _prepare("cnn", float_model, split, config=config, batch=64, out_dir=trained)
+        results = _run_on_chip({"cnn": (m["compiled"], m["chunks"][:1])}, "golden", "cnn")["cnn"]
+    total = build_report(m["graph"], config, [p for _, p in results], 64, batch=64).total
+    bound = total.macs / (config.rows * config.cols)
+    print(f"{total.cycles} cycles, lower bound {bound:.0f}, active {total.active_utilisation:.3f}")
+    assert total.macs == 64 * (8 * 8 * 9 * 8 + 4 * 4 * 72 * 16 + 64 * 10)
+    assert total.active_utilisation >= 0.80
+    assert total.cycles <= 2 * bound
+
+
 def test_progress_bar_in_a_log_writes_tenths(capsys):
     import io
     from tpu.demo import Progress
