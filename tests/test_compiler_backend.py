@@ -528,3 +528,24 @@ def test_tensor_read_by_conv_and_dense(rng):
     d = b.dense(b.reshape(h, "chw"), 7)
     e = b.dense(b.reshape(x), 3)
     check(b.graph(c, d, e), SMALL, 3, rng)
+
+
+def test_compute_bound_gemm_schedule():
+    """A compute-bound GEMM (M = 64 x rows) keeps the array busy: the first
+    M tile's input is read block by block just ahead of its MMCs, the next M
+    tile's while the current one runs all its N tiles, and the DMAs are
+    spread so none stops the MMCs behind it. Exact cycles of the cycle
+    model (the golden chip's counters): 94.4% MXU utilisation over the
+    whole program (88.5% when all of a tile's reads were issued at once)."""
+    from tpu.bench.common import dense_graph
+    from tpu.isa import decode_program
+    from tpu.sim.models.cycle_model import estimate_cycles
+    config = TPUConfig(ub_rows=1 << 17)
+    compiled = compile_graph(dense_graph(64, 64), config, 512)
+    (step,) = compiled.chip_steps
+    estimate = estimate_cycles(config, decode_program(step.program))
+    ideal = 512 * 8 * 8
+    assert estimate["counters"]["mxu_active"] == ideal
+    assert estimate["cycles"] == 34727
+    assert ideal / estimate["cycles"] > 0.94
+    assert estimate["matrix_phase"]["first_row"] < 400        # after one block of input

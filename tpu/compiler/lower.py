@@ -129,10 +129,10 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     outl = _Ring(addr.out_layout, addr.out_slots)
     unsigned_in = bool(chip.in_q.unsigned)
     ow = chip.conv_out[1]
-    jobs = []
-    for n in range(n0, n1):
-        for mt in tiles:
-            jobs.append((n, mt))
+    # M tiles outermost: a tile's input, read once, serves every N tile
+    # before the next tile's is needed (N outermost needed two tiles' input
+    # at the start and a streamed input read again per N tile).
+    jobs = [(n, mt) for mt in tiles for n in range(n0, n1)]
 
     current = [None]
 
@@ -291,28 +291,66 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     # spread among them once the array's drain is covered, each after MMC
     # rows that outlast the ACT before (issue is in order: an ACT waiting
     # for the unit would stop the MMCs behind it); the RHMs tile i + 1
-    # needs once the WHMs should be done (a DMA waiting for the unit would
-    # stop them too).
+    # needs once the WHMs should be done. The DMA unit does one transfer at
+    # a time and a DMA waiting for it would stop the MMCs too, so the WHMs
+    # and RHMs are spread the same way, each after MMC rows that outlast the
+    # one before. The first tile's RHMs go each just before the first MMC
+    # that reads its rows, so the array starts after one transfer, not all.
     lead = config.rows + config.cols + 32
-    if jobs:
-        body.extend(loads(*jobs[0]))
+    first_loads = loads(*jobs[0]) if jobs else []
+    # The next M tile's input is read while the current M tile runs all its
+    # N tiles, when the input's ring has room for both (or there is none).
+    ahead_ok = inl.slots is None or inl.slots // group >= 2
+    ahead = []
     for i, (n, mt) in enumerate(jobs):
+        starts = i == 0 or jobs[i - 1][1] is not mt
+        following = next((j for j in range(i + 1, len(jobs)) if jobs[j][1] is not mt), None)
+        ahead_at = lead if starts and ahead_ok and following is not None else None
         out = stores(i - 2) if i >= 2 else []
-        body.extend(out)
+        body.extend(out[:1])
+        queue = out[1:]
+        dma_at = out[0].rows + 2 if out else 0
         pending = drain(i - 1) if i else []
         threshold, rows = lead, 0
         load_at = sum(w.rows for w in out) + lead
         loaded_next = i + 1 >= len(jobs)
-        for op in mmcs(i, n, mt):
+        ops = mmcs(i, n, mt)
+        left = sum((op[0] if isinstance(op, tuple) else op).rows for op in ops)
+        for op in ops:
+            if first_loads:
+                lo, hi = _reads(op)
+                needed = [x for x, d in enumerate(first_loads)
+                          if d.ub < hi and lo < d.ub + d.rows]
+                if needed:
+                    body.extend(first_loads[:needed[-1] + 1])
+                    del first_loads[:needed[-1] + 1]
             body.append(op)
             rows += (op[0] if isinstance(op, tuple) else op).rows
+            left -= (op[0] if isinstance(op, tuple) else op).rows
             while pending and rows >= threshold:
                 body.append(pending.pop(0))
                 threshold = rows + _busy(body[-1], config)
             if not loaded_next and rows >= load_at:
-                body.extend(loads(*jobs[i + 1]))
+                queue.extend(loads(*jobs[i + 1]))
                 loaded_next = True
+                if sum(d.rows for d in queue) > left:
+                    # more transfers than MMC rows left: the DMA unit bounds
+                    # the tile, so keep it busy from here on
+                    body.extend(queue)
+                    queue = []
+            if ahead_at is not None and rows >= ahead_at:
+                ahead.extend(loads(*jobs[following]))
+                ahead_at = None
+            while (queue or ahead) and rows >= dma_at:
+                body.append((queue or ahead).pop(0))
+                dma_at = rows + body[-1].rows + 2
+        body.extend(first_loads)
+        first_loads = []
         body.extend(pending)
+        body.extend(queue)
+        if i + 1 < len(jobs) and jobs[i + 1][1] is not mt:
+            body.extend(ahead)
+            ahead = []
         if not loaded_next:
             body.extend(loads(*jobs[i + 1]))
     if jobs:
@@ -320,6 +358,16 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         for i in range(max(0, len(jobs) - 2), len(jobs)):
             body.extend(stores(i))
     return body
+
+
+def _reads(op):
+    """The unified-buffer rows ``[start, end)`` an MMC (or ``(Mmc, tile)``)
+    reads, or a range that holds them."""
+    m = op[0] if isinstance(op, tuple) else op
+    if m.conv is None:
+        return m.ub, m.ub + m.rows
+    lines = -(-m.rows // m.conv.out_w)
+    return m.ub, m.ub + (lines - 1) * m.conv.row_step + (m.conv.out_w - 1) * m.conv.col_step + 1
 
 
 def _busy(instruction, config):
