@@ -46,7 +46,8 @@ def main(argv=None):
                    os.path.join(root, "tests", "test_onnx_frontend.py")]
         if args.k:
             command += ["-k", args.k]
-        status = subprocess.run(command, cwd=root, env={**os.environ, "TPU_AGREEMENT_LOG": log}).returncode
+        env = {**os.environ, "TPU_AGREEMENT_LOG": log}
+        status = subprocess.run(command, cwd=root, env=env).returncode
         if not os.path.exists(log):
             print("no values compared", file=sys.stderr)
             return 1

@@ -324,7 +324,7 @@ def test_conv_split_by_k_beyond_weight_memory(rng):
     assert len(names) == 2 * 1 + 5                           # (4 | 4) K x 2 N; 18 = 4+4+4+4+2
     assert sum(p["weights_loaded"] > 0 for p in profile) >= 5
     # batches whose output does not fit the accumulators (two regions) cannot keep the sums
-    with pytest.raises(CompileError, match="conv.*output pixels exceed their 64 rows.*smaller batch"):
+    with pytest.raises(CompileError, match="conv.*pixels exceed their 64 rows.*smaller batch"):
         compile_graph(b.graph(y), cfg, 3)
 
 
