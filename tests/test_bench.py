@@ -35,15 +35,41 @@ def test_bench_command_parses():
 
 def test_trace_covers_every_instruction_of_every_part():
     from tpu.bench.common import dense_graph
-    from tpu.bench.trace import model_trace
+    from tpu.bench.trace import TRACKS, UNITS, CONTROL, model_trace
     from tpu.compiler.backend import compile_graph
     from tpu.isa import INSTRUCTION_BYTES
     from tpu.config import TPUConfig
     compiled = compile_graph(dense_graph(20, 12), TPUConfig(), 16)
     events = model_trace(compiled)["traceEvents"]
-    slices = [e for e in events if e["ph"] == "X" and e["tid"] != 0]
+    units = {TRACKS.index(t) for t in (*UNITS.values(), CONTROL)}
+    slices = [e for e in events if e["ph"] == "X" and e["tid"] in units]
+    issues = [e for e in events if e["ph"] == "X" and e["tid"] == TRACKS.index("instruction issue")]
     parts = [e for e in events if e["ph"] == "X" and e["tid"] == 0]
-    assert len(slices) == sum(len(s.program) // INSTRUCTION_BYTES for s in compiled.steps)
+    count = sum(len(s.program) // INSTRUCTION_BYTES for s in compiled.steps)
+    assert len(slices) == len(issues) == count
     end = parts[-1]["ts"] + parts[-1]["dur"]
     assert all(0 <= e["ts"] and e["ts"] + e["dur"] <= end + 1 for e in slices)
     assert any(e["name"].startswith("mmc") for e in slices)
+    # every stall the counters count is on a stall track, by cause
+    counters = parts[0]["args"]
+    stalls = {name: sum(e["dur"] for e in events if e["ph"] == "X"
+                        and e["tid"] == TRACKS.index(track))
+              for name, track in (("weight_stall", "stall: weight (MMC waits for its tile)"),
+                                  ("raw_stall", "stall: RAW hazard"),
+                                  ("host_stall", "stall: host (RHM waits for data)"))}
+    assert stalls == {name: counters[name] for name in stalls}
+
+
+def test_hoisting_the_first_weight_reads_removes_the_first_tile_stall():
+    from tpu.bench.common import dense_graph
+    from tpu.bench.weight_stalls import compare, hoist_first_reads
+    from tpu.compiler.backend import compile_graph
+    from tpu.config import TPUConfig
+    from tpu.isa import Rw, decode_program
+    config = TPUConfig()
+    compiled = compile_graph(dense_graph(8, 8), config, 11)   # 11 rows: too few to hide the fill
+    [part] = compare(config, compiled)
+    assert part["weight_stall"] > 0 and part["hoisted_weight_stall"] == 0
+    program = list(decode_program(hoist_first_reads(compiled.steps[0].program)))
+    assert isinstance(program[0], Rw)
+    assert sorted(map(str, program)) == sorted(map(str, decode_program(compiled.steps[0].program)))
