@@ -22,9 +22,17 @@ def test_tiny_bench_writes_consistent_report(tmp_path):
     assert {t[0][:15] for t in saved["targets"]} >= {"MXU utilisation", "zero weight-sta"}
     points = [p for p in saved["design_space"] if p["cycles"]]
     assert points and all(p["speedup"] > 0 for p in points)
-    doc = publish(tmp_path, tmp_path / "docs" / "bench.md", tmp_path / "docs" / "img")
+    from tpu.bench.report import BEGIN, END
+    page = tmp_path / "docs" / "benchmarks.md"
+    page.parent.mkdir()
+    page.write_text(f"# Benchmarks\n\n{BEGIN}\nold numbers\n{END}\n\n## Kept\n")
+    doc = publish(tmp_path, tmp_path / "docs" / "bench.md", tmp_path / "docs" / "img", page)
     assert "](img/bench_roofline.png)" in doc.read_text()
     assert (tmp_path / "docs" / "img" / "bench_roofline.png").exists()
+    text = page.read_text()
+    assert "old numbers" not in text and text.endswith(f"{END}\n\n## Kept\n")
+    assert f"`{saved['command']}`" in text and saved["date"] in text
+    assert "](img/bench_design_space.png)" in text and "](bench.md)" in text
 
 
 def test_bench_command_parses():

@@ -88,6 +88,28 @@ def _core_programs(config, graphs, gemm_program, batches):
     return programs
 
 
+def _core_cases(config, simulator):
+    """`tpu.bench.core_cases` (the compute- and memory-bound programs and a dense
+    layer) on `config`'s array, as rows of the suite's core runs."""
+    from .common import BREAKDOWN
+    from .core_cases import run_cases
+    rows = []
+    names = ("compute", "memory_b1", "memory_b2", "layer")
+    for key, d in run_cases([(config.rows, config.cols)], [simulator], names,
+                            runs_dir=None).items():
+        rtl, est = d["counters"], d["estimate"]["counters"]
+        rows.append({"name": f"core case {key.split('/')[-1]}", "simulator": simulator,
+                     "rows": config.rows, "cols": config.cols, "cycles": rtl["cycles"],
+                     "estimate": est["cycles"], "seconds": d["run_seconds"],
+                     "counters": {n: rtl[n] for n in ("cycles", *BREAKDOWN)},
+                     "estimate_counters": {n: est[n] for n in ("cycles", *BREAKDOWN)},
+                     "counters_equal": all(rtl[n] == est[n] for n in rtl if n in est)})
+        if d["failures"]:
+            rows[-1]["error"] = "the RTL core disagreed with the golden model"
+            del rows[-1]["cycles"]
+    return rows
+
+
 def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
               model_batches=None, include_models=True, command=None, host=None,
               core_batches=None):
@@ -153,6 +175,8 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         for name, program in _core_programs(config, graphs, gemm_program, batches):
             for simulator in (backends if name == gemm_program[0] else backends[:1]):
                 core_runs.append(run_core(config, simulator, name, program))
+        if not quick:      # and the hand-written benchmark programs of docs/core_performance.md
+            core_runs += _core_cases(config, backends[0])
 
     # host link (DMA throughput, the host's share of run time) on the whole chip
     host_results = {"dma": [], "programs": []}

@@ -15,21 +15,10 @@ import time
 from pathlib import Path
 
 from .common import BREAKDOWN, progress
+from .core_cases import _source
 
 
 __all__ = ["run_core", "compiled_parts"]
-
-_SOURCES = {}
-
-
-def _source(config):
-    from amaranth.back import verilog
-    from ..hdl.core import TPUCore
-    from ..sim.bench.bench_core import TOP
-    if config not in _SOURCES:
-        _SOURCES[config] = verilog.convert(TPUCore(config), name=TOP, emit_src=False)
-    return _SOURCES[config]
-
 
 def compiled_parts(compiled, label):
     """``(name, program bytes)`` of every chip part of a `CompiledModel`."""
