@@ -1,6 +1,9 @@
-"""`tpu bench` on a tiny suite (golden only): files written, numbers consistent."""
+"""`tpu bench` on a tiny suite (golden only): files written, numbers consistent; the
+bench's pieces: traces, weight-stall analysis, compiled programs on the RTL core."""
 
 import json
+
+import pytest
 
 from tpu.bench import run_bench
 from tpu.bench.report import publish
@@ -81,3 +84,20 @@ def test_hoisting_the_first_weight_reads_removes_the_first_tile_stall():
     program = list(decode_program(hoist_first_reads(compiled.steps[0].program)))
     assert isinstance(program[0], Rw)
     assert sorted(map(str, program)) == sorted(map(str, decode_program(compiled.steps[0].program)))
+
+
+@pytest.mark.rtl
+def test_compiled_program_on_the_rtl_core_equals_the_cycle_model(simulator):
+    """Like with like: a compiled part with a batch too small to hide its first tile
+    (a weight stall), on the RTL core with an ideal host, counter for counter."""
+    from tpu.bench.common import dense_graph
+    from tpu.bench.rtl_core import compiled_parts, run_core
+    from tpu.compiler.backend import compile_graph
+    from tpu.config import TPUConfig
+    config = TPUConfig()
+    [(name, program)] = compiled_parts(compile_graph(dense_graph(8, 8, seed=3), config, 11),
+                                       "gemm")
+    row = run_core(config, simulator, name, program)
+    assert "error" not in row, row.get("error")
+    assert row["counters"] == row["estimate_counters"] and row["counters_equal"]
+    assert row["cycles"] == row["estimate"] and row["counters"]["weight_stall"] > 0
