@@ -101,3 +101,23 @@ def test_compiled_program_on_the_rtl_core_equals_the_cycle_model(simulator):
     assert "error" not in row, row.get("error")
     assert row["counters"] == row["estimate_counters"] and row["counters_equal"]
     assert row["cycles"] == row["estimate"] and row["counters"]["weight_stall"] > 0
+
+
+def test_fpga_table_reads_the_last_builds(tmp_path):
+    from tpu.bench.fpga import find_builds, table
+    assert find_builds(tmp_path) == []
+    board = tmp_path / "fpga" / "ulx3s-85f"
+    board.mkdir(parents=True)
+    (board / "build.json").write_text(json.dumps({
+        "board": "ulx3s-85f", "device": "LFE5U-85F", "config": {"rows": 2, "cols": 2},
+        "fits": True, "clock_mhz": 25.0, "problem": "clock sync reaches 22.15 MHz of 25",
+        "resources": {"logic": {"used": 25061, "available": 83640}, "ffs": None,
+                      "dsp": {"used": 30, "available": 156}, "ram": None},
+        "clocks": {"sync": {"fmax_mhz": 22.15, "target_mhz": 25.0}}, "seconds": 900}))
+    (board.parent / "broken").mkdir()
+    (board.parent / "broken" / "build.json").write_text("{not json")
+    [row] = find_builds(tmp_path)
+    assert row["array"] == "2x2" and row["logic"] == "25061/83640" and row["fmax_mhz"] == 22.15
+    text = table([row])
+    assert "| chip (tpu build) | ulx3s-85f | 2x2 | yes | 25061/83640 | - | 30/156 |" in text
+    assert "22.1" in text and "reaches 22.15 MHz" in text

@@ -72,7 +72,11 @@ def _design_summary(points, config):
             "So weight loads hide behind the matrix work, and what limits these layers is "
             "instruction and DMA overhead (non-matrix and RAW-stall cycles). At batch 1 the "
             "models do depend on weight bandwidth below the reference: 0.25x gives " + lows + ".")
-    return f"4x the weight-memory bandwidth gives: {text}. {verdict}"
+    from .report import geomean_speedups
+    means = "; ".join(f"{param}: " + ", ".join(f"{f:g}x -> {u:.2f}" for f, u in line)
+                      for param, line in geomean_speedups(points).items())
+    return (f"4x the weight-memory bandwidth gives: {text}. {verdict} Geometric mean over "
+            f"the workloads (the first panel of the plot, like the paper's Figure 11): {means}.")
 
 
 def _core_programs(config, graphs, gemm_program, batches):

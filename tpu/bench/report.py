@@ -99,18 +99,44 @@ def plot_gemms(out_dir, gemms):
     return path
 
 
+def geomean_speedups(points):
+    """``{parameter: [(factor, geometric-mean speed-up over the workloads)]}`` over the
+    factors every workload has a point at (the paper's Figure 11 averages likewise)."""
+    import math
+    out = {}
+    for param in sorted({p["parameter"] for p in points}):
+        sel = [p for p in points if p["parameter"] == param]
+        workloads = {p["workload"] for p in sel}
+        line = []
+        for f in sorted({p["factor"] for p in sel}):
+            ups = [p["speedup"] for p in sel if p["factor"] == f and p["speedup"]]
+            if len(ups) == len(workloads):
+                line.append((f, math.exp(sum(math.log(u) for u in ups) / len(ups))))
+        out[param] = line
+    return out
+
+
 def plot_design_space(out_dir, points):
+    """Like Section 7 (Figure 11) of the TPU v1 paper: performance relative to the
+    reference chip as one parameter scales, averaged over the workloads (first
+    panel), then each parameter per workload."""
     import matplotlib.pyplot as plt
     path = plot_file(out_dir, "design_space")
     params = sorted({p["parameter"] for p in points})
-    fig, axes = plt.subplots(1, len(params), figsize=(4 * len(params), 3.6), squeeze=False)
-    for ax, param in zip(axes[0], params):
+    fig, axes = plt.subplots(1, len(params) + 1, figsize=(4 * (len(params) + 1), 3.6),
+                             squeeze=False)
+    ax = axes[0][0]
+    for param, line in geomean_speedups(points).items():
+        ax.plot([f for f, _ in line], [u for _, u in line], "o-", ms=4, label=param)
+    ax.set_xscale("log", base=2); ax.set_xlabel("x reference"); ax.axhline(1, color="grey", lw=0.5)
+    ax.set_title("geometric mean over the workloads", fontsize=9); ax.legend(fontsize=7)
+    ax.set_ylabel("performance relative to the reference chip")
+    for ax, param in zip(axes[0][1:], params):
         for w in sorted({p["workload"] for p in points}):
             sel = [p for p in points if p["parameter"] == param and p["workload"] == w and p["speedup"]]
             ax.plot([p["factor"] for p in sel], [p["speedup"] for p in sel], "o-", ms=3, label=w)
-        ax.set_xscale("log", base=2); ax.set_title(param); ax.set_xlabel("x reference")
+        ax.set_xscale("log", base=2); ax.set_title(param, fontsize=9); ax.set_xlabel("x reference")
         ax.axhline(1, color="grey", lw=0.5)
-    axes[0][0].set_ylabel("speed-up (cycles of reference / cycles)")
     axes[0][-1].legend(fontsize=6)
     fig.tight_layout(); fig.savefig(path, dpi=110); plt.close(fig)
     return path
@@ -131,8 +157,11 @@ def plot_trace(out_dir, trace_path, window=2000):
     for ax, (lo, hi) in zip(axes, ((0, end), (0, min(end, window)))):
         for tid, name in names.items():
             spans = [(e["ts"], e["dur"]) for e in slices if e["tid"] == tid and e["ts"] < hi]
-            colour = "tab:red" if name.startswith("stall") else "tab:blue" if tid else "tab:grey"
-            ax.broken_barh(spans, (-tid - 0.4, 0.8), color=colour, lw=0)
+            colour = "tab:red" if name.startswith("stall") else "tab:blue"
+            if tid == 0:                 # parts: alternate shades, so their ends show
+                colour = ["tab:grey", "silver"] * len(spans)
+            ax.broken_barh(spans, (-tid - 0.4, 0.8), color=colour[:len(spans)]
+                           if tid == 0 else colour, lw=0)
         ax.set_yticks([-t for t in names], list(names.values()), fontsize=7)
         ax.set_xlim(lo, hi)
         ax.set_xlabel("cycle")
