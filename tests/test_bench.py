@@ -25,7 +25,11 @@ def test_tiny_bench_writes_consistent_report(tmp_path):
     assert {t[0][:15] for t in saved["targets"]} >= {"MXU utilisation", "zero weight-sta"}
     points = [p for p in saved["design_space"] if p["cycles"]]
     assert points and all(p["speedup"] > 0 for p in points)
-    from tpu.bench.report import BEGIN, END
+    from tpu.bench.report import BEGIN, END, render
+    before = (tmp_path / "report.md").read_text()
+    (tmp_path / "report.md").unlink()
+    assert render(tmp_path)["targets"] == saved["targets"]
+    assert (tmp_path / "report.md").read_text() == before
     page = tmp_path / "docs" / "benchmarks.md"
     page.parent.mkdir()
     page.write_text(f"# Benchmarks\n\n{BEGIN}\nold numbers\n{END}\n\n## Kept\n")

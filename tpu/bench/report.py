@@ -3,7 +3,8 @@
 from .common import BREAKDOWN, percent, plot_file
 
 
-__all__ = ["targets", "write_markdown", "plot_gemms", "plot_design_space", "publish"]
+__all__ = ["targets", "write_markdown", "plot_gemms", "plot_design_space", "plot_trace",
+           "geomean_speedups", "publish", "render", "BEGIN", "END"]
 
 _HEAD = {"mxu_active": "active", "weight_stall": "weight stall", "weight_shift": "weight shift",
          "non_matrix": "non-matrix", "raw_stall": "RAW stall", "host_stall": "host stall"}
@@ -457,3 +458,34 @@ def publish(out_dir, doc_path="docs/bench_report.md", img_dir="docs/img", summar
         section = summary_markdown(results, os.path.relpath(doc, summary.parent), prefix)
         summary.write_text(head + BEGIN + "\n" + section + "\n" + END + tail)
     return doc
+
+
+def render(out_dir):
+    """Redo a run's plots, targets and ``report.md`` from its ``results.json`` (no
+    measuring: the numbers are the run's); returns the results."""
+    import json
+    from pathlib import Path
+    from ..config import TPUConfig
+    from . import roofline
+    from .host import summary
+    out = Path(out_dir)
+    results = json.loads((out / "results.json").read_text())
+    config = TPUConfig(**results["config"])
+    gconfig = config.replace(ub_rows=results["gemm_ub_rows"])
+    plots = {"gemm_utilisation": plot_gemms(out, results["gemms"]).name,
+             "roofline": roofline.plot_roofline(out, gconfig, roofline.points(
+                 results["gemms"], results["models"])).name,
+             "design_space": plot_design_space(out, results["design_space"]).name}
+    traces = results.get("traces", {})
+    if traces:
+        plots["trace"] = plot_trace(out, out / next(
+            (v for k, v in traces.items() if "cnn" in k), next(iter(traces.values())))).name
+    results["plots"] = plots
+    results["targets"] = [list(t) for t in targets(config, results["gemms"], results["models"],
+                                                   results["core_runs"], results["chip_runs"])]
+    results["host_summary"] = summary(results["host"])
+    from . import _design_summary
+    results["design_summary"] = _design_summary(results["design_space"], config)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
+    (out / "report.md").write_text(write_markdown(results, plots) + "\n")
+    return results
