@@ -54,7 +54,10 @@ def targets(config, gemms, models, core_runs, chip_runs=()):
         worst = max(ok, key=lambda r: abs(r["cycles"] - r["estimate"]) / r["cycles"])
         err = abs(worst["cycles"] - worst["estimate"]) / worst["cycles"]
         equal = sum(r["counters_equal"] for r in ok)
-        detail = (f"{len(ok)} compiled programs (a GEMM, the demo models' parts) on the RTL core "
+        cases = sum(r["name"].startswith("core case") for r in ok)
+        kinds = "compiled: a GEMM, the demo models' parts" + (
+            f"; {cases} of them the hand-written benchmark programs" if cases else "")
+        detail = (f"{len(ok)} programs ({kinds}) on the RTL core "
                   f"with an ideal host, which is what the cycle model models: worst "
                   f"{worst['name']} ({worst['simulator']}): RTL {worst['cycles']}, estimate "
                   f"{worst['estimate']} ({percent(err)}); every counter equal in {equal}/{len(ok)}")
