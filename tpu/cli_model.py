@@ -176,6 +176,8 @@ def _save_outputs(path, names, values):
 def cmd_run(args):
     from .driver import TpuError
     model = _model_path(args.model, (".onnx", ".tflite", ".tpu"))
+    if args.trace and args.backend == "reference":
+        raise _command_error("--trace: the reference backend runs no chip program to trace")
     session = _session(args, model, _config(args), args.batch)
     feeds = _feeds(session, args.input)
     names = [o.name for o in session.get_outputs()]
@@ -214,7 +216,20 @@ def cmd_run(args):
     if args.output:
         shapes = ", ".join(f"{n} {tuple(v.shape)} {v.dtype}" for n, v in zip(names, outputs))
         print(f"wrote {args.output}: {shapes}", file=sys.stderr)
+    if args.trace:
+        _write_trace(args.trace, session, model)
     return 0
+
+
+def _write_trace(path, session, model):
+    """The run's timeline: the cycle model's schedule of the parts it executed (one batch)."""
+    from .bench.trace import write_trace
+    try:
+        write_trace(path, session.compiled, Path(model).stem)
+    except OSError as error:
+        raise _command_error(f"cannot write {path}: {error.strerror}") from None
+    print(f"wrote {path}: a Perfetto trace of one batch (open at ui.perfetto.dev; "
+          f"1 us = 1 cycle)", file=sys.stderr)
 
 
 # disasm -------------------------------------------------------------------------------------
@@ -296,6 +311,9 @@ def add_model_commands(subparsers, add_config_options):
     p.add_argument("--batch", type=_positive_count, metavar="N",
                    help="samples per chip run when compiling (default: the compiler's)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write a Chrome/Perfetto trace-event JSON of the chip's units over "
+                        "cycles (the cycle model's schedule of one batch's program parts)")
     p.add_argument("--clock-mhz", type=_positive_float, default=100.0, metavar="MHZ",
                    help="chip clock for inferences per second (default 100)")
     p.add_argument("--seed", type=int, help="simulation backends: host behaviour seed")
