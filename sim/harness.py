@@ -153,11 +153,44 @@ def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, wa
     # reset state, for instance).
     build_args = _build_args(simulator, waves)
     # The model depends on the design and on how it is built.
-    design = (verilog_source if verilog_source is not None
-              else f"{top}\0{json.dumps(config.to_dict(), sort_keys=True)}\0{_design_digest()}")
-    digest = hashlib.sha256("\0".join([design, toplevel, cxx_opt, *build_args]).encode()).hexdigest()[:12]
+    how = [toplevel, cxx_opt, *build_args, *(_VERILATOR_FORMAT if simulator == "verilator" else [])]
     variant = "-waves" if waves else ""
-    build_dir = BUILD_ROOT / "sim" / simulator / f"{toplevel}-{config.name}{variant}-{digest}"
+    model_dir = BUILD_ROOT / "sim" / simulator / f"{toplevel}-{config.name}{variant}"
+
+    def directory(design):
+        return model_dir.with_name(f"{model_dir.name}-{_digest(design, *how)}")
+
+    if verilog_source is not None:
+        return _build_once(config, simulator, toplevel, verilog_source, directory(verilog_source),
+                           build_args, cxx_opt, waves)
+    # A generated design is found by its configuration and sources; on a
+    # miss its Verilog is generated, and the model is the one of that text
+    # (possibly built already, by a test that gave the same text).
+    found = directory(f"{top}\0{json.dumps(config.to_dict(), sort_keys=True)}\0{_design_digest()}")
+    if (found / "built.stamp").exists():
+        return found
+    text = generate_verilog(config, top=top, name=toplevel)
+    built = _build_once(config, simulator, toplevel, text, directory(text), build_args, cxx_opt, waves)
+    if found.is_symlink():      # to a model since deleted
+        found.unlink(missing_ok=True)
+    try:
+        found.symlink_to(built.name, target_is_directory=True)
+    except FileExistsError:     # another process linked it first
+        pass
+    return found
+
+
+# Verilator models keep internal signals private (`_PortsOnlyVerilator`):
+# part of the key, so that models built before that are not reused.
+_VERILATOR_FORMAT = ["ports-public"]
+
+
+def _digest(*parts):
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+def _build_once(config, simulator, toplevel, text, build_dir, build_args, cxx_opt, waves):
+    """The model of Verilog `text` in `build_dir`, built unless it is."""
     stamp = build_dir / "built.stamp"
     if stamp.exists():
         return build_dir
@@ -166,8 +199,6 @@ def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, wa
     # model builds it, the others wait for it instead of building it again.
     with FileLock(build_dir.with_name(build_dir.name + ".lock")):
         if not stamp.exists():
-            text = (verilog_source if verilog_source is not None
-                    else generate_verilog(config, top=top, name=toplevel))
             _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_opt, waves)
     return build_dir
 
