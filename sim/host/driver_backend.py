@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..harness import SimulatorMissing, missing_simulator, run_outcomes
+from ..harness import SimulatorMissing, missing_simulator, run_outcomes, trace_format
 
 
 __all__ = ["simulation_backend", "main_target"]
@@ -55,6 +55,8 @@ def simulation_backend(simulator):
         reason = missing_simulator(simulator)
         if reason:
             raise SimulatorMissing(reason)
+        if waves is not None:
+            trace_format(simulator, waves)      # refuses FST that cannot be written here
         target = main_target(main)
         with tempfile.TemporaryDirectory() as scratch:
             result = Path(scratch) / "result.pickle"
