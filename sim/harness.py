@@ -2,8 +2,10 @@
 
 Each (simulator, top level, configuration) is built once into
 ``<build>/sim/<simulator>/<module>-<config>-<hash>/`` and reused for as long
-as the generated Verilog is unchanged, so a test session pays for every
-Verilator build once. ``<build>`` is ``$TPU_BUILD_DIR``, else ``build`` in the
+as its Verilog (or, for a generated top level, the hdl/ sources) and build
+flags are unchanged, so a test session pays for every Verilator build once.
+A model built for waveforms (``WAVES=1``, `run_outcomes`'s `waves`) is kept
+beside the plain one. ``<build>`` is ``$TPU_BUILD_DIR``, else ``build`` in the
 current directory. Each run writes ``runs/<testcase>-<seed>/sim.log`` there.
 """
 
@@ -24,7 +26,7 @@ from ..config import TPUConfig
 
 
 __all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "missing_simulator", "build", "run", "run_outcomes",
-           "Outcome", "BUILD_ROOT", "verilator_path"]
+           "Outcome", "BUILD_ROOT", "verilator_path", "trace_format", "waves_requested"]
 
 SIMULATORS = ("icarus", "verilator")
 
@@ -96,9 +98,7 @@ def _design_digest():
     global _DESIGN_DIGEST
     if _DESIGN_DIGEST is None:
         from importlib.metadata import version
-        hdl = Path(__file__).resolve().parent.parent / "hdl"
-        if not hdl.is_dir():     # installed, not editable: the package itself
-            hdl = Path(find_spec("tpu.hdl").origin).parent
+        hdl = Path(find_spec("tpu.hdl").origin).parent
         files = sorted(hdl.glob("*.py"))
         package = Path(find_spec("tpu").origin).parent
         # hdl/ imports a few tpu modules (the ISA, the register map, the
