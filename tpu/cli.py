@@ -306,7 +306,7 @@ def _sim_parser(commands):
                    help="run this testcase only (repeatable; --list names them)")
     p.add_argument("--list", action="store_true", help="list the testcases of --top and exit")
     p.add_argument("--waves", metavar="FILE",
-                   help="write the waveforms to FILE (.fst; .vcd under icarus), one file per "
+                   help="write the waveforms to FILE (VCD if it ends in .vcd, else FST), one file per "
                         "testcase (FILE-TESTCASE.fst) when several run; uses a model built for "
                         "tracing")
     p.set_defaults(func=cmd_sim)
@@ -436,8 +436,8 @@ def _exec_parser(commands):
                    help="link seconds to wait for the program to end (default 0.1)")
     _seed_option(p, "simulation backends: draws the host's timing; default 1")
     p.add_argument("--waves", metavar="FILE",
-                   help="simulation backends: write the run's waveforms to FILE (.fst; .vcd "
-                        "under icarus)")
+                   help="simulation backends: write the run's waveforms to FILE (VCD if it ends "
+                        "in .vcd, else FST)")
     _add_config_options(p)
     p.set_defaults(func=cmd_exec)
 

@@ -305,7 +305,7 @@ def add_model_commands(subparsers, add_config_options):
                    help="chip clock for inferences per second (default 100)")
     p.add_argument("--seed", type=int, help="simulation backends: host behaviour seed")
     p.add_argument("--waves", metavar="FILE",
-                   help="simulation backends: write the waveforms to FILE (.fst; .vcd under "
-                        "icarus); of the last chip run when the model needs several")
+                   help="simulation backends: write the waveforms to FILE (VCD if it ends in "
+                        ".vcd, else FST); of the last chip run when the model needs several")
     add_config_options(p)
     p.set_defaults(func=cmd_run)
