@@ -25,8 +25,8 @@ from filelock import FileLock
 from ..config import TPUConfig
 
 
-__all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "missing_simulator", "build", "run", "run_outcomes",
-           "Outcome", "BUILD_ROOT", "verilator_path", "trace_format", "waves_requested"]
+__all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "missing_simulator", "build", "run",
+           "run_outcomes", "Outcome", "BUILD_ROOT", "verilator_path", "trace_format", "waves_requested"]
 
 SIMULATORS = ("icarus", "verilator")
 
