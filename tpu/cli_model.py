@@ -62,6 +62,11 @@ def _session(args, model, config, batch):
     options = {}
     if getattr(args, "seed", None) is not None:
         options["seed"] = args.seed
+    if getattr(args, "waves", None):
+        if args.backend not in ("icarus", "verilator"):
+            raise _command_error(f"--waves needs a simulation backend (icarus or verilator), "
+                                 f"not {args.backend}")
+        options["waves"] = args.waves
     try:
         return InferenceSession(model, backend=getattr(args, "backend", "golden"), config=config,
                                 batch=batch, **options)
@@ -317,5 +322,8 @@ def add_model_commands(subparsers, add_config_options):
     p.add_argument("--clock-mhz", type=_positive_float, default=100.0, metavar="MHZ",
                    help="chip clock for inferences per second (default 100)")
     p.add_argument("--seed", type=int, help="simulation backends: host behaviour seed")
+    p.add_argument("--waves", metavar="FILE",
+                   help="simulation backends: write the waveforms to FILE (VCD if it ends in "
+                        ".vcd, else FST); of the last chip run when the model needs several")
     add_config_options(p)
     p.set_defaults(func=cmd_run)
