@@ -65,9 +65,11 @@ def ice40_netlist(verilog_text, top, build_dir):
 def gate_level_source(verilog_text, top, build_dir):
     """One Verilog text to simulate: the iCE40 netlist of `top` and the cell models.
 
-    The models give unconnected inputs default values (``input E = 1'b1``),
-    which is SystemVerilog; the harness compiles Verilog-2005 for Icarus, so
-    they are left out: synthesis connects every input of the cells it makes.
+    The models give some inputs default values for when they are left
+    unconnected (``input E = 1'b1`` of the flip-flops, LUTs and RAMs), which
+    is SystemVerilog; the harness compiles Verilog-2005 for Icarus, so they
+    are left out. Synthesis connects all of those inputs; the only inputs it
+    leaves open are SB_MAC16 ones, which have no default in the models either.
     """
     return (ice40_netlist(verilog_text, top, build_dir)
             + "\n`define NO_ICE40_DEFAULT_ASSIGNMENTS\n" + ice40_cell_models())
