@@ -73,6 +73,13 @@ def test_run_accepts_float64_and_a_single_sample(model_file, tmp_path):
     (["run", "{garbage}", "--input", "{data}", "--backend", "reference"], "garbage.onnx"),
     (["run", "{model}", "--input", "{data}", "--backend", "reference", "--trace", "{missing}"],
      "--trace: the reference backend runs no chip program"),
+    (["run", "{model}", "--input", "{data}", "--backend", "serial"], "--backend serial needs --port"),
+    (["run", "{model}", "--input", "{data}", "--backend", "serial", "--port", "{missing}"],
+     r"serial port \S*nothing.npy does not exist"),
+    (["run", "{model}", "--input", "{data}", "--port", "/dev/ttyUSB1"],
+     "--port /dev/ttyUSB1 is for --backend serial, not --backend golden"),
+    (["run", "{model}", "--input", "{data}", "--backend", "serial", "--port", "loop://",
+      "--baud", "0"], "positive integer"),
     (["compile", "{data}"], "expected a .onnx, .tflite model file"),
     (["disasm", "{missing}"], "(?i)no such file"),
 ])
@@ -220,3 +227,14 @@ def test_tflite_model_compiles_and_runs(tmp_path):
                                "--output", str(tmp_path / out), "--backend", backend]) == 0
     chip, ref = np.load(tmp_path / "chip.npy"), np.load(tmp_path / "ref.npy")
     assert chip.shape == (5, 5) and (chip == ref).all()
+
+
+@needs_backend
+def test_run_serial_without_a_chip_fails_in_one_line(model_file, capsys):
+    """pyserial's loop:// port echoes the host's own frames back: no chip
+    answers as one, and the run ends with a one-line chip error, not a hang."""
+    path, data, _ = model_file
+    assert cli.main(["run", str(path), "--input", str(data), "--backend", "serial",
+                     "--port", "loop://", "--baud", "1000000", "--clock-mhz", "12"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tpu: error:") and "on serial" in err and "\n" not in err, err

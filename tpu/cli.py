@@ -77,12 +77,15 @@ def _given_config_options(args):
             if getattr(args, name, None) is not None]
 
 
-def _top_option(parser, default_help):
+def _top_option(parser, default_help, serial=False):
     from .hdl.verilog import DEFAULT_TOP, TOPS
-    parser.add_argument("--top", choices=[t for t in TOPS if t != "serial"], default=DEFAULT_TOP,
+    # The serial chip has no testbenches of its own in `tpu sim` (tests/test_serial_link_rtl.py).
+    choices = [t for t in TOPS if serial or t != "serial"]
+    parser.add_argument("--top", choices=choices, default=DEFAULT_TOP,
                         help=f"{default_help}: the chip with its PCIe-style host interface "
                              f"(default), the core behind row-level DMA ports, or the matrix "
-                             f"engine alone")
+                             f"engine alone" + (", or the chip behind its UART link (serial)"
+                                                if serial else ""))
 
 
 def _check_memory(config, top):
@@ -200,7 +203,7 @@ def _verilog_parser(commands):
     p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
     p.add_argument("--ports", action="store_true",
                    help="print the port map (ports, fields, bit offsets) instead of the Verilog")
-    _top_option(p, "what to generate")
+    _top_option(p, "what to generate", serial=True)
     p.set_defaults(func=cmd_verilog)
 
 

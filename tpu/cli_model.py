@@ -57,9 +57,27 @@ def _user_errors():
     return (ValueError, TypeError, OSError, KeyError, IRError, CompileError)
 
 
+def _serial_options(args):
+    """The serial backend's options (`tpu.driver` "serial") from ``--port``,
+    ``--baud`` and ``--clock-mhz``, checking that the port exists."""
+    port = getattr(args, "port", None)
+    if getattr(args, "backend", None) != "serial":
+        if port is not None:
+            raise _command_error(f"--port {port} is for --backend serial, not --backend {args.backend}")
+        return {}
+    if port is None:
+        raise _command_error("--backend serial needs --port (the board's serial port, "
+                             "e.g. /dev/ttyUSB1)")
+    # A pyserial URL (loop://, socket://host:port, rfc2217://...) is not a file.
+    if "://" not in port and not Path(port).exists():
+        raise _command_error(f"serial port {port} does not exist: is the board plugged in? "
+                             f"(on Linux its UART is usually /dev/ttyUSB1)")
+    return {"port": port, "baudrate": args.baud, "clock_hz": args.clock_mhz * 1e6}
+
+
 def _session(args, model, config, batch):
     from .compiler.session import InferenceSession
-    options = {}
+    options = _serial_options(args)
     if getattr(args, "seed", None) is not None:
         options["seed"] = args.seed
     if getattr(args, "waves", None):
@@ -311,8 +329,14 @@ def add_model_commands(subparsers, add_config_options):
     p.add_argument("--input", required=True, metavar="X", help="input array (.npy or .npz)")
     p.add_argument("--output", metavar="Y", help="outputs to write (.npy, or .npz for several)")
     p.add_argument("--backend", default="golden",
-                   choices=["golden", "icarus", "verilator", "reference"],
-                   help="golden model (default), RTL simulation, or the IR interpreter")
+                   choices=["golden", "icarus", "verilator", "serial", "reference"],
+                   help="golden model (default), RTL simulation, a board over its serial "
+                        "port (serial), or the IR interpreter")
+    p.add_argument("--port", metavar="PORT",
+                   help="--backend serial: the board's serial port (e.g. /dev/ttyUSB1) or a "
+                        "pyserial URL")
+    p.add_argument("--baud", type=_positive_count, default=115200, metavar="BAUD",
+                   help="--backend serial: the UART's bit rate, as built (default 115200)")
     p.add_argument("--batch", type=_positive_count, metavar="N",
                    help="samples per chip run when compiling (default: the compiler's)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
@@ -320,7 +344,8 @@ def add_model_commands(subparsers, add_config_options):
                    help="write a Chrome/Perfetto trace-event JSON of the chip's units over "
                         "cycles (the cycle model's schedule of one batch's program parts)")
     p.add_argument("--clock-mhz", type=_positive_float, default=100.0, metavar="MHZ",
-                   help="chip clock for inferences per second (default 100)")
+                   help="chip clock for inferences per second (default 100; a board's clock, "
+                        "e.g. 12 on the iCEBreaker, for --backend serial)")
     p.add_argument("--seed", type=int, help="simulation backends: host behaviour seed")
     p.add_argument("--waves", metavar="FILE",
                    help="simulation backends: write the waveforms to FILE (VCD if it ends in "
