@@ -19,8 +19,8 @@ streamed, its UB copy is a ring of two tiles' samples (`_Ring`). DMA
 instructions and ACTs are placed where their unit should be idle, since a
 waiting instruction would hold up the MMCs behind it.
 
-Fill and drain: the first tile's reads are cut to its MMCs' size and each
-goes just before the first MMC that reads it; the tables (RHM, LDL) are read
+Fill and drain: the first tile's reads (of a dense layer: cut to its MMCs'
+size) each go just before the first MMC that reads them; the tables (RHM, LDL) are read
 after them. The last tile's LDQ and the WHMs of the tile before go while its
 MMCs run; a dense last tile runs in row pieces, every K tile per piece, each
 piece's ACT and WHMs issued behind the next pieces' MMCs, so only one
@@ -310,11 +310,15 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
 
     def mt_base(index):
         return (index % 2) * region
-    # The first tile's reads in pieces no longer than its MMCs (coalescing
-    # joins its blocks), so each MMC waits for its own rows only.
-    piece = max([chunk] + [(op[0] if isinstance(op, tuple) else op).rows
-                           for op in (mmcs(0, *jobs[0]) if jobs else [])])
-    current[0] = None
+    # A dense layer's first reads in pieces no longer than its MMCs
+    # (coalescing joins its blocks), so each MMC waits for its own rows
+    # only. (A convolution's MMCs read a few rows each: pieces that small
+    # cost more in DMA overhead than they save.)
+    piece = 1 << 30
+    if jobs and chip.kind == "dense":
+        piece = max([chunk] + [(op[0] if isinstance(op, tuple) else op).rows
+                               for op in mmcs(0, *jobs[0])])
+        current[0] = None
     first_loads = [Rhm(ub=d.ub + o, rows=min(d.rows - o, piece), host=d.host + o * R)
                    for d in (loads(*jobs[0]) if jobs else [])
                    for o in range(0, d.rows, piece)]
