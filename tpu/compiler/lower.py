@@ -20,11 +20,12 @@ instructions and ACTs are placed where their unit should be idle, since a
 waiting instruction would hold up the MMCs behind it.
 
 Fill and drain: the first tile's reads (of a dense layer: cut to its MMCs'
-size) each go just before the first MMC that reads them; the tables (RHM, LDL) are read
-after them. The last tile's LDQ and the WHMs of the tile before go while its
-MMCs run; a dense last tile runs in row pieces, every K tile per piece, each
-piece's ACT and WHMs issued behind the next pieces' MMCs, so only one
-piece's ACT and WHM are left when the array stops.
+size) each go just before the first MMC that reads them; the tables (RHM,
+LDL) are read after them. The last tile's LDQ (and a dense layer's WHMs of
+the tile before) go while its MMCs run; a dense last tile runs in row
+pieces, every K tile per piece, each piece's ACT and WHMs issued behind the
+next pieces' MMCs, so only one piece's ACT and WHM are left when the array
+stops.
 """
 
 from dataclasses import dataclass, replace
@@ -328,7 +329,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     # The next M tile's input is read while the current M tile runs all its
     # N tiles, when the input's ring has room for both (or there is none).
     ahead_ok = inl.slots is None or inl.slots // group >= 2
-    ahead, steps = [], []
+    ahead, steps, late = [], [], []
     for i, (n, mt) in enumerate(jobs):
         starts = i == 0 or jobs[i - 1][1] is not mt
         following = next((j for j in range(i + 1, len(jobs)) if jobs[j][1] is not mt), None)
@@ -349,7 +350,11 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             if table[0] != n:
                 pending.append(Ldq(ub=addr.tables_base + (n - n0) * q_rows))
                 table[0] = n
-            tail = stores(i - 1)
+            # (Only a dense layer's WHMs: among a DMA-bound convolution's
+            # last reads they delayed them, e.g. the demo CNN's im2col conv4
+            # on 16x16 by 185 cycles.)
+            tail = stores(i - 1) if chip.kind == "dense" else []
+            late = [] if chip.kind == "dense" else stores(i - 1)
         threshold, rows = lead, 0
         load_at = sum(w.rows for w in out) + lead
         loaded_next = i + 1 >= len(jobs)
@@ -419,7 +424,8 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     if steps:
         body.extend(steps[-2][1] + steps[-1][0] + steps[-1][1])
     elif jobs:
-        body.extend(_drain_in_chunks(drain(len(jobs) - 1), stores(len(jobs) - 1), chunk, R))
+        body.extend(_drain_in_chunks(drain(len(jobs) - 1), late + stores(len(jobs) - 1),
+                                     chunk, R))
     return body
 
 
