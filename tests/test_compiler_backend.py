@@ -534,9 +534,12 @@ def test_compute_bound_gemm_schedule():
     """A compute-bound GEMM (M = 64 x rows) keeps the array busy: the first
     M tile's input is read block by block just ahead of its MMCs, the next M
     tile's while the current one runs all its N tiles, and the DMAs are
-    spread so none stops the MMCs behind it. Exact cycles of the cycle
-    model (the golden chip's counters): 94.4% MXU utilisation over the
-    whole program (88.5% when all of a tile's reads were issued at once)."""
+    spread so none stops the MMCs behind it; the tables are read after the
+    first tile's input; the last tile runs in row pieces whose ACTs and WHMs
+    drain beside the array. Exact cycles of the cycle model (the golden
+    chip's counters): 95.6% MXU utilisation over the whole program (94.4%
+    with the tables read first and the last tile drained after the array,
+    88.5% when all of a tile's reads were issued at once)."""
     from tpu.bench.common import dense_graph
     from tpu.isa import decode_program
     from tpu.sim.models.cycle_model import estimate_cycles
@@ -546,6 +549,7 @@ def test_compute_bound_gemm_schedule():
     estimate = estimate_cycles(config, decode_program(step.program))
     ideal = 512 * 8 * 8
     assert estimate["counters"]["mxu_active"] == ideal
-    assert estimate["cycles"] == 34727
-    assert ideal / estimate["cycles"] > 0.94
-    assert estimate["matrix_phase"]["first_row"] < 400        # after one block of input
+    assert estimate["cycles"] == 34275
+    assert ideal / estimate["cycles"] > 0.955
+    assert estimate["matrix_phase"]["first_row"] < 300        # after one block of input
+    assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 200   # drained beside it

@@ -308,9 +308,9 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         in_block = blocks[("res", chip.input)]
         load = chip.input not in chip_prod and in_block.start == s
     tables = blocks[("tables", s)]
-    pre.append(Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"]))
+    tables_load = [Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"])]
     if step["lut"]:
-        pre.append(Ldl(ub=tables.base + len(step["tables"]) * ldq_rows(config)))
+        tables_load.append(Ldl(ub=tables.base + len(step["tables"]) * ldq_rows(config)))
     zero, low, high, _ = act_settings(chip)
     pre += [Cfg(reg=Reg.OUT_ZERO_POINT, value=zero), Cfg(reg=Reg.CLAMP_MIN, value=low),
             Cfg(reg=Reg.CLAMP_MAX, value=high)]
@@ -328,7 +328,7 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         in_host=host_off[chip.input] if load else None,
         out_host=host_off[chip.output] if chip.output in host_side else None,
         fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,
-        in_slots=ring_in, out_slots=ring_out))
+        in_slots=ring_in, out_slots=ring_out, tables_load=tables_load))
     post = [Halt()]
     program = insert_weight_reads(pre + body + post, config)
     nt = -(-chip.n_out // config.cols)
