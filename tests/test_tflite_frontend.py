@@ -378,6 +378,21 @@ def test_float_layer_inside_the_model():
         import_tflite(m.build([a], [y]))
 
 
+@pytest.mark.parametrize("config, message", [
+    (TPUConfig(ub_rows=64), r"layer 'conv_2d_0': .* need 1289 unified-buffer rows at once; the "
+                            r"unified buffer has 64"),
+    (TPUConfig(weight_mem_tiles=1), r"layer 'conv_2d_0': .* needs 4 weight tiles; weight memory "
+                                    r"holds 1"),
+])
+def test_layer_too_large_for_the_chip(config, message):
+    """A layer the configuration cannot hold is named as the importer names
+    it: the TFLite operator's name and index (operator 0, CONV_2D)."""
+    from tpu.compiler.errors import CompileError
+    graph = import_tflite(conv_model(np.random.default_rng(1), in_shape=(32, 32, 3)))
+    with pytest.raises(CompileError, match=message):
+        InferenceSession(graph, backend="golden", config=config, batch=1)
+
+
 def test_fully_connected_rounding():
     """FULLY_CONNECTED's multiplier is the float64 product of the scales and it
     rounds once: biases (at input 0) where a float32 product or two roundings
