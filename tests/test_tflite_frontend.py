@@ -142,6 +142,25 @@ def test_golden_chip_equals_tflite_on_random_inputs(name, rows):
     assert all(0 < h["share"] < 0.01 for h in listed)
 
 
+#: a configuration whose array and memories fit an iCE40 UP5K: 4 of its 8
+#: SB_MAC16s, a 32 KB SPRAM each for the unified buffer and the weights, 4 KB
+#: of EBR for the accumulators (docs/tflite.md)
+UP5K_SIZED = TPUConfig(rows=2, cols=2, ub_rows=16384, acc_rows=512, weight_mem_tiles=8192)
+
+
+def test_kws_on_a_up5k_sized_chip_within_a_million_cycles():
+    path = tiny_model("kws_ref_model")
+    graph = import_tflite(path)
+    seed = base_seed()
+    print(f"seed {seed}")
+    x = random_inputs(graph, 1, seed)
+    session = InferenceSession(graph, backend="golden", config=UP5K_SIZED, batch=1)
+    (got,) = session.run(None, {graph.inputs[0].model_name: x})
+    np.testing.assert_array_equal(got.reshape(1, -1), tflite_run(path, x).reshape(1, -1))
+    cycles = session.report().cycles_per_inference
+    assert 664_192 <= cycles <= 1_000_000         # the 2x2 array's MAC bound .. the target
+
+
 def test_not_a_tflite_file(tmp_path):
     path = tmp_path / "model.tflite"
     path.write_bytes(b"\x00" * 64)
