@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tpu import TPUConfig  # noqa: E402
 from tpu.compiler import ir, reference  # noqa: E402
+from tpu.compiler.errors import CompileError  # noqa: E402
 from tpu.compiler.mlperf_tiny import MODELS, missing_reason, model_path  # noqa: E402
 from tpu.compiler.session import InferenceSession  # noqa: E402
 from tpu.compiler.tflite_frontend import import_tflite  # noqa: E402
@@ -105,7 +106,7 @@ def best_batch(graph, x, size, ub_rows, batches):
     for batch in batches:
         try:
             _, m = chip_run(graph, x[:batch], size, ub_rows, "golden", batch)
-        except Exception as error:          # too large for this configuration: say so, go on
+        except CompileError as error:       # too large for this configuration: say so, go on
             print(f"    batch {batch}: {type(error).__name__}: {str(error).splitlines()[0]}")
             continue
         result[batch] = m["cycles"]
