@@ -64,7 +64,8 @@ from dataclasses import dataclass, field
 from ...config import TPUConfig
 from ...hdl.sequencer import ACC_SLOTS
 from ...isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
-                   INSTRUCTION_BYTES, check, decode, ldl_rows, ldq_rows)
+                   INSTRUCTION_BYTES, ldl_rows, ldq_rows)
+from .chip_model import checked_decode
 
 
 __all__ = ["estimate_cycles", "TIMING"]
@@ -306,6 +307,28 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
                  for i in range(0, len(program) - INSTRUCTION_BYTES + 1, INSTRUCTION_BYTES)]
     else:
         words = [ins.encode() for ins in program]
+    # A model's runs repeat whole programs: estimate each once.
+    key = (config, host_latency, schedule, b"".join(words))
+    if key not in _ESTIMATES:
+        if len(_ESTIMATES) >= _ESTIMATES_KEPT:
+            _ESTIMATES.pop(next(iter(_ESTIMATES)))
+        _ESTIMATES[key] = _estimate(config, words, host_latency, schedule)
+    return _copy(_ESTIMATES[key])
+
+
+def _copy(estimate):
+    """A copy of `estimate` its caller may change (its dicts and the schedule's entries)."""
+    return {name: dict(value) if isinstance(value, dict)
+            else [dict(entry) for entry in value] if isinstance(value, list) else value
+            for name, value in estimate.items()}
+
+
+#: estimates by (config, host latency, schedule, program), oldest first
+_ESTIMATES = {}
+_ESTIMATES_KEPT = 64
+
+
+def _estimate(config, words, host_latency, schedule):
     cfg = config
     latency = cfg.rows + cfg.cols + 2
     units = {name: _Unit() for name in ("rhm", "whm", "mmc", "act")}
@@ -330,8 +353,7 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
     for index, word in enumerate(words):
         load = index + TIMING["queue"] if issue_prev is None else max(issue_prev,
                                                                        index + TIMING["queue"])
-        fault = check(word, cfg)
-        ins = None if fault != Fault.NONE else decode(word)
+        fault, ins = checked_decode(word, cfg)
         decode_cycles = TIMING["decode"]
         if isinstance(ins, Mmc) and ins.conv is not None and ins.rows:
             decode_cycles = TIMING["decode_conv"]
