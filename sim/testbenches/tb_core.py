@@ -9,6 +9,7 @@ programs run against random DMA windows (`random_windows`), so some fault
 with HOST_RANGE.
 """
 
+import json
 import os
 import random
 
@@ -20,6 +21,7 @@ from ...hdl.core import COUNTERS
 from ...isa import Fault, INSTRUCTION_BYTES
 from ..models.chip_model import ChipModel
 from ..harness import config_from_env
+from ..stimulus.coverage import program_bins
 from ..stimulus.program_generator import FAULT_KINDS, HOST_INPUT, OPEN_WINDOW, random_program, random_windows
 from ..host.streams import CycleLoop, StreamSource, pack_array, start_clock_and_reset, unpack_array
 
@@ -77,10 +79,10 @@ class HostModel:
 
 
 class TB:
-    def __init__(self, dut):
+    def __init__(self, dut, seed=None):
         self.dut = dut
         self.cfg = config_from_env()
-        self.seed = int(os.environ.get("TPU_SEED", "0"))
+        self.seed = int(os.environ.get("TPU_SEED", "0")) if seed is None else seed
         self.rng = random.Random(self.seed)
         self.np_rng = np.random.default_rng(self.seed)
         dut._log.info("config %s, seed %d (replay with TPU_SEED=%d)", self.cfg, self.seed, self.seed)
@@ -107,6 +109,10 @@ class TB:
     def _monitor(self, cycle):
         if int(self.dut.irq.value):
             self.interrupts.append((cycle, int(self.dut.irq_code.value)))
+        if int(self.dut.instr__valid.value) and not int(self.dut.instr__ready.value):
+            self.queue_full = True
+
+    queue_full = False
 
     def fail(self, message):
         raise AssertionError(f"{message} [config {self.cfg.name}, seed {self.seed}]")
@@ -211,6 +217,22 @@ class TB:
         self.dut._log.info("counters: %s", got)
 
 
+def _random_program(tb, fault):
+    """A random program for `tb` (its windows opened); ``random`` `fault`: a
+    random fault kind, or none, half the time each."""
+    if fault == "random":
+        fault = tb.rng.choice(FAULT_KINDS)
+    elif fault == "some":
+        fault = tb.rng.choice((None, *FAULT_KINDS)) if tb.rng.random() < 0.5 else None
+    windows = random_windows(tb.cfg, tb.rng)
+    tb.dut._log.info("DMA windows: %s", ", ".join(f"0x{b:x}+0x{s:x}" for b, s in windows))
+    tb.set_windows(windows)
+    instructions, program = random_program(tb.cfg, tb.rng, fault=fault, windows=windows,
+                                           length=int(os.environ.get("TPU_LENGTH", "40")))
+    tb.dut._log.info("program (seed %d):\n%s", tb.seed, "\n".join(str(i) for i in instructions))
+    return program
+
+
 @cocotb.test()
 async def random_programs(dut):
     """A random legal program, or one that faults, against the golden model."""
@@ -222,17 +244,53 @@ async def random_programs(dut):
         with open(path, "rb") as f:
             program = f.read()
     else:
-        fault = os.environ.get("TPU_FAULT") or None
-        if fault == "random":
-            fault = tb.rng.choice(FAULT_KINDS)
-        windows = random_windows(tb.cfg, tb.rng)
-        dut._log.info("DMA windows: %s", ", ".join(f"0x{b:x}+0x{s:x}" for b, s in windows))
-        tb.set_windows(windows)
-        instructions, program = random_program(tb.cfg, tb.rng, fault=fault, windows=windows,
-                                               length=int(os.environ.get("TPU_LENGTH", "40")))
-        dut._log.info("program:\n%s", "\n".join(str(i) for i in instructions))
+        program = _random_program(tb, os.environ.get("TPU_FAULT") or None)
     await tb.run_program(program)
     await tb.check()
+
+
+@cocotb.test()
+async def random_batch(dut):
+    """``TPU_BATCH`` random programs with seeds ``TPU_SEED``, ``TPU_SEED + 1``,
+    ... in one simulation (a reset between them), each against the golden
+    model; half of them fault on purpose (``TPU_FAULT`` other than "some"
+    chooses as for `random_programs`). A program starts from the UB,
+    accumulators and lookup table the one before left (reset keeps memories).
+    With ``TPU_REPORT``, appends one JSON line per program: its seed, whether
+    it passed, the failure, and the coverage bins it hit (`program_bins`).
+    Stops at the first failure."""
+    first_seed = int(os.environ.get("TPU_SEED", "0"))
+    count = int(os.environ.get("TPU_BATCH", "10"))
+    report = os.environ.get("TPU_REPORT")
+    previous = None
+    for k in range(count):
+        if previous is not None:
+            await RisingEdge(dut.clk)      # out of the read-only phase of the last check
+        tb = TB(dut, seed=first_seed + k)
+        if previous is None:
+            await tb.reset()
+        else:
+            await _reset(dut)
+            tb.model.ub[:], tb.model.acc[:] = previous.ub, previous.acc
+            tb.model.channels.lut = previous.channels.lut
+        previous = tb.model
+        await tb.load_memories()
+        program = _random_program(tb, os.environ.get("TPU_FAULT", "some"))
+        failure = None
+        try:
+            await tb.run_program(program)
+            await tb.check()
+        except AssertionError as error:
+            failure = str(error)
+        if report:
+            bins = program_bins(tb.cfg, program, tb.model)
+            if tb.queue_full:
+                bins.add("fifo:instructions:full")
+            with open(report, "a") as f:
+                f.write(json.dumps({"seed": tb.seed, "passed": failure is None, "failure": failure,
+                                    "fault": tb.model.fault.name, "bins": sorted(bins)}) + "\n")
+        if failure:
+            raise AssertionError(f"program {k + 1} of {count}: {failure}")
 
 
 # Directed: DMA windows and DMA errors ------------------------------------------------
