@@ -250,6 +250,46 @@ async def random_programs(dut):
 
 
 @cocotb.test()
+async def edge_programs(dut):
+    """The directed programs of `tpu.sim.stimulus.edge_programs` (interlocked
+    pairs sharing one row or equal, RHM and WHM on the same host bytes, the
+    last UB and accumulator rows and one row past them), each against the
+    golden model, with a slow host so DMAs are still running when the next
+    instruction is ready. With ``TPU_REPORT``, their coverage bins as in
+    `random_batch`."""
+    from ..stimulus.edge_programs import edge_programs as programs
+    from ...isa import encode_program
+    report = os.environ.get("TPU_REPORT")
+    previous = None
+    for name, instructions in programs(config_from_env()):
+        if previous is not None:
+            await RisingEdge(dut.clk)
+        tb = TB(dut)
+        if previous is None:
+            await tb.reset()
+        else:
+            await _reset(dut)
+            tb.model.ub[:], tb.model.acc[:] = previous.ub, previous.acc
+            tb.model.channels.lut = previous.channels.lut
+        previous = tb.model
+        tb.host.stall = 0.6
+        tb.instr.idle = 0.0
+        dut._log.info("edge program: %s", name)
+        await tb.load_memories()
+        program = encode_program(instructions)
+        await tb.run_program(program)
+        try:
+            await tb.check()
+        except AssertionError as error:
+            raise AssertionError(f"{name}: {error}") from None
+        if report:
+            with open(report, "a") as f:
+                f.write(json.dumps({"seed": None, "program": name, "passed": True, "failure": None,
+                                    "fault": tb.model.fault.name,
+                                    "bins": sorted(program_bins(tb.cfg, program, tb.model))}) + "\n")
+
+
+@cocotb.test()
 async def random_batch(dut):
     """``TPU_BATCH`` random programs with seeds ``TPU_SEED``, ``TPU_SEED + 1``,
     ... in one simulation (a reset between them), each against the golden
