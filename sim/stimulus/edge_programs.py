@@ -3,7 +3,7 @@ interlocked pair of units on ranges that share exactly one row (at either
 end) or are equal, RHM and WHM on the same host bytes, and every
 instruction at the last UB or accumulator row and one row past it."""
 
-from ...isa import Act, Conv, Halt, Ldl, Ldq, Mmc, Rhm, Sync, Whm, ldl_rows, ldq_rows
+from ...isa import Act, Conv, Halt, Ldl, Ldq, Mmc, Rhm, Rw, Sync, Whm, ldl_rows, ldq_rows
 from .program_generator import HOST_INPUT, HOST_OUTPUT
 
 
@@ -83,11 +83,11 @@ def edge_programs(cfg):
     """``[(name, instructions)]``, each ending with HALT."""
     R = cfg.rows
     programs = []
-    # The interlocks: one program of all pairs, SYNC between them.
-    body = []
+    # The interlocks: a program for each pair, so nothing later overwrites
+    # what an early read got. Weights first: with the reset's zero weights
+    # every MMC computes zeros, whatever rows it read too early.
     for name, pair in _hazard_pairs(cfg):
-        body += pair + [Sync()]
-    programs.append(("interlocked pairs sharing one row or equal", body + [Halt()]))
+        programs.append((name, [Rw(1, 1), Mmc(0, 1, 0, switch=True), Sync(), *pair, Halt()]))
     # The last UB and accumulator rows: in range, and one row past (a fault).
     last_ub, last_acc = cfg.ub_rows - 1, cfg.acc_rows - 1
     conv = Conv(2, 1, 3)
