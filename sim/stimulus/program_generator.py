@@ -1,12 +1,14 @@
 """Random programs for the chip: legal ones with every kind of data hazard,
 and ones that fault on purpose."""
 
+import random
+
 from ...isa import (Act, Cfg, Conv, Func, Halt, Int, Ldl, Ldq, Mmc, Nop, Pool, Reg, Rhm,
                    Rw, Sync, Whm, encode_program, ldl_rows, ldq_rows)
 from ..models.chip_model import ALL_HOST_MEMORY, in_window
 
 
-__all__ = ["random_program", "random_windows", "HOST_INPUT", "HOST_OUTPUT", "FAULT_KINDS",
+__all__ = ["random_program", "random_windows", "seeded_program", "HOST_INPUT", "HOST_OUTPUT", "FAULT_KINDS",
            "OPEN_WINDOW"]
 
 #: Host addresses of the random input data and of the output area.
@@ -265,3 +267,14 @@ def _faulting(cfg, rng, kind, pending, windows=ALL_HOST_MEMORY):
     if kind == "host_range":
         return [_outside(cfg, rng, windows)]
     raise ValueError(f"unknown fault kind {kind!r}")
+
+
+def seeded_program(config, seed, *, length=40):
+    """The program of a regression's `seed`: half of them fault on purpose
+    (each `FAULT_KINDS` kind alike), all against `random_windows`. Returns
+    ``(instructions, encoded bytes, windows)``; the same for the same seed."""
+    rng = random.Random(f"program {seed}")
+    fault = rng.choice(FAULT_KINDS) if rng.random() < 0.5 else None
+    windows = random_windows(config, rng)
+    instructions, program = random_program(config, rng, length=length, fault=fault, windows=windows)
+    return instructions, program, windows

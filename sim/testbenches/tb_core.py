@@ -22,7 +22,8 @@ from ...isa import Fault, INSTRUCTION_BYTES
 from ..models.chip_model import ChipModel
 from ..harness import config_from_env
 from ..stimulus.coverage import program_bins
-from ..stimulus.program_generator import FAULT_KINDS, HOST_INPUT, OPEN_WINDOW, random_program, random_windows
+from ..stimulus.program_generator import (FAULT_KINDS, HOST_INPUT, OPEN_WINDOW, random_program, random_windows,
+                                          seeded_program)
 from ..host.streams import CycleLoop, StreamSource, pack_array, start_clock_and_reset, unpack_array
 
 
@@ -219,11 +220,9 @@ class TB:
 
 def _random_program(tb, fault):
     """A random program for `tb` (its windows opened); ``random`` `fault`: a
-    random fault kind, or none, half the time each."""
+    random fault kind."""
     if fault == "random":
         fault = tb.rng.choice(FAULT_KINDS)
-    elif fault == "some":
-        fault = tb.rng.choice((None, *FAULT_KINDS)) if tb.rng.random() < 0.5 else None
     windows = random_windows(tb.cfg, tb.rng)
     tb.dut._log.info("DMA windows: %s", ", ".join(f"0x{b:x}+0x{s:x}" for b, s in windows))
     tb.set_windows(windows)
@@ -292,21 +291,23 @@ async def edge_programs(dut):
 @cocotb.test()
 async def random_batch(dut):
     """``TPU_BATCH`` random programs with seeds ``TPU_SEED``, ``TPU_SEED + 1``,
-    ... in one simulation (a reset between them), each against the golden
-    model; half of them fault on purpose (``TPU_FAULT`` other than "some"
-    chooses as for `random_programs`). A program starts from the UB,
+    ... (or the seeds listed in ``TPU_SEEDS``, comma-separated) in one simulation (a reset between them), each against the golden
+    model; half of them fault on purpose (`seeded_program`). A program starts from the UB,
     accumulators and lookup table the one before left (reset keeps memories).
     With ``TPU_REPORT``, appends one JSON line per program: its seed, whether
     it passed, the failure, and the coverage bins it hit (`program_bins`).
     Stops at the first failure."""
     first_seed = int(os.environ.get("TPU_SEED", "0"))
-    count = int(os.environ.get("TPU_BATCH", "10"))
+    seeds = range(first_seed, first_seed + int(os.environ.get("TPU_BATCH", "10")))
+    if os.environ.get("TPU_SEEDS"):
+        seeds = [int(seed) for seed in os.environ["TPU_SEEDS"].split(",")]
+    count = len(seeds)
     report = os.environ.get("TPU_REPORT")
     previous = None
-    for k in range(count):
+    for k, seed in enumerate(seeds):
         if previous is not None:
             await RisingEdge(dut.clk)      # out of the read-only phase of the last check
-        tb = TB(dut, seed=first_seed + k)
+        tb = TB(dut, seed=seed)
         if previous is None:
             await tb.reset()
         else:
@@ -315,7 +316,11 @@ async def random_batch(dut):
             tb.model.channels.lut = previous.channels.lut
         previous = tb.model
         await tb.load_memories()
-        program = _random_program(tb, os.environ.get("TPU_FAULT", "some"))
+        instructions, program, windows = seeded_program(tb.cfg, tb.seed)
+        tb.set_windows(windows)
+        dut._log.info("program (seed %d), DMA windows %s:\n%s", tb.seed,
+                      ", ".join(f"0x{b:x}+0x{s:x}" for b, s in windows),
+                      "\n".join(str(i) for i in instructions))
         failure = None
         try:
             await tb.run_program(program)

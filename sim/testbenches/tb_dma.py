@@ -535,6 +535,7 @@ async def read_errors(dut):
             # The dropped tag times out silently now; let it.
             host.dropped.clear()
         await good_job()
+        _report("read_error", kind)
     await loop.run_until(lambda: host.quiet, timeout=20000, what="the host to finish")
     await loop.run_until(lambda: int(dut.rd_idle.value) == 1, timeout=cfg.cpl_timeout + 100, what="idle")
     assert int(dut.rd_error.value) == 0
