@@ -58,7 +58,7 @@ def run_mutant(mutant, tests, *, seed, timeout):
     path.write_text(original.replace(mutant["original"], mutant["replacement"], 1))
     start = time.monotonic()
     try:
-        env = {**os.environ, "TPU_SEED": str(seed), "PYTHONWARNINGS": "error"}
+        env = {**os.environ, "TPU_SEED": str(seed), "PYTHONWARNINGS": "error", "TPU_REGRESS_SIM": "icarus"}
         command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                    "-k", "not verilator", *tests]
         try:
