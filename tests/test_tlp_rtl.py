@@ -24,3 +24,10 @@ def test_tlp(simulator, link_dw, testcase):
     tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_tlp", testcase=testcase, seed=seed,
                           toplevel=TOP, verilog_source=source)
     assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed}"
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("link_dw", [1, 4])
+def test_tlp_header_burst(simulator, link_dw):
+    """A long burst of header-only packets against back-pressure."""
+    test_tlp(simulator, link_dw, "header_burst")
