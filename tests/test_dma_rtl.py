@@ -28,7 +28,7 @@ def _id(config):
 
 @pytest.mark.rtl
 @pytest.mark.parametrize("config", CONFIGS, ids=_id)
-@pytest.mark.parametrize("testcase", ["reads", "read_errors", "writes", "throughput"])
+@pytest.mark.parametrize("testcase", ["reads", "read_errors", "writes", "throughput", "early_delivery"])
 def test_dma(simulator, config, testcase, tmp_path):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
