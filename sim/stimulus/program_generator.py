@@ -260,8 +260,10 @@ def _faulting(cfg, rng, kind, pending, windows=ALL_HOST_MEMORY):
     if kind == "weight_mem_range":
         return [Rw(cfg.weight_mem_tiles - 1, 2)]
     if kind == "underflow":
-        # Switch to every pending tile, then once more.
-        return [Mmc(0, 1, 0, switch=True)] * (pending + 1)
+        # Switch to every pending tile, then once more (any row count: a
+        # decoder that looked at the wrong field would miss some).
+        rows = rng.randint(1, min(cfg.rows, cfg.acc_rows, cfg.ub_rows))
+        return [Mmc(0, rows, 0, switch=True)] * (pending + 1)
     if kind == "overflow":
         return [Rw(0, cfg.weight_fifo_tiles + 3 - pending)]
     if kind == "host_range":
