@@ -32,6 +32,8 @@ from tpu.sim.regress import CONFIGS, config_named
 from tpu.sim.stimulus.coverage import DMA_ERROR_KINDS, all_bins, program_bins
 from tpu.sim.stimulus.edge_programs import edge_programs
 from tpu.sim.stimulus.program_generator import seeded_program
+from tpu.sim.tops.dma_top import DmaTop
+from test_dma_rtl import CONFIGS as DMA_CONFIGS
 
 
 #: The CI set: these seeds' programs on the 4x4 configuration, chosen (from
@@ -116,11 +118,6 @@ def test_dma_batch(name, seed, tmp_path):
     """The DMA reader's error cases (every kind, shuffled) and random reads
     against a host that splits, reorders, delays and misbehaves; one DMA
     configuration per core configuration, in turn."""
-    from tpu.sim.tops.dma_top import DmaTop
-    sys_path_tests = Path(__file__).parent
-    import sys
-    sys.path.insert(0, str(sys_path_tests))
-    from test_dma_rtl import CONFIGS as DMA_CONFIGS
     reason = missing_simulator(SIM)
     if reason:
         pytest.skip(reason)
