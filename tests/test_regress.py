@@ -166,3 +166,27 @@ def _golden_program(config, seed):
     """The program `random_batch` runs for `seed`, run on the golden model."""
     _, program, windows = seeded_program(config, seed)
     return ChipModel(config, windows=windows).run(program), program
+
+
+def test_summary(tmp_path):
+    """The summary counts programs per configuration, lists each failure with
+    the command that replays its batch up to it, and names the bins missed."""
+    from tpu.sim.regress import main, summarize
+    records = [
+        {"config": "4x4", "simulator": "icarus", "first_seed": 10, "seed": 10, "passed": True,
+         "failure": None, "fault": "NONE", "bins": ["op:NOP", "op:HALT"]},
+        {"config": "4x4", "simulator": "icarus", "first_seed": 10, "seed": 11, "passed": False,
+         "failure": "UB row 3 = [1], expected [2]", "fault": "UB_RANGE", "bins": ["op:RHM"]},
+    ]
+    (tmp_path / "core-4x4-10.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = summarize(tmp_path)
+    assert summary["configs"]["4x4"]["programs"] == 2
+    assert summary["configs"]["4x4"]["failed"] == 1
+    assert summary["configs"]["4x4"]["seeds"] == ["10-11"]
+    replay = summary["failures"][0]["replay"]
+    assert "TPU_SEED=10 " in replay and "TPU_REGRESS_PROGRAMS=2 " in replay and "TPU_REGRESS_SIM=icarus" in replay
+    assert summary["bins_hit"] == 3 and "op:SYNC" in summary["missed"]
+    text = (tmp_path / "summary.md").read_text()
+    assert "UB row 3" in text and replay in text
+    assert main([str(tmp_path)]) == 1
+    assert main([str(tmp_path / "nowhere")]) == 2
