@@ -10,7 +10,7 @@ Tests run under Icarus only (``-k "not verilator"``; Icarus builds take seconds)
 ``TPU_SEED`` (``--seed``), stopping at the first failure. A mutant is killed
 when a test fails (or the design no longer elaborates), survives when all
 pass; one marked ``equivalent`` in the list is reported apart and left out of
-the score. The source file is restored after each mutant, also on Ctrl-C.
+the score. The source file is restored after each mutant, also on Ctrl-C or SIGTERM.
 Results go to ``build/mutants/report.json`` and ``report.md``. This takes
 hours for the whole list: it is a benchmark, not part of the test suite.
 """
@@ -18,6 +18,7 @@ hours for the whole list: it is a benchmark, not part of the test suite.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -84,7 +85,15 @@ def _markdown(results, score):
     return "\n".join(lines) + "\n"
 
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None):
+    # Started in the background, a shell ignores SIGINT for us: let SIGINT
+    # and SIGTERM both stop the run the same way, restoring the source.
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ids", nargs="*", help="mutants to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
