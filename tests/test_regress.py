@@ -46,7 +46,7 @@ PROGRAMS = int(_ENV("TPU_REGRESS_PROGRAMS", "0"))
 BATCH = int(_ENV("TPU_REGRESS_BATCH", "25"))
 NAMES = _ENV("TPU_REGRESS_CONFIGS", "4x4,8x8,16x16").split(",")
 SIM = _ENV("TPU_REGRESS_SIM", "verilator")
-DIRECTORY = Path(_ENV("TPU_REGRESS_DIR", "build/regress"))
+DIRECTORY = Path(_ENV("TPU_REGRESS_DIR", "build/regress")).resolve()
 FIRST = base_seed()
 TOP = "tpu_core"
 
