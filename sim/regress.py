@@ -56,7 +56,16 @@ def summarize(directory):
     directory = Path(directory)
     records = []
     for path in sorted(directory.glob("*.jsonl")):
-        records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        # A batch stopped before its end leaves its lines unannotated:
+        # ``<kind>-<configuration>-<first seed>.jsonl`` names them.
+        kind, name, first = path.stem.split("-")
+        for line in path.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                record.setdefault("config", name)
+                record.setdefault("first_seed", int(first))
+                record.setdefault("simulator", "verilator")
+                records.append(record)
     per_config = {}
     hits = Counter()
     for r in records:
