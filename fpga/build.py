@@ -179,7 +179,29 @@ def _cells(utilisation, names):
     return {"used": used, "available": available}
 
 
-def build_mxu(board, rows, cols, *, build_dir, dsp=True):
+#: Board -> (its hard multiplier component, how many the FPGA has), for
+#: ``build_mxu(..., multipliers="mix")``.
+_HARD_MULTIPLIERS = {"ulx3s-85f": ("ECP5Multiplier", 156)}
+
+MULTIPLIER_CHOICES = ("auto", "mix")
+
+
+def _multiplier_for(board, rows, cols, multipliers):
+    from ..hdl import multiplier
+
+    if multipliers not in MULTIPLIER_CHOICES:
+        raise ValueError(f"multipliers must be one of {', '.join(MULTIPLIER_CHOICES)}, "
+                         f"not {multipliers!r}")
+    if multipliers == "auto":
+        return multiplier.Multiplier
+    if board not in _HARD_MULTIPLIERS:
+        raise ValueError(f"multipliers='mix' needs a board with a hard multiplier primitive "
+                         f"({', '.join(_HARD_MULTIPLIERS)}), not {board!r}")
+    name, count = _HARD_MULTIPLIERS[board]
+    return multiplier.multiplier_mix(count, cols=cols, hard_multiplier=getattr(multiplier, name))
+
+
+def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
     """Synthesise, place and route ``MxuBenchTop(rows, cols)`` for `board`.
 
     Parameters
@@ -194,6 +216,12 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True):
     dsp : bool
         Map multipliers to hard DSP blocks (iCE40: ``synth_ice40 -dsp``;
         ECP5: the default, else ``synth_ecp5 -nodsp``).
+    multipliers : str
+        ``"auto"``: every PE multiplies with plain ``*`` and synthesis maps
+        it (to DSP blocks per `dsp`). ``"mix"`` (ECP5): the first 156 PEs
+        instantiate ``MULT18X18D`` with its registers in use
+        (:class:`~tpu.hdl.multiplier.ECP5Multiplier`), the rest are
+        :class:`~tpu.hdl.multiplier.LUTMultiplier`.
 
     Returns
     -------
@@ -227,7 +255,7 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True):
         raise FPGAToolMissing(reason)
     if not isinstance(dsp, bool):
         raise TypeError(f"dsp must be a bool, not {dsp!r}")
-    top = MxuBenchTop(rows=rows, cols=cols)
+    top = MxuBenchTop(rows=rows, cols=cols, multiplier=_multiplier_for(board, rows, cols, multipliers))
 
     name = f"mxu_{rows}x{cols}"
     build_dir = Path(build_dir).resolve()
@@ -247,6 +275,7 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True):
 
     result = {
         "board": board, "device": spec.device, "rows": rows, "cols": cols, "dsp": dsp,
+        "multipliers": multipliers,
         "dsp_primitive": spec.dsp_primitive, "synth_opts": synth_opts,
         "build_dir": str(build_dir), "tools": tool_versions(board),
     }

@@ -136,3 +136,57 @@ def test_array_with_mixed_multipliers_matches_numpy():
     outputs = _run_array(array, _schedule(rows, tiles, batches, rng))
     expected = np.concatenate([batch @ tile for tile, (batch, _) in zip(tiles, batches)])
     assert np.array_equal(np.array(outputs), expected), f"array outputs differ (seed {seed})"
+
+
+# Reads a count, then that many "a b" lines; prints p after every clock edge.
+_PRIMITIVE_TESTBENCH = """
+module tb;
+    reg clk = 0, rst = 1;
+    reg signed [8:0] a = 0;
+    reg signed [7:0] b = 0;
+    wire signed [16:0] p;
+    top dut(.clk(clk), .rst(rst), .a(a), .b(b), .p(p));
+    integer i, n, file, status;
+    initial begin
+        file = $fopen("operands.txt", "r");
+        status = $fscanf(file, "%d", n);
+        #1 clk = 1; #1 clk = 0; rst = 0;
+        for (i = 0; i < n + 2; i = i + 1) begin
+            if (i < n) status = $fscanf(file, "%d %d", a, b);
+            else begin a = 0; b = 0; end
+            #1 clk = 1; #1 clk = 0;
+            $display("%0d", p);
+        end
+    end
+endmodule
+"""
+
+
+def test_ecp5_multiplier_on_the_primitive_model(tmp_path):
+    """The MULT18X18D instance (wiring, sign extension, register settings) on
+    a behavioural model of the primitive under Icarus."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from amaranth.back import verilog
+
+    import tpu.fpga
+    if shutil.which("iverilog") is None:
+        pytest.skip("Icarus Verilog (iverilog) is not installed")
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    pairs = _operand_pairs(np.random.default_rng(seed), 400)
+    dut = ECP5Multiplier()
+    (tmp_path / "top.v").write_text(verilog.convert(dut, name="top"))
+    (tmp_path / "tb.v").write_text(_PRIMITIVE_TESTBENCH)
+    (tmp_path / "operands.txt").write_text(f"{len(pairs)}\n" + "".join(f"{a} {b}\n" for a, b in pairs))
+    model = Path(tpu.fpga.__file__).parent / "models" / "MULT18X18D.v"
+    subprocess.run(["iverilog", "-g2005", "-o", "sim", "tb.v", "top.v", str(model)],
+                   cwd=tmp_path, check=True, capture_output=True, text=True)
+    out = subprocess.run(["vvp", "-n", "sim"], cwd=tmp_path, check=True, capture_output=True,
+                         text=True).stdout.split()
+    products = [int(x) for x in out[MULTIPLIER_LATENCY - 1:][:len(pairs)]]
+    wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
+    assert len(products) == len(pairs), f"the simulation printed {len(out)} products"
+    assert not wrong, f"MULT18X18D: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
