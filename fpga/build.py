@@ -173,6 +173,43 @@ def _pick_clock(fmax, board_clock):
     return name, fmax[name]
 
 
+def critical_paths(log_text):
+    """Each clock's critical path from nextpnr's log: {clock net: {"start",
+    "end" (cell.port of the launching and capturing element), "logic_ns",
+    "routing_ns"}}; the last report of each clock (after routing) wins."""
+    paths = {}
+    clock = None
+    for line in log_text.splitlines():
+        header = re.search(r"Critical path report for clock '([^']+)'", line)
+        if header:
+            clock = header.group(1)
+            paths[clock] = {"start": None, "end": None, "logic_ns": None, "routing_ns": None}
+            continue
+        if clock is None:
+            continue
+        endpoint = re.search(r"\b(Source|Sink) (\S+)", line)
+        if endpoint:
+            if endpoint.group(1) == "Source" and paths[clock]["start"] is None:
+                paths[clock]["start"] = endpoint.group(2)
+            if endpoint.group(1) == "Sink":
+                paths[clock]["end"] = endpoint.group(2)
+            continue
+        totals = re.search(r"([\d.]+) ns logic, ([\d.]+) ns routing", line)
+        if totals:
+            paths[clock]["logic_ns"] = float(totals.group(1))
+            paths[clock]["routing_ns"] = float(totals.group(2))
+            clock = None
+    return paths
+
+
+def _critical_path_of(log_text, clock):
+    paths = critical_paths(log_text)
+    for name, path in paths.items():
+        if clock and (name in clock or clock in name):
+            return path
+    return next(iter(paths.values()), None)
+
+
 def _cells(utilisation, names):
     used = sum(utilisation.get(n, (0, 0))[0] for n in names)
     available = sum(utilisation.get(n, (0, 0))[1] for n in names)
@@ -314,6 +351,7 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
         ffs=_cells(utilisation, ["TRELLIS_FF"]) if spec.logic_cell == "TRELLIS_COMB" else None,
         dsp_blocks=_cells(utilisation, [spec.dsp_cell]),
         ram_blocks=_cells(utilisation, spec.ram_cells),
+        critical_path=_critical_path_of(log_text, clock),
         cells={cell: {"used": u, "available": a} for cell, (u, a) in utilisation.items() if u},
         bitstream=str(bitstream) if bitstream.exists() else None,
         report=str(report),
@@ -418,6 +456,7 @@ def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=
             "spram": None if ecp5 else _cells(usage, _SPRAM_CELLS),
         },
         clocks=clocks,
+        critical_paths=critical_paths(log_text),
         cells={cell: {"used": u, "available": a} for cell, (u, a) in usage.items() if u},
         bitstream=str(bitstream) if bitstream.exists() else None,
         report=str(report),
