@@ -235,7 +235,10 @@ def _multiplier_for(board, rows, cols, multipliers):
         raise ValueError(f"multipliers='mix' needs a board with a hard multiplier primitive "
                          f"({', '.join(_HARD_MULTIPLIERS)}), not {board!r}")
     name, count = _HARD_MULTIPLIERS[board]
-    return multiplier.multiplier_mix(count, cols=cols, hard_multiplier=getattr(multiplier, name))
+    # The soft multipliers are plain `*`, which the build maps to logic
+    # before synthesis can give them DSP blocks (see build_mxu).
+    return multiplier.multiplier_mix(count, cols=cols, hard_multiplier=getattr(multiplier, name),
+                                     soft_multiplier=multiplier.Multiplier)
 
 
 def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
@@ -257,8 +260,13 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
         ``"auto"``: every PE multiplies with plain ``*`` and synthesis maps
         it (to DSP blocks per `dsp`). ``"mix"`` (ECP5): the first 156 PEs
         instantiate ``MULT18X18D`` with its registers in use
-        (:class:`~tpu.hdl.multiplier.ECP5Multiplier`), the rest are
-        :class:`~tpu.hdl.multiplier.LUTMultiplier`.
+        (:class:`~tpu.hdl.multiplier.ECP5Multiplier`), the rest multiply
+        with plain ``*``, which Yosys maps to logic (``techmap t:$mul``
+        right after reading the design, before ``synth_ecp5`` maps
+        multiplies to DSP blocks). That mapping is the one ``-nodsp`` uses;
+        :class:`~tpu.hdl.multiplier.LUTMultiplier` at 16x16 made Yosys 0.70's
+        ``abc9`` fail an assertion (``GetSize(conn.first) ==
+        GetSize(conn.second)`` in ``abc9_ops -reintegrate``).
 
     Returns
     -------
@@ -307,6 +315,8 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
     overrides = {"nextpnr_opts": "--report report.json --timing-allow-fail"}
     if synth_opts:
         overrides["synth_opts"] = synth_opts
+    if multipliers == "mix":
+        overrides["script_after_read"] = "techmap t:$mul"
     plan = platform.prepare(top, name, **overrides)
     plan.extract(build_dir)
 
