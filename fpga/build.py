@@ -300,7 +300,8 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
         raise FPGAToolMissing(reason)
     if not isinstance(dsp, bool):
         raise TypeError(f"dsp must be a bool, not {dsp!r}")
-    top = MxuBenchTop(rows=rows, cols=cols, multiplier=_multiplier_for(board, rows, cols, multipliers))
+    multiplier = _multiplier_for(board, rows, cols, multipliers)
+    top = MxuBenchTop(rows=rows, cols=cols, multiplier=multiplier)
 
     name = f"mxu_{rows}x{cols}"
     build_dir = Path(build_dir).resolve()

@@ -103,7 +103,8 @@ class ECP5Multiplier(Multiplier):
     def elaborate(self, platform):
         m = Module()
         ports = {
-            "i_CLK0": ClockSignal("sync"), "i_CE0": C(1), "i_RST0": ResetSignal("sync", allow_reset_less=True),
+            "i_CLK0": ClockSignal("sync"), "i_CE0": C(1),
+            "i_RST0": ResetSignal("sync", allow_reset_less=True),
             "i_SIGNEDA": C(1), "i_SIGNEDB": C(1), "i_SOURCEA": C(0), "i_SOURCEB": C(0),
         }
         for name in ("CLK", "CE", "RST"):

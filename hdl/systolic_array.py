@@ -104,8 +104,8 @@ class SystolicArray(wiring.Component):
         if not isinstance(tag_width, int) or tag_width < 1:
             raise ValueError(f"SystolicArray tag_width must be a positive int, not {tag_width!r}")
         if not callable(multiplier):
-            raise TypeError(f"SystolicArray multiplier must be a callable (row, col) -> multiplier, "
-                            f"not {multiplier!r}")
+            raise TypeError(f"SystolicArray multiplier must be a callable (row, col) -> "
+                            f"multiplier, not {multiplier!r}")
         self._rows = rows
         self._cols = cols
         # Made now, so that a bad multiplier fails here, not at elaboration.

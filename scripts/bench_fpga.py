@@ -80,8 +80,8 @@ def format_table(results):
             dsp_cell = {"icebreaker": "ICESTORM_DSP", "ulx3s-85f": "MULT18X18D"}.get(r["board"])
             logic_cell = {"icebreaker": "ICESTORM_LC", "ulx3s-85f": "TRELLIS_COMB"}.get(r["board"])
             rows.append([r["board"], f"{r['rows']}x{r['cols']}", _kind(r), "NO",
-                         _count(needed.get(logic_cell)), "-", _count(needed.get(dsp_cell)), "-", "-",
-                         "-", f"{r['seconds']:.0f}"])
+                         _count(needed.get(logic_cell)), "-", _count(needed.get(dsp_cell)),
+                         "-", "-", "-", f"{r['seconds']:.0f}"])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -118,8 +118,8 @@ def main(argv=None):
         tag = f"{board}_{rows}x{cols}_{kind}"
         print(f"building {tag} ...", flush=True)
         try:
-            result = build_mxu(board, rows, cols, build_dir=args.build_dir / tag, dsp=kind != "nodsp",
-                               multipliers="mix" if kind == "mix" else "auto")
+            result = build_mxu(board, rows, cols, build_dir=args.build_dir / tag,
+                               dsp=kind != "nodsp", multipliers="mix" if kind == "mix" else "auto")
         except (FPGAToolMissing, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 1

@@ -18,7 +18,8 @@ def _operand_pairs(rng, count):
     a_edges = [-128, -127, -1, 0, 1, 127, 128, 254, 255, -256]
     b_edges = [-128, -127, -1, 0, 1, 126, 127]
     pairs = [(a, b) for a in a_edges for b in b_edges]
-    pairs += list(zip(rng.integers(-256, 256, count).tolist(), rng.integers(-128, 128, count).tolist()))
+    pairs += list(zip(rng.integers(-256, 256, count).tolist(),
+                      rng.integers(-128, 128, count).tolist()))
     return pairs
 
 
@@ -132,7 +133,8 @@ def test_array_with_mixed_multipliers_matches_numpy():
     for t in range(4):
         unsigned = t % 2
         low, high = (0, 256) if unsigned else (-128, 128)
-        batches.append((rng.integers(low, high, (int(rng.integers(rows, rows + 3)), rows)), unsigned))
+        length = int(rng.integers(rows, rows + 3))
+        batches.append((rng.integers(low, high, (length, rows)), unsigned))
     outputs = _run_array(array, _schedule(rows, tiles, batches, rng))
     expected = np.concatenate([batch @ tile for tile, (batch, _) in zip(tiles, batches)])
     assert np.array_equal(np.array(outputs), expected), f"array outputs differ (seed {seed})"
@@ -180,7 +182,8 @@ def test_ecp5_multiplier_on_the_primitive_model(tmp_path):
     dut = ECP5Multiplier()
     (tmp_path / "top.v").write_text(verilog.convert(dut, name="top"))
     (tmp_path / "tb.v").write_text(_PRIMITIVE_TESTBENCH)
-    (tmp_path / "operands.txt").write_text(f"{len(pairs)}\n" + "".join(f"{a} {b}\n" for a, b in pairs))
+    operands = f"{len(pairs)}\n" + "".join(f"{a} {b}\n" for a, b in pairs)
+    (tmp_path / "operands.txt").write_text(operands)
     model = Path(tpu.fpga.__file__).parent / "models" / "MULT18X18D.v"
     subprocess.run(["iverilog", "-g2005", "-o", "sim", "tb.v", "top.v", str(model)],
                    cwd=tmp_path, check=True, capture_output=True, text=True)
