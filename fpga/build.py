@@ -263,10 +263,12 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
         (:class:`~tpu.hdl.multiplier.ECP5Multiplier`), the rest multiply
         with plain ``*``, which Yosys maps to logic (``techmap t:$mul``
         right after reading the design, before ``synth_ecp5`` maps
-        multiplies to DSP blocks). That mapping is the one ``-nodsp`` uses;
-        :class:`~tpu.hdl.multiplier.LUTMultiplier` at 16x16 made Yosys 0.70's
-        ``abc9`` fail an assertion (``GetSize(conn.first) ==
-        GetSize(conn.second)`` in ``abc9_ops -reintegrate``).
+        multiplies to DSP blocks). At 16x16 Yosys 0.70's ``abc9`` fails an
+        assertion on this design (``GetSize(conn.first) ==
+        GetSize(conn.second)`` in ``abc9_ops -reintegrate``), with the soft
+        PEs as plain ``*`` and as
+        :class:`~tpu.hdl.multiplier.LUTMultiplier` alike; 12x12 (all 144 PEs
+        on ``MULT18X18D``) synthesises.
 
     Returns
     -------
