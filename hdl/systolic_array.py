@@ -4,6 +4,8 @@ from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .multiplier import MULTIPLIER_LATENCY, Multiplier, MultiplierSignature
+
 
 __all__ = ["SystolicArray", "psum_width"]
 
@@ -45,6 +47,16 @@ class SystolicArray(wiring.Component):
     lets back-to-back tiles run with zero idle cycles whenever each tile
     streams at least ``rows`` rows.
 
+    The PE is pipelined so that each multiplier has registered operands and a
+    registered product: the switch multiplexer (shadow or active) feeds the
+    multiplier's operand register alongside the active register, never the
+    multiplication itself. The activation, its switch flag and the weight
+    controls therefore reach each PE's registers one cycle before its
+    multiplier uses them; the extra cycle is taken from the input skew, so
+    :attr:`latency` and the rules above are those of the unpipelined PE, and
+    a weight control at these ports goes straight into the registers of
+    column 0 (as an activation row goes into those of row 0).
+
     Parameters
     ----------
     rows, cols : int
@@ -52,6 +64,14 @@ class SystolicArray(wiring.Component):
     tag_width : int
         Width of a user tag that travels with each row (e.g. its accumulator
         address).
+    multiplier : callable
+        Makes each PE's multiplier, a component with
+        :class:`~tpu.hdl.multiplier.MultiplierSignature` and its two-cycle
+        timing: a class called with no arguments (default
+        :class:`~tpu.hdl.multiplier.Multiplier`, plain ``*``) or a function
+        of the PE's row and column (e.g.
+        :func:`~tpu.hdl.multiplier.multiplier_mix`, DSP blocks for some PEs
+        and logic for the rest).
 
     Members
     -------
@@ -77,14 +97,20 @@ class SystolicArray(wiring.Component):
     out_tag : Out(tag_width)
     """
 
-    def __init__(self, *, rows, cols, tag_width=1):
+    def __init__(self, *, rows, cols, tag_width=1, multiplier=Multiplier):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or not 1 <= value <= 256:
                 raise ValueError(f"SystolicArray {name} must be an int in 1..256, not {value!r}")
         if not isinstance(tag_width, int) or tag_width < 1:
             raise ValueError(f"SystolicArray tag_width must be a positive int, not {tag_width!r}")
+        if not callable(multiplier):
+            raise TypeError(f"SystolicArray multiplier must be a callable (row, col) -> "
+                            f"multiplier, not {multiplier!r}")
         self._rows = rows
         self._cols = cols
+        # Made now, so that a bad multiplier fails here, not at elaboration.
+        self._multipliers = [[self._make_multiplier(multiplier, k, n) for n in range(cols)]
+                             for k in range(rows)]
         super().__init__({
             "act_valid":    In(1),
             "act_data":     In(data.ArrayLayout(unsigned(8), rows)),
@@ -110,7 +136,19 @@ class SystolicArray(wiring.Component):
     @property
     def latency(self):
         """Cycles from a row at the inputs to its sums at the outputs."""
-        return self._rows + self._cols + 1
+        # The wavefront's walk to the last row and (with the deskew) the last
+        # column, the multiplier, and the last row's partial-sum register.
+        return (self._rows - 1) + (self._cols - 1) + MULTIPLIER_LATENCY + 1
+
+    @staticmethod
+    def _make_multiplier(make, row, col):
+        # A class (the default) takes no arguments; a factory takes the PE's place.
+        mul = make() if isinstance(make, type) else make(row, col)
+        expected = MultiplierSignature().members
+        if not isinstance(mul, wiring.Component) or mul.signature.members != expected:
+            raise TypeError(f"SystolicArray multiplier for PE({row}, {col}) must be a component "
+                            f"with MultiplierSignature (a, b in; p out), not {mul!r}")
+        return mul
 
     def elaborate(self, platform):
         m = Module()
@@ -124,22 +162,23 @@ class SystolicArray(wiring.Component):
             return value
 
         # Left edge: widen each activation to 9-bit signed, so one datapath
-        # serves int8 and uint8, then skew row k by k more cycles.
+        # serves int8 and uint8, then skew row k by k cycles: this is what
+        # PE(k, 0) registers, into its multiplier and towards PE(k, 1).
         lane_act, lane_switch = [], []
         for k in range(rows):
             byte = self.act_data[k]
             wide = Signal(signed(9), name=f"act_in_{k}")
             m.d.comb += wide.eq(Mux(self.act_unsigned, byte, byte.as_signed()))
-            lane_act.append(delayed(wide, k + 1, f"skew_act_{k}"))
-            lane_switch.append(delayed(self.act_switch, k + 1, f"skew_switch_{k}"))
+            lane_act.append(delayed(wide, k, f"skew_act_{k}"))
+            lane_switch.append(delayed(self.act_switch, k, f"skew_switch_{k}"))
 
         # Top edge: weight controls and data reach column n n cycles late,
         # matching the activation wavefront.
         col_shift, col_capture, col_wdata = [], [], []
         for n in range(cols):
-            col_shift.append(delayed(self.w_shift, n + 1, f"skew_wshift_{n}"))
-            col_capture.append(delayed(self.w_capture, n + 1, f"skew_wcapture_{n}"))
-            col_wdata.append(delayed(self.w_data[n], n + 1, f"skew_wdata_{n}"))
+            col_shift.append(delayed(self.w_shift, n, f"skew_wshift_{n}"))
+            col_capture.append(delayed(self.w_capture, n, f"skew_wcapture_{n}"))
+            col_wdata.append(delayed(self.w_data[n], n, f"skew_wdata_{n}"))
 
         width = psum_width(rows)
         psum_in = [C(0, signed(width))] * cols
@@ -151,21 +190,26 @@ class SystolicArray(wiring.Component):
             for n in range(cols):
                 shadow = Signal(signed(8), name=f"pe_{k}_{n}_shadow")
                 active = Signal(signed(8), name=f"pe_{k}_{n}_active")
-                product = Signal(signed(17), name=f"pe_{k}_{n}_product")
+                weight = Signal(signed(8), name=f"pe_{k}_{n}_weight")
                 psum = Signal(signed(width), name=f"pe_{k}_{n}_psum")
 
                 below = transit[k + 1][n] if k + 1 < rows else col_wdata[n]
                 # Plain multiplexers rather than `m.If`: at 256x256 the
                 # per-PE conditional processes are what exhausts Yosys.
+                m.d.comb += weight.eq(Mux(switch, shadow, active))
                 m.d.sync += [
                     transit[k][n].eq(Mux(col_shift[n], below, transit[k][n])),
                     shadow.eq(Mux(col_capture[n], transit[k][n], shadow)),
-                    active.eq(Mux(switch, shadow, active)),
+                    active.eq(weight),
                 ]
-                m.d.sync += [
-                    product.eq(act * Mux(switch, shadow, active)),
-                    psum.eq(psum_in[n] + product),
-                ]
+                # The multiplier registers `act` and `weight` as `active`
+                # does (for plain `*` synthesis merges the two), so the
+                # switch multiplexer sits in front of registers, not of the
+                # multiplication.
+                mul = self._multipliers[k][n]
+                m.submodules[f"pe_{k}_{n}_mul"] = mul
+                m.d.comb += [mul.a.eq(act), mul.b.eq(weight)]
+                m.d.sync += psum.eq(psum_in[n] + mul.p)
                 psum_in[n] = psum
 
                 if n + 1 < cols:
