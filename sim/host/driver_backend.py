@@ -6,7 +6,12 @@ cocotb owns the simulator's event loop, so `main` runs inside the simulation
 process: it is named there by module and function (or script file and
 function), and its return value comes back pickled. ``waves="run.fst"``
 writes the simulation's waveforms to that file (``WAVES=1`` in the
-environment: to ``waves.fst`` next to the simulation's log).
+environment: to ``waves.fst`` next to the simulation's log). By default the
+host is awkward at random (drawn from ``seed``: idle cycles, back-pressure,
+reordered and split completions); ``host_latency=N`` makes it deterministic
+instead (`tpu.sim.bench.bench_host.open_bench_link`: every completion of
+``max_payload`` bytes, in order, N cycles late), the host the cycle model's
+link model (`tpu.sim.models.cycle_model.HostLink`) describes.
 """
 
 import os
@@ -42,10 +47,14 @@ def main_target(main):
 
 def simulation_backend(simulator):
     """A `tpu.driver.register_backend` factory for `simulator`."""
-    def factory(main, config, *, seed=1, waves=None, **options):
+    def factory(main, config, *, seed=1, waves=None, host_latency=None, **options):
         if options:
             raise TypeError(f"the {simulator} backend takes no options {', '.join(sorted(options))} "
-                            f"(only seed and waves)")
+                            f"(only seed, waves and host_latency)")
+        if host_latency is not None and (not isinstance(host_latency, int)
+                                         or isinstance(host_latency, bool) or host_latency < 0):
+            raise ValueError(f"the {simulator} backend's host_latency must be an int >= 0 "
+                             f"(or None: a random host), not {host_latency!r}")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"the {simulator} backend's seed must be an int, not {seed!r}")
         if seed < 0:
@@ -64,7 +73,9 @@ def simulation_backend(simulator):
                                     seed=seed, top="chip", waves=waves,
                                     extra_env={"TPU_HOST_CHECK": target,
                                                "TPU_SIMULATOR": simulator,
-                                               "TPU_HOST_RESULT": str(result)})
+                                               "TPU_HOST_RESULT": str(result),
+                                            **({"TPU_HOST_LATENCY": str(host_latency)}
+                                               if host_latency is not None else {})})
             if len(outcomes) != 1 or not outcomes[0].passed:
                 why = outcomes[0].message.splitlines()[0] if outcomes and outcomes[0].message \
                     else "it did not run"

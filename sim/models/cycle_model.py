@@ -66,9 +66,10 @@ from ...hdl.sequencer import ACC_SLOTS
 from ...isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
                    INSTRUCTION_BYTES, ldl_rows, ldq_rows)
 from .chip_model import checked_decode
+from .link_model import LINK_TIMING, HostLink, LinkTiming, fetch_chunks
 
 
-__all__ = ["estimate_cycles", "TIMING"]
+__all__ = ["estimate_cycles", "TIMING", "HostLink"]
 
 
 #: The fixed latencies the estimate uses, in cycles (see the module docstring).
@@ -271,7 +272,7 @@ class _WeightPath:
             self._capture(k + 1)
 
 
-def estimate_cycles(config, program, *, host_latency=0, schedule=False):
+def estimate_cycles(config, program, *, host_latency=0, schedule=False, host=None):
     """Estimate the core's cycles and performance counters for `program`.
 
     Parameters
@@ -282,6 +283,12 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
     host_latency : int
         Extra cycles before the first row of each RHM arrives (0: the ideal
         host of ``sim/bench/bench_core.py``).
+    host : HostLink or None
+        None: the ideal host above (the RTL core's benchmark). A
+        `tpu.sim.models.link_model.HostLink`: the whole chip behind its
+        PCIe-style link and a deterministic host (the program fetched by DMA,
+        RHM rows and WHM rows at the link's pace), as `tpu.driver` runs it on
+        the RTL with ``host_latency``; `host_latency` is then ignored.
     schedule : bool
         Also return, per instruction, its decode-done (``ready``) and issue
         cycles, the cycle its unit is done with it, the cycles it waited by
@@ -302,17 +309,22 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
     """
     if not isinstance(config, TPUConfig):
         raise TypeError(f"estimate_cycles needs a TPUConfig, not {config!r}")
+    if host is not None and not isinstance(host, HostLink):
+        raise TypeError(f"estimate_cycles: host must be a HostLink or None, not {host!r}")
     if isinstance(program, (bytes, bytearray)):
         words = [bytes(program[i:i + INSTRUCTION_BYTES])
                  for i in range(0, len(program) - INSTRUCTION_BYTES + 1, INSTRUCTION_BYTES)]
     else:
         words = [ins.encode() for ins in program]
     # A model's runs repeat whole programs: estimate each once.
-    key = (config, host_latency, schedule, b"".join(words))
+    key = (config, host_latency, schedule, host, b"".join(words))
     if key not in _ESTIMATES:
         if len(_ESTIMATES) >= _ESTIMATES_KEPT:
             _ESTIMATES.pop(next(iter(_ESTIMATES)))
-        _ESTIMATES[key] = _estimate(config, words, host_latency, schedule)
+        if host is None:
+            _ESTIMATES[key] = _estimate(config, words, host_latency, schedule)
+        else:
+            _ESTIMATES[key] = _estimate_on_link(config, words, host, schedule)
     return _copy(_ESTIMATES[key])
 
 
@@ -328,8 +340,91 @@ _ESTIMATES = {}
 _ESTIMATES_KEPT = 64
 
 
-def _estimate(config, words, host_latency, schedule):
+def _estimate_on_link(config, words, host, schedule):
+    """`_estimate` behind the host link. The reader serves fetch chunks and
+    RHMs in the order it takes them; a chunk's turn depends on when the core
+    makes room for it, known only as the estimate runs, so the estimate is
+    repeated with the previous pass's chunk times until they agree."""
+    guesses = {}
+    for _ in range(_LINK_PASSES):
+        result, fetch_valid = _estimate(config, words, 0, schedule, host, guesses)
+        if fetch_valid == guesses:
+            break
+        guesses = fetch_valid
+    return result
+
+
+#: passes of `_estimate_on_link` at most (two or three settle every program measured)
+_LINK_PASSES = 6
+
+
+class _Fetch:
+    """The program fetcher and the core's instruction queue behind the link:
+    when each instruction is handed to the core."""
+
+    def __init__(self, link, host, length, guesses):
+        self.link = link
+        self.host = host
+        self.chunks = fetch_chunks(length)
+        self.guesses = guesses
+        self.valid = {}          # chunk -> the cycle its job was offered
+        self.data = {}           # instruction -> the cycle its last byte left the reader
+        self.written = []        # instruction -> the cycle it was handed to the core
+        self.submitted = 0       # chunks given to the reader
+
+    def _valid(self, j):
+        """The cycle chunk `j`'s job is offered, or None while unknown."""
+        first, count = self.chunks[j]
+        room = first + count - LINK_TIMING["fetch_queue"]    # instructions handed first
+        if room <= 0:
+            return 0
+        if room - 1 < len(self.written):
+            return self.written[room - 1] + 1
+        return None
+
+    def submit(self, upto=None, before=None):
+        """Give the reader the chunks up to `upto`, or those offered no later
+        than `before` (by their known time, else last pass's)."""
+        while self.submitted < len(self.chunks):
+            j = self.submitted
+            valid = self._valid(j)
+            if upto is not None and j <= upto:
+                valid = valid if valid is not None else self.guesses.get(j, 0)
+            elif before is not None:
+                guess = valid if valid is not None else self.guesses.get(j)
+                if guess is None or guess > max(before, self.link.reader_free):
+                    return
+                valid = guess
+            else:
+                return
+            self.valid[j] = valid
+            first, count = self.chunks[j]
+            beats = self.link.read(valid, self.host.program_addr + first * INSTRUCTION_BYTES,
+                                   count * INSTRUCTION_BYTES)
+            B = self.host.beat_bytes
+            for i in range(count):
+                self.data[first + i] = beats[((i + 1) * INSTRUCTION_BYTES - 1) // B]
+            self.submitted += 1
+
+    def write(self, index, loads):
+        """The cycle instruction `index` is handed to the core (`loads`: the
+        cycles the earlier ones were loaded into the decoder)."""
+        self.submit(upto=index // LINK_TIMING["fetch_chunk"])
+        t = self.data[index] + LINK_TIMING["data_to_instruction"]
+        if self.written:
+            t = max(t, self.written[-1] + 1)
+        room = index - LINK_TIMING["core_queue"]
+        if room >= 0:
+            t = max(t, loads[room] + 1)
+        self.written.append(t)
+        return t
+
+
+def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
     cfg = config
+    link = LinkTiming(host, cfg.rows) if host is not None else None
+    fetch = _Fetch(link, host, len(words), guesses) if host is not None else None
+    loads = []
     latency = cfg.rows + cfg.cols + 2
     units = {name: _Unit() for name in ("rhm", "whm", "mmc", "act")}
     weights = _WeightPath(cfg)
@@ -351,8 +446,10 @@ def _estimate(config, words, host_latency, schedule):
                    stored + 1)
 
     for index, word in enumerate(words):
-        load = index + TIMING["queue"] if issue_prev is None else max(issue_prev,
-                                                                       index + TIMING["queue"])
+        written = index if fetch is None else fetch.write(index, loads)
+        load = written + TIMING["queue"] if issue_prev is None else max(issue_prev,
+                                                                         written + TIMING["queue"])
+        loads.append(load)
         fault, ins = checked_decode(word, cfg)
         decode_cycles = TIMING["decode"]
         if isinstance(ins, Mmc) and ins.conv is not None and ins.rows:
@@ -407,7 +504,15 @@ def _estimate(config, words, host_latency, schedule):
             break
         elif isinstance(ins, Rhm):
             u = units["rhm"]
-            if ins.rows:
+            if ins.rows and link is not None:
+                fetch.submit(before=issue + 1)
+                arrivals = link.rhm_rows(issue + 1, ins.host, ins.rows)
+                rhm_rows = (arrivals[0], ins.rows)
+                done = max(arrivals[-1] + 1, _rhm_end(arrivals[0], ins.rows, act_writes))
+                stall = done - issue - 1 - ins.rows
+                counters["host_stall"] += stall
+                waits["host"] = stall
+            elif ins.rows:
                 first = issue + TIMING["rhm_first_row"] + host_latency
                 rhm_rows = (first, ins.rows)
                 done = _rhm_end(first, ins.rows, act_writes)
@@ -417,7 +522,10 @@ def _estimate(config, words, host_latency, schedule):
             u.ranges = ranges
         elif isinstance(ins, Whm):
             u = units["whm"]
-            if ins.rows:
+            if ins.rows and link is not None:
+                done = link.whm_rows(issue + TIMING["whm_idle"], ins.rows)[-1] + 1
+                counters["host_stall"] += done - (issue + TIMING["whm_idle"] + ins.rows)
+            elif ins.rows:
                 done = issue + TIMING["whm_idle"] + ins.rows
             u.ready = u.idle = done
             u.ranges = ranges
@@ -552,4 +660,7 @@ def _estimate(config, words, host_latency, schedule):
         result["weight_tiles"] = [
             {"request": t.request, "reads": t.reads, "beats": t.beats, "capture": t.capture,
              "switch": t.switch} for t in weights.tiles if t.beats is not None]
+    if fetch is not None:
+        fetch.submit(before=1 << 62)
+        return result, fetch.valid
     return result

@@ -156,7 +156,15 @@ async def check(dut):
     seed = _seed()
     target = os.environ["TPU_HOST_CHECK"]
     function = _load(target)
-    link = await open_rtl_link(dut, config, seed=seed, backend=os.environ.get("TPU_SIMULATOR", "rtl"))
+    backend = os.environ.get("TPU_SIMULATOR", "rtl")
+    if os.environ.get("TPU_HOST_LATENCY"):
+        # A deterministic host (the benchmarks' and the cycle model's): no
+        # idle, back-pressure or reordering, completions of max_payload bytes.
+        from ..bench.bench_host import open_bench_link
+        link = await open_bench_link(dut, config, latency=int(os.environ["TPU_HOST_LATENCY"]))
+        link.backend = backend
+    else:
+        link = await open_rtl_link(dut, config, seed=seed, backend=backend)
     device = await Device.open(link, config)
     dut._log.info(f"running {target} with seed {seed}")
     result = await function(device)

@@ -1,0 +1,210 @@
+"""Timing of the chip's host link, for the cycle model of whole-chip runs.
+
+`HostLink` describes the PCIe-style link of `tpu.hdl.host_interface` and a
+deterministic host (`tpu.sim.bench.bench_host.open_bench_link`: every
+completion as large as ``max_payload`` allows, in order, no idle cycles or
+back-pressure, answered `latency` cycles after the first cycle it could be).
+`LinkTiming` follows the DMA reader's jobs (program fetch chunks and RHMs)
+and the writer's (WHM) over it, in the order the chip takes them, and says
+in which cycle each byte beat reaches its unit. `estimate_cycles(...,
+host=HostLink(...))` uses it instead of the ideal host.
+
+The rules, in cycles (docs/host_performance.md, docs/dma.md; measured on the
+RTL, `tests/test_cycle_model_chip.py` holds them):
+
+* a read job is taken when the reader has issued the previous job's last
+  request; its requests issue from the next cycle, one per MRd's beats on
+  ``tx`` (``ceil(3 / link_dw)``), each when its tag is free (tags are freed
+  as the request's last byte is delivered);
+* an MRd's beats leave on ``tx`` from the cycle after it issues; the host's
+  first completion starts on ``rx`` 2 + `latency` cycles after the MRd's last
+  beat; completions are cut at ``max_payload`` (less the offset in the read
+  completion boundary of 128 bytes), each ``ceil((3 + words) / link_dw)``
+  beats, back to back on ``rx``;
+* `TlpReceiver` forwards a completion from 3 cycles after its last beat, one
+  beat of ``link_dw`` words per cycle, and the reader delivers its bytes from
+  2 cycles after the forwarded last beat, one beat of ``4 x link_dw`` bytes
+  per cycle, in job order;
+* a unit has a UB row (RHM) 1 cycle, an instruction (program fetch) 3
+  cycles after the beat holding its last byte leaves the reader;
+* WHM rows leave the core as on the ideal host until the writer's buffer is
+  full: each MWr of ``max_payload`` bytes spends ``ceil(3 / link_dw) + 1``
+  beats on ``tx`` without taking data.
+"""
+
+from dataclasses import dataclass
+
+from ...config import TPUConfig
+from ...isa import INSTRUCTION_BYTES
+
+
+__all__ = ["HostLink", "LinkTiming", "LINK_TIMING"]
+
+
+#: The link's fixed latencies, in cycles (see the module docstring).
+LINK_TIMING = {
+    "job_to_request": 1,     # read job taken -> its first MRd issues
+    "request_to_tx": 1,      # MRd issued -> its first beat on tx
+    "host_turnaround": 2,    # MRd's last beat on tx -> first completion beat on rx (latency 0)
+    "rx_to_tlp": 3,          # completion's last beat on rx -> its first beat forwarded
+    "tlp_to_data": 2,        # forwarded last beat -> the first data beat out of the reader
+    "data_to_row": 1,        # reader beat -> UB row at the RHM unit
+    "data_to_instruction": 3,  # reader beat -> instruction handed to the core
+    "whm_slack_beats": 3,    # writer buffer, in beats, before WHM rows wait for tx
+    "fetch_chunk": 16,       # instructions per fetch job
+    "fetch_queue": 32,       # the fetcher's instruction queue
+    "core_queue": 16,        # the sequencer's instruction queue
+    "rcb": 128,              # the host's read completion boundary
+}
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """The host link of a whole-chip run: the chip's link parameters (from its
+    `TPUConfig`) and the deterministic host's `latency` (extra cycles before
+    each read's first completion). `program_addr` and `data_base` are the
+    host addresses of the program and of address 0 of the program's RHMs and
+    WHMs, as far as they decide where reads split (their offsets modulo 4 KiB)."""
+    link_dw: int = 2
+    max_payload: int = 256
+    max_read_request: int = 512
+    read_tags: int = 8
+    latency: int = 0
+    program_addr: int = 0
+
+    @classmethod
+    def of(cls, config, latency=0, program_addr=0):
+        """The link of `config` behind a host with `latency`."""
+        if not isinstance(config, TPUConfig):
+            raise TypeError(f"HostLink.of needs a TPUConfig, not {config!r}")
+        if not isinstance(latency, int) or isinstance(latency, bool) or latency < 0:
+            raise ValueError(f"host latency must be an int >= 0, not {latency!r}")
+        return cls(config.link_dw, config.max_payload, config.max_read_request,
+                   config.read_tags, latency, program_addr)
+
+    @property
+    def beat_bytes(self):
+        return 4 * self.link_dw
+
+
+class LinkTiming:
+    """The link's state while the cycle model follows a program: when the
+    reader, the tags and the link's two directions are next free."""
+
+    def __init__(self, link, rows):
+        self.link = link
+        self.rows = rows                    # UB row bytes
+        self.reader_free = 0                # the reader takes its next job from here
+        self.tx_free = 0                    # tx takes the next packet's first beat from here
+        self.rx_free = 0                    # rx takes the next completion's first beat
+        self.tlp_free = 0                   # the receiver forwards the next beat
+        self.data_free = 0                  # the reader delivers its next beat
+        self.tags = [0] * link.read_tags    # each tag free from this cycle
+        self.next_tag = 0
+
+    # -- reads -------------------------------------------------------------
+    def read(self, valid, addr, nbytes):
+        """A read job offered from cycle `valid`; the cycles in which its
+        delivered beats (``4 x link_dw`` bytes, the job's first byte in lane 0)
+        leave the reader."""
+        L, T = self.link, LINK_TIMING
+        B = L.beat_bytes
+        hdr_beats = _ceil_div(3 if addr + nbytes <= 1 << 32 else 4, L.link_dw)
+        taken = max(valid, self.reader_free)
+        issue = taken + T["job_to_request"]
+        delivered = []          # per request: the cycle its last beat leaves
+        beats = []
+        pos, end = addr, addr + nbytes
+        out_bytes = 0           # job bytes delivered so far (beats are re-packed from lane 0)
+        while pos < end:
+            size = min(end, (pos // L.max_read_request + 1) * L.max_read_request) - pos
+            tag = self.next_tag
+            self.next_tag = (tag + 1) % L.read_tags
+            issue = max(issue, self.tags[tag])
+            tx_first = max(issue + T["request_to_tx"], self.tx_free)
+            tx_last = tx_first + hdr_beats - 1
+            self.tx_free = tx_last + 1
+            ready = tx_last + T["host_turnaround"] + L.latency
+            # The host's completions, each delivered once all of it is in.
+            a, left = pos, size
+            request_beats = []
+            while left:
+                words = _ceil_div(a % 4 + left, 4)
+                max_words = L.max_payload // 4
+                if words > max_words:
+                    words = max_words - (a & (T["rcb"] - 1) & 0xFC) // 4
+                cbytes = min(left, 4 * words - a % 4)
+                rx_first = max(ready, self.rx_free)
+                rx_last = rx_first + _ceil_div(3 + words, L.link_dw) - 1
+                self.rx_free = rx_last + 1
+                tlp_first = max(rx_last + T["rx_to_tlp"], self.tlp_free)
+                tlp_last = tlp_first + _ceil_div(words, L.link_dw) - 1
+                self.tlp_free = tlp_last + 1
+                avail = tlp_last + T["tlp_to_data"]
+                # Job bytes up to the end of this completion, in whole beats.
+                out_end = (a + cbytes) - addr
+                n_beats = (_ceil_div(out_end, B) if a + cbytes == end else out_end // B) \
+                    - out_bytes // B
+                for _ in range(max(0, n_beats)):
+                    t = max(avail, self.data_free)
+                    self.data_free = t + 1
+                    request_beats.append(t)
+                out_bytes += max(0, n_beats) * B
+                a += cbytes
+                left -= cbytes
+            beats += request_beats
+            last = request_beats[-1] if request_beats else self.data_free
+            self.tags[tag] = last + 1
+            delivered.append(last)
+            issue += hdr_beats
+            pos += size
+        # The reader takes the next job once this job's last request issued.
+        self.reader_free = issue - hdr_beats + 1
+        return beats
+
+    def rhm_rows(self, valid, addr, rows):
+        """Cycles in which an RHM's UB rows reach the core (its read job offered at `valid`)."""
+        beats = self.read(valid, addr, rows * self.rows)
+        B = self.link.beat_bytes
+        out = []
+        for r in range(rows):
+            t = beats[((r + 1) * self.rows - 1) // B] + LINK_TIMING["data_to_row"]
+            out.append(t if not out else max(t, out[-1] + 1))
+        return out
+
+    # -- writes ------------------------------------------------------------
+    def whm_rows(self, first, rows):
+        """Cycles in which a WHM's rows leave the core, the first offered in
+        cycle `first` and one a cycle after it, as the writer takes them."""
+        L = self.link
+        B = L.beat_bytes
+        hdr_beats = _ceil_div(3, L.link_dw)
+        per_packet = L.max_payload // self.rows if L.max_payload >= self.rows else 1
+        slack = LINK_TIMING["whm_slack_beats"]
+        out = []
+        for r in range(rows):
+            packets = r // per_packet        # packets whose header and tail went before row r
+            t = first + r + max(0, packets * (hdr_beats + 1) * self.rows // B - slack) \
+                if packets else first + r
+            out.append(t if not out else max(t, out[-1] + 1))
+        if rows:
+            nbytes = rows * self.rows
+            n_packets = _ceil_div(nbytes, L.max_payload)
+            self.tx_free = max(self.tx_free, out[-1] + 2 + hdr_beats
+                               + _ceil_div(min(nbytes, L.max_payload) // 4, L.link_dw)
+                               if n_packets == 1 else out[-1] + 2 + hdr_beats + 1)
+        return out
+
+
+def fetch_chunks(length):
+    """``(first instruction, count)`` of the fetcher's read jobs for a program of `length`."""
+    chunk = LINK_TIMING["fetch_chunk"]
+    return [(i, min(chunk, length - i)) for i in range(0, length, chunk)]
+
+
+def fetch_bytes(count):
+    return count * INSTRUCTION_BYTES
