@@ -406,6 +406,12 @@ class _Fetch:
                 self.data[first + i] = beats[((i + 1) * INSTRUCTION_BYTES - 1) // B]
             self.submitted += 1
 
+    def offered(self):
+        """The cycle each chunk's job was offered, as this pass's schedule says
+        (where the pass had to guess, the next pass uses these)."""
+        return {j: self._valid(j) if self._valid(j) is not None else self.valid[j]
+                for j in self.valid}
+
     def write(self, index, loads):
         """The cycle instruction `index` is handed to the core (`loads`: the
         cycles the earlier ones were loaded into the decoder)."""
@@ -523,7 +529,7 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
         elif isinstance(ins, Whm):
             u = units["whm"]
             if ins.rows and link is not None:
-                done = link.whm_rows(issue + TIMING["whm_idle"], ins.rows)[-1] + 1
+                done = link.whm_rows(issue + TIMING["whm_idle"], ins.host, ins.rows)[-1] + 1
                 counters["host_stall"] += done - (issue + TIMING["whm_idle"] + ins.rows)
             elif ins.rows:
                 done = issue + TIMING["whm_idle"] + ins.rows
@@ -662,5 +668,5 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
              "switch": t.switch} for t in weights.tiles if t.beats is not None]
     if fetch is not None:
         fetch.submit(before=1 << 62)
-        return result, fetch.valid
+        return result, fetch.offered()
     return result

@@ -48,9 +48,13 @@ LINK_TIMING = {
     "host_turnaround": 2,    # MRd's last beat on tx -> first completion beat on rx (latency 0)
     "rx_to_tlp": 3,          # completion's last beat on rx -> its first beat forwarded
     "tlp_to_data": 2,        # forwarded last beat -> the first data beat out of the reader
+    "data_job_gap": 2,       # a job's last beat out of the reader -> the next job's first, beyond 1
     "data_to_row": 1,        # reader beat -> UB row at the RHM unit
     "data_to_instruction": 3,  # reader beat -> instruction handed to the core
-    "whm_slack_beats": 3,    # writer buffer, in beats, before WHM rows wait for tx
+    "whm_buffer_beats": 5,   # beats the writer and its gearbox hold ahead of tx
+    "whm_refill": 2,         # a beat sent -> a row taken into the room it left
+    "whm_row_to_tx": 3,      # WHM row out of the core -> the MWr beat carrying it
+    "whm_next_job": 2,       # last MWr beat -> the next WHM's first row
     "fetch_chunk": 16,       # instructions per fetch job
     "fetch_queue": 32,       # the fetcher's instruction queue
     "core_queue": 16,        # the sequencer's instruction queue
@@ -103,6 +107,7 @@ class LinkTiming:
         self.rx_free = 0                    # rx takes the next completion's first beat
         self.tlp_free = 0                   # the receiver forwards the next beat
         self.data_free = 0                  # the reader delivers its next beat
+        self.writer_free = 0                # the next WHM's first row, at the earliest
         self.tags = [0] * link.read_tags    # each tag free from this cycle
         self.next_tag = 0
 
@@ -162,8 +167,11 @@ class LinkTiming:
             delivered.append(last)
             issue += hdr_beats
             pos += size
-        # The reader takes the next job once this job's last request issued.
+        # The reader takes the next job once this job's last request issued;
+        # its bytes leave the reader's gearbox before the next job's enter.
         self.reader_free = issue - hdr_beats + 1
+        if beats:
+            self.data_free = max(self.data_free, beats[-1] + 1 + T["data_job_gap"])
         return beats
 
     def rhm_rows(self, valid, addr, rows):
@@ -177,27 +185,65 @@ class LinkTiming:
         return out
 
     # -- writes ------------------------------------------------------------
-    def whm_rows(self, first, rows):
-        """Cycles in which a WHM's rows leave the core, the first offered in
-        cycle `first` and one a cycle after it, as the writer takes them."""
-        L = self.link
-        B = L.beat_bytes
-        hdr_beats = _ceil_div(3, L.link_dw)
-        per_packet = L.max_payload // self.rows if L.max_payload >= self.rows else 1
-        slack = LINK_TIMING["whm_slack_beats"]
-        out = []
+    def whm_rows(self, first, addr, rows):
+        """Cycles in which a WHM's rows leave the core, offered from cycle
+        `first` (``issue + 3``) one a cycle, as the writer takes them: it
+        takes a job once the previous one's last MWr beat is on ``tx``, and
+        holds a few beats ahead of ``tx``, where each MWr spends the beats of
+        its header (and a last beat of leftover words) without taking data."""
+        L, T = self.link, LINK_TIMING
+        B, R = L.beat_bytes, self.rows
+        first = max(first, self.writer_free)
+        nbytes = rows * R
+        cap = T["whm_buffer_beats"]
+        taken = []                  # row -> cycle it left the core
+        consumed = []               # input beat -> tx cycle it went out
+        t = None                    # the next tx beat
+        beat_index = 0
+
+        def row_time(r):
+            while len(taken) <= r:
+                k = len(taken)
+                c = first + k if not taken else max(first + k, taken[-1] + 1)
+                held = (k * R) // B - cap   # the writer holds `cap` beats not yet sent
+                if held >= 0:
+                    if held >= len(consumed):
+                        return None
+                    c = max(c, consumed[held] + T["whm_refill"])
+                taken.append(c)
+            return taken[r]
+
+        pos, end = addr, addr + nbytes
+        last_beat = None
+        while pos < end:
+            size = min(end, (pos // L.max_payload + 1) * L.max_payload) - pos
+            words = _ceil_div(pos % 4 + size, 4)
+            hdr = 3 if end <= 1 << 32 else 4
+            total = _ceil_div(hdr + words, L.link_dw)
+            header_only = hdr // L.link_dw
+            data_beats = _ceil_div(words, L.link_dw)
+            for b in range(total):
+                if header_only <= b < header_only + data_beats:
+                    last_byte = min((beat_index + 1) * B, nbytes) - 1
+                    r = last_byte // R
+                    while row_time(r) is None:
+                        # rows wait on beats not yet sent: impossible with cap >= 1
+                        raise AssertionError("whm model: writer buffer deadlock")
+                    ready = taken[r] + T["whm_row_to_tx"]
+                    t = ready if t is None else max(t, ready)
+                    consumed.append(t)
+                    beat_index += 1
+                elif t is None:
+                    t = max(self.tx_free, first + T["whm_row_to_tx"] - header_only)
+                t = max(t, self.tx_free)
+                last_beat = t
+                t += 1
+            self.tx_free = t
+            pos += size
         for r in range(rows):
-            packets = r // per_packet        # packets whose header and tail went before row r
-            t = first + r + max(0, packets * (hdr_beats + 1) * self.rows // B - slack) \
-                if packets else first + r
-            out.append(t if not out else max(t, out[-1] + 1))
-        if rows:
-            nbytes = rows * self.rows
-            n_packets = _ceil_div(nbytes, L.max_payload)
-            self.tx_free = max(self.tx_free, out[-1] + 2 + hdr_beats
-                               + _ceil_div(min(nbytes, L.max_payload) // 4, L.link_dw)
-                               if n_packets == 1 else out[-1] + 2 + hdr_beats + 1)
-        return out
+            row_time(r)
+        self.writer_free = last_beat + T["whm_next_job"]
+        return taken
 
 
 def fetch_chunks(length):

@@ -55,7 +55,9 @@ async def execute(device, compiled, inputs, *, profile=True):
     expected = {s.tensor for s in compiled.inputs}
     if set(inputs) != expected:
         raise ValueError(f"inputs {sorted(inputs)} do not match the model's {sorted(expected)}")
-    region = device.alloc(compiled.host_size)
+    # 4 KiB-aligned, so the parts' reads split as the cycle model of the host
+    # link (which sees the programs' offsets) expects.
+    region = device.alloc(compiled.host_size, 4096)
     clock = getattr(device.link, "clock_hz", None) or 100e6
     try:
         device.write(region, compiled.constants)

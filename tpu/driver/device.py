@@ -594,7 +594,9 @@ class Device:
             self._turns.give_back(ticket)
 
     async def _start(self, data, lines, what):
-        buffer = self.alloc(len(data), INSTRUCTION_BYTES)
+        # Aligned to the largest read, so the fetcher's chunks split into
+        # requests the same way wherever the program lands.
+        buffer = self.alloc(len(data), max(INSTRUCTION_BYTES, self.config.max_read_request))
         try:
             self.write(buffer, data)
             job = await self._submit(buffer.addr, len(data) // INSTRUCTION_BYTES, lines, what)
