@@ -17,8 +17,8 @@ RTL, `tests/test_cycle_model_chip.py` holds them):
   ``tx`` (``ceil(3 / link_dw)``), each when its tag is free (tags are freed
   as the request's last byte is delivered);
 * an MRd's beats leave on ``tx`` from the cycle after it issues; the host's
-  first completion starts on ``rx`` 2 + `latency` cycles after the MRd's last
-  beat; completions are cut at ``max_payload`` (less the offset in the read
+  first completion starts on ``rx`` 2 cycles after the MRd's last beat (2 +
+  `latency` - 1 with added latency); completions are cut at ``max_payload`` (less the offset in the read
   completion boundary of 128 bytes), each ``ceil((3 + words) / link_dw)``
   beats, back to back on ``rx``;
 * `TlpReceiver` forwards a completion from 3 cycles after its last beat, one
@@ -133,7 +133,9 @@ class LinkTiming:
             tx_first = max(issue + T["request_to_tx"], self.tx_free)
             tx_last = tx_first + hdr_beats - 1
             self.tx_free = tx_last + 1
-            ready = tx_last + T["host_turnaround"] + L.latency
+            # LatencyBridge holds a completion `latency` cycles from the cycle
+            # the root complex answered, one cycle into the turnaround.
+            ready = tx_last + T["host_turnaround"] + max(0, L.latency - 1)
             # The host's completions, each delivered once all of it is in.
             a, left = pos, size
             request_beats = []
