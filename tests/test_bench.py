@@ -125,3 +125,27 @@ def test_fpga_table_reads_the_last_builds(tmp_path):
     text = table([row])
     assert "| chip (tpu build) | ulx3s-85f | 2x2 | yes | 25061/83640 | - | 30/156 |" in text
     assert "22.1" in text and "reaches 22.15 MHz" in text
+
+
+def test_cycle_model_target_counts_the_whole_chip_runs():
+    """The 2% target covers the runs through the whole chip (against the estimate with
+    the link model), not only the RTL core with an ideal host."""
+    from tpu.bench.report import targets
+    from tpu.config import TPUConfig
+    core = [{"name": "gemm part", "simulator": "verilator", "cycles": 281, "estimate": 281,
+             "counters_equal": True}]
+    chip = [{"name": "GEMM 16x16x8", "simulator": "verilator", "cycles": 445, "estimate": 445,
+             "counters_equal": True}]
+
+    def target():
+        [t] = [t for t in targets(TPUConfig(), [], [], core, chip) if t[0].startswith("golden")]
+        return t
+
+    passed, detail = target()[1:]
+    assert passed is True and "1 on the RTL core" in detail and "1 through the whole chip" in detail
+    chip[0]["estimate"] = 281          # the ideal host's estimate misses the link's cost
+    passed, detail = target()[1:]
+    assert passed is False and "GEMM 16x16x8 (verilator): RTL 445, estimate 281" in detail
+    chip[0] = {"name": "demo cnn b8", "simulator": "verilator", "error": "it did not run"}
+    passed, detail = target()[1:]
+    assert passed is False and "1 run(s) failed: demo cnn b8" in detail

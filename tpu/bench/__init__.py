@@ -114,6 +114,17 @@ def _core_cases(config, simulator):
     return rows
 
 
+def _chip_row(speed):
+    """A simulation-speed run of the whole chip as a row of the cycle model's comparison."""
+    from .common import BREAKDOWN
+    counters, link = speed["counters"], speed["link_counters"]
+    return {"name": f"GEMM {speed['m']}x{speed['k']}x{speed['n']}", "simulator": speed["backend"],
+            "rows": speed["rows"], "cols": speed["cols"], "cycles": speed["cycles"],
+            "estimate": speed["link_estimate"], "core_estimate": speed["estimate"],
+            "seconds": speed["seconds"], "counters": counters, "estimate_counters": link,
+            "counters_equal": all(counters[n] == link[n] for n in ("cycles", *BREAKDOWN))}
+
+
 def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
               model_batches=None, include_models=True, command=None, host=None,
               core_batches=None):
@@ -182,6 +193,16 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         if not quick:      # and the hand-written benchmark programs of docs/core_performance.md
             core_runs += _core_cases(config, backends[0])
 
+    # the cycle model with its link model against the whole chip: the demo models'
+    # parts (the simulation-speed GEMM is already one such run)
+    chip_models = []
+    if backends:
+        from .rtl_chip import run_chip
+        for name, graph in graphs.items():
+            if name.startswith("demo"):
+                for batch in (core_batches if core_batches is not None else (8,)):
+                    chip_models += run_chip(config, backends[0], name, graph, batch)
+
     # host link (DMA throughput, the host's share of run time) on the whole chip
     host_results = {"dma": [], "programs": []}
     if backends and host is not False:
@@ -216,7 +237,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         plots["trace"] = report.plot_trace(out, out / next(
             (v for k, v in traces.items() if "cnn" in k), next(iter(traces.values())))).name
     command = command or ("tpu bench" + (" --quick" if quick else "") + f" --out {out_dir}")
-    chip_runs = [s for s in speed if s["backend"] != "golden"]
+    chip_runs = [_chip_row(s) for s in speed if s["backend"] != "golden"] + chip_models
     results = {
         "command": command,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

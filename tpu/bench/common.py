@@ -51,20 +51,21 @@ def random_feed(graph, batch, seed=0):
     return feeds
 
 
-def run_compiled(graph, config, batch, backend="golden", seed=0):
-    """Compile `graph` for `config` at `batch`, run one batch on `backend` and
-    return ``(report, wall seconds of the run, the CompiledModel)``."""
+def run_compiled(graph, config, batch, backend="golden", seed=0, **options):
+    """Compile `graph` for `config` at `batch`, run one batch on `backend` (with
+    the backend's `options`) and return ``(report, wall seconds of the run, the
+    CompiledModel)``."""
     from ..compiler.session import InferenceSession
-    session = InferenceSession(graph, backend=backend, config=config, batch=batch)
+    session = InferenceSession(graph, backend=backend, config=config, batch=batch, **options)
     feeds = random_feed(graph, batch, seed)
     start = time.monotonic()
     session.run(None, feeds)
     return session.report(), time.monotonic() - start, session.compiled
 
 
-def run_session(graph, config, batch, backend="golden", seed=0):
+def run_session(graph, config, batch, backend="golden", seed=0, **options):
     """`run_compiled` without the compiled model: ``(report, wall seconds)``."""
-    return run_compiled(graph, config, batch, backend, seed)[:2]
+    return run_compiled(graph, config, batch, backend, seed, **options)[:2]
 
 
 def plot_file(out_dir, name):

@@ -6,8 +6,8 @@ instruction stream that never idles), which is what
 A run through the whole chip (`tpu.driver` over the PCIe-style link) takes
 more cycles than this: the program is fetched over the link before its first
 instruction, instructions then arrive at link speed, and every RHM waits for
-its completions (docs/host_performance.md). The suite reports those runs
-beside these, as the link's cost, not as an error of the cycle model."""
+its completions (docs/host_performance.md). `tpu.bench.rtl_chip` compares
+those runs with the estimate that models the link."""
 
 import json
 import tempfile

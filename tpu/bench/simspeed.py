@@ -1,7 +1,10 @@
 """Simulation speed: simulated cycles per wall-clock second of the golden model
-and the RTL simulators on the same compiled GEMM program."""
+and the RTL simulators on the same compiled GEMM program. The simulators run
+the whole chip behind the deterministic host (`tpu.bench.rtl_chip.HOST_LATENCY`),
+so each run also checks the cycle model of the host link (``link_estimate``)."""
 
-from .common import BREAKDOWN, dense_graph, progress, run_session
+from .common import BREAKDOWN, dense_graph, progress, run_compiled
+from .rtl_chip import HOST_LATENCY
 
 
 __all__ = ["run_simspeed", "build_chip"]
@@ -21,6 +24,7 @@ def build_chip(config, simulator):
 def run_simspeed(config, backends, size):
     """One GEMM `size` = (M, K, N) on every backend in `backends`. The wall time
     of a simulator includes starting it (its model already built)."""
+    from ..sim.models.cycle_model import HostLink, estimate_cycles
     m, k, n = size
     results = []
     for backend in backends:
@@ -30,11 +34,18 @@ def run_simspeed(config, backends, size):
         if backend != "golden":
             progress(f"building (or reusing) the {config.rows}x{config.cols} chip for {backend}")
             built = build_chip(config, backend)
-        report, seconds = run_session(dense_graph(k, n, seed=7), config, m, backend=backend)
+        options = {} if backend == "golden" else {"host_latency": HOST_LATENCY}
+        report, seconds, compiled = run_compiled(dense_graph(k, n, seed=7), config, m,
+                                                 backend=backend, **options)
         cycles = report.total.cycles
+        link = [estimate_cycles(config, bytes(s.program), host=HostLink.of(config, HOST_LATENCY))
+                for s in compiled.steps if getattr(s, "program", None) is not None]
         results.append({"backend": backend, "rows": config.rows, "cols": config.cols,
                         "m": m, "k": k, "n": n, "cycles": cycles,
                         "estimate": report.total.estimate, "seconds": seconds,
+                        "link_estimate": sum(e["cycles"] for e in link),
+                        "link_counters": {name: sum(e["counters"][name] for e in link)
+                                          for name in ("cycles", *BREAKDOWN)},
                         "build_seconds": built,
                         "host_stall": int(report.total.counters.get("host_stall", 0)),
                         "counters": {name: int(report.total.counters.get(name, 0))
