@@ -149,3 +149,35 @@ def test_cycle_model_target_counts_the_whole_chip_runs():
     chip[0] = {"name": "demo cnn b8", "simulator": "verilator", "error": "it did not run"}
     passed, detail = target()[1:]
     assert passed is False and "1 run(s) failed: demo cnn b8" in detail
+
+
+def test_convolution_layers_part_and_its_section():
+    """`tpu.bench.layers` (what scripts/bench_compiler.py prints) as rows and a report section."""
+    from tpu.bench.layers import conv_layers
+    from tpu.bench.report import _layers_section
+    rows = conv_layers(batch=2, log=lambda line: None)
+    assert [r["layer"] for r in rows][:2] == ["3x3 conv 8->8", "3x3 conv 16->16"]
+    for r in rows:
+        assert r["exact"] and r["mxu_active"] <= r["matrix_phase"] <= r["cycles"]
+        assert 0 < r["utilisation"] <= 1
+    text = _layers_section({"conv_layers": rows, "conv_batch": 2})
+    assert "## Convolution layers" in text and "| 1x1 conv 8->8 |" in text
+
+
+def test_tflite_part_and_its_section():
+    """`tpu.bench.tflite` (what scripts/bench_tflite.py prints) on one model, golden."""
+    from tpu.bench.report import _layers_section
+    from tpu.bench.tflite import run_tflite
+    from tpu.compiler.mlperf_tiny import missing_reason
+    reason = missing_reason("ad01_int8")
+    if reason:
+        pytest.skip(reason)
+    lines = []
+    results, failures = run_tflite(["ad01_int8"], reference=2, chip=1, sizes=(8,),
+                                   backend="golden", log=lines.append)
+    assert failures == 0 and results[0]["reference"] == {"inputs": 2, "equal": 2}
+    [size] = results[0]["sizes"]
+    assert size["equal"] == 1 and size["cycles"] > size["mxu_active"] > 0
+    text = _layers_section({"tflite": {"backend": "golden", "results": results}})
+    assert "ad01_int8: reference interpreter 2/2 inputs equal" in text
+    assert "| ad01_int8 | 8x8 | 1/1 (golden) |" in text

@@ -213,6 +213,20 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
                                          preset["sizes"], preset["latencies"],
                                          preset["programs"], backends[:1], runs_dir=out / "runs")
 
+    # single convolution layers (golden), and in the full run the MLPerf Tiny models
+    # against TFLite (reference interpreter, and a few inputs on the golden chip)
+    from .layers import conv_layers
+    progress("convolution layers on the golden chip")
+    conv_batch = 8 if quick else 64
+    conv = conv_layers(conv_batch, log=lambda line: None) if include_models else []
+    tflite = None
+    if include_models and not quick:
+        from .tflite import run_tflite
+        progress("MLPerf Tiny models against TFLite (reference interpreter, golden chip)")
+        results_t, _ = run_tflite(reference=20, chip=2, sizes=(config.rows,), backend="golden",
+                                  log=progress)
+        tflite = {"backend": "golden", "results": results_t} if results_t else None
+
     # FPGA: the builds already made
     fpga_rows = fpga.find_builds()
 
@@ -246,6 +260,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         "quick": quick, "gemms": gemm_results, "ridge_point": roofline.ridge_point(gconfig),
         "models": model_results, "models_skipped": skipped, "simspeed": speed,
         "core_runs": core_runs, "chip_runs": chip_runs, "host": host_results,
+        "conv_layers": conv, "conv_batch": conv_batch, "tflite": tflite,
         "host_summary": host_link.summary(host_results), "fpga": fpga_rows,
         "design_space": design, "design_summary": _design_summary(design, config),
         "not_included": NOT_INCLUDED + (["Icarus and 16x16 simulation speed (full run only)"]

@@ -200,6 +200,39 @@ def _weight_stall_section(results):
     return "\n".join(text) + "\n"
 
 
+def _layers_section(results):
+    """Single convolution layers (`tpu.bench.layers`) and the MLPerf Tiny models
+    against TFLite (`tpu.bench.tflite`), when the run has them."""
+    text = []
+    conv = results.get("conv_layers") or []
+    if conv:
+        text.append("\n## Convolution layers (golden chip)\n")
+        text.append("One compiled convolution layer of an 8x8 image at batch "
+                    f"{results.get('conv_batch', 64)} (`tpu.bench.layers`, "
+                    "`scripts/bench_compiler.py`); utilisation = the model's MACs over "
+                    "cycles x rows x cols, of the program and of its matrix phase (first row "
+                    "into the array to the last); outputs against the reference interpreter:\n")
+        text.append(_table(["layer", "part", "cycles", "mxu_active", "MACs", "util (program)",
+                            "util (matrix phase)", "bit-exact"],
+                           [(r["layer"], r["part"], r["cycles"], r["mxu_active"], r["macs"],
+                             percent(r["utilisation"]),
+                             percent(r["macs"] / (r["matrix_phase"] * r["cells"]))
+                             if r["matrix_phase"] else "-", "yes" if r["exact"] else "NO")
+                            for r in conv]))
+    tflite = results.get("tflite")
+    if tflite:
+        from .tflite import markdown
+        text.append("\n## MLPerf Tiny through the TFLite front end\n")
+        text.append("Every output byte against the TFLite interpreter's reference kernels "
+                    "(`tpu.bench.tflite`, `scripts/bench_tflite.py`): "
+                    + "; ".join(f"{r['model']}: reference interpreter "
+                                f"{r['reference']['equal']}/{r['reference']['inputs']} inputs "
+                                f"equal" for r in tflite["results"] if "reference" in r)
+                    + ".\n")
+        text.append(markdown(tflite["results"], tflite["backend"]))
+    return "\n".join(text) + ("\n" if text else "")
+
+
 def _cycle_model_section(results):
     text = ["\n## Cycle model against the RTL\n",
             "`tpu.sim.models.cycle_model` models the core with an ideal host (data the cycle "
@@ -357,6 +390,7 @@ def write_markdown(results, plots):
                    "`tpu run MODEL --trace FILE` writes the same for any model.\n")
         if plots.get("trace"):
             out.append(f"![timeline]({plots['trace']})\n")
+    out.append(_layers_section(results))
     out.append(_weight_stall_section(results))
     out.append(_cycle_model_section(results))
     out.append(_host_section(results))
