@@ -181,3 +181,19 @@ def test_tflite_part_and_its_section():
     text = _layers_section({"tflite": {"backend": "golden", "results": results}})
     assert "ad01_int8: reference interpreter 2/2 inputs equal" in text
     assert "| ad01_int8 | 8x8 | 1/1 (golden) |" in text
+
+
+def test_large_gemms_take_the_golden_counters_from_the_cycle_model():
+    """Above `functional_macs` the sweep skips the golden chip's arithmetic; the counters
+    are the ones the golden chip reports (it takes them from the same cycle model)."""
+    from tpu.bench.gemm import gemm_config, run_gemms
+    from tpu.config import TPUConfig
+    config = gemm_config(TPUConfig())
+    sizes = [(24, 16, 8), (64, 40, 8)]
+    golden = run_gemms(config, True, sizes=sizes, functional_macs=None)
+    mixed = run_gemms(config, True, sizes=sizes, functional_macs=24 * 16 * 8)
+    assert [g["arithmetic"] for g in mixed] == [True, False]
+    keys = ("cycles", "estimate", "ideal_cycles", "mxu_active", "weight_stall", "weight_shift",
+            "non_matrix", "raw_stall", "host_stall", "weight_stall_hoisted")
+    for a, b in zip(golden, mixed):
+        assert {k: a[k] for k in keys} == {k: b[k] for k in keys}

@@ -114,6 +114,19 @@ def _core_cases(config, simulator):
     return rows
 
 
+class _Laps:
+    """Where the suite's time goes: wall seconds per part, in order."""
+
+    def __init__(self):
+        self.seconds = {}
+        self._last = time.monotonic()
+
+    def lap(self, name):
+        now = time.monotonic()
+        self.seconds[name] = now - self._last
+        self._last = now
+
+
 def _chip_row(speed):
     """A simulation-speed run of the whole chip as a row of the cycle model's comparison."""
     from .common import BREAKDOWN
@@ -146,8 +159,11 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
     out.mkdir(parents=True, exist_ok=True)
     gconfig = gemm.gemm_config(config)
 
+    laps = _Laps()
+
     # (a) GEMM sweep on golden
     gemm_results = gemm.run_gemms(gconfig, quick, sizes=gemm_sizes)
+    laps.lap("GEMM sweep (golden)")
 
     # (c) models
     graphs, skipped = ({}, {"all": "not requested"})
@@ -156,6 +172,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         graphs, skipped = model_suite.load_models(quick)
     model_results = model_suite.run_models(graphs, config, model_batches or model_suite.BATCHES,
                                            CLOCK_HZ)
+    laps.lap("models (golden)")
 
     # timelines: one Perfetto trace per model at batch 64 (the cycle model's schedule)
     from ..compiler.backend import compile_graph
@@ -170,6 +187,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
                                                  m["compiled_batch"]),
                         m["model"])
             traces[m["model"]] = file
+    laps.lap("timelines")
 
     # (d) simulation speed: golden and the simulators on one program through the whole
     # chip (host link included); the full run adds a 16x16 chip
@@ -178,6 +196,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
     speed = []
     for c in speed_configs:
         speed += simspeed.run_simspeed(c, ("golden", *backends), rtl_size)
+    laps.lap("simulation speed (builds the chip models)")
 
     # the cycle model against the RTL core (ideal host), like with like: the same GEMM
     # program and the demo models' parts
@@ -192,6 +211,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
                 core_runs.append(run_core(config, simulator, name, program))
         if not quick:      # and the hand-written benchmark programs of docs/core_performance.md
             core_runs += _core_cases(config, backends[0])
+    laps.lap("cycle model against the RTL core (builds the core models)")
 
     # the cycle model with its link model against the whole chip: the demo models'
     # parts (the simulation-speed GEMM is already one such run)
@@ -202,6 +222,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
             if name.startswith("demo"):
                 for batch in (core_batches if core_batches is not None else (8,)):
                     chip_models += run_chip(config, backends[0], name, graph, batch)
+    laps.lap("cycle model against the whole chip (demo models)")
 
     # host link (DMA throughput, the host's share of run time) on the whole chip
     host_results = {"dma": [], "programs": []}
@@ -212,6 +233,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
                                           for c in preset["configs"][:1]],
                                          preset["sizes"], preset["latencies"],
                                          preset["programs"], backends[:1], runs_dir=out / "runs")
+    laps.lap("host link")
 
     # single convolution layers (golden), and in the full run the MLPerf Tiny models
     # against TFLite (reference interpreter, and a few inputs on the golden chip)
@@ -226,6 +248,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         results_t, _ = run_tflite(reference=20, chip=2, sizes=(config.rows,), backend="golden",
                                   log=progress)
         tflite = {"backend": "golden", "results": results_t} if results_t else None
+    laps.lap("convolution layers" + ("" if quick else ", MLPerf Tiny against TFLite"))
 
     # FPGA: the builds already made
     fpga_rows = fpga.find_builds()
@@ -240,6 +263,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
     big = 8 * config.rows
     workloads[f"GEMM {big}x{big}x{big}"] = (dense_graph(big, big), big)
     design = design_space.sweep(workloads, gconfig, progress)
+    laps.lap("design space (cycle model)")
 
     # (b) roofline and the report
     progress("writing the report and plots")
@@ -269,6 +293,8 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
     }
     results["targets"] = [list(t) for t in report.targets(config, gemm_results, model_results,
                                                           core_runs, chip_runs)]
+    laps.lap("report and plots")
+    results["timings"] = laps.seconds
     results["seconds"] = time.monotonic() - started
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     (out / "report.md").write_text(report.write_markdown(results, plots) + "\n")

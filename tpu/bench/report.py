@@ -1,6 +1,7 @@
 """The benchmark report: targets with pass/fail marks, tables, plots."""
 
 from .common import BREAKDOWN, percent, plot_file
+from .gemm import FUNCTIONAL_MACS
 
 
 __all__ = ["targets", "write_markdown", "plot_gemms", "plot_design_space", "plot_trace",
@@ -333,14 +334,22 @@ def write_markdown(results, plots):
                f"against the RTL) and on Verilator where the backend says so. "
                f"`ideal` = M x ceil(K/rows) x ceil(N/cols) cycles; `eff` = ideal / cycles; "
                f"`util` = MACs / (cycles x rows x cols). Breakdown as Table 3 of the TPU v1 "
-               f"paper, in % of cycles.\n")
+               f"paper, in % of cycles."
+               + (f" The {sum(g.get('arithmetic') is False for g in results['gemms'])} GEMMs "
+                  f"marked * skip the golden chip's arithmetic (more than "
+                  f"{FUNCTIONAL_MACS:,} MACs): their counters are the same cycle model's, "
+                  f"which the golden chip reports." if any(g.get("arithmetic") is False
+                                                         for g in results["gemms"]) else "")
+               + "\n")
     rows = []
     for g in results["gemms"]:
         if "error" in g:
             rows.append((g["m"], g["k"], g["n"], g["backend"], "refused: " + g["error"][:60],
                          *([""] * (4 + len(BREAKDOWN)))))
             continue
-        rows.append((g["m"], g["k"], g["n"], g["backend"], g["cycles"], g["estimate"],
+        rows.append((g["m"], g["k"], g["n"],
+                     g["backend"] + ("*" if g.get("arithmetic") is False else ""),
+                     g["cycles"], g["estimate"],
                      g["ideal_cycles"], percent(g["utilisation"]), percent(g["efficiency"]),
                      *(percent(g[b] / g["cycles"]) for b in BREAKDOWN)))
     out.append(_table(["M", "K", "N", "backend", "cycles", "estimate", "ideal", "util", "eff",
@@ -395,6 +404,15 @@ def write_markdown(results, plots):
     out.append(_cycle_model_section(results))
     out.append(_host_section(results))
     out.append(_fpga_section(results))
+    if results.get("timings"):
+        total = sum(results["timings"].values())
+        out.append("\n## Where the run's time went\n")
+        out.append(f"Wall seconds per part of this run ({total / 60:.1f} minutes in all; "
+                   "the first run on a machine also builds the Verilator and Icarus models, "
+                   "later runs reuse them):\n")
+        out.append(_table(["part", "seconds", "share"],
+                          [(name, f"{sec:.0f}", percent(sec / total) if total else "-")
+                           for name, sec in results["timings"].items()]))
     out.append("\n## Simulation speed\n")
     out.append("Simulated cycles per wall-clock second on the same compiled GEMM program "
                "(a simulator's time includes starting it, its model already built).\n")
