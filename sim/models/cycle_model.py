@@ -529,8 +529,11 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
         elif isinstance(ins, Whm):
             u = units["whm"]
             if ins.rows and link is not None:
-                done = link.whm_rows(issue + TIMING["whm_idle"], ins.host, ins.rows)[-1] + 1
-                counters["host_stall"] += done - (issue + TIMING["whm_idle"] + ins.rows)
+                taken = link.whm_rows(issue + TIMING["whm_idle"], ins.host, ins.rows)
+                done = taken[-1] + 1
+                # Rows held back by the writer's buffer count; waiting for the
+                # writer to take the job does not (no row is offered yet).
+                counters["host_stall"] += done - taken[0] - ins.rows
             elif ins.rows:
                 done = issue + TIMING["whm_idle"] + ins.rows
             u.ready = u.idle = done
