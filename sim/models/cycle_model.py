@@ -191,6 +191,22 @@ def _rhm_end(first, rows, writes):
     return t + left
 
 
+def _rhm_link_end(issue, arrivals, writes):
+    """``(idle cycle, host stall cycles)`` of an RHM issued in `issue` whose rows
+    arrive from the link in the cycles `arrivals`, when the UB write port is taken
+    in the `writes` cycles (intervals) by the activation unit. The RTL counts a
+    stall in a cycle with no row offered, not one whose row waits for the port."""
+    blocked = {t for a, b in writes if b >= arrivals[0] for t in range(a, b + 1)}
+    written, stall = issue, 0
+    for arrival in arrivals:
+        stall += max(0, arrival - (written + 1))
+        t = max(arrival, written + 1)
+        while t in blocked:
+            t += 1
+        written = t
+    return written + 1, stall
+
+
 def _conflict(new, running):
     """The sequencer's hazard rule: write/read, read/write, write/write on UB or accumulators."""
     for space in ("ub", "acc"):
@@ -441,7 +457,9 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
     act_writes = []          # (first, last) cycles of ACT writes into the UB
     pipe_free = 0            # the activation pipeline takes new settings from this cycle
     in_flight = []           # the sequencer's accumulator slots: [rows, free from], oldest first
-    rhm_rows = None          # first row cycle and rows of the last RHM
+    rhm_rows = None          # first row cycle and rows of the last RHM (with the link:
+                             # its issue and its rows' arrivals)
+    rhm_stall = 0            # host stall counted for the last RHM (with the link)
     first_row = last_row = None
     issue_prev = None
     log = []
@@ -513,9 +531,9 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
             if ins.rows and link is not None:
                 fetch.submit(before=issue + 1)
                 arrivals = link.rhm_rows(issue + 1, ins.host, ins.rows)
-                rhm_rows = (arrivals[0], ins.rows)
-                done = max(arrivals[-1] + 1, _rhm_end(arrivals[0], ins.rows, act_writes))
-                stall = done - issue - 1 - ins.rows
+                rhm_rows = (issue, arrivals)
+                done, stall = _rhm_link_end(issue, arrivals, act_writes)
+                rhm_stall = stall
                 counters["host_stall"] += stall
                 waits["host"] = stall
             elif ins.rows:
@@ -529,6 +547,7 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
         elif isinstance(ins, Whm):
             u = units["whm"]
             if ins.rows and link is not None:
+                fetch.submit(before=issue + TIMING["whm_idle"])     # their MRds go first on tx
                 taken = link.whm_rows(issue + TIMING["whm_idle"], ins.host, ins.rows)
                 done = taken[-1] + 1
                 # Rows held back by the writer's buffer count; waiting for the
@@ -615,7 +634,13 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
                 # An RHM still running loses a cycle for every UB write of this ACT.
                 r = units["rhm"]
                 if rhm_rows is not None and r.idle > first_write:
-                    r.idle = r.ready = _rhm_end(*rhm_rows, act_writes)
+                    if link is None:
+                        r.idle = r.ready = _rhm_end(*rhm_rows, act_writes)
+                    else:
+                        r.idle, stall = _rhm_link_end(*rhm_rows, act_writes)
+                        r.ready = r.idle
+                        counters["host_stall"] += stall - rhm_stall
+                        rhm_stall = stall
             else:
                 done = issue + 1
             u.ready = u.idle = done
