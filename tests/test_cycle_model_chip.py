@@ -7,7 +7,7 @@ import pytest
 from tpu.bench.common import dense_graph, random_feed
 from tpu.compiler.backend import compile_graph
 from tpu.config import TPUConfig
-from tpu.sim.models.cycle_model import HostLink, estimate_cycles
+from tpu.sim.models.cycle_model import HostLink, _rhm_link_end, estimate_cycles
 from tpu.sim.models.link_model import LinkTiming
 
 
@@ -20,8 +20,11 @@ CASES = {
     # 65 instructions (five fetch reads interleaved with RHMs), 512-byte RHMs,
     # WHMs of two 256-byte writes each
     "gemm 64x64x24": (64, 24, 64, 0, 2544),
+    # 154 instructions: fetch reads that must go on tx before a WHM's writes
+    "gemm 11x64x64": (64, 64, 11, 0, 2299),
     # every read 200 cycles late
     "gemm 16x16x8, host latency 200": (16, 8, 16, 200, 1042),
+    "gemm 11x64x64, host latency 200": (64, 64, 11, 200, 3095),
 }
 
 
@@ -82,3 +85,11 @@ def test_whole_chip_equals_the_estimate_through_the_link(simulator, case):
     estimate = estimate_cycles(CONFIG, program, host=HostLink.of(CONFIG, latency))
     assert measured["cycles"] == cycles
     assert measured == estimate["counters"]
+
+
+def test_rhm_host_stall_counts_cycles_without_a_row_not_rows_waiting_for_the_ub():
+    """Rows from the link in cycles 10, 11, 15 after an issue in 5: stalls in 6-9 and
+    12-14. With ACT writing the UB in cycles 11 and 12 the second row waits for the
+    port until 13 (offered, so no stall), and only cycle 14 has no row."""
+    assert _rhm_link_end(5, [10, 11, 15], []) == (16, 4 + 3)
+    assert _rhm_link_end(5, [10, 11, 15], [(11, 11), (12, 12)]) == (16, 4 + 1)
