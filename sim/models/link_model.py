@@ -17,25 +17,31 @@ RTL, `tests/test_cycle_model_chip.py` holds them):
   ``tx`` (``ceil(3 / link_dw)``), each when its tag is free (tags are freed
   as the request's last byte is delivered);
 * an MRd's beats leave on ``tx`` from the cycle after it issues; the host's
-  first completion starts on ``rx`` 2 cycles after the MRd's last beat (2 +
-  `latency` - 1 with added latency); completions are cut at ``max_payload`` (less the offset in the read
-  completion boundary of 128 bytes), each ``ceil((3 + words) / link_dw)``
-  beats, back to back on ``rx``;
+  first completion starts on ``rx`` 2 cycles after the MRd's last beat (with
+  added latency, ``latency - 1`` more); completions are cut at
+  ``max_payload`` (less the offset in the 128-byte read completion
+  boundary), each ``ceil((3 + words) / link_dw)`` beats, back to back;
 * `TlpReceiver` forwards a completion from 3 cycles after its last beat, one
   beat of ``link_dw`` words per cycle, and the reader delivers its bytes from
   2 cycles after the forwarded last beat, one beat of ``4 x link_dw`` bytes
-  per cycle, in job order;
-* a unit has a UB row (RHM) 1 cycle, an instruction (program fetch) 3
-  cycles after the beat holding its last byte leaves the reader;
-* WHM rows leave the core as on the ideal host until the writer's buffer is
-  full: each MWr of ``max_payload`` bytes spends ``ceil(3 / link_dw) + 1``
-  beats on ``tx`` without taking data.
+  per cycle, in job order (a job's bytes leave the reader's gearbox before
+  the next job's enter it, docs/dma.md);
+* the RHM unit has a UB row 1 cycle, the core an instruction 3 cycles, after
+  the beat holding its last byte leaves the reader;
+* the fetcher asks for 16 instructions at a time (with priority over RHMs)
+  once its 32-instruction queue has room for them; an instruction enters the
+  sequencer's 16-deep queue the cycle after the one 16 places ahead of it
+  was loaded into the decoder;
+* a WHM's rows leave the core from ``issue + 3`` as on the ideal host, but
+  not before the previous WHM's last MWr beat is 2 cycles past (the writer
+  takes one job at a time); a row then waits for room in the 5 beats the
+  writer and its gearbox hold, which a beat on ``tx`` frees 2 cycles later;
+  an MWr's header beats and its last beat of leftover words take no data.
 """
 
 from dataclasses import dataclass
 
 from ...config import TPUConfig
-from ...isa import INSTRUCTION_BYTES
 
 
 __all__ = ["HostLink", "LinkTiming", "LINK_TIMING"]
@@ -48,7 +54,7 @@ LINK_TIMING = {
     "host_turnaround": 2,    # MRd's last beat on tx -> first completion beat on rx (latency 0)
     "rx_to_tlp": 3,          # completion's last beat on rx -> its first beat forwarded
     "tlp_to_data": 2,        # forwarded last beat -> the first data beat out of the reader
-    "data_job_gap": 2,       # a job's last beat out of the reader -> the next job's first, beyond 1
+    "data_job_gap": 2,       # a job's last beat out -> the next job's first, beyond 1
     "data_to_row": 1,        # reader beat -> UB row at the RHM unit
     "data_to_instruction": 3,  # reader beat -> instruction handed to the core
     "whm_buffer_beats": 5,   # beats the writer and its gearbox hold ahead of tx
@@ -70,9 +76,11 @@ def _ceil_div(a, b):
 class HostLink:
     """The host link of a whole-chip run: the chip's link parameters (from its
     `TPUConfig`) and the deterministic host's `latency` (extra cycles before
-    each read's first completion). `program_addr` and `data_base` are the
-    host addresses of the program and of address 0 of the program's RHMs and
-    WHMs, as far as they decide where reads split (their offsets modulo 4 KiB)."""
+    each read's first completion). `program_addr` is the host address of the
+    program, as far as it decides where the fetcher's reads split (the driver
+    aligns programs to ``max_read_request``: 0 stands for that); the RHMs' and
+    WHMs' addresses are taken from the program, as offsets in a 4 KiB-aligned
+    region (`tpu.compiler.execute`)."""
     link_dw: int = 2
     max_payload: int = 256
     max_read_request: int = 512
@@ -121,7 +129,6 @@ class LinkTiming:
         hdr_beats = _ceil_div(3 if addr + nbytes <= 1 << 32 else 4, L.link_dw)
         taken = max(valid, self.reader_free)
         issue = taken + T["job_to_request"]
-        delivered = []          # per request: the cycle its last beat leaves
         beats = []
         pos, end = addr, addr + nbytes
         out_bytes = 0           # job bytes delivered so far (beats are re-packed from lane 0)
@@ -166,7 +173,6 @@ class LinkTiming:
             beats += request_beats
             last = request_beats[-1] if request_beats else self.data_free
             self.tags[tag] = last + 1
-            delivered.append(last)
             issue += hdr_beats
             pos += size
         # The reader takes the next job once this job's last request issued;
@@ -228,9 +234,8 @@ class LinkTiming:
                 if header_only <= b < header_only + data_beats:
                     last_byte = min((beat_index + 1) * B, nbytes) - 1
                     r = last_byte // R
-                    while row_time(r) is None:
-                        # rows wait on beats not yet sent: impossible with cap >= 1
-                        raise AssertionError("whm model: writer buffer deadlock")
+                    if row_time(r) is None:     # a row behind a beat not yet sent
+                        raise AssertionError("the WHM model's writer buffer holds no beat")
                     ready = taken[r] + T["whm_row_to_tx"]
                     t = ready if t is None else max(t, ready)
                     consumed.append(t)
@@ -253,6 +258,3 @@ def fetch_chunks(length):
     chunk = LINK_TIMING["fetch_chunk"]
     return [(i, min(chunk, length - i)) for i in range(0, length, chunk)]
 
-
-def fetch_bytes(count):
-    return count * INSTRUCTION_BYTES
