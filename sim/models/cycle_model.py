@@ -54,6 +54,12 @@ What is modelled (each rule is the RTL's, in cycles):
   16`` cycles for an ACT without pooling. CFG takes 1 cycle, LDQ ``19 x cols
   + 1``, LDL ``2 x ceil(256 / rows) + 257``.
 
+With ``host=HostLink.of(config, latency)`` the estimate is of the whole chip
+behind its PCIe-style link instead (`tpu.sim.models.link_model`, whose
+docstring gives its rules): instructions reach the queue as the program
+fetcher's DMA reads deliver them, RHM rows as their completions do, WHM rows
+as the DMA writer takes them; the rest is as above.
+
 A program that faults is followed up to the faulting instruction, which then
 behaves as HALT (the chip halts when the earlier ones are done). Without a
 HALT the estimate ends when everything is idle.
