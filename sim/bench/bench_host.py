@@ -49,7 +49,7 @@ from cocotb.triggers import FallingEdge, ReadOnly
 from ...hdl.tlp import LinkBeat
 from ...host_registers import COUNTER_NAMES
 from ...isa import Halt, Rhm, Rw, Whm, encode_program
-from ..models.cycle_model import estimate_cycles
+from ..models.cycle_model import HostLink, estimate_cycles
 from ..harness import config_from_env
 from ..host.pcie_host import CLOCK_NS, PcieBridge, RtlLink, attach_root_complex
 
@@ -356,6 +356,9 @@ async def programs(dut):
         write = monitor.write_window(out.addr, out.end)
         fetch = _other_reads(monitor, exclude=[(b.addr, b.end) for b in inputs])
         estimate = estimate_cycles(config, encode_program(program))
+        # The same program with the link model (this host is the deterministic one it models).
+        on_link = estimate_cycles(config, encode_program(program),
+                                  host=HostLink.of(config, latency))
         chip = result.counters
         core = estimate["counters"]
         mismatched = [c for c in ("mxu_active", "useful_macs", "weight_shift") if chip[c] != core[c]]
@@ -365,6 +368,7 @@ async def programs(dut):
             "weight_bytes": int(weights.nbytes),
             "input_bytes": sum(b.size for b in inputs), "output_bytes": out.size,
             "counters": chip, "core_alone": {n: core[n] for n in COUNTER_NAMES},
+            "link_model": {n: on_link["counters"][n] for n in COUNTER_NAMES},
             "reads": [r for r in reads if r], "write": write, "fetch": fetch, "wfill": fill_reads,
             "wfill_elapsed_cycles": round(fill.elapsed * 1e9 / CLOCK_NS),
             "elapsed_cycles": round(result.elapsed * 1e9 / CLOCK_NS),

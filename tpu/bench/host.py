@@ -174,10 +174,11 @@ def latency_table(results):
 
 def program_table(results):
     head = ("| config | host latency added | program | weights (WFILL) | WFILL cycles "
-            "| cycles, core alone | cycles, through the link | link cost | host_stall "
+            "| cycles, core alone | cycles, through the link | link cost "
+            "| estimate with the link model | host_stall "
             "| host_stall share | input RHM on link | output WHM on link | mxu_active "
             "| MXU use, core alone | MXU use, link |")
-    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [head, "|---|---:|---|" + "---:|" * 13]
     for run_ in results:
         config = TPUConfig(**run_["config"])
         macs = config.rows * config.cols
@@ -190,6 +191,7 @@ def program_table(results):
                 f"| {_label(config)} | {run_['latency']} | {name} | {d['weight_bytes']} B "
                 f"| {fill} | {core['cycles']} | {chip['cycles']} "
                 f"| {100 * (chip['cycles'] - core['cycles']) / core['cycles']:+.1f}% "
+                f"| {d['link_model']['cycles'] if 'link_model' in d else '-'} "
                 f"| {chip['host_stall']} | {100 * chip['host_stall'] / chip['cycles']:.1f}% "
                 f"| {rhm} | {whm} | {chip['mxu_active']} "
                 f"| {100 * chip['useful_macs'] / macs / core['cycles']:.1f}% "
