@@ -39,3 +39,6 @@ def test_simulation_backend_options_are_checked(simulator):
             run(check_mlp, backend=simulator, config=NARROW, seed=seed)
     with pytest.raises(TypeError, match="takes no options clock_hz"):
         run(check_mlp, backend=simulator, config=NARROW, clock_hz=1)
+    for latency in (-1, 2.0, True, "0"):
+        with pytest.raises(ValueError, match=f"the {simulator} backend's host_latency must be"):
+            run(check_mlp, backend=simulator, config=NARROW, host_latency=latency)
