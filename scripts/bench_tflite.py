@@ -39,9 +39,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tpu import TPUConfig  # noqa: E402
-from tpu.compiler import ir, reference  # noqa: E402
+from tpu.compiler import reference  # noqa: E402
 from tpu.compiler.errors import CompileError  # noqa: E402
 from tpu.compiler.mlperf_tiny import MODELS, missing_reason, model_path  # noqa: E402
+from tpu.compiler.report import layer_macs  # noqa: E402
 from tpu.compiler.session import InferenceSession  # noqa: E402
 from tpu.compiler.tflite_frontend import import_tflite  # noqa: E402
 
@@ -66,19 +67,9 @@ def tflite_outputs(path, x):
 
 
 def model_macs(graph):
-    """The model's own multiply-accumulates per inference (depthwise: real taps)."""
-    total = 0
-    for layer in graph.layers:
-        if isinstance(layer, ir.Dense):
-            total += layer.weight.size
-        elif isinstance(layer, ir.Conv2D):
-            pixels = int(np.prod(graph.tensor(layer.output).shape[:2]))
-            kh, kw = layer.weight.shape[:2]
-            # Block-diagonal (depthwise) weights: count the taps that can be non-zero.
-            taps = int(np.count_nonzero(np.any(layer.weight != 0, axis=(0, 1))))
-            dense = layer.weight.shape[2] * layer.weight.shape[3]
-            total += pixels * kh * kw * (taps if layer.name.startswith("depthwise") else dense)
-    return total
+    """The model's own multiply-accumulates per inference (depthwise: real
+    taps, as `tpu run`'s report counts them)."""
+    return sum(layer_macs(graph, layer) for layer in graph.layers)
 
 
 def chip_run(graph, x, size, ub_rows, backend, batch=1):

@@ -506,3 +506,43 @@ def test_tpu_run_lists_host_operators_with_their_share(tmp_path, capsys):
     assert host["share"] == pytest.approx(share)
     assert [r["where"] for r in data["layers"]] == ["chip", "host"]
 
+
+def test_tpu_run_host_share_counts_depthwise_real_taps(tmp_path, capsys):
+    """A DEPTHWISE_CONV_2D (depth multiplier 2, block-diagonal on the chip)
+    then SOFTMAX: the report counts the depthwise layer's real taps (3x3 x 6
+    output channels per pixel), not its block-diagonal weights' zeros (3x3 x
+    3 x 6), both in its MACs and in the softmax's share of the work."""
+    import json
+
+    from tpu import cli
+    from tpu.compiler.report import conv_macs_per_pixel
+    rng = np.random.default_rng(17)
+    m = ModelBuilder()
+    x = m.tensor("x", [1, 4, 4, 3], "INT8", 0.04, -2)
+    ws = rng.uniform(0.003, 0.02, 6)
+    w = m.tensor("w", [1, 3, 3, 6], "INT8", ws, 0, axis=3, data=rng.integers(1, 128, (1, 3, 3, 6)))
+    b = m.tensor("b", [6], "INT32", 0.04 * ws, 0, data=rng.integers(-300, 300, 6))
+    y = m.tensor("y", [1, 4, 4, 6], "INT8", 0.03, -128)
+    p = m.tensor("p", [1, 4, 4, 6], "INT8", 1 / 256, -128)
+    m.operator("DEPTHWISE_CONV_2D", [x, w, b], [y], "DepthwiseConv2DOptions", Padding=SAME,
+               StrideW=1, StrideH=1, DepthMultiplier=2, FusedActivationFunction=RELU,
+               DilationWFactor=1, DilationHFactor=1)
+    m.operator("SOFTMAX", [y], [p], "SoftmaxOptions", Beta=1.0)
+    path = tmp_path / "dw_softmax.tflite"
+    path.write_bytes(m.build([x], [p]))
+    np.save(tmp_path / "x.npy", rng.integers(-128, 128, (2, 4, 4, 3), dtype=np.int8))
+    capsys.readouterr()
+    assert cli.main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--rows", "4",
+                     "--cols", "4", "--json", str(tmp_path / "r.json")]) == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    macs = 16 * 9 * 6                       # per sample: 16 pixels, 9 taps, 6 output channels
+    assert data["layers"][0]["macs"] == 2 * macs
+    (host,) = data["host_operators"]
+    assert host["ops"] == 2 * 16 * 6
+    assert host["share"] == pytest.approx(16 * 6 / (macs + 16 * 6))
+    # The rule itself: block-diagonal weights count their diagonal, others all.
+    weight = import_tflite(path.read_bytes()).layers[0].weight
+    assert conv_macs_per_pixel(weight) == 9 * 6
+    dense = weight.copy()
+    dense[0, 0, 0, 5] = 1                  # one tap off the diagonal: an ordinary convolution
+    assert conv_macs_per_pixel(dense) == 9 * 3 * 6
