@@ -39,3 +39,15 @@ def test_simulation_backend_options_are_checked(simulator):
             run(check_mlp, backend=simulator, config=NARROW, seed=seed)
     with pytest.raises(TypeError, match="takes no options clock_hz"):
         run(check_mlp, backend=simulator, config=NARROW, clock_hz=1)
+
+
+def test_simulation_process_imports_no_amaranth():
+    """The testbench a driver backend runs, and the driver, load without
+    Amaranth (the golden model and the RTL's generators need it, a
+    simulation's start does not): its import was most of each `run`'s start."""
+    import subprocess
+    import sys
+    code = ("import sys, tpu.sim.testbenches.tb_host, tpu.driver; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'amaranth'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
