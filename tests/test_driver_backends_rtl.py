@@ -42,3 +42,15 @@ def test_simulation_backend_options_are_checked(simulator):
     for latency in (-1, 2.0, True, "0"):
         with pytest.raises(ValueError, match=f"the {simulator} backend's host_latency must be"):
             run(check_mlp, backend=simulator, config=NARROW, host_latency=latency)
+
+
+def test_simulation_process_imports_no_amaranth():
+    """The testbench a driver backend runs, and the driver, load without
+    Amaranth (the golden model and the RTL's generators need it, a
+    simulation's start does not): its import was most of each `run`'s start."""
+    import subprocess
+    import sys
+    code = ("import sys, tpu.sim.testbenches.tb_host, tpu.driver; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'amaranth'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -398,20 +398,48 @@ def test_float_layer_inside_the_model():
 
 
 @pytest.mark.parametrize("config, message", [
-    (TPUConfig(ub_rows=64), r"layer 'conv_2d_0': .* need \d+ unified-buffer rows at once; the "
-                            r"unified buffer has 64"),
+    (TPUConfig(ub_rows=64), r"^operator 0 \(CONV_2D\), layer 'conv_2d_0': its input, output and "
+                            r"tables need \d+ unified-buffer rows at once; the unified buffer has 64"),
     # One weight tile at a time: the convolution splits by K, which keeps
     # the whole output in the accumulators, and 64 rows cannot hold it.
-    (TPUConfig(weight_mem_tiles=1, acc_rows=64), r"layer 'conv_2d_0': .* needs \d+ weight tiles; "
-                                                 r"weight memory holds 1 .* exceed their 64 rows"),
+    (TPUConfig(weight_mem_tiles=1, acc_rows=64), r"^operator 0 \(CONV_2D\), layer 'conv_2d_0': "
+                                                 r".* needs \d+ weight tiles; weight memory holds "
+                                                 r"1 .* exceed their 64 rows"),
 ])
 def test_layer_too_large_for_the_chip(config, message):
-    """A layer the configuration cannot hold is named as the importer names
-    it: the TFLite operator's name and index (operator 0, CONV_2D)."""
+    """A layer the configuration cannot hold is named by the TFLite
+    operator it comes from (index and name), then by its IR layer."""
     from tpu.compiler.errors import CompileError
     graph = import_tflite(conv_model(np.random.default_rng(1), in_shape=(32, 32, 3)))
     with pytest.raises(CompileError, match=message):
         InferenceSession(graph, backend="golden", config=config, batch=1)
+
+
+def test_layer_too_large_names_a_later_operator():
+    """The second of two FULLY_CONNECTEDs is the one too large (four K tiles
+    for one weight tile, a batch of 5 over 2-row accumulator regions): the
+    error names operator 1, not the first layer."""
+    from tpu.compiler.errors import CompileError
+    rng = np.random.default_rng(2)
+    m = ModelBuilder()
+    x = m.tensor("x", [1, 4], "INT8", 0.05, 0)
+    h = m.tensor("h", [1, 16], "INT8", 0.05, 0)
+    y = m.tensor("y", [1, 4], "INT8", 0.05, 0)
+    for src, dst, (n, k) in ((x, h, (16, 4)), (h, y, (4, 16))):
+        w = m.tensor(f"w{n}x{k}", [n, k], "INT8", 0.01, 0, data=rng.integers(-127, 128, (n, k)))
+        b = m.tensor(f"b{n}x{k}", [n], "INT32", 0.05 * 0.01, 0, data=np.zeros(n))
+        m.operator("FULLY_CONNECTED", [src, w, b], [dst], "FullyConnectedOptions",
+                   FusedActivationFunction=NONE)
+    graph = import_tflite(m.build([x], [y]))
+    config = TPUConfig(rows=4, cols=4, weight_mem_tiles=1, acc_rows=4)
+    with pytest.raises(CompileError, match=r"^operator 1 \(FULLY_CONNECTED\), layer "
+                                           r"'fully_connected_1': one block of 4 output channels "
+                                           r"needs 4 weight tiles; weight memory holds 1"):
+        InferenceSession(graph, backend="golden", config=config, batch=5)
+    # A graph with no recorded operators (as the ONNX front end builds) names the layer alone.
+    graph.origins = {}
+    with pytest.raises(CompileError, match=r"^layer 'fully_connected_1': one block"):
+        InferenceSession(graph, backend="golden", config=config, batch=5)
 
 
 def test_fully_connected_rounding():
@@ -477,3 +505,44 @@ def test_tpu_run_lists_host_operators_with_their_share(tmp_path, capsys):
     assert (host["name"], host["op"], host["ops"]) == ("softmax_1", "softmax_tflite", 30)
     assert host["share"] == pytest.approx(share)
     assert [r["where"] for r in data["layers"]] == ["chip", "host"]
+
+
+def test_tpu_run_host_share_counts_depthwise_real_taps(tmp_path, capsys):
+    """A DEPTHWISE_CONV_2D (depth multiplier 2, block-diagonal on the chip)
+    then SOFTMAX: the report counts the depthwise layer's real taps (3x3 x 6
+    output channels per pixel), not its block-diagonal weights' zeros (3x3 x
+    3 x 6), both in its MACs and in the softmax's share of the work."""
+    import json
+
+    from tpu import cli
+    from tpu.compiler.report import conv_macs_per_pixel
+    rng = np.random.default_rng(17)
+    m = ModelBuilder()
+    x = m.tensor("x", [1, 4, 4, 3], "INT8", 0.04, -2)
+    ws = rng.uniform(0.003, 0.02, 6)
+    w = m.tensor("w", [1, 3, 3, 6], "INT8", ws, 0, axis=3, data=rng.integers(1, 128, (1, 3, 3, 6)))
+    b = m.tensor("b", [6], "INT32", 0.04 * ws, 0, data=rng.integers(-300, 300, 6))
+    y = m.tensor("y", [1, 4, 4, 6], "INT8", 0.03, -128)
+    p = m.tensor("p", [1, 4, 4, 6], "INT8", 1 / 256, -128)
+    m.operator("DEPTHWISE_CONV_2D", [x, w, b], [y], "DepthwiseConv2DOptions", Padding=SAME,
+               StrideW=1, StrideH=1, DepthMultiplier=2, FusedActivationFunction=RELU,
+               DilationWFactor=1, DilationHFactor=1)
+    m.operator("SOFTMAX", [y], [p], "SoftmaxOptions", Beta=1.0)
+    path = tmp_path / "dw_softmax.tflite"
+    path.write_bytes(m.build([x], [p]))
+    np.save(tmp_path / "x.npy", rng.integers(-128, 128, (2, 4, 4, 3), dtype=np.int8))
+    capsys.readouterr()
+    assert cli.main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--rows", "4",
+                     "--cols", "4", "--json", str(tmp_path / "r.json")]) == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    macs = 16 * 9 * 6                       # per sample: 16 pixels, 9 taps, 6 output channels
+    assert data["layers"][0]["macs"] == 2 * macs
+    (host,) = data["host_operators"]
+    assert host["ops"] == 2 * 16 * 6
+    assert host["share"] == pytest.approx(16 * 6 / (macs + 16 * 6))
+    # The rule itself: block-diagonal weights count their diagonal, others all.
+    weight = import_tflite(path.read_bytes()).layers[0].weight
+    assert conv_macs_per_pixel(weight) == 9 * 6
+    dense = weight.copy()
+    dense[0, 0, 0, 5] = 1                  # one tap off the diagonal: an ordinary convolution
+    assert conv_macs_per_pixel(dense) == 9 * 3 * 6

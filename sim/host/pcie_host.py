@@ -12,6 +12,7 @@ chip's reads (an error status, a lost, stray or malformed completion), and
 `PcieBridge.inject_raw` sends link beats that need not be a well-formed TLP.
 """
 
+import logging
 import random
 import warnings
 from dataclasses import dataclass
@@ -25,11 +26,10 @@ from cocotbext.pcie.core import Device, RootComplex
 from cocotbext.pcie.core.caps import MsiCapability
 from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpType
 
-from ...hdl.tlp import LinkBeat
 from ...host_registers import BAR0_BYTES
 from ...driver.link import RamLink
-from .streams import pack_fields
-from .tlp_link import Beat, beats_to_tlp, tlp_to_beats, tlp_to_words, words_to_beats
+from .tlp_link import (Beat, beats_to_tlp, pack_link_beat, tlp_to_beats, tlp_to_words,
+                       unpack_link_beat, words_to_beats)
 
 
 # cocotbext-pcie 0.2 still calls cocotb APIs that cocotb 2 deprecates
@@ -108,11 +108,6 @@ class _Read:
         return self.tlp.get_be_byte_count()
 
 
-def _field(word, layout, name):
-    field = layout[name]
-    return (word >> field.offset) & ((1 << field.width) - 1)
-
-
 class PcieBridge(Device):
     """A cocotbext-pcie `Device` whose function's memory requests and
     completions are carried to and from the RTL's ``rx``/``tx`` link streams.
@@ -131,7 +126,6 @@ class PcieBridge(Device):
         self.backpressure = backpressure
         self.reorder = reorder
         self.max_delay = max_delay
-        self.layout = LinkBeat(config.link_dw)
 
         function = self.make_function()
         function.vendor_id = VENDOR_ID
@@ -303,7 +297,7 @@ class PcieBridge(Device):
         cocotb.start_soon(self._send_upstream())
 
     async def _run(self):
-        dut, layout = self.dut, self.layout
+        dut, link_dw = self.dut, self.config.link_dw
         beats = []          # the packet being driven
         gathered = []       # the packet being received
         # What the ports were last driven to: a write through the simulator
@@ -315,28 +309,32 @@ class PcieBridge(Device):
                 driven[name] = value
                 port.value = value
 
+        # The handles and triggers, looked up once: a DMA-bound run goes
+        # through this loop every cycle.
+        pcie_id, rx_payload, rx_valid, rx_ready = dut.pcie_id, dut.rx__payload, dut.rx__valid, dut.rx__ready
+        tx_ready, tx_valid_port, tx_payload = dut.tx__ready, dut.tx__valid, dut.tx__payload
+        falling, read_only, rng = FallingEdge(dut.clk), ReadOnly(), self.rng
         while True:
-            await FallingEdge(dut.clk)
-            drive("pcie_id", dut.pcie_id, int(self.function.pcie_id))
-            if not beats and self.rng.random() >= self.idle:
+            await falling
+            drive("pcie_id", pcie_id, int(self.function.pcie_id))
+            # (The idle draw comes first, work or not: a seed's host behaviour
+            # stays what it was.)
+            if not beats and rng.random() >= self.idle and (self.requests or self.completions):
                 tlp = self._next_tlp()
                 if tlp is not None:
                     self.received.append(tlp)
                     beats = self._packet_beats(tlp)
             if beats:
-                data, keep, last = beats[0]
-                dut.rx__payload.value = pack_fields(layout, {"data": data, "keep": keep, "last": last})
+                rx_payload.value = pack_link_beat(beats[0], link_dw)
             offered = bool(beats)
-            drive("rx_valid", dut.rx__valid, int(offered))
-            drive("tx_ready", dut.tx__ready, int(self.rng.random() >= self.backpressure))
-            await ReadOnly()
-            if offered and dut.rx__ready.value:
+            drive("rx_valid", rx_valid, int(offered))
+            drive("tx_ready", tx_ready, int(rng.random() >= self.backpressure))
+            await read_only
+            if offered and rx_ready.value:
                 beats.pop(0)
-            tx_valid = dut.tx__valid.value
+            tx_valid = tx_valid_port.value
             if tx_valid and driven["tx_ready"]:
-                word = int(dut.tx__payload.value)
-                beat = (_field(word, layout, "data"), _field(word, layout, "keep"),
-                        _field(word, layout, "last"))
+                beat = unpack_link_beat(int(tx_payload.value), link_dw)
                 gathered.append(beat)
                 if beat[2]:
                     tlp = beats_to_tlp(gathered)
@@ -355,7 +353,7 @@ class PcieBridge(Device):
                 # run). tx.valid rises only after a rising edge, so the next
                 # falling edge still sees its first beat before it is taken.
                 self._wake.clear()
-                await First(RisingEdge(dut.tx__valid), self._wake.wait())
+                await First(RisingEdge(tx_valid_port), self._wake.wait())
             # The next falling edge: no need to wake at the rising one.
 
     async def _send_upstream(self):
@@ -434,7 +432,13 @@ async def attach_root_complex(dut, config, bridge, *, split_on_all_rcb, rcb_128)
         await RisingEdge(dut.clk)
     dut.rst.value = 0
     bridge.start()
+    # cocotbext-pcie logs every step of the enumeration (about 220 lines at
+    # INFO, and a warning for each empty slot of bus 0 it probes): a tenth of
+    # a run's start. After it, its warnings and errors go to the log again.
+    log = logging.getLogger("cocotb.pcie")
+    log.setLevel(logging.ERROR)
     await rc.enumerate()
+    log.setLevel(logging.WARNING)
     pci_device = rc.find_device(bridge.function.pcie_id)
     await pci_device.enable_device()
     await pci_device.set_master()

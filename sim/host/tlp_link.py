@@ -18,7 +18,7 @@ from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpAt, TlpAttr, TlpFmt, TlpT
 from cocotbext.pcie.core.utils import PcieId
 
 
-__all__ = ["Beat", "HEADER_FIELDS", "tlp_to_words", "words_to_tlp", "words_to_beats", "beats_to_words",
+__all__ = ["Beat", "pack_link_beat", "unpack_link_beat", "HEADER_FIELDS", "tlp_to_words", "words_to_tlp", "words_to_beats", "beats_to_words",
            "tlp_to_beats", "beats_to_tlp", "header_from_tlp", "tlp_from_header", "header_dw"]
 
 
@@ -27,6 +27,22 @@ class Beat(NamedTuple):
     data: int
     keep: int
     last: bool
+
+
+def pack_link_beat(beat, link_dw):
+    """The link stream's payload bits of `beat`, as `tpu.hdl.tlp.LinkBeat`
+    lays them out: ``data``, then ``keep``, then ``last``. Plain integer
+    arithmetic, so that the host side needs no Amaranth (its import is most
+    of a simulation's start) and packs a beat in a few operations."""
+    data, keep, last = beat
+    return ((data & ((1 << 32 * link_dw) - 1)) | (keep & ((1 << link_dw) - 1)) << 32 * link_dw
+            | (int(last) & 1) << 33 * link_dw)
+
+
+def unpack_link_beat(word, link_dw):
+    """The `Beat` in the link stream's payload bits `word` (`pack_link_beat`)."""
+    return Beat(word & ((1 << 32 * link_dw) - 1), word >> 32 * link_dw & ((1 << link_dw) - 1),
+                word >> 33 * link_dw & 1)
 
 
 #: The fields of `tpu.hdl.tlp.TlpHeader`, in layout order.

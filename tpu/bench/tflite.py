@@ -15,9 +15,10 @@ import time
 
 import numpy as np
 
-from ..compiler import ir, reference as reference_interpreter
+from ..compiler import reference as reference_interpreter
 from ..compiler.errors import CompileError
 from ..compiler.mlperf_tiny import MODELS, missing_reason, model_path
+from ..compiler.report import layer_macs
 from ..compiler.session import InferenceSession
 from ..compiler.tflite_frontend import import_tflite
 from ..config import TPUConfig
@@ -46,19 +47,9 @@ def tflite_outputs(path, x):
 
 
 def model_macs(graph):
-    """The model's own multiply-accumulates per inference (depthwise: real taps)."""
-    total = 0
-    for layer in graph.layers:
-        if isinstance(layer, ir.Dense):
-            total += layer.weight.size
-        elif isinstance(layer, ir.Conv2D):
-            pixels = int(np.prod(graph.tensor(layer.output).shape[:2]))
-            kh, kw = layer.weight.shape[:2]
-            # Block-diagonal (depthwise) weights: count the taps that can be non-zero.
-            taps = int(np.count_nonzero(np.any(layer.weight != 0, axis=(0, 1))))
-            dense = layer.weight.shape[2] * layer.weight.shape[3]
-            total += pixels * kh * kw * (taps if layer.name.startswith("depthwise") else dense)
-    return total
+    """The model's own multiply-accumulates per inference (depthwise: real
+    taps, as `tpu run`'s report counts them)."""
+    return sum(layer_macs(graph, layer) for layer in graph.layers)
 
 
 def chip_run(graph, x, size, ub_rows, backend, batch=1):

@@ -19,6 +19,7 @@
    program (zero points folded into the biases by `fold`).
 """
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -80,7 +81,23 @@ def _parts(chip, config, batch):
 
 
 def compile_graph(graph, config, batch=1):
-    """Compile `graph` for `config`, `batch` samples per program run."""
+    """Compile `graph` for `config`, `batch` samples per program run. An
+    error about one layer names the model operator it came from, when the
+    front end recorded it (``graph.origins``)."""
+    try:
+        return _compile_graph(graph, config, batch)
+    except CompileError as e:
+        named = _LAYER_ERROR.match(str(e))
+        if named is None or named[1] not in graph.origins:
+            raise
+        raise type(e)(f"{graph.describe(named[1])}{str(e)[named.end():]}") from None
+
+
+#: the start of an error about one layer, as the passes word it
+_LAYER_ERROR = re.compile(r"layer '([^']+)'")
+
+
+def _compile_graph(graph, config, batch):
     _check_config(config, batch)
     graph.validate()
     R = config.rows

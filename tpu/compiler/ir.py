@@ -373,12 +373,20 @@ MATRIX_LAYERS = (Dense, Conv2D)
 @dataclass
 class Graph:
     """A quantized model: tensors by name, layers in execution order, inputs
-    and outputs. ``source`` names where it came from (for messages)."""
+    and outputs. ``source`` names where it came from (for messages);
+    ``origins`` maps a layer's name to the model operator it was imported
+    from (``"operator 3 (CONV_2D)"``), which errors about the layer name."""
     tensors: dict
     layers: list
     inputs: list
     outputs: list
     source: str = ""
+    origins: dict = field(default_factory=dict)
+
+    def describe(self, layer_name):
+        """How messages name a layer: its model operator first, when known."""
+        origin = self.origins.get(layer_name)
+        return f"{origin}, layer {layer_name!r}" if origin else f"layer {layer_name!r}"
 
     def tensor(self, name):
         try:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 from ..isa import Act, Conv, Func, Ldq, Mmc, Pool, Rhm, Whm, ldq_rows
 from . import ir
+from .report import conv_macs_per_pixel
 from .tiling import act_settings, m_tiles
 
 
@@ -549,9 +550,9 @@ def ring_slots(chip, batch, config):
 
 
 def useful_macs(chip, batch):
-    """Multiply-accumulates of the layer's own arithmetic (no padding lanes)."""
+    """Multiply-accumulates of the layer's own arithmetic (no padding lanes,
+    no structural zeros of depthwise weights)."""
     if chip.kind == "dense":
         return batch * chip.weight.shape[0] * chip.weight.shape[1]
     oh, ow = chip.conv_out
-    kh, kw, cin, cout = chip.weight.shape
-    return batch * oh * ow * kh * kw * cin * cout
+    return batch * oh * ow * conv_macs_per_pixel(chip.weight)

@@ -9,7 +9,9 @@ one row per chip layer (program part) or host step, with
   model's, `tpu.sim.models.cycle_model.estimate_cycles`);
 * ``macs``: the model's multiply-accumulates in the layer (the IR's
   ``K x N`` per sample of a Dense, ``OH x OW x KH x KW x Cin x Cout`` of a
-  Conv2D), so that padding lanes and identity layers do not count as work;
+  Conv2D, ``OH x OW x KH x KW x Cout`` of a depthwise one, whose
+  block-diagonal weights' zero taps are no work: `conv_macs_per_pixel`), so
+  that padding lanes and identity layers do not count as work;
 * ``utilisation`` = macs / (cycles x rows x cols) and ``active_utilisation``
   = macs / (mxu_active x rows x cols): how much of the array did model work
   over the whole layer, and while rows were entering it;
@@ -35,8 +37,8 @@ from ..host_registers import COUNTER_NAMES
 from . import ir
 
 
-__all__ = ["LayerRow", "Report", "build_report", "layer_macs", "host_layer_ops", "BREAKDOWN",
-           "DEFAULT_CLOCK_HZ"]
+__all__ = ["LayerRow", "Report", "build_report", "layer_macs", "conv_macs_per_pixel",
+           "host_layer_ops", "BREAKDOWN", "DEFAULT_CLOCK_HZ"]
 
 DEFAULT_CLOCK_HZ = 100e6
 #: TPU v1's breakdown of the cycles, in the chip's counter names
@@ -51,10 +53,25 @@ def layer_macs(graph, layer):
         return int(layer.weight.shape[0] * layer.weight.shape[1])
     if isinstance(layer, ir.Conv2D):
         out = graph.tensor(layer.output).shape
-        kh, kw, cin, cout = layer.weight.shape
         pixels = int(np.prod(out[:-1])) if len(out) == 3 else 1
-        return pixels * kh * kw * cin * cout
+        return pixels * conv_macs_per_pixel(layer.weight)
     return 0
+
+
+def conv_macs_per_pixel(weight):
+    """Multiply-accumulates per output pixel of a convolution with `weight`
+    ``(KH, KW, Cin, Cout)``: ``KH x KW x Cin x Cout``, or ``KH x KW x Cout``
+    for a depthwise convolution, whose weights (block-diagonal, as the
+    TFLite front end imports DEPTHWISE_CONV_2D) are zero except
+    ``weight[:, :, c, c*m + j]``: its other taps multiply by a structural
+    zero and are not the model's work."""
+    kh, kw, cin, cout = weight.shape
+    if cin > 1 and cout % cin == 0:
+        off_diagonal = np.ones((cin, cout), dtype=bool)
+        off_diagonal[np.arange(cout) // (cout // cin), np.arange(cout)] = False
+        if not np.any(weight[:, :, off_diagonal]):
+            return kh * kw * cout
+    return kh * kw * cin * cout
 
 
 def host_layer_ops(graph, layer):

@@ -532,13 +532,18 @@ class _Importer:
         }
         # Tensors are declared by the first operator that reads or writes them, so
         # a type error names that operator.
+        self.origins = {}
         for self.index, op in enumerate(r.operators):
             self.op = r.op_name(op)
             handler = handlers.get(self.op)
             if handler is None:
                 raise self.unsupported(f"operator {self.op} is not supported; supported: "
                                        f"{', '.join(SUPPORTED_OPERATORS)}")
+            first = len(self.layers)
             handler(op)
+            # The back end's errors about these layers name this operator.
+            for layer in self.layers[first:]:
+                self.origins[layer.name] = f"operator {self.index} ({self.op})"
         self.index = self.op = None
         return self.finish()
 
@@ -571,7 +576,8 @@ class _Importer:
                 dtype = self.tensors[tensor].quant.dtype
             layout = "nhwc" if len(model_shape) == 4 else "nc"
             self.outputs.append(ir.GraphOutput(tensor, r.names[index], model_shape, dtype, layout))
-        graph = ir.Graph(self.tensors, self.layers, self.inputs, self.outputs, source=self.name)
+        graph = ir.Graph(self.tensors, self.layers, self.inputs, self.outputs, source=self.name,
+                         origins=self.origins)
         try:
             return graph.validate()
         except ir.IRError as e:

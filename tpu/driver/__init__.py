@@ -18,7 +18,6 @@ import asyncio
 from ..config import TPUConfig
 from .device import Device, DeviceStatus, HostBuffer, Job, RunResult
 from .errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
-from .golden import GoldenLink
 from .link import Link
 
 
@@ -29,6 +28,16 @@ __all__ = ["run", "register_backend", "BACKENDS", "Device", "DeviceStatus", "Hos
 
 #: backend name -> factory(main, config, **options) -> the result of main(device)
 BACKENDS = {}
+
+
+def __getattr__(name):
+    # GoldenLink is imported on first use: its golden model imports the RTL's
+    # constants and with them Amaranth, which a simulation process (where
+    # the driver runs against the RTL itself) would otherwise load at every start.
+    if name == "GoldenLink":
+        from .golden import GoldenLink
+        return GoldenLink
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register_backend(name, factory):
@@ -61,6 +70,8 @@ def _golden(main, config, *, open=None, **link_options):
     if open is not None and not isinstance(open, dict):
         raise TypeError(f"the golden backend's open option must be a dict of Device.open "
                         f"keywords, not {open!r}")
+    from .golden import GoldenLink
+
     async def session():
         link = GoldenLink(config, **link_options)
         device = await Device.open(link, config, **(open or {}))
