@@ -262,10 +262,11 @@ def _multiplier_for(board, rows, cols, multipliers):
         raise ValueError(f"multipliers='mix' needs a board with a hard multiplier primitive "
                          f"({', '.join(_HARD_MULTIPLIERS)}), not {board!r}")
     name, count = _HARD_MULTIPLIERS[board]
-    # The soft multipliers are plain `*`, which the build maps to logic
-    # before synthesis can give them DSP blocks (see build_mxu).
+    # The soft multipliers split their work over their two cycles: on the
+    # ECP5 a whole 9x8 multiply in logic is the slowest path of a PE, and
+    # the split one also takes fewer LUTs than plain `*` mapped to logic.
     return multiplier.multiplier_mix(count, cols=cols, hard_multiplier=getattr(multiplier, name),
-                                     soft_multiplier=multiplier.Multiplier)
+                                     soft_multiplier=multiplier.SplitLUTMultiplier)
 
 
 def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
@@ -288,9 +289,10 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
         it (to DSP blocks per `dsp`). ``"mix"`` (ECP5): the first 156 PEs
         instantiate ``MULT18X18D`` with its registers in use
         (:class:`~tpu.hdl.multiplier.ECP5Multiplier`), the rest multiply
-        with plain ``*``, which Yosys maps to logic (``techmap t:$mul``
-        right after reading the design, before ``synth_ecp5`` maps
-        multiplies to DSP blocks). On the ECP5 the LUTs are mapped with
+        in logic (:class:`~tpu.hdl.multiplier.SplitLUTMultiplier`; any
+        plain ``*`` left is mapped to logic by ``techmap t:$mul`` right
+        after reading the design, before ``synth_ecp5`` maps multiplies to
+        DSP blocks). On the ECP5 the LUTs are mapped with
         classic ``abc`` (:func:`synth_overrides`): Yosys 0.70's ``abc9``
         fails an assertion on the 16x16 mix.
 

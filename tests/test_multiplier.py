@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from conftest import base_seed
 from tpu.hdl.multiplier import (ECP5Multiplier, LUTMultiplier, MULTIPLIER_LATENCY, Multiplier,
-                                multiplier_mix)
+                                SplitLUTMultiplier, multiplier_mix)
 from tpu.hdl.systolic_array import SystolicArray
 
 
@@ -23,7 +23,7 @@ def _operand_pairs(rng, count):
     return pairs
 
 
-@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier, SplitLUTMultiplier], ids=lambda c: c.__name__)
 def test_multiplier_products(cls):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
@@ -121,12 +121,13 @@ def _run_array(array, steps):
     return outputs
 
 
-def test_array_with_mixed_multipliers_matches_numpy():
+@pytest.mark.parametrize("soft", [LUTMultiplier, SplitLUTMultiplier], ids=lambda c: c.__name__)
+def test_array_with_mixed_multipliers_matches_numpy(soft):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     rng = np.random.default_rng(seed)
     rows, cols = 3, 4
-    make = multiplier_mix(5, cols=cols, hard_multiplier=Multiplier, soft_multiplier=LUTMultiplier)
+    make = multiplier_mix(5, cols=cols, hard_multiplier=Multiplier, soft_multiplier=soft)
     array = SystolicArray(rows=rows, cols=cols, multiplier=make)
     tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(4)]
     batches = []
