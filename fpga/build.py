@@ -79,8 +79,9 @@ BOARDS = {
         nodsp_opt="-nodsp", dsp_opt="",
         # Yosys 0.70's synth_ecp5 maps LUTs with abc9, which fails an assertion
         # (`GetSize(conn.first) == GetSize(conn.second)` in `abc9_ops
-        # -reintegrate`) on the 16x16 array with logic multipliers and on the
-        # 16x16 chip, and has no -noabc9 any more. The classic abc mapping it
+        # -reintegrate`) on the 16x16 array with logic multipliers, and has
+        # no -noabc9 any more. (The 16x16 chip stops earlier, in
+        # memory_libmap: docs/fpga.md.) The classic abc mapping it
         # used before (LUT4 to LUT7, the wide ones built from PFU muxes)
         # replaces its map_luts step.
         synth="synth_ecp5",
