@@ -21,7 +21,8 @@ from importlib import import_module, metadata
 from pathlib import Path
 
 
-__all__ = ["BOARDS", "FPGAToolMissing", "missing_fpga_tools", "tool_versions", "build_mxu", "build_chip"]
+__all__ = ["BOARDS", "FPGAToolMissing", "missing_fpga_tools", "tool_versions", "synth_overrides",
+           "build_mxu", "build_chip"]
 
 
 class FPGAToolMissing(RuntimeError):
@@ -53,6 +54,8 @@ class Board:
     ram_cells: tuple    # nextpnr cell types of block RAMs (EBR / DP16KD)
     nodsp_opt: str      # synth_* option that keeps multipliers out of DSPs
     dsp_opt: str        # synth_* option that maps multipliers to DSPs ("" = default)
+    synth: str = ""     # the synth_* command, when lut_map replaces its LUT mapping
+    lut_map: tuple = () # yosys commands that map logic to LUTs instead of synth's own
 
 
 BOARDS = {
@@ -73,7 +76,16 @@ BOARDS = {
         logic_cell="TRELLIS_COMB", dsp_cell="MULT18X18D", dsp_primitive="MULT18X18D",
         ram_cells=("DP16KD",),
         # synth_ecp5 uses MULT18X18D by default.
-        nodsp_opt="-nodsp", dsp_opt=""),
+        nodsp_opt="-nodsp", dsp_opt="",
+        # Yosys 0.70's synth_ecp5 maps LUTs with abc9, which fails an assertion
+        # (`GetSize(conn.first) == GetSize(conn.second)` in `abc9_ops
+        # -reintegrate`) on the 16x16 array with logic multipliers, and has
+        # no -noabc9 any more. (The 16x16 chip stops earlier, in
+        # memory_libmap: docs/fpga.md.) The classic abc mapping it
+        # used before (LUT4 to LUT7, the wide ones built from PFU muxes)
+        # replaces its map_luts step.
+        synth="synth_ecp5",
+        lut_map=("techmap -map +/lattice/latches_map.v", "abc -dress -lut 4:7", "clean")),
 }
 
 
@@ -158,6 +170,22 @@ def _log_utilisation(log_text):
     return usage
 
 
+def synth_overrides(board, name, synth_opts=""):
+    """The Amaranth build overrides that synthesise design `name` for
+    `board` with `synth_opts` and have nextpnr write report.json: where the
+    board has a ``lut_map``, synthesis stops before its own LUT mapping, maps
+    with those commands, and resumes at ``map_cells``."""
+    spec = _board(board)
+    overrides = {"nextpnr_opts": "--report report.json --timing-allow-fail"}
+    if spec.lut_map:
+        synth_opts = f"{synth_opts} -run :map_luts".strip()
+        overrides["script_after_synth"] = "\n".join(
+            [*spec.lut_map, f"{spec.synth} -top {name} -run map_cells:"])
+    if synth_opts:
+        overrides["synth_opts"] = synth_opts
+    return overrides
+
+
 def _pick_clock(fmax, board_clock):
     # nextpnr names a clock after its net. Amaranth drives the sync domain
     # from the board clock as net "cd_sync.clk"; older flows may keep the
@@ -235,10 +263,11 @@ def _multiplier_for(board, rows, cols, multipliers):
         raise ValueError(f"multipliers='mix' needs a board with a hard multiplier primitive "
                          f"({', '.join(_HARD_MULTIPLIERS)}), not {board!r}")
     name, count = _HARD_MULTIPLIERS[board]
-    # The soft multipliers are plain `*`, which the build maps to logic
-    # before synthesis can give them DSP blocks (see build_mxu).
+    # The soft multipliers split their work over their two cycles: on the
+    # ECP5 a whole 9x8 multiply in logic is the slowest path of a PE, and
+    # the split one also takes fewer LUTs than plain `*` mapped to logic.
     return multiplier.multiplier_mix(count, cols=cols, hard_multiplier=getattr(multiplier, name),
-                                     soft_multiplier=multiplier.Multiplier)
+                                     soft_multiplier=multiplier.SplitLUTMultiplier)
 
 
 def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
@@ -261,14 +290,12 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
         it (to DSP blocks per `dsp`). ``"mix"`` (ECP5): the first 156 PEs
         instantiate ``MULT18X18D`` with its registers in use
         (:class:`~tpu.hdl.multiplier.ECP5Multiplier`), the rest multiply
-        with plain ``*``, which Yosys maps to logic (``techmap t:$mul``
-        right after reading the design, before ``synth_ecp5`` maps
-        multiplies to DSP blocks). At 16x16 Yosys 0.70's ``abc9`` fails an
-        assertion on this design (``GetSize(conn.first) ==
-        GetSize(conn.second)`` in ``abc9_ops -reintegrate``), with the soft
-        PEs as plain ``*`` and as
-        :class:`~tpu.hdl.multiplier.LUTMultiplier` alike; 12x12 (all 144 PEs
-        on ``MULT18X18D``) synthesises.
+        in logic (:class:`~tpu.hdl.multiplier.SplitLUTMultiplier`; any
+        plain ``*`` left is mapped to logic by ``techmap t:$mul`` right
+        after reading the design, before ``synth_ecp5`` maps multiplies to
+        DSP blocks). On the ECP5 the LUTs are mapped with
+        classic ``abc`` (:func:`synth_overrides`): Yosys 0.70's ``abc9``
+        fails an assertion on the 16x16 mix.
 
     Returns
     -------
@@ -315,9 +342,7 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
 
     platform = _platform(spec)
     synth_opts = spec.dsp_opt if dsp else spec.nodsp_opt
-    overrides = {"nextpnr_opts": "--report report.json --timing-allow-fail"}
-    if synth_opts:
-        overrides["synth_opts"] = synth_opts
+    overrides = synth_overrides(board, name, synth_opts)
     if multipliers == "mix":
         overrides["script_after_read"] = "techmap t:$mul"
     plan = platform.prepare(top, name, **overrides)
@@ -417,9 +442,7 @@ def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=
     for stale in (bitstream, report, log):
         stale.unlink(missing_ok=True)
     synth_opts = spec.dsp_opt if dsp else spec.nodsp_opt
-    overrides = {"nextpnr_opts": "--report report.json --timing-allow-fail"}
-    if synth_opts:
-        overrides["synth_opts"] = synth_opts
+    overrides = synth_overrides(board, name, synth_opts)
     plan = platform.prepare(top, name, **overrides)
     plan.extract(build_dir)
 

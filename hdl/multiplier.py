@@ -9,6 +9,8 @@ registers, whatever implements it. Three implementations:
   where it infers one, logic elsewhere); the default.
 * :class:`LUTMultiplier`: partial products summed in logic, never a DSP
   block; for the multipliers beyond a device's DSP blocks.
+* :class:`SplitLUTMultiplier`: the same in logic, its two halves formed in
+  the operand cycle and added in the product cycle, for faster clocks.
 * :class:`ECP5Multiplier`: a Lattice ECP5 ``MULT18X18D`` instantiated
   directly with its input and output registers in use, so the whole
   multiplication is timed inside the DSP block.
@@ -22,7 +24,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 
-__all__ = ["MultiplierSignature", "Multiplier", "LUTMultiplier", "ECP5Multiplier",
+__all__ = ["MultiplierSignature", "Multiplier", "LUTMultiplier", "SplitLUTMultiplier", "ECP5Multiplier",
            "multiplier_mix", "MULTIPLIER_LATENCY"]
 
 
@@ -87,6 +89,43 @@ class LUTMultiplier(Multiplier):
             terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
                      for i in range(0, len(terms), 2)]
         return terms[0]
+
+
+class SplitLUTMultiplier(Multiplier):
+    """:class:`LUTMultiplier` with its work split over its two cycles, for
+    clocks at which a whole 9x8 multiply in logic does not fit one cycle.
+
+    The first cycle forms the two 9x4 halves of the product straight from the
+    operands, ``lo = a * b[0:4]`` (``b``'s low nibble unsigned) and ``hi = a
+    * b[4:8]`` (the high nibble signed), each a sum of four partial products,
+    and registers them where the other multipliers register ``a`` and ``b``;
+    the second adds ``lo + (hi << 4)`` into the product register. Same
+    ports, same two-cycle latency, same products.
+    """
+
+    @staticmethod
+    def _half(a, nibble, signed_top):
+        terms = [Mux(nibble[i], a, 0) << i for i in range(3)]
+        if signed_top:
+            # -nibble[3] * a * 8 as (~a + 1) * 8.
+            terms += [Mux(nibble[3], ~a, 0) << 3, nibble[3] << 3]
+        else:
+            terms.append(Mux(nibble[3], a, 0) << 3)
+        while len(terms) > 1:
+            terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                     for i in range(0, len(terms), 2)]
+        return terms[0]
+
+    def elaborate(self, platform):
+        m = Module()
+        lo = Signal(signed(14))
+        hi = Signal(signed(13))
+        m.d.sync += [
+            lo.eq(self._half(self.a, self.b[:4], signed_top=False)),
+            hi.eq(self._half(self.a, self.b[4:], signed_top=True)),
+            self.p.eq(lo + (hi << 4)),
+        ]
+        return m
 
 
 class ECP5Multiplier(Multiplier):

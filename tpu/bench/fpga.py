@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 
-__all__ = ["find_builds", "table"]
+__all__ = ["find_builds", "table", "mxu_table"]
 
 
 def _usage(entry):
@@ -63,4 +63,35 @@ def table(rows):
             r["dsp"], r["ram"], "-" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.1f}",
             "-" if r["target_mhz"] is None else f"{r['target_mhz']:g}",
             r["problem"] or "")) + " |")
+    return "\n".join(lines)
+
+
+def _cell(port):
+    return f"`{port}`" if port else "-"
+
+
+def mxu_table(results):
+    """Markdown of `scripts/bench_fpga.py` results (``build_mxu`` dicts):
+    per build the logic, FFs, DSP and RAM blocks, Fmax, peak GOPS (``2 x rows
+    x cols x Fmax``), build time and the critical path's start and end."""
+    head = ["FPGA", "array", "multipliers", "fits", "logic", "FFs", "DSP", "RAM", "Fmax MHz",
+            "peak GOPS", "build time", "critical path start", "critical path end"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 4 + "---:|" * 7 + "---|" * 2]
+    for r in results:
+        kind = ("mix" if r.get("multipliers") == "mix" else "DSP" if r.get("dsp") else "logic")
+        minutes = f"{r['seconds'] / 60:.0f} min" if r.get("seconds") is not None else "-"
+        if r.get("fits"):
+            path = r.get("critical_path") or {}
+            fmax = r["fmax_mhz"]
+            cells = ["yes", _usage(r.get("logic")), _usage(r.get("ffs")),
+                     _usage(r.get("dsp_blocks")), _usage(r.get("ram_blocks")), f"{fmax:.1f}",
+                     f"{2 * r['rows'] * r['cols'] * fmax / 1000:.1f}", minutes,
+                     _cell(path.get("start")), _cell(path.get("end"))]
+        else:
+            needed = r.get("needed", {})
+            cells = ["NO"] + [_usage(needed.get(c)) for c in ("TRELLIS_COMB", "TRELLIS_FF",
+                                                              "MULT18X18D", "DP16KD")]
+            cells += ["-", "-", minutes, r.get("reason", "-"), ""]
+        lines.append("| " + " | ".join([r.get("device", r["board"]), f"{r['rows']}x{r['cols']}",
+                                         kind, *cells]) + " |")
     return "\n".join(lines)
