@@ -324,8 +324,19 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
                    for d in (loads(*jobs[0]) if jobs else [])
                    for o in range(0, d.rows, piece)]
     # The tables are needed by the first LDQ only: read after the first
-    # tile's input, whose reads the array waits for, not before it.
+    # tile's input, whose reads the array waits for, not before it. Unless
+    # the first tile's MMCs are shorter than the LDQ (19 cycles a column):
+    # then the LDQ is the longer path to the first ACT, so the tables are
+    # read, and the LDQ issued, before the input.
     tables_load = list(addr.tables_load or [])
+    if finish and jobs and tables_load:
+        first_rows = sum((op[0] if isinstance(op, tuple) else op).rows for op in mmcs(0, *jobs[0]))
+        current[0] = None
+        if first_rows < _busy(Ldq(ub=0), config):
+            n = jobs[0][0]
+            body.extend(tables_load + [Ldq(ub=addr.tables_base + (n - n0) * q_rows)])
+            table[0] = n
+            tables_load = []
     # The next M tile's input is read while the current M tile runs all its
     # N tiles, when the input's ring has room for both (or there is none).
     ahead_ok = inl.slots is None or inl.slots // group >= 2
