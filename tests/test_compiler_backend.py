@@ -532,14 +532,15 @@ def test_tensor_read_by_conv_and_dense(rng):
 
 def test_compute_bound_gemm_schedule():
     """A compute-bound GEMM (M = 64 x rows) keeps the array busy: the first
-    M tile's input is read block by block just ahead of its MMCs, the next M
-    tile's while the current one runs all its N tiles, and the DMAs are
-    spread so none stops the MMCs behind it; the tables are read after the
-    first tile's input; the last tile runs in row pieces whose ACTs and WHMs
+    M tile's input is read block by block just ahead of its MMCs (the next M
+    tile's only once those are out), the next M tile's while the current one
+    runs all its N tiles, and the DMAs are spread so none stops the MMCs
+    behind it; the tables are read after the first tile's input; the last
+    tile runs in row pieces, smaller towards the end, whose ACTs and WHMs
     drain beside the array. Exact cycles of the cycle model (the golden
-    chip's counters): 95.6% MXU utilisation over the whole program (94.4%
-    with the tables read first and the last tile drained after the array,
-    88.5% when all of a tile's reads were issued at once)."""
+    chip's counters): 98.8% MXU utilisation over the whole program (95.6%
+    when the next tile's reads went among the first tile's, 88.5% when all of
+    a tile's reads were issued at once)."""
     from tpu.bench.common import dense_graph
     from tpu.isa import decode_program
     from tpu.sim.models.cycle_model import estimate_cycles
@@ -549,7 +550,43 @@ def test_compute_bound_gemm_schedule():
     estimate = estimate_cycles(config, decode_program(step.program))
     ideal = 512 * 8 * 8
     assert estimate["counters"]["mxu_active"] == ideal
-    assert estimate["cycles"] == 34271
-    assert ideal / estimate["cycles"] > 0.955
+    assert estimate["cycles"] == 33155
+    assert ideal / estimate["cycles"] > 0.985
     assert estimate["matrix_phase"]["first_row"] < 300        # after one block of input
-    assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 200   # drained beside it
+    assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 100   # drained beside it
+
+
+def test_gemm_of_eight_array_rows_reaches_95_percent():
+    """M = 8 x rows (64x64x64 on 8x8): one M tile, so nothing hides the first
+    tile's reads and the last tile's drain; the drain runs in pieces of 38,
+    16 and 10 rows, and the activation unit's LDQs and ACTs go as soon as it
+    is free. Exact cycles of the cycle model: 96.0% (93.5% when the last
+    tile drained whole after the array)."""
+    from tpu.bench.common import dense_graph
+    from tpu.sim.models.cycle_model import estimate_cycles
+    config = TPUConfig()
+    compiled = compile_graph(dense_graph(64, 64), config, 64)
+    (step,) = compiled.chip_steps
+    estimate = estimate_cycles(config, step.program)
+    assert estimate["counters"]["mxu_active"] == 64 * 8 * 8
+    assert estimate["counters"]["weight_stall"] == 0
+    assert estimate["cycles"] == 4267
+    assert estimate["counters"]["mxu_active"] / estimate["cycles"] >= 0.95
+    assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 70
+
+
+@pytest.mark.parametrize("m", [8, 11, 64, 69, 512])
+def test_no_weight_stalls_once_the_batch_fills_the_array(m):
+    """With weight bandwidth of `cols` bytes a cycle and a batch of at least
+    `rows`, no MMC waits for its weight tile (the GEMMs of `tpu bench
+    --quick`): a part's first RWs go at its start, and the last tile's
+    pieces are never shorter than a tile's load."""
+    from tpu.bench.common import dense_graph
+    from tpu.sim.models.cycle_model import estimate_cycles
+    config = TPUConfig(ub_rows=1 << 17)
+    for k in (8, 29, 64):
+        for n in (8, 64):
+            compiled = compile_graph(dense_graph(k, n), config, m)
+            for step in compiled.chip_steps:
+                counters = estimate_cycles(config, step.program)["counters"]
+                assert counters["weight_stall"] == 0, (m, k, n, step.name)

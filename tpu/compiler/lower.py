@@ -308,6 +308,9 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     # one before. The first tile's RHMs go each just before the first MMC
     # that reads its rows, so the array starts after one transfer, not all.
     lead = config.rows + config.cols + 32
+    # An ACT after an MMC that ends at least this many rows after the
+    # accumulator rows it reads issues without waiting for them to be stored.
+    stored = config.rows + config.cols + 8
 
     def mt_base(index):
         return (index % 2) * region
@@ -341,6 +344,10 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     # N tiles, when the input's ring has room for both (or there is none).
     ahead_ok = inl.slots is None or inl.slots // group >= 2
     ahead, steps, late = [], [], []
+    # The last tile's pieces: [ACTs, WHMs, rows from which the ACTs may go]
+    # not yet issued, and the WHMs of issued ACTs with the rows from which
+    # those ACTs are done.
+    piece_acts, written = [], []
     for i, (n, mt) in enumerate(jobs):
         starts = i == 0 or jobs[i - 1][1] is not mt
         following = next((j for j in range(i + 1, len(jobs)) if jobs[j][1] is not mt), None)
@@ -373,17 +380,19 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         ops = mmcs(i, n, mt)
         steps, ends = [], {}
         if last and i and finish and chip.kind == "dense":
-            pieces = _row_pieces(ops, before, chunk)
+            sizes = _piece_sizes(len(mt.samples), len(ops), config, chunk, stored)
+            pieces = _row_pieces(ops, before, sizes)
             if pieces:
-                # The last tile's rows in pieces, every K tile per piece:
-                # a piece's ACT goes after the next piece's MMCs and its
-                # WHMs after the one after, so the tile drains while the
-                # array works, not after it.
+                # The last tile's rows in pieces, every K tile per piece,
+                # smaller towards the end: a piece's ACT goes once the
+                # array's drain of its rows is covered and its WHMs once
+                # that ACT is done, so the tile drains while the array
+                # works and only the last small piece is left after it.
                 current[0] = before
                 ops = [mmc(m.ub, m.rows, m.acc, m.accumulate, t, None) for m, t, _ in pieces]
                 ends = {x: p for x, (_, _, p) in enumerate(pieces)
                         if x + 1 == len(pieces) or pieces[x + 1][2] != p}
-                steps = _drain_steps(drain(i), stores(i), mt_base(i), chunk, R)
+                steps = _drain_steps(drain(i), stores(i), mt_base(i), sizes, R)
         left = sum((op[0] if isinstance(op, tuple) else op).rows for op in ops)
         for x, op in enumerate(ops):
             if first_loads:
@@ -396,17 +405,27 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             body.append(op)
             rows += (op[0] if isinstance(op, tuple) else op).rows
             left -= (op[0] if isinstance(op, tuple) else op).rows
-            if ends.get(x, 0) >= 1:
-                body.extend(pending)
-                pending = []
-                queue.extend(steps[ends[x] - 2][1] if ends[x] >= 2 else [])
-                body.extend(steps[ends[x] - 1][0])
+            if x in ends:
+                piece_acts.append(list(steps[ends[x]]) + [rows + stored])
+            # An instruction after this MMC issues about when it does, as
+            # many rows back as it has, or once its unit is done with the
+            # one before (`threshold`).
+            issued = rows - (op[0] if isinstance(op, tuple) else op).rows
             while pending and rows >= threshold:
                 body.append(pending.pop(0))
-                threshold = rows + _busy(body[-1], config)
-            if tail and not pending and rows >= threshold:
-                queue.extend(tail)
-                tail = []
+                threshold = max(rows, max(threshold, issued) + _busy(body[-1], config))
+                if tail and not any(isinstance(a, Act) for a in pending):
+                    # the tile before is activated: its WHMs once that is done
+                    written.append((threshold, tail))
+                    tail = []
+            if not pending and piece_acts and rows >= max(threshold, piece_acts[0][2]):
+                acts_, whms_, _ = piece_acts.pop(0)
+                body.extend(acts_)
+                threshold = max(rows, max(threshold, issued)
+                                + sum(_busy(a, config) for a in acts_))
+                written.append((threshold, whms_))
+            while written and rows >= written[0][0]:
+                queue.extend(written.pop(0)[1])
             if not loaded_next and rows >= load_at:
                 queue.extend(loads(*jobs[i + 1]))
                 loaded_next = True
@@ -418,7 +437,9 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             if ahead_at is not None and rows >= ahead_at:
                 ahead.extend(loads(*jobs[following]))
                 ahead_at = None
-            while (queue or ahead) and rows >= dma_at:
+            # (The next tile's reads only once this one's first reads are
+            # out: the DMA unit reads the blocks the array waits for first.)
+            while (queue or (ahead and not first_loads)) and rows >= dma_at:
                 body.append((queue or ahead).pop(0))
                 dma_at = rows + body[-1].rows + 2
         body.extend(first_loads)
@@ -433,16 +454,56 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             body.extend(loads(*jobs[i + 1]))
     body.extend(tables_load)
     if steps:
-        body.extend(steps[-2][1] + steps[-1][0] + steps[-1][1])
+        # The pieces left when the array stops: each one's ACTs, then the
+        # WHMs of the one before (which wait for their ACT, and would hold
+        # up the next ACT if they went first).
+        done = [w for _, whms_ in written for w in whms_]
+        for acts_, whms_, _ in piece_acts:
+            body.extend(acts_ + done)
+            done = whms_
+        body.extend(done)
     elif jobs:
         body.extend(_drain_in_chunks(drain(len(jobs) - 1), late + stores(len(jobs) - 1),
                                      chunk, R))
     return body
 
 
-def _row_pieces(ops, tile, chunk):
+def _piece_sizes(rows, k_count, config, chunk, lead):
+    """Rows of the pieces a dense last tile of `rows` rows and `k_count` MMCs
+    per piece runs in, first to last. The last piece is as short as lets the
+    ACT of the one before it finish in time (it goes `lead` rows after that
+    piece ends and takes its rows + 16 cycles) and its switches load their
+    tiles in time; each piece before is as long as the array's work on the
+    one after it covers its ACT the same way, at most `chunk`. With fewer
+    than 4 MMCs per piece the activation unit, which also activates the tile
+    before, cannot keep up with small pieces: `chunk` rows each."""
+    gap = -(-config.cols // min(config.weight_mem_bytes_per_cycle, config.cols))
+    overhead = lead + 16
+    if k_count < 4:
+        return [chunk] * (-(-rows // chunk))
+    size = max(config.rows * gap, -(-overhead // (k_count - 1)))
+    sizes = []
+    while sum(sizes) < rows:
+        sizes.append(min(size, rows - sum(sizes)))
+        size = min(chunk, max(size, k_count * size - overhead))
+    sizes.reverse()
+    if len(sizes) > 1 and sizes[0] < config.rows * gap:
+        short = sizes.pop(0)         # a first piece too short to load its tiles in time
+        sizes[0] += short
+    return sizes
+
+
+def _offsets(sizes):
+    """Start rows of pieces of `sizes` rows, and the end of the last."""
+    out = [0]
+    for size in sizes:
+        out.append(out[-1] + size)
+    return out
+
+
+def _row_pieces(ops, tile, sizes):
     """The dense MMCs `ops` (``tile`` in the array before them) cut into
-    `chunk`-row pieces, piece-major: ``(Mmc, weight tile, piece)``; None
+    pieces of `sizes` rows, piece-major: ``(Mmc, weight tile, piece)``; None
     when they cannot be cut (CONV addressing) or fit one piece."""
     cut = []
     for op in ops:
@@ -450,31 +511,35 @@ def _row_pieces(ops, tile, chunk):
         if m.conv is not None:
             return None
         cut.append((m, tile))
-    count = max(-(-m.rows // chunk) for m, _ in cut)
-    if count < 2:
+    starts = _offsets(sizes)
+    if len(sizes) < 2 or any(m.rows != starts[-1] for m, _ in cut):
         return None
-    return [(replace(m, ub=m.ub + p * chunk, acc=m.acc + p * chunk,
-                     rows=min(chunk, m.rows - p * chunk), switch=False), t, p)
-            for p in range(count) for m, t in cut if p * chunk < m.rows]
+    return [(replace(m, ub=m.ub + starts[p], acc=m.acc + starts[p], rows=sizes[p],
+                     switch=False), t, p)
+            for p in range(len(sizes)) for m, t in cut]
 
 
-def _drain_steps(acts, whms, base, chunk, lanes):
-    """The last tile's ACTs (accumulator rows from `base`) cut at every
-    `chunk` rows from `base`, and its WHMs in `chunk`-row pieces: per piece
-    of accumulator rows ``(ACTs, WHMs)``, the WHMs those ACTs complete."""
-    count = max(-(-(a.acc + a.rows - base) // chunk) for a in acts)
-    steps = [([], []) for _ in range(count)]
+def _drain_steps(acts, whms, base, sizes, lanes):
+    """The last tile's ACTs (accumulator rows from `base`) cut at the
+    boundaries of pieces of `sizes` rows from `base`, and its WHMs in pieces
+    of `sizes` rows: per piece of accumulator rows ``(ACTs, WHMs)``, the
+    WHMs those ACTs complete."""
+    starts = _offsets(sizes)
+    steps = [([], []) for _ in sizes]
     written = set()
     for a in acts:
         written.update(range(a.ub, a.ub + a.rows))
         o = 0
         while o < a.rows:
-            p = (a.acc + o - base) // chunk
-            rows = min(a.rows - o, base + (p + 1) * chunk - a.acc - o)
+            p = max(q for q in range(len(sizes)) if starts[q] <= a.acc + o - base)
+            rows = min(a.rows - o, base + starts[p + 1] - a.acc - o)
             steps[p][0].append(replace(a, acc=a.acc + o, ub=a.ub + o, rows=rows))
             o += rows
-    pieces = [type(w)(ub=w.ub + o, rows=min(chunk, w.rows - o), host=w.host + o * lanes)
-              for w in whms for o in range(0, w.rows, chunk)]
+    pieces = []
+    for w in whms:
+        cuts = [o for o in starts if o < w.rows] + [w.rows]
+        pieces += [type(w)(ub=w.ub + o, rows=e - o, host=w.host + o * lanes)
+                   for o, e in zip(cuts, cuts[1:])]
     done = set()
     for act_list, ready in steps:
         for a in act_list:
