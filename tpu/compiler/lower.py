@@ -409,11 +409,15 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
                 piece_acts.append(list(steps[ends[x]]) + [rows + stored])
             # An instruction after this MMC issues about when it does, as
             # many rows back as it has, or once its unit is done with the
-            # one before (`threshold`).
+            # one before (`threshold`). (In a convolution, counted from after
+            # the MMC: its pooling ACTs decode for 79 cycles, holding up the
+            # MMCs behind them; so counted, the demo CNN's conv4 is 119
+            # cycles shorter.)
             issued = rows - (op[0] if isinstance(op, tuple) else op).rows
             while pending and rows >= threshold:
                 body.append(pending.pop(0))
-                threshold = max(rows, max(threshold, issued) + _busy(body[-1], config))
+                threshold = max(rows, max(threshold, issued) + _busy(body[-1], config)) \
+                    if chip.kind == "dense" else rows + _busy(body[-1], config)
                 if tail and not any(isinstance(a, Act) for a in pending):
                     # the tile before is activated: its WHMs once that is done
                     written.append((threshold, tail))
