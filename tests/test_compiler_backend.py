@@ -383,6 +383,25 @@ def test_first_layer_im2col(rng):
     compiled, _ = check(b.graph(y), SMALL, 2, rng)
     assert compiled.inputs[0].im2col is not None
     assert compiled.chip_steps[0].weights[1] == 2        # 9 taps x 1 channel in two tiles
+    # patches of 2 kernel rows (6 lanes): one stored row a position, 10 x 9 of them
+    assert compiled.inputs[0].im2col["rows"] == 2
+    assert compiled.inputs[0].storage.rows == 2 * 10 * 9
+
+
+@pytest.mark.parametrize("shape, kernel, stride, rows", [
+    ((7, 6, 2), (3, 3), (1, 1), 1),      # 6 lanes a kernel row: 3 taps of one block
+    ((6, 9, 1), (3, 3), (1, 2), 2),      # strided across
+    ((8, 7, 1), (5, 5), (1, 1), 5),      # 25 lanes: whole patches need the fewest tiles
+    ((9, 8, 1), (3, 3), (2, 1), 3),      # strided down: whole patches
+])
+def test_first_layer_patches_of_fewer_kernel_rows(rng, shape, kernel, stride, rows):
+    """Host-made patches of `rows` kernel rows, finished by a (kh - rows + 1)
+    x 1 convolution on the chip, equal the reference."""
+    b = Builder(rng)
+    x = b.input(shape)
+    h = b.conv(x, 5, kernel, stride=stride, padding=(1, 1, 1, 1), act="relu")
+    compiled, _ = check(b.graph(h), SMALL, 3, rng)
+    assert compiled.inputs[0].im2col.get("rows", kernel[0]) == rows
 
 
 def test_save_load_describe(rng, tmp_path):
