@@ -594,6 +594,14 @@ def test_gemm_of_eight_array_rows_reaches_95_percent():
     assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 70
 
 
+@pytest.mark.parametrize("m, k, n", [(16, 32, 10), (24, 32, 16), (5, 20, 32), (100, 64, 10)])
+def test_dense_tiles_without_pieces_write_every_output(rng, m, k, n):
+    """Dense layers whose last tile is not cut into pieces: the WHMs of the
+    tile before, waiting for its ACTs, still go out (16x32x10 lost them)."""
+    from tpu.bench.common import dense_graph
+    check(dense_graph(k, n, seed=int(rng.integers(1 << 16))), TPUConfig(), m, rng)
+
+
 @pytest.mark.parametrize("m", [8, 11, 64, 69, 512])
 def test_no_weight_stalls_once_the_batch_fills_the_array(m):
     """With weight bandwidth of `cols` bytes a cycle and a batch of at least

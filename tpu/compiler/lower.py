@@ -455,6 +455,11 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         body.extend(pending)
         body.extend(queue)
         body.extend(tail)
+        if not steps:
+            # WHMs waiting for ACTs issued in this tile (the last tile's
+            # pieces drain below)
+            body.extend(w for _, whms_ in written for w in whms_)
+            written = []
         if i + 1 < len(jobs) and jobs[i + 1][1] is not mt:
             body.extend(ahead)
             ahead = []
@@ -638,4 +643,7 @@ def useful_macs(chip, batch):
         return batch * chip.weight.shape[0] * chip.weight.shape[1]
     oh, ow = chip.conv_out
     kh, kw, cin, cout = chip.weight.shape
+    if chip.im2col and "rows" in chip.im2col:
+        # patches of fewer kernel rows: the original kernel's, not the zero lanes'
+        (kh, kw), cin = chip.im2col["kernel"], cin // (chip.im2col["rows"] * chip.im2col["kernel"][1])
     return batch * oh * ow * kh * kw * cin * cout
