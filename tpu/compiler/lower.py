@@ -20,12 +20,14 @@ instructions and ACTs are placed where their unit should be idle, since a
 waiting instruction would hold up the MMCs behind it.
 
 Fill and drain: the first tile's reads (of a dense layer: cut to its MMCs'
-size) each go just before the first MMC that reads them; the tables (RHM,
-LDL) are read after them. The last tile's LDQ (and a dense layer's WHMs of
-the tile before) go while its MMCs run; a dense last tile runs in row
-pieces, every K tile per piece, each piece's ACT and WHMs issued behind the
-next pieces' MMCs, so only one piece's ACT and WHM are left when the array
-stops.
+size) each go just before the first MMC that reads them, the next tile's
+after them; the tables (RHM, LDL) are read after them (before them, with
+the first LDQ, when the first tile's MMCs are shorter than the LDQ). The
+last tile's LDQ (and a dense layer's WHMs of the tile before) go while its
+MMCs run; a dense last tile runs in row pieces that shrink towards the
+end, every K tile per piece, each piece's ACT issued once its rows are
+stored and its WHMs once that ACT is done, so only the last small piece's
+ACT and WHM are left when the array stops.
 """
 
 from dataclasses import dataclass, replace
