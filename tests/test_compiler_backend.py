@@ -383,6 +383,25 @@ def test_first_layer_im2col(rng):
     compiled, _ = check(b.graph(y), SMALL, 2, rng)
     assert compiled.inputs[0].im2col is not None
     assert compiled.chip_steps[0].weights[1] == 2        # 9 taps x 1 channel in two tiles
+    # patches of 2 kernel rows (6 lanes): one stored row a position, 10 x 9 of them
+    assert compiled.inputs[0].im2col["rows"] == 2
+    assert compiled.inputs[0].storage.rows == 2 * 10 * 9
+
+
+@pytest.mark.parametrize("shape, kernel, stride, rows", [
+    ((7, 6, 2), (3, 3), (1, 1), 1),      # 6 lanes a kernel row: 3 taps of one block
+    ((6, 9, 1), (3, 3), (1, 2), 2),      # strided across
+    ((8, 7, 1), (5, 5), (1, 1), 5),      # 25 lanes: whole patches need the fewest tiles
+    ((9, 8, 1), (3, 3), (2, 1), 3),      # strided down: whole patches
+])
+def test_first_layer_patches_of_fewer_kernel_rows(rng, shape, kernel, stride, rows):
+    """Host-made patches of `rows` kernel rows, finished by a (kh - rows + 1)
+    x 1 convolution on the chip, equal the reference."""
+    b = Builder(rng)
+    x = b.input(shape)
+    h = b.conv(x, 5, kernel, stride=stride, padding=(1, 1, 1, 1), act="relu")
+    compiled, _ = check(b.graph(h), SMALL, 3, rng)
+    assert compiled.inputs[0].im2col.get("rows", kernel[0]) == rows
 
 
 def test_save_load_describe(rng, tmp_path):
@@ -532,14 +551,15 @@ def test_tensor_read_by_conv_and_dense(rng):
 
 def test_compute_bound_gemm_schedule():
     """A compute-bound GEMM (M = 64 x rows) keeps the array busy: the first
-    M tile's input is read block by block just ahead of its MMCs, the next M
-    tile's while the current one runs all its N tiles, and the DMAs are
-    spread so none stops the MMCs behind it; the tables are read after the
-    first tile's input; the last tile runs in row pieces whose ACTs and WHMs
+    M tile's input is read block by block just ahead of its MMCs (the next M
+    tile's only once those are out), the next M tile's while the current one
+    runs all its N tiles, and the DMAs are spread so none stops the MMCs
+    behind it; the tables are read after the first tile's input; the last
+    tile runs in row pieces, smaller towards the end, whose ACTs and WHMs
     drain beside the array. Exact cycles of the cycle model (the golden
-    chip's counters): 95.6% MXU utilisation over the whole program (94.4%
-    with the tables read first and the last tile drained after the array,
-    88.5% when all of a tile's reads were issued at once)."""
+    chip's counters): 98.8% MXU utilisation over the whole program (95.6%
+    when the next tile's reads went among the first tile's, 88.5% when all of
+    a tile's reads were issued at once)."""
     from tpu.bench.common import dense_graph
     from tpu.isa import decode_program
     from tpu.sim.models.cycle_model import estimate_cycles
@@ -549,7 +569,76 @@ def test_compute_bound_gemm_schedule():
     estimate = estimate_cycles(config, decode_program(step.program))
     ideal = 512 * 8 * 8
     assert estimate["counters"]["mxu_active"] == ideal
-    assert estimate["cycles"] == 34275
-    assert ideal / estimate["cycles"] > 0.955
+    assert estimate["cycles"] == 33155
+    assert ideal / estimate["cycles"] > 0.985
     assert estimate["matrix_phase"]["first_row"] < 300        # after one block of input
-    assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 200   # drained beside it
+    assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 100   # drained beside it
+
+
+def test_gemm_of_eight_array_rows_reaches_95_percent():
+    """M = 8 x rows (64x64x64 on 8x8): one M tile, so nothing hides the first
+    tile's reads and the last tile's drain; the drain runs in pieces of 38,
+    16 and 10 rows, and the activation unit's LDQs and ACTs go as soon as it
+    is free. Exact cycles of the cycle model: 96.0% (93.5% when the last
+    tile drained whole after the array)."""
+    from tpu.bench.common import dense_graph
+    from tpu.sim.models.cycle_model import estimate_cycles
+    config = TPUConfig()
+    compiled = compile_graph(dense_graph(64, 64), config, 64)
+    (step,) = compiled.chip_steps
+    estimate = estimate_cycles(config, step.program)
+    assert estimate["counters"]["mxu_active"] == 64 * 8 * 8
+    assert estimate["counters"]["weight_stall"] == 0
+    assert estimate["cycles"] == 4267
+    assert estimate["counters"]["mxu_active"] / estimate["cycles"] >= 0.95
+    assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 70
+
+
+@pytest.mark.parametrize("m, k, n", [(16, 32, 10), (24, 32, 16), (5, 20, 32), (100, 64, 10)])
+def test_dense_tiles_without_pieces_write_every_output(rng, m, k, n):
+    """Dense layers whose last tile is not cut into pieces: the WHMs of the
+    tile before, waiting for its ACTs, still go out (16x32x10 lost them)."""
+    from tpu.bench.common import dense_graph
+    check(dense_graph(k, n, seed=int(rng.integers(1 << 16))), TPUConfig(), m, rng)
+
+
+@pytest.mark.parametrize("m", [8, 11, 64, 69, 512])
+def test_no_weight_stalls_once_the_batch_fills_the_array(m):
+    """With weight bandwidth of `cols` bytes a cycle and a batch of at least
+    `rows`, no MMC waits for its weight tile (the GEMMs of `tpu bench
+    --quick`): a part's first RWs go at its start, and the last tile's
+    pieces are never shorter than a tile's load."""
+    from tpu.bench.common import dense_graph
+    from tpu.sim.models.cycle_model import estimate_cycles
+    config = TPUConfig(ub_rows=1 << 17)
+    for k in (8, 29, 64):
+        for n in (8, 64):
+            compiled = compile_graph(dense_graph(k, n), config, m)
+            for step in compiled.chip_steps:
+                counters = estimate_cycles(config, step.program)["counters"]
+                assert counters["weight_stall"] == 0, (m, k, n, step.name)
+
+
+@pytest.mark.rtl
+def test_gemm_of_eight_array_rows_on_rtl(simulator, rng, tmp_path, monkeypatch):
+    """The 64x64x64 GEMM's schedule (pieces of the last tile, RWs at the
+    start) on the whole chip's RTL: outputs equal the reference and the
+    golden chip, the array does the same work, and no MMC waits for its
+    weights there either (the RTL's host link only adds host and RAW stalls)."""
+    from tpu.bench.common import dense_graph
+    config = TPUConfig()
+    graph = dense_graph(64, 64, seed=int(rng.integers(1 << 16)))
+    compiled = compile_graph(graph, config, 64)
+    inputs = random_inputs(rng, graph, 64)
+    compiled.save(tmp_path / "model.tpu")
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    monkeypatch.setenv(_JOB, str(tmp_path))
+    outputs, profile = run(run_job, backend=simulator, config=config)
+    golden, golden_profile = run_compiled(compiled, inputs, config)
+    assert np.array_equal(outputs["y"], reference.run(graph, inputs, outputs_only=True)["y"])
+    assert np.array_equal(outputs["y"], golden["y"])
+    [part], [gold] = profile, golden_profile
+    for name in ("mxu_active", "weight_shift", "weight_stall"):
+        assert part["counters"][name] == gold["counters"][name], name
+    assert part["counters"]["weight_stall"] == 0
+    print(f"{simulator}: {part['counters']['cycles']} cycles, golden {gold['counters']['cycles']}")

@@ -1,19 +1,21 @@
 """Where weight stalls come from in compiled programs, and what removes them.
 
-The compiler's RW pass (`tpu.compiler.schedule.insert_weight_reads`) requests
-a part's first tiles just before its first switching MMC, after the part's
-table and input RHMs. RW does not block, but the first tile still needs
-``weight_mem_latency`` + ``rows`` + 4 cycles to reach the array from the RW,
-and when the MMC is ready sooner (an input of a few rows) it waits: the
-weight stalls of the GEMM sweep, 4 to 19 cycles per part, once per part.
+A part's first tile needs ``weight_mem_latency`` + ``rows`` + 4 cycles to
+reach the array from its RW; when the first MMC is ready sooner (an input of
+a few rows) it waits. The compiler's RW pass
+(`tpu.compiler.schedule.insert_weight_reads`) used to request a part's first
+tiles just before its first switching MMC, after the part's input RHMs: the
+GEMM sweep's weight stalls, 4 to 19 cycles per part, once per part. It now
+issues them at the program's start.
 
 `hoist_first_reads` moves the RWs before the first switching MMC to the
 program's start (weights never depend on the unified buffer, and the driver
-loads a part's weight tiles before starting it), so the fill hides behind
-the table and input RHMs; `compare` estimates both on the cycle model. A part
-that starts its matrix work within ~20 cycles (an input already resident from
-the previous part, no RHM to hide behind) still waits: only a request made by
-the previous part could hide that, and a part ends with HALT.
+loads a part's weight tiles before starting it); `compare` estimates a
+compiled model's parts as compiled and hoisted on the cycle model (the same
+for programs of the current compiler). A part that starts its matrix work
+within ~20 cycles (an input already resident from the previous part, no RHM
+to hide behind) still waits: only a request made by the previous part could
+hide that, and a part ends with HALT.
 """
 
 from ..isa import Mmc, Rw, decode_program, encode_program

@@ -59,7 +59,7 @@ class TensorSpec:
         if self.im2col is not None:
             c = self.im2col
             v = im2col(v.reshape(v.shape[0], *self._image()), c["kernel"], c["stride"],
-                       c["padding"], c["fill"])
+                       c["padding"], c["fill"], c.get("rows"))
         return self.storage.pack(v)
 
     def unpack(self, data):

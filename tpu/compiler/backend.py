@@ -347,7 +347,10 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,
         in_slots=ring_in, out_slots=ring_out, tables_load=tables_load))
     post = [Halt()]
-    program = insert_weight_reads(pre + body + post, config)
+    # The registers are for the ACTs, much later: set them behind the first
+    # input read (the MMCs wait for it), not before it.
+    lead = body[:1] if body and isinstance(body[0], Rhm) else []
+    program = insert_weight_reads(lead + pre + body[len(lead):] + post, config)
     nt = -(-chip.n_out // config.cols)
     kt = len(step["k_tiles"])
     name = chip.name + (f"[n{n0}:{n1}" + (f" k{k0}:{k1}" if k1 - k0 < kt else "") + "]"

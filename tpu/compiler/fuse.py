@@ -220,6 +220,33 @@ def _maybe_im2col(chip, graph, graph_inputs, consumers, config):
         return
     chip.im2col = dict(kernel=[kh, kw], stride=list(chip.stride), padding=list(chip.padding),
                        fill=int(chip.in_q.zero_point))
-    chip.weight = chip.weight.reshape(1, 1, kh * kw * cin, cout)
-    chip.in_shape = (oh, ow, kh * kw * cin)
+    # Patches of g kernel rows: a (kh - g + 1) x 1 convolution over them, tap
+    # t taking kernel row t from its first patch row (and the last tap all
+    # its rows). With as many K tiles as whole patches but fewer stored
+    # rows (a 3x3 kernel of 1 channel on 8 rows: 72 rows an 8x8 image
+    # instead of 2 blocks of 64), the host link moves less.
+    g = _patch_rows(kh, kw, cin, oh, chip.stride[0], R)
+    if g < kh:
+        w = np.zeros((kh - g + 1, 1, g * kw * cin, cout), dtype=chip.weight.dtype)
+        for t in range(kh - g + 1):
+            for dy in range(g) if t == kh - g else (0,):
+                w[t, 0, dy * kw * cin:(dy + 1) * kw * cin] = \
+                    chip.weight[t + dy].reshape(kw * cin, cout)
+        chip.im2col["rows"] = g
+        chip.weight = w
+        chip.in_shape = (oh + kh - g, ow, g * kw * cin)
+    else:
+        chip.weight = chip.weight.reshape(1, 1, kh * kw * cin, cout)
+        chip.in_shape = (oh, ow, kh * kw * cin)
     chip.stride, chip.padding = (1, 1), (0, 0, 0, 0)
+
+
+def _patch_rows(kh, kw, cin, oh, sh, lanes):
+    """Kernel rows per host-made patch: all of them, or fewer when that needs
+    no more K tiles and fewer stored rows (stride 1 down only)."""
+    def cost(g):
+        blocks = -(-g * kw * cin // lanes)
+        return (kh - g + 1) * blocks, (oh + kh - g) * blocks
+    if sh != 1:
+        return kh
+    return min(range(1, kh + 1), key=lambda g: (cost(g), -g))

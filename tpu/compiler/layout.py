@@ -129,9 +129,12 @@ def as_image(shape):
     return tuple(shape) if len(shape) == 3 else (1, 1, int(shape[0]))
 
 
-def im2col(values, kernel, stride, padding, fill):
+def im2col(values, kernel, stride, padding, fill, rows=None):
     """Patches of ``(B, H, W, C)`` for a convolution: ``(B, OH, OW, KH*KW*C)``
-    in (dy, dx, c) order; padding pixels are `fill`."""
+    in (dy, dx, c) order; padding pixels are `fill`. With `rows` (< KH, stride
+    1 down), patches of `rows` kernel rows only, for ``OH + KH - rows`` rows
+    of output positions (``(B, OH + KH - rows, OW, rows*KW*C)``): a
+    ``(KH - rows + 1) x 1`` convolution over them finishes the kernel."""
     v = np.asarray(values, dtype=np.int64)
     batch, h, w, c = v.shape
     kh, kw = kernel
@@ -141,8 +144,10 @@ def im2col(values, kernel, stride, padding, fill):
     full[:, t:t + h, l:l + w] = v
     oh = (h + t + b - kh) // sh + 1
     ow = (w + l + r - kw) // sw + 1
-    out = np.empty((batch, oh, ow, kh * kw * c), dtype=np.int64)
-    for dy in range(kh):
+    g = kh if rows is None else rows
+    oh += kh - g
+    out = np.empty((batch, oh, ow, g * kw * c), dtype=np.int64)
+    for dy in range(g):
         for dx in range(kw):
             k = (dy * kw + dx) * c
             out[..., k:k + c] = full[:, dy:dy + (oh - 1) * sh + 1:sh, dx:dx + (ow - 1) * sw + 1:sw]

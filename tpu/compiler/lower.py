@@ -20,12 +20,14 @@ instructions and ACTs are placed where their unit should be idle, since a
 waiting instruction would hold up the MMCs behind it.
 
 Fill and drain: the first tile's reads (of a dense layer: cut to its MMCs'
-size) each go just before the first MMC that reads them; the tables (RHM,
-LDL) are read after them. The last tile's LDQ (and a dense layer's WHMs of
-the tile before) go while its MMCs run; a dense last tile runs in row
-pieces, every K tile per piece, each piece's ACT and WHMs issued behind the
-next pieces' MMCs, so only one piece's ACT and WHM are left when the array
-stops.
+size) each go just before the first MMC that reads them, the next tile's
+after them; the tables (RHM, LDL) are read after them (before them, with
+the first LDQ, when the first tile's MMCs are shorter than the LDQ). The
+last tile's LDQ (and a dense layer's WHMs of the tile before) go while its
+MMCs run; a dense last tile runs in row pieces that shrink towards the
+end, every K tile per piece, each piece's ACT issued once its rows are
+stored and its WHMs once that ACT is done, so only the last small piece's
+ACT and WHM are left when the array stops.
 """
 
 from dataclasses import dataclass, replace
@@ -309,6 +311,9 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     # one before. The first tile's RHMs go each just before the first MMC
     # that reads its rows, so the array starts after one transfer, not all.
     lead = config.rows + config.cols + 32
+    # An ACT after an MMC that ends at least this many rows after the
+    # accumulator rows it reads issues without waiting for them to be stored.
+    stored = config.rows + config.cols + 8
 
     def mt_base(index):
         return (index % 2) * region
@@ -325,12 +330,28 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
                    for d in (loads(*jobs[0]) if jobs else [])
                    for o in range(0, d.rows, piece)]
     # The tables are needed by the first LDQ only: read after the first
-    # tile's input, whose reads the array waits for, not before it.
+    # tile's input, whose reads the array waits for, not before it. Unless
+    # the first tile's MMCs are shorter than the LDQ (19 cycles a column):
+    # then the LDQ is the longer path to the first ACT, so the tables are
+    # read, and the LDQ issued, before the input.
     tables_load = list(addr.tables_load or [])
+    if finish and jobs and tables_load:
+        first_rows = sum((op[0] if isinstance(op, tuple) else op).rows for op in mmcs(0, *jobs[0]))
+        current[0] = None
+        if first_rows < _busy(Ldq(ub=0), config):
+            n = jobs[0][0]
+            body.extend(tables_load + [Ldq(ub=addr.tables_base + (n - n0) * q_rows)])
+            table[0] = n
+            tables_load = []
     # The next M tile's input is read while the current M tile runs all its
     # N tiles, when the input's ring has room for both (or there is none).
     ahead_ok = inl.slots is None or inl.slots // group >= 2
+    dense = chip.kind == "dense"
     ahead, steps, late = [], [], []
+    # The last tile's pieces: [ACTs, WHMs, rows from which the ACTs may go]
+    # not yet issued, and the WHMs of issued ACTs with the rows from which
+    # those ACTs are done.
+    piece_acts, written = [], []
     for i, (n, mt) in enumerate(jobs):
         starts = i == 0 or jobs[i - 1][1] is not mt
         following = next((j for j in range(i + 1, len(jobs)) if jobs[j][1] is not mt), None)
@@ -363,17 +384,19 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         ops = mmcs(i, n, mt)
         steps, ends = [], {}
         if last and i and finish and chip.kind == "dense":
-            pieces = _row_pieces(ops, before, chunk)
+            sizes = _piece_sizes(len(mt.samples), len(ops), config, chunk, stored)
+            pieces = _row_pieces(ops, before, sizes)
             if pieces:
-                # The last tile's rows in pieces, every K tile per piece:
-                # a piece's ACT goes after the next piece's MMCs and its
-                # WHMs after the one after, so the tile drains while the
-                # array works, not after it.
+                # The last tile's rows in pieces, every K tile per piece,
+                # smaller towards the end: a piece's ACT goes once the
+                # array's drain of its rows is covered and its WHMs once
+                # that ACT is done, so the tile drains while the array
+                # works and only the last small piece is left after it.
                 current[0] = before
                 ops = [mmc(m.ub, m.rows, m.acc, m.accumulate, t, None) for m, t, _ in pieces]
                 ends = {x: p for x, (_, _, p) in enumerate(pieces)
                         if x + 1 == len(pieces) or pieces[x + 1][2] != p}
-                steps = _drain_steps(drain(i), stores(i), mt_base(i), chunk, R)
+                steps = _drain_steps(drain(i), stores(i), mt_base(i), sizes, R)
         left = sum((op[0] if isinstance(op, tuple) else op).rows for op in ops)
         for x, op in enumerate(ops):
             if first_loads:
@@ -386,17 +409,31 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             body.append(op)
             rows += (op[0] if isinstance(op, tuple) else op).rows
             left -= (op[0] if isinstance(op, tuple) else op).rows
-            if ends.get(x, 0) >= 1:
-                body.extend(pending)
-                pending = []
-                queue.extend(steps[ends[x] - 2][1] if ends[x] >= 2 else [])
-                body.extend(steps[ends[x] - 1][0])
+            if x in ends:
+                piece_acts.append(list(steps[ends[x]]) + [rows + stored])
+            # An instruction after this MMC issues about when it does, as
+            # many rows back as it has, or once its unit is done with the
+            # one before (`threshold`). (In a convolution, counted from after
+            # the MMC: its pooling ACTs decode for 79 cycles, holding up the
+            # MMCs behind them; so counted, the demo CNN's conv4 is 119
+            # cycles shorter.)
+            issued = rows - (op[0] if isinstance(op, tuple) else op).rows
             while pending and rows >= threshold:
                 body.append(pending.pop(0))
-                threshold = rows + _busy(body[-1], config)
-            if tail and not pending and rows >= threshold:
-                queue.extend(tail)
-                tail = []
+                threshold = max(rows, max(threshold, issued) + _busy(body[-1], config)) \
+                    if chip.kind == "dense" else rows + _busy(body[-1], config)
+                if tail and not any(isinstance(a, Act) for a in pending):
+                    # the tile before is activated: its WHMs once that is done
+                    written.append((threshold, tail))
+                    tail = []
+            if not pending and piece_acts and rows >= max(threshold, piece_acts[0][2]):
+                acts_, whms_, _ = piece_acts.pop(0)
+                body.extend(acts_)
+                threshold = max(rows, max(threshold, issued)
+                                + sum(_busy(a, config) for a in acts_))
+                written.append((threshold, whms_))
+            while written and rows >= written[0][0]:
+                queue.extend(written.pop(0)[1])
             if not loaded_next and rows >= load_at:
                 queue.extend(loads(*jobs[i + 1]))
                 loaded_next = True
@@ -408,14 +445,24 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             if ahead_at is not None and rows >= ahead_at:
                 ahead.extend(loads(*jobs[following]))
                 ahead_at = None
-            while (queue or ahead) and rows >= dma_at:
+            # (The next tile's reads only once this one's first reads are
+            # out: the DMA unit reads the blocks the array waits for first.)
+            while (queue or (ahead and not first_loads)) and rows >= dma_at:
                 body.append((queue or ahead).pop(0))
-                dma_at = rows + body[-1].rows + 2
+                # (a convolution's small WHMs: several after one MMC, from
+                # its issue, so the next tile's reads are not held behind
+                # them; the demo CNN's conv4 12 551 -> 10 085 cycles)
+                dma_at = (rows if dense else max(dma_at, issued)) + body[-1].rows + 2
         body.extend(first_loads)
         first_loads = []
         body.extend(pending)
         body.extend(queue)
         body.extend(tail)
+        if not steps:
+            # WHMs waiting for ACTs issued in this tile (the last tile's
+            # pieces drain below)
+            body.extend(w for _, whms_ in written for w in whms_)
+            written = []
         if i + 1 < len(jobs) and jobs[i + 1][1] is not mt:
             body.extend(ahead)
             ahead = []
@@ -423,16 +470,56 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             body.extend(loads(*jobs[i + 1]))
     body.extend(tables_load)
     if steps:
-        body.extend(steps[-2][1] + steps[-1][0] + steps[-1][1])
+        # The pieces left when the array stops: each one's ACTs, then the
+        # WHMs of the one before (which wait for their ACT, and would hold
+        # up the next ACT if they went first).
+        done = [w for _, whms_ in written for w in whms_]
+        for acts_, whms_, _ in piece_acts:
+            body.extend(acts_ + done)
+            done = whms_
+        body.extend(done)
     elif jobs:
         body.extend(_drain_in_chunks(drain(len(jobs) - 1), late + stores(len(jobs) - 1),
                                      chunk, R))
     return body
 
 
-def _row_pieces(ops, tile, chunk):
+def _piece_sizes(rows, k_count, config, chunk, lead):
+    """Rows of the pieces a dense last tile of `rows` rows and `k_count` MMCs
+    per piece runs in, first to last. The last piece is as short as lets the
+    ACT of the one before it finish in time (it goes `lead` rows after that
+    piece ends and takes its rows + 16 cycles) and its switches load their
+    tiles in time; each piece before is as long as the array's work on the
+    one after it covers its ACT the same way, at most `chunk`. With fewer
+    than 4 MMCs per piece the activation unit, which also activates the tile
+    before, cannot keep up with small pieces: `chunk` rows each."""
+    gap = -(-config.cols // min(config.weight_mem_bytes_per_cycle, config.cols))
+    overhead = lead + 16
+    if k_count < 4:
+        return [chunk] * (-(-rows // chunk))
+    size = max(config.rows * gap, -(-overhead // (k_count - 1)))
+    sizes = []
+    while sum(sizes) < rows:
+        sizes.append(min(size, rows - sum(sizes)))
+        size = min(chunk, max(size, k_count * size - overhead))
+    sizes.reverse()
+    if len(sizes) > 1 and sizes[0] < config.rows * gap:
+        short = sizes.pop(0)         # a first piece too short to load its tiles in time
+        sizes[0] += short
+    return sizes
+
+
+def _offsets(sizes):
+    """Start rows of pieces of `sizes` rows, and the end of the last."""
+    out = [0]
+    for size in sizes:
+        out.append(out[-1] + size)
+    return out
+
+
+def _row_pieces(ops, tile, sizes):
     """The dense MMCs `ops` (``tile`` in the array before them) cut into
-    `chunk`-row pieces, piece-major: ``(Mmc, weight tile, piece)``; None
+    pieces of `sizes` rows, piece-major: ``(Mmc, weight tile, piece)``; None
     when they cannot be cut (CONV addressing) or fit one piece."""
     cut = []
     for op in ops:
@@ -440,31 +527,35 @@ def _row_pieces(ops, tile, chunk):
         if m.conv is not None:
             return None
         cut.append((m, tile))
-    count = max(-(-m.rows // chunk) for m, _ in cut)
-    if count < 2:
+    starts = _offsets(sizes)
+    if len(sizes) < 2 or any(m.rows != starts[-1] for m, _ in cut):
         return None
-    return [(replace(m, ub=m.ub + p * chunk, acc=m.acc + p * chunk,
-                     rows=min(chunk, m.rows - p * chunk), switch=False), t, p)
-            for p in range(count) for m, t in cut if p * chunk < m.rows]
+    return [(replace(m, ub=m.ub + starts[p], acc=m.acc + starts[p], rows=sizes[p],
+                     switch=False), t, p)
+            for p in range(len(sizes)) for m, t in cut]
 
 
-def _drain_steps(acts, whms, base, chunk, lanes):
-    """The last tile's ACTs (accumulator rows from `base`) cut at every
-    `chunk` rows from `base`, and its WHMs in `chunk`-row pieces: per piece
-    of accumulator rows ``(ACTs, WHMs)``, the WHMs those ACTs complete."""
-    count = max(-(-(a.acc + a.rows - base) // chunk) for a in acts)
-    steps = [([], []) for _ in range(count)]
+def _drain_steps(acts, whms, base, sizes, lanes):
+    """The last tile's ACTs (accumulator rows from `base`) cut at the
+    boundaries of pieces of `sizes` rows from `base`, and its WHMs in pieces
+    of `sizes` rows: per piece of accumulator rows ``(ACTs, WHMs)``, the
+    WHMs those ACTs complete."""
+    starts = _offsets(sizes)
+    steps = [([], []) for _ in sizes]
     written = set()
     for a in acts:
         written.update(range(a.ub, a.ub + a.rows))
         o = 0
         while o < a.rows:
-            p = (a.acc + o - base) // chunk
-            rows = min(a.rows - o, base + (p + 1) * chunk - a.acc - o)
+            p = max(q for q in range(len(sizes)) if starts[q] <= a.acc + o - base)
+            rows = min(a.rows - o, base + starts[p + 1] - a.acc - o)
             steps[p][0].append(replace(a, acc=a.acc + o, ub=a.ub + o, rows=rows))
             o += rows
-    pieces = [type(w)(ub=w.ub + o, rows=min(chunk, w.rows - o), host=w.host + o * lanes)
-              for w in whms for o in range(0, w.rows, chunk)]
+    pieces = []
+    for w in whms:
+        cuts = [o for o in starts if o < w.rows] + [w.rows]
+        pieces += [type(w)(ub=w.ub + o, rows=e - o, host=w.host + o * lanes)
+                   for o, e in zip(cuts, cuts[1:])]
     done = set()
     for act_list, ready in steps:
         for a in act_list:
@@ -555,4 +646,9 @@ def useful_macs(chip, batch):
     if chip.kind == "dense":
         return batch * chip.weight.shape[0] * chip.weight.shape[1]
     oh, ow = chip.conv_out
+    if chip.im2col and "rows" in chip.im2col:
+        # patches of fewer kernel rows: the original kernel's, not the zero lanes'
+        kh, kw, cin, cout = chip.weight.shape
+        (kh, kw), cin = chip.im2col["kernel"], cin // (chip.im2col["rows"] * chip.im2col["kernel"][1])
+        return batch * oh * ow * kh * kw * cin * cout
     return batch * oh * ow * conv_macs_per_pixel(chip.weight)
