@@ -20,7 +20,11 @@ class Requantizer(wiring.Component):
     one-rounding form, bit for bit (see ``sim/models/activation_model.py``), as a
     five-stage pipeline without stalls:
     `value` is the result for the `acc` presented `latency` cycles earlier.
-    The settings inputs must not change while values are in flight.
+    The settings inputs must not change while values are in flight; with
+    `per_value_settings` the column settings (``bias``, ``multiplier``,
+    ``shift``) instead belong to the ``acc`` presented with them and travel
+    down the pipeline beside it, so that one requantizer can take the columns
+    of a row in turn.
 
     Stages:
 
@@ -54,11 +58,18 @@ class Requantizer(wiring.Component):
         Output zero point and clamp bounds (``high`` wins over ``low``).
     value : Out(signed(9))
         The clamped result.
+
+    Parameters
+    ----------
+    per_value_settings : bool
+        Carry ``multiplier`` and ``shift`` down the pipeline with each value
+        (a few registers), so that they may change every cycle.
     """
 
     latency = 5
 
-    def __init__(self):
+    def __init__(self, *, per_value_settings=False):
+        self._per_value = per_value_settings
         super().__init__({
             "acc":        In(signed(32)),
             "bias":       In(signed(32)),
@@ -74,11 +85,21 @@ class Requantizer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
 
+        # The column settings each stage uses: the inputs, or with
+        # `per_value_settings` the ones that came in with its value.
+        multiplier2 = self.multiplier
+        shift3 = shift4 = self.shift
+        if self._per_value:
+            multiplier2 = Signal.like(self.multiplier)
+            shift2, shift3, shift4 = (Signal.like(self.shift, name=f"shift{j}") for j in (2, 3, 4))
+            m.d.sync += [multiplier2.eq(self.multiplier), shift2.eq(self.shift),
+                         shift3.eq(shift2), shift4.eq(shift3)]
+
         left = Signal(range(1 << (SHIFT_WIDTH - 1)))      # 0..31
         right = Signal(range((1 << (SHIFT_WIDTH - 1)) + 1))   # 0..32
         m.d.comb += [
             left.eq(Mux((self.shift > 0) & ~self.single_round, self.shift, 0)),
-            right.eq(Mux(self.shift < 0, -self.shift, 0)),
+            right.eq(Mux(shift4 < 0, -shift4, 0)),
         ]
 
         # 1: bias, left shift.
@@ -91,8 +112,8 @@ class Requantizer(wiring.Component):
         product = Signal(signed(64))
         saturate = Signal()
         m.d.sync += [
-            product.eq(shifted * self.multiplier),
-            saturate.eq((shifted == INT32_MIN) & (self.multiplier == INT32_MIN)),
+            product.eq(shifted * multiplier2),
+            saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
         ]
 
         # 3: rounding doubling high half; or the single rounding's constant.
@@ -101,7 +122,7 @@ class Requantizer(wiring.Component):
         nudge = Signal(63)
         nudged = Signal(signed(65))
         m.d.comb += [
-            total.eq(31 - self.shift),
+            total.eq(31 - shift3),
             nudge.eq((Const(1, 64) << total) >> 1),
         ]
         m.d.sync += [
@@ -117,8 +138,9 @@ class Requantizer(wiring.Component):
             half.eq((Const(1, 34) << right) >> 1),
             rounding.eq(Mux(right == 0, 0, half - high_mul[31])),
         ]
+        total4 = Signal(range(64))
         once = Signal(signed(65))
-        m.d.comb += once.eq(nudged >> total)
+        m.d.comb += [total4.eq(31 - shift4), once.eq(nudged >> total4)]
         with m.If(~self.single_round):
             m.d.sync += divided.eq((high_mul + rounding) >> right)
         with m.Elif(once > INT32_MAX):

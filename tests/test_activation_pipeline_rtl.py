@@ -22,7 +22,16 @@ TOPLEVEL = "tpu_activation_pipeline"
 TEST_MODULE = "tpu.sim.testbenches.tb_activation_pipeline"
 TESTCASES = ["random_operations", "requantization_edges", "function_tables", "pooling_shapes",
              "global_average_extremes", "timing_and_interlock"]
-CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)]
+CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)] + [
+    # Shared requantizers: one for 4 columns, and 3 for 8 (a short last group).
+    TPUConfig(rows=4, cols=4, acc_rows=64, requantizers=1),
+    TPUConfig(rows=8, cols=8, acc_rows=64, requantizers=3),
+]
+
+
+def _config_id(config):
+    shared = f"_requantizers{config.requantizers}" if config.requantizers else ""
+    return f"cols{config.cols}{shared}"
 
 
 @lru_cache(maxsize=None)
@@ -31,7 +40,7 @@ def verilog_source(config):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"cols{c.cols}")
+@pytest.mark.parametrize("config", CONFIGS, ids=_config_id)
 def test_activation_pipeline(simulator, config):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")

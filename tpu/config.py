@@ -33,6 +33,8 @@ _RANGES = {
     "read_tags":         (1, 32,       "host reads the chip keeps in flight (TLP tags)"),
     "cpl_timeout":       (16, 1 << 24, "cycles the chip waits for a read completion before reporting an error"),
     "dma_windows":       (1, 16,       "host-memory windows the driver can open for DMA"),
+    "requantizers":      (0, 256,      "requantizers the activation unit shares across the columns "
+                                       "(0: one per column; at most cols)"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request")
@@ -74,6 +76,10 @@ class TPUConfig:
         Cycles without a completion after which an outstanding read is an error.
     dma_windows : int
         Host-memory windows the driver can open; DMA outside them is an error.
+    requantizers : int
+        Requantizers of the activation unit: 0 (the default) gives every
+        column its own; ``k`` (at most `cols`) shares ``k`` among the
+        columns, so ACT takes ``ceil(cols / k)`` cycles a row (same results).
 
     Raises
     ------
@@ -98,6 +104,7 @@ class TPUConfig:
     read_tags: int = 8
     cpl_timeout: int = 4096
     dma_windows: int = 4
+    requantizers: int = 0
 
     def __post_init__(self):
         for f in fields(self):
@@ -110,6 +117,9 @@ class TPUConfig:
                                   f"{meaning} must be in {low}..{high}")
             if f.name in _POWERS_OF_TWO and value & (value - 1):
                 raise ConfigError(f"TPUConfig.{f.name} = {value} is not a power of two: {meaning}")
+        if self.requantizers > self.cols:
+            raise ConfigError(f"TPUConfig.requantizers = {self.requantizers} is more than "
+                              f"cols = {self.cols}: at most one requantizer per column")
 
     @classmethod
     def field_names(cls):
@@ -144,6 +154,22 @@ class TPUConfig:
     @property
     def tile_bytes(self):
         return self.rows * self.cols
+
+    @property
+    def requantizer_lanes(self):
+        """Requantizers the activation pipeline has (`requantizers`, or `cols`)."""
+        return self.requantizers or self.cols
+
+    @property
+    def requantize_steps(self):
+        """Cycles the activation pipeline takes per accumulator row: one
+        step per group of `requantizer_lanes` columns."""
+        return -(-self.cols // self.requantizer_lanes)
+
+    @property
+    def act_row_cycles(self):
+        """Cycles between accumulator rows the activation pipeline accepts."""
+        return self.requantize_steps
 
     @property
     def peak_macs_per_cycle(self):

@@ -51,8 +51,11 @@ What is modelled (each rule is the RTL's, in cycles):
   rows; rows read one per cycle from the next cycle; done ``rows + 2`` cycles
   after the settings or 15 cycles after the row that completes the last
   result (the 10-cycle pipeline, the UB write), whichever is later: ``rows +
-  16`` cycles for an ACT without pooling. CFG takes 1 cycle, LDQ ``19 x cols
-  + 1``, LDL ``2 x ceil(256 / rows) + 257``.
+  16`` cycles for an ACT without pooling. With shared requantizers
+  (``config.requantizers``) the pipeline takes a row every ``s =
+  act_row_cycles`` cycles and its latency is ``s - 1`` cycles longer; the
+  accumulator reads stay 3 rows ahead of it. CFG takes 1 cycle, LDQ ``19 x
+  cols + 1``, LDL ``2 x ceil(256 / rows) + 257``.
 
 A program that faults is followed up to the faulting instruction, which then
 behaves as HALT (the chip halts when the earlier ones are done). Without a
@@ -95,6 +98,7 @@ TIMING = {
     "act_last_write": 15,    # settings -> idle, after the row completing the last result
     "act_pipeline_free": 12, # settings -> pipeline free for new settings, beyond the rows
     "act_first_write": 13,   # settings -> first UB row written
+    "act_reads_ahead": 3,    # accumulator rows read ahead of the pipeline
     "ldq_column": 19,        # LDQ: cycles per column (9 UB reads, a channel write)
     "ldq_first_channel": 19, # LDQ issue -> first channel written
     "ldl_first_entry": 3,    # LDL issue -> first table entry written
@@ -489,12 +493,18 @@ def _estimate(config, words, host_latency, schedule):
                 start = max(issue + TIMING["act_settings"] + extra, pipe_free)
                 # Done when every row is read and the last result (from the
                 # row that completes the last pooling window) is written.
+                # With shared requantizers the pipeline takes a row every
+                # `step` cycles, and its latency grows by `step - 1`; the
+                # accumulator reads run `act_reads_ahead` rows ahead of it.
+                step = cfg.act_row_cycles
                 completing = _last_completing_row(ins)
-                done = max(start + ins.rows + TIMING["act_read_done"],
-                           start + completing + TIMING["act_last_write"])
-                pipe_free = start + ins.rows + TIMING["act_pipeline_free"]
-                first_write = start + TIMING["act_first_write"]
-                act_writes.extend((first_write + j, first_write + j) for j in _completing_rows(ins))
+                last_read = ins.rows + max(0, ins.rows - 1 - TIMING["act_reads_ahead"]) * (step - 1)
+                done = max(start + last_read + TIMING["act_read_done"],
+                           start + completing * step + TIMING["act_last_write"] + step - 1)
+                pipe_free = start + ins.rows * step + TIMING["act_pipeline_free"]
+                first_write = start + TIMING["act_first_write"] + step - 1
+                act_writes.extend((first_write + j * step, first_write + j * step)
+                                  for j in _completing_rows(ins))
                 # An RHM still running loses a cycle for every UB write of this ACT.
                 r = units["rhm"]
                 if rhm_rows is not None and r.idle > first_write:
