@@ -1,6 +1,7 @@
 """The activation pipeline: accumulator rows in, unified-buffer rows out."""
 
 from amaranth import *
+from amaranth.utils import exact_log2
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -29,7 +30,8 @@ class ActivationPipeline(wiring.Component):
     One row is accepted every `row_cycles` cycles whatever the settings: one
     per cycle with a requantizer per column; with ``config.requantizers = k``
     the ``k`` requantizers take the columns ``k`` at a time, one group a
-    cycle, and the results are the same. The computation never stalls:
+    cycle, or one group every 4 (16) cycles with
+    ``config.requantizer_multiplier_width`` 16 (8); the results are the same. The computation never stalls:
     output rows go into a queue in front of `o`, and a row is accepted only
     while the rows in flight and the rows queued leave room for it, so a
     stalled output stops the input (no ``ready`` path runs from `o` to `i`)
@@ -74,9 +76,10 @@ class ActivationPipeline(wiring.Component):
     """
 
     #: Cycles from accepting a row to presenting the output it completes,
-    #: with a requantizer per column: requantization, table lookup, pooling,
-    #: output queue. Shared requantizers add a cycle per further group.
-    BASE_LATENCY = Requantizer.latency + 1 + PoolingUnit.latency + 1
+    #: at a row per cycle: requantization, table lookup, pooling, output
+    #: queue. A slower pipeline (shared requantizers, a multi-cycle product)
+    #: adds `row_cycles` - 1.
+    BASE_LATENCY = Requantizer.BASE_LATENCY + 1 + PoolingUnit.latency + 1
 
     #: Reset values of the operation settings: identity into int8, no pooling.
     SETTINGS_RESET = {
@@ -120,7 +123,7 @@ class ActivationPipeline(wiring.Component):
     @staticmethod
     def latency_of(config):
         """`latency` of the pipeline of `config`."""
-        return ActivationPipeline.BASE_LATENCY + config.requantize_steps - 1
+        return ActivationPipeline.BASE_LATENCY + config.act_row_cycles - 1
 
     @property
     def latency(self):
@@ -137,6 +140,8 @@ class ActivationPipeline(wiring.Component):
         cols = self._config.cols
         lanes = self._config.requantizer_lanes
         steps = self._config.requantize_steps
+        cycles = self._config.requantize_multiply_cycles      # a power of two
+        row_cycles = steps * cycles
 
         settings = Signal(SettingsLayout(self._max_width), init=self.SETTINGS_RESET)
         bias = [Signal(signed(32), name=f"bias{n}", init=self.CHANNEL_RESET["bias"])
@@ -156,13 +161,17 @@ class ActivationPipeline(wiring.Component):
         depth = self.BASE_LATENCY + 1
         m.submodules.queue = queue = SyncFIFO(width=8 * cols, depth=depth)
         pending = Signal(range(self.BASE_LATENCY + 2))
-        step = Signal(range(steps))          # the group entering the requantizers
+        # Cycle of the row in the requantizers: group `count // cycles`
+        # enters them when `count % cycles` is 0; 0 also takes a new row.
+        count = Signal(range(row_cycles))
+        step = Signal(range(steps))
+        m.d.comb += step.eq(count >> exact_log2(cycles))
         computing = Signal()
         writing = Signal()
         m.d.comb += [
             computing.eq(pending != 0),
             writing.eq(self.set_settings.valid | self.set_channel.valid | self.set_lut.valid),
-            self.i.ready.eq((pending + queue.level < depth) & ~writing & (step == 0)),
+            self.i.ready.eq((pending + queue.level < depth) & ~writing & (count == 0)),
             self.set_settings.ready.eq(~computing),
             self.set_channel.ready.eq(~computing),
             self.set_lut.ready.eq(~computing),
@@ -215,25 +224,29 @@ class ActivationPipeline(wiring.Component):
 
         # Stages 1-5: requantization, `lanes` columns at a time: the first
         # group of a row in the cycle it is accepted, the others from `held`
-        # in the cycles after. Stage 6: the table lookup (a synchronous read
-        # of the clamped value) beside a register.
+        # every `cycles` cycles after. Stage 6: the table lookup (a
+        # synchronous read of the clamped value) beside a register.
         accept = Signal()
-        m.d.comb += accept.eq(self.i.valid & self.i.ready)
+        start = Signal()                     # a group enters the requantizers
+        m.d.comb += [
+            accept.eq(self.i.valid & self.i.ready),
+            start.eq(accept | ((count != 0) & (count[:exact_log2(cycles)] == 0))),
+        ]
         held = Signal.like(self.i.payload.data)
         held_last = Signal()
-        if steps > 1:
+        if row_cycles > 1:
             with m.If(accept):
                 m.d.sync += [held.eq(self.i.payload.data), held_last.eq(self.i.payload.last),
-                             step.eq(1)]
-            with m.Elif(step != 0):
-                m.d.sync += step.eq(Mux(step == steps - 1, 0, step + 1))
-        stages = Requantizer.latency + 1
+                             count.eq(1)]
+            with m.Elif(count != 0):
+                m.d.sync += count.eq(Mux(count == row_cycles - 1, 0, count + 1))
+        stages = Requantizer.BASE_LATENCY - 1 + cycles + 1
         valid = [Signal(name=f"valid{j}") for j in range(1, stages + 1)]
         last = [Signal(name=f"last{j}") for j in range(1, stages + 1)]
         final = [Signal(name=f"final{j}") for j in range(1, stages + 1)]    # a row's last group
         group = [Signal(range(steps), name=f"group{j}") for j in range(1, stages + 1)]
         m.d.sync += [
-            valid[0].eq(accept | (step != 0)),
+            valid[0].eq(start),
             last[0].eq(Mux(step == 0, self.i.payload.last, held_last)),
             final[0].eq(step == steps - 1),
             group[0].eq(step),
@@ -250,8 +263,11 @@ class ActivationPipeline(wiring.Component):
         for n in range(lanes):
             # Column of lane `n` in each group; a short last group repeats group 0's.
             columns = [g * lanes + n if g * lanes + n < cols else n for g in range(steps)]
-            lane = Requantizer(per_value_settings=steps > 1)
+            lane = Requantizer(per_value_settings=steps > 1,
+                               multiplier_width=self._config.requantizer_multiplier_width)
             m.submodules[f"requantizer{n}"] = lane
+            if cycles > 1:
+                m.d.comb += lane.start.eq(start)
             m.d.comb += [
                 lane.acc.eq(per_group([self.i.payload.data[n]] + [held[c] for c in columns[1:]])),
                 lane.bias.eq(per_group([bias[c] for c in columns])),
@@ -290,6 +306,9 @@ class ActivationPipeline(wiring.Component):
             queue.w_data.eq(pooling.o_data),
         ]
         # Rows accepted and not yet through the pooling unit's last stage.
-        m.d.comb += pending.eq(sum(v & f for v, f in zip(valid, final)) + (step != 0)
+        # A row counts from the cycle it is taken; until its last group has
+        # entered the requantizers, as `count`.
+        waiting = (count != 0) & (count <= (steps - 1) * cycles)
+        m.d.comb += pending.eq(sum(v & f for v, f in zip(valid, final)) + waiting
                                + pooling.pending)
         return m

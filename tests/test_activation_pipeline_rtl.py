@@ -14,6 +14,7 @@ from amaranth.back import verilog
 
 from conftest import base_seed
 from tpu import TPUConfig
+from tpu.config import UP5K_PROFILE
 from tpu.hdl.activation_pipeline import ActivationPipeline
 from tpu.sim.harness import run
 
@@ -26,12 +27,18 @@ CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)] + [
     # Shared requantizers: one for 4 columns, and 3 for 8 (a short last group).
     TPUConfig(rows=4, cols=4, acc_rows=64, requantizers=1),
     TPUConfig(rows=8, cols=8, acc_rows=64, requantizers=3),
+    # Products in 16 cycles on 8 x 8-bit multipliers, one per column; and the
+    # UP5K profile: one requantizer, products in 4 cycles.
+    TPUConfig(rows=3, cols=3, acc_rows=64, requantizer_multiplier_width=8),
+    UP5K_PROFILE,
 ]
 
 
 def _config_id(config):
     shared = f"_requantizers{config.requantizers}" if config.requantizers else ""
-    return f"cols{config.cols}{shared}"
+    narrow = (f"_multiplier{config.requantizer_multiplier_width}"
+              if config.requantizer_multiplier_width != 32 else "")
+    return f"cols{config.cols}{shared}{narrow}"
 
 
 @lru_cache(maxsize=None)

@@ -105,7 +105,8 @@ class TB:
     async def configure(self, settings):
         """Write what differs from the current settings, in the order a
         sequencer would: only after the previous operation's rows are taken."""
-        await self.loop.run_until(lambda: self.rows.done, timeout=50_000, what="rows to be taken")
+        await self.loop.run_until(lambda: self.rows.done, timeout=50_000 * self.row_cycles,
+                                  what="rows to be taken")
         old = self.current
         for n in range(self.cols):
             if (settings.bias[n], settings.multiplier[n], settings.shift[n]) != \
@@ -125,7 +126,7 @@ class TB:
                 name: int(getattr(settings, name)) for name in names}))
         await self.loop.run_until(
             lambda: self.settings_in.done and self.channel_in.done and self.lut_in.done,
-            timeout=50_000, what="settings to be written")
+            timeout=50_000 * self.row_cycles, what="settings to be written")
         self.current = settings
 
     async def operation(self, settings, acc):
@@ -148,7 +149,7 @@ class TB:
     async def finish(self):
         await self.loop.run_until(
             lambda: self.rows.done and len(self.sink.received) >= len(self.expected),
-            timeout=20 * (self.rows_sent + 100), what="all output rows")
+            timeout=20 * self.row_cycles * (self.rows_sent + 100), what="all output rows")
         for _ in range(self.latency + 4):
             await self.loop.step()
         if int(self.dut.busy.value):
