@@ -201,17 +201,19 @@ def test_shared_requantizer_estimate(simulator, tmp_path, seed):
 def test_shared_requantizer_act_timing(simulator, tmp_path):
     """ACTs on the UP5K profile's core: 20 rows without pooling take 8 cycles a
     row; a 2x2 MAX pooling whose last window completes 8 rows before the end
-    is done when its last row is read (the reads stay 3 rows ahead of the
-    pipeline); an RHM runs beside the ACT's UB writes."""
+    is done when the pipeline has taken its last row (the rows read ahead of
+    it are not left for the next ACT, whose results would then be wrong); an
+    RHM runs beside the ACT's UB writes."""
     step = SHARED.act_row_cycles
-    program = [Rhm(0, 24, HOST_IN), Mmc(0, 24, 0), Act(0, 100, 20, func=Func.RELU),
+    program = [Rhm(0, 24, HOST_IN), Rw(0, 1), Mmc(0, 24, 0, switch=True),
+               Act(0, 100, 20, func=Func.RELU),
                Act(0, 120, 24, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=8),
-               Rhm(200, 24, HOST_IN), Act(0, 140, 3), Whm(100, 20, HOST_OUT), Halt()]
+               Rhm(200, 24, HOST_IN), Act(0, 140, 3), Whm(100, 44, HOST_OUT), Halt()]
     schedule = estimate_cycles(SHARED, program, schedule=True)["schedule"]
-    act, pooled = schedule[2], schedule[3]
+    act, pooled = schedule[3], schedule[4]
     assert act["done"] - act["issue"] == 20 * step + 16
-    # Settings 2 cycles after issue; the last of 24 rows read 3 rows ahead of
-    # the pipeline, 4 + 20 x step cycles after them; idle 2 cycles later.
-    assert pooled["done"] - pooled["issue"] == 2 + 4 + 20 * step + 2
+    # Settings 2 cycles after issue; the pipeline takes the first row 3
+    # cycles after them and the last 23 x step later; idle 2 cycles after.
+    assert pooled["done"] - pooled["issue"] == 2 + 3 + 23 * step + 2
     r = _bench(simulator, tmp_path, _asm("shared_act", program), config=SHARED)
     _check_estimate(r)

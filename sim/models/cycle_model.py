@@ -54,8 +54,9 @@ What is modelled (each rule is the RTL's, in cycles):
   16`` cycles for an ACT without pooling. With shared requantizers
   (``config.requantizers``) the pipeline takes a row every ``s =
   act_row_cycles`` cycles and its latency is ``s - 1`` cycles longer; the
-  accumulator reads stay 3 rows ahead of it. CFG takes 1 cycle, LDQ ``19 x
-  cols + 1``, LDL ``2 x ceil(256 / rows) + 257``.
+  ACT is done no earlier than 2 cycles after the pipeline has taken its last
+  row (``3 + (rows - 1) x s`` cycles after the settings). CFG takes 1 cycle,
+  LDQ ``19 x cols + 1``, LDL ``2 x ceil(256 / rows) + 257``.
 
 A program that faults is followed up to the faulting instruction, which then
 behaves as HALT (the chip halts when the earlier ones are done). Without a
@@ -98,7 +99,7 @@ TIMING = {
     "act_last_write": 15,    # settings -> idle, after the row completing the last result
     "act_pipeline_free": 12, # settings -> pipeline free for new settings, beyond the rows
     "act_first_write": 13,   # settings -> first UB row written
-    "act_reads_ahead": 3,    # accumulator rows read ahead of the pipeline
+    "act_first_row_taken": 3, # settings -> first row taken by the pipeline
     "ldq_column": 19,        # LDQ: cycles per column (9 UB reads, a channel write)
     "ldq_first_channel": 19, # LDQ issue -> first channel written
     "ldl_first_entry": 3,    # LDL issue -> first table entry written
@@ -493,12 +494,14 @@ def _estimate(config, words, host_latency, schedule):
                 start = max(issue + TIMING["act_settings"] + extra, pipe_free)
                 # Done when every row is read and the last result (from the
                 # row that completes the last pooling window) is written.
-                # With shared requantizers the pipeline takes a row every
-                # `step` cycles, and its latency grows by `step - 1`; the
-                # accumulator reads run `act_reads_ahead` rows ahead of it.
+                # A slower pipeline takes a row every `step` cycles, and its
+                # latency grows by `step - 1`; the ACT is done once the
+                # pipeline has taken the last row (at a row per cycle, once
+                # it is read).
                 step = cfg.act_row_cycles
                 completing = _last_completing_row(ins)
-                last_read = ins.rows + max(0, ins.rows - 1 - TIMING["act_reads_ahead"]) * (step - 1)
+                last_read = ins.rows if step == 1 else (
+                    TIMING["act_first_row_taken"] + (ins.rows - 1) * step)
                 done = max(start + last_read + TIMING["act_read_done"],
                            start + completing * step + TIMING["act_last_write"] + step - 1)
                 pipe_free = start + ins.rows * step + TIMING["act_pipeline_free"]
