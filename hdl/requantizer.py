@@ -59,6 +59,9 @@ class Requantizer(wiring.Component):
         Output zero point and clamp bounds (``high`` wins over ``low``).
     value : Out(signed(9))
         The clamped result.
+    start : In(1)
+        With `multiplier_width` below 32 only: `acc` (and with
+        `per_value_settings` its settings) is presented in this cycle.
 
     Parameters
     ----------
@@ -70,9 +73,6 @@ class Requantizer(wiring.Component):
         ``(32 / multiplier_width)**2`` cycles on one such unsigned multiplier
         (`multiply_cycles`), and a value is presented only with ``start``
         high, at most once every `multiply_cycles` cycles.
-    start : In(1)
-        With `multiplier_width` below 32 only: `acc` (and with
-        `per_value_settings` its settings) is presented in this cycle.
     """
 
     #: `latency` with the one-cycle product.
@@ -116,12 +116,12 @@ class Requantizer(wiring.Component):
         # `per_value_settings` the ones that came in with its value (stage 2
         # takes `cycles` cycles; its shift is held until it has finished).
         multiplier2 = self.multiplier
-        shift3 = shift4 = self.shift
+        shift2, shift3, shift4 = None, self.shift, self.shift
         if self._per_value:
-            multiplier2 = Signal.like(self.multiplier)
             shift2, shift3, shift4 = (Signal.like(self.shift, name=f"shift{j}") for j in (2, 3, 4))
             m.d.sync += shift4.eq(shift3)
             if cycles == 1:
+                multiplier2 = Signal.like(self.multiplier)
                 m.d.sync += [multiplier2.eq(self.multiplier), shift2.eq(self.shift),
                              shift3.eq(shift2)]
 
@@ -147,8 +147,7 @@ class Requantizer(wiring.Component):
                 saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
             ]
         else:
-            self._sequential_product(m, biased << left, product, saturate,
-                                     shift2 if self._per_value else None, shift3)
+            self._sequential_product(m, biased << left, product, saturate, shift2, shift3)
 
         # 3: rounding doubling high half; or the single rounding's constant.
         high_mul = Signal(signed(32))
