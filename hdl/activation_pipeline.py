@@ -222,10 +222,11 @@ class ActivationPipeline(wiring.Component):
                 m.d.comb += [low.eq(type_low), high.eq(type_high)]
         use_table = (settings.function == Function.SIGMOID) | (settings.function == Function.TANH)
 
-        # Stages 1-5: requantization, `lanes` columns at a time: the first
-        # group of a row in the cycle it is accepted, the others from `held`
-        # every `cycles` cycles after. Stage 6: the table lookup (a
-        # synchronous read of the clamped value) beside a register.
+        # Stages 1-5 (more with a multi-cycle product): requantization,
+        # `lanes` columns at a time: the first group of a row in the cycle it
+        # is accepted, the others from `held` every `cycles` cycles after.
+        # Then the table lookup (a synchronous read of the clamped value)
+        # beside a register.
         accept = Signal()
         start = Signal()                     # a group enters the requantizers
         m.d.comb += [
