@@ -1,6 +1,7 @@
 """The activation pipeline: accumulator rows in, unified-buffer rows out."""
 
 from amaranth import *
+from amaranth.utils import exact_log2
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -26,14 +27,18 @@ class ActivationPipeline(wiring.Component):
     is one byte per column. ``sim/models/activation_model.py`` is the exact
     definition; ``docs/activation_pipeline.md`` describes it.
 
-    One row is accepted per cycle whatever the settings. The computation
-    never stalls: output rows go into a queue of `latency` + 1 rows in front
-    of `o`, and a row is accepted only while the rows in flight and the rows
-    queued leave room for it, so a stalled output stops the input (no
-    ``ready`` path runs from `o` to `i`) and nothing is lost. An output row is
-    presented `latency` cycles after the input row that produced it (the row
-    itself, the row that completes a pooling window, or the last row of a
-    globally pooled operation) when the queue was empty.
+    One row is accepted every `row_cycles` cycles whatever the settings: one
+    per cycle with a requantizer per column; with ``config.requantizers = k``
+    the ``k`` requantizers take the columns ``k`` at a time, one group a
+    cycle, or one group every 4 (16) cycles with
+    ``config.requantizer_multiplier_width`` 16 (8); the results are the same. The computation never stalls:
+    output rows go into a queue in front of `o`, and a row is accepted only
+    while the rows in flight and the rows queued leave room for it, so a
+    stalled output stops the input (no ``ready`` path runs from `o` to `i`)
+    and nothing is lost. An output row is presented `latency` cycles after
+    the input row that produced it (the row itself, the row that completes a
+    pooling window, or the last row of a globally pooled operation) when the
+    queue was empty.
 
     Settings are written through three streams. A write waits (``ready``
     low) until no row is being computed (queued output rows do not matter),
@@ -70,9 +75,11 @@ class ActivationPipeline(wiring.Component):
         buffer holds ``max_width`` entries. Defaults to ``config.pool_max_width``.
     """
 
-    #: Cycles from accepting a row to presenting the output it completes:
-    #: requantization, table lookup, pooling, output queue.
-    latency = Requantizer.latency + 1 + PoolingUnit.latency + 1
+    #: Cycles from accepting a row to presenting the output it completes,
+    #: at a row per cycle: requantization, table lookup, pooling, output
+    #: queue. A slower pipeline (shared requantizers, a multi-cycle product)
+    #: adds `row_cycles` - 1.
+    BASE_LATENCY = Requantizer.BASE_LATENCY + 1 + PoolingUnit.latency + 1
 
     #: Reset values of the operation settings: identity into int8, no pooling.
     SETTINGS_RESET = {
@@ -113,9 +120,28 @@ class ActivationPipeline(wiring.Component):
     def max_width(self):
         return self._max_width
 
+    @staticmethod
+    def latency_of(config):
+        """`latency` of the pipeline of `config`."""
+        return ActivationPipeline.BASE_LATENCY + config.act_row_cycles - 1
+
+    @property
+    def latency(self):
+        """Cycles from accepting a row to presenting the output it completes."""
+        return self.latency_of(self._config)
+
+    @property
+    def row_cycles(self):
+        """Cycles between accepted rows, at full speed."""
+        return self._config.act_row_cycles
+
     def elaborate(self, platform):
         m = Module()
         cols = self._config.cols
+        lanes = self._config.requantizer_lanes
+        steps = self._config.requantize_steps
+        cycles = self._config.requantize_multiply_cycles      # a power of two
+        row_cycles = steps * cycles
 
         settings = Signal(SettingsLayout(self._max_width), init=self.SETTINGS_RESET)
         bias = [Signal(signed(32), name=f"bias{n}", init=self.CHANNEL_RESET["bias"])
@@ -129,17 +155,23 @@ class ActivationPipeline(wiring.Component):
         table_wr = table.write_port()
 
         # Handshakes: a row is taken while the queue has room for every row
-        # in flight and this one; writes wait for an empty computation and
-        # hold off new rows.
-        depth = self.latency + 1
+        # in flight and this one, and the requantizers have taken every group
+        # of the row before; writes wait for an empty computation and hold
+        # off new rows.
+        depth = self.BASE_LATENCY + 1
         m.submodules.queue = queue = SyncFIFO(width=8 * cols, depth=depth)
-        pending = Signal(range(self.latency))
+        pending = Signal(range(self.BASE_LATENCY + 2))
+        # Cycle of the row in the requantizers: group `count // cycles`
+        # enters them when `count % cycles` is 0; 0 also takes a new row.
+        count = Signal(range(row_cycles))
+        step = Signal(range(steps))
+        m.d.comb += step.eq(count >> exact_log2(cycles))
         computing = Signal()
         writing = Signal()
         m.d.comb += [
             computing.eq(pending != 0),
             writing.eq(self.set_settings.valid | self.set_channel.valid | self.set_lut.valid),
-            self.i.ready.eq((pending + queue.level < depth) & ~writing),
+            self.i.ready.eq((pending + queue.level < depth) & ~writing & (count == 0)),
             self.set_settings.ready.eq(~computing),
             self.set_channel.ready.eq(~computing),
             self.set_lut.ready.eq(~computing),
@@ -190,26 +222,58 @@ class ActivationPipeline(wiring.Component):
                 m.d.comb += [low.eq(type_low), high.eq(type_high)]
         use_table = (settings.function == Function.SIGMOID) | (settings.function == Function.TANH)
 
-        # Stages 1-5: requantization, one lane per column. Stage 6: the table
-        # lookup (a synchronous read of the clamped value) beside a register.
+        # Stages 1-5 (more with a multi-cycle product): requantization,
+        # `lanes` columns at a time: the first group of a row in the cycle it
+        # is accepted, the others from `held` every `cycles` cycles after.
+        # Then the table lookup (a synchronous read of the clamped value)
+        # beside a register.
         accept = Signal()
-        m.d.comb += accept.eq(self.i.valid & self.i.ready)
-        valid = [Signal(name=f"valid{j}") for j in range(1, Requantizer.latency + 2)]
-        last = [Signal(name=f"last{j}") for j in range(1, Requantizer.latency + 2)]
-        m.d.sync += [valid[0].eq(accept), last[0].eq(self.i.payload.last)]
-        m.d.sync += [valid[j].eq(valid[j - 1]) for j in range(1, len(valid))]
-        m.d.sync += [last[j].eq(last[j - 1]) for j in range(1, len(last))]
+        start = Signal()                     # a group enters the requantizers
+        m.d.comb += [
+            accept.eq(self.i.valid & self.i.ready),
+            start.eq(accept | ((count != 0) & (count[:exact_log2(cycles)] == 0))),
+        ]
+        held = Signal.like(self.i.payload.data)
+        held_last = Signal()
+        if row_cycles > 1:
+            with m.If(accept):
+                m.d.sync += [held.eq(self.i.payload.data), held_last.eq(self.i.payload.last),
+                             count.eq(1)]
+            with m.Elif(count != 0):
+                m.d.sync += count.eq(Mux(count == row_cycles - 1, 0, count + 1))
+        stages = Requantizer.BASE_LATENCY - 1 + cycles + 1
+        valid = [Signal(name=f"valid{j}") for j in range(1, stages + 1)]
+        last = [Signal(name=f"last{j}") for j in range(1, stages + 1)]
+        final = [Signal(name=f"final{j}") for j in range(1, stages + 1)]    # a row's last group
+        group = [Signal(range(steps), name=f"group{j}") for j in range(1, stages + 1)]
+        m.d.sync += [
+            valid[0].eq(start),
+            last[0].eq(Mux(step == 0, self.i.payload.last, held_last)),
+            final[0].eq(step == steps - 1),
+            group[0].eq(step),
+        ]
+        for chain in (valid, last, final, group):
+            m.d.sync += [chain[j].eq(chain[j - 1]) for j in range(1, stages)]
+
+        def per_group(values):
+            """The value of the group entering the requantizers."""
+            return values[0] if steps == 1 else Array(values)[step]
 
         m.submodules.pooling = pooling = PoolingUnit(lanes=cols, max_width=self._max_width)
-        function_out = []
-        for n in range(cols):
-            lane = Requantizer()
+        lane_out = []
+        for n in range(lanes):
+            # Column of lane `n` in each group; a short last group repeats group 0's.
+            columns = [g * lanes + n if g * lanes + n < cols else n for g in range(steps)]
+            lane = Requantizer(per_value_settings=steps > 1,
+                               multiplier_width=self._config.requantizer_multiplier_width)
             m.submodules[f"requantizer{n}"] = lane
+            if cycles > 1:
+                m.d.comb += lane.start.eq(start)
             m.d.comb += [
-                lane.acc.eq(self.i.payload.data[n]),
-                lane.bias.eq(bias[n]),
-                lane.multiplier.eq(multiplier[n]),
-                lane.shift.eq(shift[n]),
+                lane.acc.eq(per_group([self.i.payload.data[n]] + [held[c] for c in columns[1:]])),
+                lane.bias.eq(per_group([bias[c] for c in columns])),
+                lane.multiplier.eq(per_group([multiplier[c] for c in columns])),
+                lane.shift.eq(per_group([shift[c] for c in columns])),
                 lane.single_round.eq(settings.single_round),
                 lane.zero_point.eq(settings.zero_point),
                 lane.low.eq(low),
@@ -223,17 +287,29 @@ class ActivationPipeline(wiring.Component):
             entry = Mux(settings.unsigned, table_rd.data, table_rd.data.as_signed())
             result = Signal(signed(VALUE_WIDTH), name=f"function{n}")
             m.d.comb += result.eq(Mux(use_table, entry, clamped))
-            function_out.append(result)
+            lane_out.append(result)
+
+        # The groups before the last wait in `collected` for the last one.
+        early = (steps - 1) * lanes
+        collected = [Signal(signed(VALUE_WIDTH), name=f"collected{c}") for c in range(early)]
+        for g in range(steps - 1):
+            with m.If(valid[-1] & (group[-1] == g)):
+                m.d.sync += [collected[g * lanes + n].eq(lane_out[n]) for n in range(lanes)]
+        function_out = collected + lane_out[:cols - early]
 
         m.d.comb += [
             pooling.restart.eq(restart),
             pooling.settings.eq(settings),
             pooling.i_data.eq(Cat(*function_out)),
-            pooling.i_valid.eq(valid[-1]),
+            pooling.i_valid.eq(valid[-1] & final[-1]),
             pooling.i_last.eq(last[-1]),
             queue.w_en.eq(pooling.o_valid),
             queue.w_data.eq(pooling.o_data),
         ]
         # Rows accepted and not yet through the pooling unit's last stage.
-        m.d.comb += pending.eq(sum(valid) + pooling.pending)
+        # A row counts from the cycle it is taken; until its last group has
+        # entered the requantizers, as `count`.
+        waiting = (count != 0) & (count <= (steps - 1) * cycles)
+        m.d.comb += pending.eq(sum(v & f for v, f in zip(valid, final)) + waiting
+                               + pooling.pending)
         return m

@@ -257,6 +257,12 @@ class ActivationUnit(wiring.Component):
                     m.next = "ACT_RUN"
             with m.State("ACT_RUN"):
                 m.d.comb += reader.i.valid.eq(to_read != 0)
-                with m.If((to_read == 0) & (to_write == 0)):
+                # At a row per cycle the pipeline has taken the last row read
+                # before the next ACT can write its settings. A slower one
+                # may not have: the ACT waits until it has (else the next
+                # ACT's settings would stop the rows still in the reader, and
+                # that ACT would take them for its own).
+                taken = reader.idle if cfg.act_row_cycles > 1 else 1
+                with m.If((to_read == 0) & (to_write == 0) & taken):
                     m.next = "IDLE"
         return m

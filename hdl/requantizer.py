@@ -20,13 +20,18 @@ class Requantizer(wiring.Component):
     one-rounding form, bit for bit (see ``sim/models/activation_model.py``), as a
     five-stage pipeline without stalls:
     `value` is the result for the `acc` presented `latency` cycles earlier.
-    The settings inputs must not change while values are in flight.
+    The settings inputs must not change while values are in flight; with
+    `per_value_settings` the column settings (``bias``, ``multiplier``,
+    ``shift``) instead belong to the ``acc`` presented with them and travel
+    down the pipeline beside it, so that one requantizer can take the columns
+    of a row in turn.
 
     Stages:
 
     1. ``x = acc + bias`` (wrapping), then the left shift ``x << max(shift, 0)``
        (wrapping, as TFLite's ``x * (1 << left_shift)``);
-    2. the 32 x 32-bit signed product;
+    2. the 32 x 32-bit signed product (in `multiply_cycles` cycles with a
+       narrower `multiplier_width`);
     3. ``SaturatingRoundingDoublingHighMul``: with gemmlowp's nudge and C
        division the high half is ``floor((p + 2**30) / 2**31)`` for either sign
        of ``p``; ``INT32_MIN * INT32_MIN`` saturates to ``INT32_MAX``;
@@ -54,12 +59,33 @@ class Requantizer(wiring.Component):
         Output zero point and clamp bounds (``high`` wins over ``low``).
     value : Out(signed(9))
         The clamped result.
+    start : In(1)
+        With `multiplier_width` below 32 only: `acc` (and with
+        `per_value_settings` its settings) is presented in this cycle.
+
+    Parameters
+    ----------
+    per_value_settings : bool
+        Carry ``multiplier`` and ``shift`` down the pipeline with each value
+        (a few registers), so that they may change every cycle.
+    multiplier_width : int
+        32: stage 2 is one 32 x 32-bit multiply. 16 or 8: stage 2 takes
+        ``(32 / multiplier_width)**2`` cycles on one such unsigned multiplier
+        (`multiply_cycles`), and a value is presented only with ``start``
+        high, at most once every `multiply_cycles` cycles.
     """
 
-    latency = 5
+    #: `latency` with the one-cycle product.
+    BASE_LATENCY = 5
 
-    def __init__(self):
+    def __init__(self, *, per_value_settings=False, multiplier_width=32):
+        if multiplier_width not in (8, 16, 32):
+            raise ValueError(f"multiplier_width must be 8, 16 or 32, not {multiplier_width!r}")
+        self._per_value = per_value_settings
+        self._width = multiplier_width
+        ports = {"start": In(1)} if self.multiply_cycles > 1 else {}
         super().__init__({
+            **ports,
             "acc":        In(signed(32)),
             "bias":       In(signed(32)),
             "multiplier": In(signed(32)),
@@ -71,29 +97,57 @@ class Requantizer(wiring.Component):
             "value":      Out(signed(VALUE_WIDTH)),
         })
 
+    @property
+    def multiply_cycles(self):
+        """Cycles the 32 x 32-bit product takes: one, or one per pair of
+        `multiplier_width`-bit pieces of the operands' magnitudes."""
+        return (32 // self._width) ** 2
+
+    @property
+    def latency(self):
+        """Cycles from `acc` to its `value`."""
+        return self.BASE_LATENCY - 1 + self.multiply_cycles
+
     def elaborate(self, platform):
         m = Module()
+        cycles = self.multiply_cycles
+
+        # The column settings each stage uses: the inputs, or with
+        # `per_value_settings` the ones that came in with its value (stage 2
+        # takes `cycles` cycles; its shift is held until it has finished).
+        multiplier2 = self.multiplier
+        shift2, shift3, shift4 = None, self.shift, self.shift
+        if self._per_value:
+            shift2, shift3, shift4 = (Signal.like(self.shift, name=f"shift{j}") for j in (2, 3, 4))
+            m.d.sync += shift4.eq(shift3)
+            if cycles == 1:
+                multiplier2 = Signal.like(self.multiplier)
+                m.d.sync += [multiplier2.eq(self.multiplier), shift2.eq(self.shift),
+                             shift3.eq(shift2)]
 
         left = Signal(range(1 << (SHIFT_WIDTH - 1)))      # 0..31
         right = Signal(range((1 << (SHIFT_WIDTH - 1)) + 1))   # 0..32
         m.d.comb += [
             left.eq(Mux((self.shift > 0) & ~self.single_round, self.shift, 0)),
-            right.eq(Mux(self.shift < 0, -self.shift, 0)),
+            right.eq(Mux(shift4 < 0, -shift4, 0)),
         ]
 
         # 1: bias, left shift.
         biased = Signal(signed(32))
-        shifted = Signal(signed(32))
         m.d.comb += biased.eq(self.acc + self.bias)
-        m.d.sync += shifted.eq(biased << left)
 
         # 2: product, and the one product that saturates.
         product = Signal(signed(64))
         saturate = Signal()
-        m.d.sync += [
-            product.eq(shifted * self.multiplier),
-            saturate.eq((shifted == INT32_MIN) & (self.multiplier == INT32_MIN)),
-        ]
+        if cycles == 1:
+            shifted = Signal(signed(32))
+            m.d.sync += shifted.eq(biased << left)
+            m.d.sync += [
+                product.eq(shifted * multiplier2),
+                saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
+            ]
+        else:
+            self._sequential_product(m, biased << left, product, saturate, shift2, shift3)
 
         # 3: rounding doubling high half; or the single rounding's constant.
         high_mul = Signal(signed(32))
@@ -101,7 +155,7 @@ class Requantizer(wiring.Component):
         nudge = Signal(63)
         nudged = Signal(signed(65))
         m.d.comb += [
-            total.eq(31 - self.shift),
+            total.eq(31 - shift3),
             nudge.eq((Const(1, 64) << total) >> 1),
         ]
         m.d.sync += [
@@ -117,8 +171,9 @@ class Requantizer(wiring.Component):
             half.eq((Const(1, 34) << right) >> 1),
             rounding.eq(Mux(right == 0, 0, half - high_mul[31])),
         ]
+        total4 = Signal(range(64))
         once = Signal(signed(65))
-        m.d.comb += once.eq(nudged >> total)
+        m.d.comb += [total4.eq(31 - shift4), once.eq(nudged >> total4)]
         with m.If(~self.single_round):
             m.d.sync += divided.eq((high_mul + rounding) >> right)
         with m.Elif(once > INT32_MAX):
@@ -137,3 +192,57 @@ class Requantizer(wiring.Component):
         ]
         m.d.sync += self.value.eq(Mux(raised > self.high, self.high, raised))
         return m
+
+    def _sequential_product(self, m, shifted, product, saturate, shift2, shift3):
+        """Stage 2 in `multiply_cycles` cycles on one `multiplier_width`-bit
+        unsigned multiplier: the magnitudes' product summed piece by piece,
+        most significant diagonal first (``sum = (sum << w) + a_i * b_j``
+        at the first piece of each diagonal ``i + j``), then signed.
+        `product` and `saturate` are ready `multiply_cycles` cycles after
+        `start`, as the one-cycle product is one cycle after it."""
+        w, cycles = self._width, self.multiply_cycles
+        pieces = 32 // w
+        a, b = Signal(32), Signal(32)          # magnitudes; |INT32_MIN| fits
+        negative, both_min = Signal(), Signal()
+        shifted_now = Signal(signed(32))
+        m.d.comb += shifted_now.eq(shifted)
+        with m.If(self.start):
+            m.d.sync += [
+                a.eq(Mux(shifted_now < 0, -shifted_now, shifted_now)[:32]),
+                b.eq(Mux(self.multiplier < 0, -self.multiplier, self.multiplier)[:32]),
+                negative.eq(shifted_now[31] ^ self.multiplier[31]),
+                both_min.eq((shifted_now == INT32_MIN) & (self.multiplier == INT32_MIN)),
+            ]
+            if shift2 is not None:
+                m.d.sync += shift2.eq(self.shift)
+
+        # The pieces in order, each with whether it opens a new diagonal.
+        order = sorted(((i, j) for i in range(pieces) for j in range(pieces)),
+                       key=lambda p: (-(p[0] + p[1]), p[0]))
+        step = Signal(range(cycles))
+        m.d.sync += step.eq(Mux(self.start, 0, step + 1))
+        a_piece, b_piece, shift_sum = Signal(w), Signal(w), Signal()
+        with m.Switch(step):
+            for k, (i, j) in enumerate(order):
+                with m.Case(k):
+                    opens = k > 0 and i + j != sum(order[k - 1])
+                    m.d.comb += [a_piece.eq(a[i * w:(i + 1) * w]), b_piece.eq(b[j * w:(j + 1) * w]),
+                                 shift_sum.eq(opens)]
+        piece = Signal(2 * w)
+        m.d.comb += piece.eq(a_piece * b_piece)
+        total = Signal(64)
+        with m.If(step == 0):
+            m.d.sync += total.eq(piece)
+        with m.Elif(shift_sum):
+            m.d.sync += total.eq((total << w) + piece)
+        with m.Else():
+            m.d.sync += total.eq(total + piece)
+
+        # The sign and the saturating case stay with the sum, as a new value
+        # may start in the sum's last cycle.
+        negative_out = Signal()
+        with m.If(step == cycles - 1):
+            m.d.sync += [negative_out.eq(negative), saturate.eq(both_min)]
+            if shift2 is not None:
+                m.d.sync += shift3.eq(shift2)
+        m.d.comb += product.eq(Mux(negative_out, -total, total))

@@ -14,6 +14,7 @@ from amaranth.back import verilog
 
 from conftest import base_seed
 from tpu import TPUConfig
+from tpu.config import UP5K_PROFILE
 from tpu.hdl.activation_pipeline import ActivationPipeline
 from tpu.sim.harness import run
 
@@ -22,7 +23,22 @@ TOPLEVEL = "tpu_activation_pipeline"
 TEST_MODULE = "tpu.sim.testbenches.tb_activation_pipeline"
 TESTCASES = ["random_operations", "requantization_edges", "function_tables", "pooling_shapes",
              "global_average_extremes", "timing_and_interlock"]
-CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)]
+CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)] + [
+    # Shared requantizers: one for 4 columns, and 3 for 8 (a short last group).
+    TPUConfig(rows=4, cols=4, acc_rows=64, requantizers=1),
+    TPUConfig(rows=8, cols=8, acc_rows=64, requantizers=3),
+    # Products in 16 cycles on 8 x 8-bit multipliers, one per column; and the
+    # UP5K profile: one requantizer, products in 4 cycles.
+    TPUConfig(rows=3, cols=3, acc_rows=64, requantizer_multiplier_width=8),
+    UP5K_PROFILE,
+]
+
+
+def _config_id(config):
+    shared = f"_requantizers{config.requantizers}" if config.requantizers else ""
+    narrow = (f"_multiplier{config.requantizer_multiplier_width}"
+              if config.requantizer_multiplier_width != 32 else "")
+    return f"cols{config.cols}{shared}{narrow}"
 
 
 @lru_cache(maxsize=None)
@@ -31,7 +47,7 @@ def verilog_source(config):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"cols{c.cols}")
+@pytest.mark.parametrize("config", CONFIGS, ids=_config_id)
 def test_activation_pipeline(simulator, config):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")

@@ -56,6 +56,8 @@ BAD = [
     (["verilog", *HUGE], ["would need about", "GiB of memory", "available"]),
     (["verilog", "--top", "board"], ["invalid choice: 'board'"]),
     (["verilog", "--rows", "0"], ["TPUConfig.rows = 0"]),
+    (["verilog", "--profile", "up6k"], ["unknown board profile 'up6k'", "up5k"]),
+    (["verilog", "--profile", "up5k", "--requantizers", "3"], ["requantizers = 3 is more than cols = 2"]),
     # sim
     (["sim", "--testcase", "nonexistent"], ["unknown testcase nonexistent", "registers, check_"]),
     (["sim", "--top", "engine", "--testcase", "nope"], ["random_operations, extreme_values"]),

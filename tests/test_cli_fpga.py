@@ -32,6 +32,13 @@ def test_bad_config(capsys):
                                                                     "--rows", "0"])
 
 
+def test_profile(capsys):
+    assert "unknown board profile 'up6k'" in _error(capsys, ["build", "--board", "icebreaker",
+                                                             "--profile", "up6k"])
+    assert "requantizers = 3 is more than cols = 2" in _error(
+        capsys, ["build", "--board", "icebreaker", "--profile", "up5k", "--requantizers", "3"])
+
+
 def test_bad_baud(capsys):
     assert "--baud: 5e+06 baud is too fast for a 12 MHz clock" in \
         _error(capsys, ["build", "--board", "icebreaker", "--baud", "5000000"])

@@ -21,7 +21,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "weight_mem_latency": (0, 1024), "weight_mem_bytes_per_cycle": (1, 1 << 16),
         "pool_max_width": (1, 65535), "link_dw": (1, 8), "max_payload": (128, 4096),
         "max_read_request": (128, 4096), "read_tags": (1, 32), "cpl_timeout": (16, 1 << 24),
-        "dma_windows": (1, 16),
+        "dma_windows": (1, 16), "requantizers": (0, 256), "requantizer_multiplier_width": (8, 32),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -62,3 +62,33 @@ def test_pool_max_width_is_described():
 def test_link_sizes_are_powers_of_two(name, value):
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is not a power of two"):
         TPUConfig(**{name: value})
+
+
+def test_requantizers_default_to_one_per_column():
+    assert TPUConfig(cols=8).requantizer_lanes == 8
+    assert TPUConfig(cols=8).act_row_cycles == 1
+    shared = TPUConfig(cols=8, requantizers=3)
+    assert (shared.requantizer_lanes, shared.requantize_steps, shared.act_row_cycles) == (3, 3, 3)
+    assert TPUConfig(cols=8, requantizers=8).act_row_cycles == 1
+
+
+def test_more_requantizers_than_columns_is_an_error():
+    with pytest.raises(ConfigError, match=r"TPUConfig\.requantizers = 5 is more than cols = 4"):
+        TPUConfig(rows=4, cols=4, requantizers=5)
+
+
+def test_requantizer_multiplier_width_sets_the_act_row_time():
+    assert TPUConfig(requantizer_multiplier_width=16).act_row_cycles == 4
+    assert TPUConfig(cols=8, requantizers=3, requantizer_multiplier_width=8).act_row_cycles == 3 * 16
+    with pytest.raises(ConfigError, match="requantizer_multiplier_width = 12 is not a power of two"):
+        TPUConfig(requantizer_multiplier_width=12)
+
+
+def test_up5k_profile_and_overrides():
+    from tpu.config import PROFILES, UP5K_PROFILE
+    assert TPUConfig.from_options({}, "up5k") == UP5K_PROFILE
+    assert (UP5K_PROFILE.rows, UP5K_PROFILE.cols, UP5K_PROFILE.requantizers) == (2, 2, 1)
+    assert TPUConfig.from_options({"rows": 4, "cols": 4}, "up5k").cols == 4
+    assert set(PROFILES) == {"up5k"}
+    with pytest.raises(ConfigError, match="unknown board profile 'up6k': the profiles are up5k"):
+        TPUConfig.from_options({}, "up6k")

@@ -14,11 +14,13 @@ import pytest
 from amaranth.back import verilog
 
 from tpu import TPUConfig
+from tpu.config import UP5K_PROFILE
 from tpu.hdl.core import COUNTERS, TPUCore
 from tpu.hdl.sequencer import ACC_SLOTS
-from tpu.isa import Act, Func, Halt, Mmc, Rhm, Rw, Whm
+from tpu.isa import Act, Func, Halt, Mmc, Pool, Rhm, Rw, Whm
 from tpu.sim.bench.bench_core import HOST_IN, HOST_OUT, TOP
 from tpu.sim.harness import run
+from tpu.sim.models.cycle_model import estimate_cycles
 
 
 CONFIG = TPUConfig()          # 8x8, weight memory: latency 8, 8 bytes (one tile row) per cycle
@@ -27,12 +29,12 @@ LATENCY = R + C + 2           # matrix engine: row in -> accumulator row stored
 _SOURCE = {}
 
 
-def _bench(simulator, tmp_path, case):
-    if CONFIG not in _SOURCE:
-        _SOURCE[CONFIG] = verilog.convert(TPUCore(CONFIG), name=TOP, emit_src=False)
+def _bench(simulator, tmp_path, case, config=CONFIG):
+    if config not in _SOURCE:
+        _SOURCE[config] = verilog.convert(TPUCore(config), name=TOP, emit_src=False)
     out = tmp_path / "bench.json"
-    tests, failures = run(CONFIG, simulator, "tpu.sim.bench.bench_core", testcase="bench_program",
-                          seed=1, toplevel=TOP, verilog_source=_SOURCE[CONFIG],
+    tests, failures = run(config, simulator, "tpu.sim.bench.bench_core", testcase="bench_program",
+                          seed=1, toplevel=TOP, verilog_source=_SOURCE[config],
                           extra_env={"TPU_BENCH_CASE": json.dumps(case),
                                      "TPU_BENCH_OUT": str(out)})
     assert tests == 1 and failures == 0, "the core disagreed with the golden model"
@@ -176,4 +178,42 @@ def test_layer_act_hidden(simulator, tmp_path):
     assert r["matrix_phase"]["cycles"] == 16 * 8 * R
     assert r["utilisation"]["matrix_phase"] == 1.0
     assert r["counters"]["cycles"] == 1650
+    _check_estimate(r)
+
+
+#: The UP5K profile's core: one requantizer for the two columns, its product
+#: in 4 cycles on a 16 x 16-bit multiplier: ACT takes a row every 8 cycles.
+SHARED = UP5K_PROFILE
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("seed", [3, 8])
+def test_shared_requantizer_estimate(simulator, tmp_path, seed):
+    """A random program on the UP5K profile's core (one shared requantizer, a
+    multi-cycle product): the results are the golden model's and the
+    estimate is exact."""
+    r = _bench(simulator, tmp_path, {"name": "random", "program": "random", "seed": seed,
+                                     "length": 40}, config=SHARED)
+    _check_estimate(r)
+
+
+@pytest.mark.rtl
+def test_shared_requantizer_act_timing(simulator, tmp_path):
+    """ACTs on the UP5K profile's core: 20 rows without pooling take 8 cycles a
+    row; a 2x2 MAX pooling whose last window completes 8 rows before the end
+    is done when the pipeline has taken its last row (the rows read ahead of
+    it are not left for the next ACT, whose results would then be wrong); an
+    RHM runs beside the ACT's UB writes."""
+    step = SHARED.act_row_cycles
+    program = [Rhm(0, 24, HOST_IN), Rw(0, 1), Mmc(0, 24, 0, switch=True),
+               Act(0, 100, 20, func=Func.RELU),
+               Act(0, 120, 24, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=8),
+               Rhm(200, 24, HOST_IN), Act(0, 140, 3), Whm(100, 44, HOST_OUT), Halt()]
+    schedule = estimate_cycles(SHARED, program, schedule=True)["schedule"]
+    act, pooled = schedule[3], schedule[4]
+    assert act["done"] - act["issue"] == 20 * step + 16
+    # Settings 2 cycles after issue; the pipeline takes the first row 3
+    # cycles after them and the last 23 x step later; idle 2 cycles after.
+    assert pooled["done"] - pooled["issue"] == 2 + 3 + 23 * step + 2
+    r = _bench(simulator, tmp_path, _asm("shared_act", program), config=SHARED)
     _check_estimate(r)

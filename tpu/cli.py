@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from .config import TPUConfig, ConfigError
+from .config import PROFILES, TPUConfig, ConfigError
 
 
 __all__ = ["main", "CommandError", "ChipError", "EXIT_OK", "EXIT_CHIP_ERROR", "EXIT_USAGE"]
@@ -57,6 +57,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_config_options(parser):
     group = parser.add_argument_group("chip configuration")
+    group.add_argument("--profile", metavar="NAME",
+                       help="start from a board profile (" + ", ".join(sorted(PROFILES))
+                       + ": docs/fpga.md); the options below override its values")
     for name in TPUConfig.field_names():
         group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, metavar="N",
                            help=f"{TPUConfig.describe(name)}; default {getattr(TPUConfig(), name)}")
@@ -66,15 +69,17 @@ def _config_from(args):
     values = {name: getattr(args, name) for name in TPUConfig.field_names()
               if getattr(args, name, None) is not None}
     try:
-        return TPUConfig(**values)
+        return TPUConfig.from_options(values, getattr(args, "profile", None))
     except (ConfigError, TypeError) as error:
         raise CommandError(str(error)) from None
 
 
 def _given_config_options(args):
     """The configuration options given on the command line, as they were spelt."""
-    return [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in TPUConfig.field_names()
-            if getattr(args, name, None) is not None]
+    given = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in TPUConfig.field_names()
+             if getattr(args, name, None) is not None]
+    profile = getattr(args, "profile", None)
+    return ([f"--profile {profile}"] if profile else []) + given
 
 
 def _top_option(parser, default_help, serial=False):

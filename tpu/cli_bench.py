@@ -22,6 +22,7 @@ def cmd_bench(args):
     backends = () if args.golden_only else None
     words = ["tpu bench", *(["--quick"] if args.quick else []),
              *(["--golden-only"] if args.golden_only else []), f"--out {args.out}"]
+    words += [f"--profile {args.profile}"] * bool(getattr(args, "profile", None))
     words += [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in TPUConfig.field_names()
               if getattr(args, name, None) is not None]
     run_bench(args.out, quick=args.quick, config=config, backends=backends,

@@ -50,7 +50,7 @@ def _config(args):
     values = {name: getattr(args, name) for name in TPUConfig.field_names()
               if getattr(args, name, None) is not None}
     try:
-        return TPUConfig(**values)
+        return TPUConfig.from_options(values, getattr(args, "profile", None))
     except (ConfigError, TypeError) as error:
         raise _error(str(error)) from None
 

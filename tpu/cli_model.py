@@ -42,10 +42,11 @@ def _config(args, required=False):
     """The TPUConfig the options give, or None when none is given (and not `required`)."""
     values = {name: getattr(args, name) for name in TPUConfig.field_names()
               if getattr(args, name, None) is not None}
-    if not values and not required:
+    profile = getattr(args, "profile", None)
+    if not values and profile is None and not required:
         return None
     try:
-        return TPUConfig(**values)
+        return TPUConfig.from_options(values, profile)
     except (ConfigError, TypeError) as error:
         raise _command_error(str(error)) from None
 

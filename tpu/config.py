@@ -8,7 +8,7 @@ between them.
 from dataclasses import dataclass, fields, asdict
 
 
-__all__ = ["TPUConfig", "ConfigError"]
+__all__ = ["TPUConfig", "ConfigError", "PROFILES", "UP5K_PROFILE"]
 
 
 class ConfigError(ValueError):
@@ -33,9 +33,13 @@ _RANGES = {
     "read_tags":         (1, 32,       "host reads the chip keeps in flight (TLP tags)"),
     "cpl_timeout":       (16, 1 << 24, "cycles the chip waits for a read completion before reporting an error"),
     "dma_windows":       (1, 16,       "host-memory windows the driver can open for DMA"),
+    "requantizers":      (0, 256,      "requantizers the activation unit shares across the columns "
+                                       "(0: one per column; at most cols)"),
+    "requantizer_multiplier_width": (8, 32, "width of the requantizer's multiplier: 32 multiplies in "
+                                            "one cycle, 16 in 4, 8 in 16 (a power of two)"),
 }
 
-_POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request")
+_POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +78,15 @@ class TPUConfig:
         Cycles without a completion after which an outstanding read is an error.
     dma_windows : int
         Host-memory windows the driver can open; DMA outside them is an error.
+    requantizers : int
+        Requantizers of the activation unit: 0 (the default) gives every
+        column its own; ``k`` (at most `cols`) shares ``k`` among the
+        columns, so ACT takes ``ceil(cols / k)`` cycles a row (same results).
+    requantizer_multiplier_width : int
+        32 (the default): each requantizer's 32 x 32-bit product is one
+        multiply. 16 or 8: it is summed from 16 x 16 (8 x 8) products of the
+        magnitudes' pieces over 4 (16) cycles, and ACT takes that many times
+        longer a row (same results).
 
     Raises
     ------
@@ -98,6 +111,8 @@ class TPUConfig:
     read_tags: int = 8
     cpl_timeout: int = 4096
     dma_windows: int = 4
+    requantizers: int = 0
+    requantizer_multiplier_width: int = 32
 
     def __post_init__(self):
         for f in fields(self):
@@ -110,6 +125,9 @@ class TPUConfig:
                                   f"{meaning} must be in {low}..{high}")
             if f.name in _POWERS_OF_TWO and value & (value - 1):
                 raise ConfigError(f"TPUConfig.{f.name} = {value} is not a power of two: {meaning}")
+        if self.requantizers > self.cols:
+            raise ConfigError(f"TPUConfig.requantizers = {self.requantizers} is more than "
+                              f"cols = {self.cols}: at most one requantizer per column")
 
     @classmethod
     def field_names(cls):
@@ -120,6 +138,17 @@ class TPUConfig:
         """The allowed range and meaning of field `name`, as text."""
         low, high, meaning = _RANGES[name]
         return f"{meaning} ({low}..{high})"
+
+    @classmethod
+    def from_options(cls, values, profile=None):
+        """The chip of board `profile` (a name in `PROFILES`, or None) with
+        the field `values` given on top; an unknown profile is a ConfigError."""
+        if profile is None:
+            return cls(**values)
+        if profile not in PROFILES:
+            raise ConfigError(f"unknown board profile {profile!r}: the profiles are "
+                              + ", ".join(sorted(PROFILES)))
+        return cls(**{**PROFILES[profile], **values})
 
     def replace(self, **changes):
         """A copy with `changes` applied (and validated)."""
@@ -146,5 +175,43 @@ class TPUConfig:
         return self.rows * self.cols
 
     @property
+    def requantizer_lanes(self):
+        """Requantizers the activation pipeline has (`requantizers`, or `cols`)."""
+        return self.requantizers or self.cols
+
+    @property
+    def requantize_steps(self):
+        """Cycles the activation pipeline takes per accumulator row: one
+        step per group of `requantizer_lanes` columns."""
+        return -(-self.cols // self.requantizer_lanes)
+
+    @property
+    def requantize_multiply_cycles(self):
+        """Cycles a requantizer's product takes (`requantizer_multiplier_width`)."""
+        return (32 // self.requantizer_multiplier_width) ** 2
+
+    @property
+    def act_row_cycles(self):
+        """Cycles between accumulator rows the activation pipeline accepts."""
+        return self.requantize_steps * self.requantize_multiply_cycles
+
+    @property
     def peak_macs_per_cycle(self):
         return self.rows * self.cols
+
+
+#: Board profiles: field values for a chip sized for one FPGA board, the
+#: same programs bit-exact through the same driver (docs/fpga.md). Options
+#: given with a profile override its values.
+PROFILES = {
+    # iCE40 UP5K (iCEBreaker): a 2x2 array, small memories, a host interface
+    # for a UART, one requantizer with a 16 x 16-bit multiplier (ACT takes
+    # 8 cycles a row).
+    "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
+                 link_dw=1, max_payload=128, max_read_request=128, read_tags=1, dma_windows=1,
+                 cpl_timeout=16000000,
+                 requantizers=1, requantizer_multiplier_width=16),
+}
+
+#: The chip of the "up5k" profile.
+UP5K_PROFILE = TPUConfig(**PROFILES["up5k"])

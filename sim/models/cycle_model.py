@@ -51,8 +51,12 @@ What is modelled (each rule is the RTL's, in cycles):
   rows; rows read one per cycle from the next cycle; done ``rows + 2`` cycles
   after the settings or 15 cycles after the row that completes the last
   result (the 10-cycle pipeline, the UB write), whichever is later: ``rows +
-  16`` cycles for an ACT without pooling. CFG takes 1 cycle, LDQ ``19 x cols
-  + 1``, LDL ``2 x ceil(256 / rows) + 257``.
+  16`` cycles for an ACT without pooling. With shared requantizers
+  (``config.requantizers``) the pipeline takes a row every ``s =
+  act_row_cycles`` cycles and its latency is ``s - 1`` cycles longer; the
+  ACT is done no earlier than 2 cycles after the pipeline has taken its last
+  row (``3 + (rows - 1) x s`` cycles after the settings). CFG takes 1 cycle,
+  LDQ ``19 x cols + 1``, LDL ``2 x ceil(256 / rows) + 257``.
 
 With ``host=HostLink.of(config, latency)`` the estimate is of the whole chip
 behind its PCIe-style link instead (`tpu.sim.models.link_model`, whose
@@ -102,6 +106,7 @@ TIMING = {
     "act_last_write": 15,    # settings -> idle, after the row completing the last result
     "act_pipeline_free": 12, # settings -> pipeline free for new settings, beyond the rows
     "act_first_write": 13,   # settings -> first UB row written
+    "act_first_row_taken": 3, # settings -> first row taken by the pipeline
     "ldq_column": 19,        # LDQ: cycles per column (9 UB reads, a channel write)
     "ldq_first_channel": 19, # LDQ issue -> first channel written
     "ldl_first_entry": 3,    # LDL issue -> first table entry written
@@ -631,12 +636,20 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
                 start = max(issue + TIMING["act_settings"] + extra, pipe_free)
                 # Done when every row is read and the last result (from the
                 # row that completes the last pooling window) is written.
+                # A slower pipeline takes a row every `step` cycles, and its
+                # latency grows by `step - 1`; the ACT is done once the
+                # pipeline has taken the last row (at a row per cycle, once
+                # it is read).
+                step = cfg.act_row_cycles
                 completing = _last_completing_row(ins)
-                done = max(start + ins.rows + TIMING["act_read_done"],
-                           start + completing + TIMING["act_last_write"])
-                pipe_free = start + ins.rows + TIMING["act_pipeline_free"]
-                first_write = start + TIMING["act_first_write"]
-                act_writes.extend((first_write + j, first_write + j) for j in _completing_rows(ins))
+                last_read = ins.rows if step == 1 else (
+                    TIMING["act_first_row_taken"] + (ins.rows - 1) * step)
+                done = max(start + last_read + TIMING["act_read_done"],
+                           start + completing * step + TIMING["act_last_write"] + step - 1)
+                pipe_free = start + ins.rows * step + TIMING["act_pipeline_free"]
+                first_write = start + TIMING["act_first_write"] + step - 1
+                act_writes.extend((first_write + j * step, first_write + j * step)
+                                  for j in _completing_rows(ins))
                 # An RHM still running loses a cycle for every UB write of this ACT.
                 r = units["rhm"]
                 if rhm_rows is not None and r.idle > first_write:

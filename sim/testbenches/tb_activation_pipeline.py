@@ -25,7 +25,6 @@ from ..harness import config_from_env
 from ..host.streams import CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset
 
 
-LATENCY = ActivationPipeline.latency
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
 
@@ -71,6 +70,8 @@ class TB:
         self.config = config_from_env()
         self.cols = self.config.cols
         self.max_width = self.config.pool_max_width
+        self.latency = ActivationPipeline.latency_of(self.config)
+        self.row_cycles = self.config.act_row_cycles
         self.seed = int(os.environ.get("TPU_SEED", "0"))
         self.rng = np.random.default_rng(self.seed)
         pyrng = random.Random(self.seed)
@@ -104,7 +105,8 @@ class TB:
     async def configure(self, settings):
         """Write what differs from the current settings, in the order a
         sequencer would: only after the previous operation's rows are taken."""
-        await self.loop.run_until(lambda: self.rows.done, timeout=50_000, what="rows to be taken")
+        await self.loop.run_until(lambda: self.rows.done, timeout=50_000 * self.row_cycles,
+                                  what="rows to be taken")
         old = self.current
         for n in range(self.cols):
             if (settings.bias[n], settings.multiplier[n], settings.shift[n]) != \
@@ -124,7 +126,7 @@ class TB:
                 name: int(getattr(settings, name)) for name in names}))
         await self.loop.run_until(
             lambda: self.settings_in.done and self.channel_in.done and self.lut_in.done,
-            timeout=50_000, what="settings to be written")
+            timeout=50_000 * self.row_cycles, what="settings to be written")
         self.current = settings
 
     async def operation(self, settings, acc):
@@ -147,8 +149,8 @@ class TB:
     async def finish(self):
         await self.loop.run_until(
             lambda: self.rows.done and len(self.sink.received) >= len(self.expected),
-            timeout=20 * (self.rows_sent + 100), what="all output rows")
-        for _ in range(LATENCY + 4):
+            timeout=20 * self.row_cycles * (self.rows_sent + 100), what="all output rows")
+        for _ in range(self.latency + 4):
             await self.loop.step()
         if int(self.dut.busy.value):
             self.fail("busy still high after the last output")
@@ -170,12 +172,12 @@ class TB:
                           f"expected {want.tolist()}; settings {describe(settings)}")
 
     def check_timing(self):
-        """Every output row `LATENCY` cycles after the row that completes it."""
+        """Every output row `latency` cycles after the row that completes it."""
         accepted = self.rows.accepted
         for i, ((cycle, _), (_, _, end)) in enumerate(zip(self.sink.received, self.expected)):
-            if cycle - accepted[end] != LATENCY:
+            if cycle - accepted[end] != self.latency:
                 self.fail(f"output row {i} came {cycle - accepted[end]} cycles after input row "
-                          f"{end}; the latency is {LATENCY}")
+                          f"{end}; the latency is {self.latency}")
 
     # Random settings and data -------------------------------------------
 
@@ -455,8 +457,9 @@ async def global_average_extremes(dut):
 
 @cocotb.test()
 async def timing_and_interlock(dut):
-    """No idle and no backpressure: one row per cycle, every output exactly
-    `LATENCY` cycles after its row; a settings write waits until the rows
+    """No idle and no backpressure: one row every `row_cycles` cycles (one
+    per cycle with a requantizer per column), every output exactly
+    `latency` cycles after its row; a settings write waits until the rows
     before it have been computed, and the rows after it see the new settings."""
     tb = TB(dut)
     await tb.reset()
@@ -479,17 +482,18 @@ async def timing_and_interlock(dut):
     accepted = tb.rows.accepted
     start = 0
     for count in rows:
-        if accepted[start + count - 1] - accepted[start] != count - 1:
-            tb.fail(f"rows {start}..{start + count - 1} were not taken one per cycle")
+        if accepted[start + count - 1] - accepted[start] != (count - 1) * tb.row_cycles:
+            tb.fail(f"rows {start}..{start + count - 1} were not taken one every "
+                    f"{tb.row_cycles} cycles")
         start += count
     # Each write was taken as soon as the previous operation's last row had
-    # left the computation, `LATENCY` cycles after it was accepted.
+    # left the computation, `latency` cycles after it was accepted.
     ends = np.cumsum(rows)
     for i in range(1, len(ops)):
         last_row = accepted[ends[i - 1] - 1]
-        if write_cycles[i] != last_row + LATENCY:
+        if write_cycles[i] != last_row + tb.latency:
             tb.fail(f"settings write {i} taken in cycle {write_cycles[i]}, the previous "
                     f"operation's last row was taken in cycle {last_row}: expected cycle "
-                    f"{last_row + LATENCY}")
-    dut._log.info("latency %d cycles; %d rows in %d cycles", LATENCY, len(accepted),
+                    f"{last_row + tb.latency}")
+    dut._log.info("latency %d cycles; %d rows in %d cycles", tb.latency, len(accepted),
                   accepted[-1] - accepted[0] + 1)

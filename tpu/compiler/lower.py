@@ -609,7 +609,7 @@ def _busy(instruction, config):
     (docs/core_performance.md)."""
     if isinstance(instruction, Ldq):
         return 19 * config.cols + 1
-    cost = instruction.rows + 16
+    cost = instruction.rows * config.act_row_cycles + 16
     if instruction.pool in (Pool.MAX, Pool.AVG):
         cost += 79
     if instruction.pool in (Pool.AVG, Pool.GLOBAL_AVG):

@@ -1,0 +1,92 @@
+# amaranth: UnusedElaboratable=no
+"""The requantizer with a narrow multiplier (the 32 x 32-bit product summed
+over several cycles), bit for bit against the golden model, in Amaranth's
+simulator: random and extreme operands, settings that change with every
+value, both roundings."""
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from conftest import base_seed
+from tpu.hdl.requantizer import Requantizer
+from tpu.sim.models.activation_model import (multiply_by_quantized_multiplier,
+                                             multiply_by_quantized_multiplier_single_round,
+                                             wrap_int32)
+
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+EDGES = [INT32_MIN, INT32_MIN + 1, -1, 0, 1, INT32_MAX]
+
+
+def _expected(acc, bias, multiplier, shift, single_round, zero_point, low, high):
+    x = int(wrap_int32(acc + bias))
+    if single_round:
+        y = int(multiply_by_quantized_multiplier_single_round(x, multiplier, shift))
+        y = min(max(y, INT32_MIN), INT32_MAX)
+    else:
+        y = int(multiply_by_quantized_multiplier(x, multiplier, shift))
+    return min(max(y + zero_point, low), high)
+
+
+def _cases(rng, n):
+    cases = []
+    for k in range(n):
+        edge = k < 2 * len(EDGES)
+        cases.append(dict(
+            acc=EDGES[k % len(EDGES)] if edge else int(rng.integers(INT32_MIN, INT32_MAX + 1)),
+            bias=0 if edge else int(rng.integers(-5000, 5000)),
+            multiplier=EDGES[(k // 2) % len(EDGES)] if edge else int(rng.integers(INT32_MIN, INT32_MAX + 1)),
+            shift=int(rng.integers(-32, 32)),
+        ))
+    return cases
+
+
+@pytest.mark.parametrize("single_round", [0, 1])
+@pytest.mark.parametrize("width", [8, 16])
+def test_narrow_multiplier_matches_the_model(width, single_round):
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    rng = np.random.default_rng(seed)
+    dut = Requantizer(per_value_settings=True, multiplier_width=width)
+    cycles = dut.multiply_cycles
+    assert cycles == (32 // width) ** 2 and dut.latency == 4 + cycles
+    zero_point, low, high = 3, -256, 255
+    cases = _cases(rng, 60)
+    results = {}
+
+    async def bench(ctx):
+        ctx.set(dut.zero_point, zero_point)
+        ctx.set(dut.low, low)
+        ctx.set(dut.high, high)
+        ctx.set(dut.single_round, single_round)     # a setting of the whole operation
+        # A value every `cycles` cycles, each with its own settings; the
+        # inputs change between starts, as a shared requantizer's do.
+        for t in range(len(cases) * cycles + dut.latency + 1):
+            k, phase = divmod(t, cycles)
+            if k < len(cases) and phase == 0:
+                case = cases[k]
+                ctx.set(dut.start, 1)
+            else:
+                case = {name: int(rng.integers(-32, 32)) for name in cases[0]}
+                ctx.set(dut.start, 0)
+            for name in ("acc", "bias", "multiplier", "shift"):
+                ctx.set(getattr(dut, name), case[name])
+            ready = t - dut.latency
+            if ready >= 0 and ready % cycles == 0 and ready // cycles < len(cases):
+                results[ready // cycles] = ctx.get(dut.value)
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    for k, case in enumerate(cases):
+        want = _expected(**case, single_round=single_round, zero_point=zero_point, low=low,
+                         high=high)
+        assert results[k] == want, f"value {k} {case}: got {results[k]}, expected {want} (seed {seed})"
+
+
+def test_bad_multiplier_width_is_named():
+    with pytest.raises(ValueError, match="multiplier_width must be 8, 16 or 32, not 12"):
+        Requantizer(multiplier_width=12)
