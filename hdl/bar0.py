@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host_registers import COUNTER_NAMES, UNMAPPED, config_words, registers
+from ..host_registers import COUNTER_NAMES, UNMAPPED, config_words, register_bits, registers
 from .window import DmaWindows
 from .tlp import CplStatus, FmtType, TlpHeader, has_data, tlp_stream
 
@@ -43,7 +43,9 @@ class Bar0(wiring.Component):
     completion : Out(tlp_stream)
     completer_id : In(16)
     rw : Out(StructLayout)
-        The writable registers' values, by name (e.g. ``rw.PROG_LEN``).
+        The writable registers' values, by name (e.g. ``rw.PROG_LEN``), each
+        as wide as the bits it keeps (`register_bits`: an address ``_HI``
+        keeps ``host_addr_bits - 32``).
     windows : Out(DmaWindows)
     control : Out(4)
         One-cycle pulses of the CONTROL bits written.
@@ -52,7 +54,7 @@ class Bar0(wiring.Component):
         Bits to set in IRQ_STATUS (the host clears them by writing 1).
     status, error_code, fault_index, irq_code, dma_error : In(32)
         Read-only registers.
-    counters : In(StructLayout of 64-bit counters)
+    counters : In(StructLayout of ``counter_bits``-wide counters)
     soft_reset : In(1)
         Every writable register back to its reset value.
     malformed, refused : In(1)
@@ -63,13 +65,15 @@ class Bar0(wiring.Component):
     def __init__(self, config):
         self._config = config
         self._table = registers(config)
+        self._bits = register_bits(config)
         self._rw = [r for r in self._table if r.access == "rw"
                     and not r.name.startswith("WIN")]
         super().__init__({
             "request":      In(tlp_stream(config.link_dw)),
             "completion":   Out(tlp_stream(config.link_dw)),
             "completer_id": In(16),
-            "rw":           Out(data.StructLayout({r.name: 32 for r in self._rw})),
+            "rw":           Out(data.StructLayout({r.name: self._bits.get(r.name, 32)
+                                                   for r in self._rw})),
             "windows":      Out(DmaWindows(config)),
             "control":      Out(4),
             "irq_status":   Out(32),
@@ -79,7 +83,8 @@ class Bar0(wiring.Component):
             "fault_index":  In(32),
             "irq_code":     In(32),
             "dma_error":    In(32),
-            "counters":     In(data.StructLayout({name: 64 for name in COUNTER_NAMES})),
+            "counters":     In(data.StructLayout({name: config.counter_bits
+                                                   for name in COUNTER_NAMES})),
             "soft_reset":   In(1),
             "malformed":    In(1),
             "refused":      In(1),
@@ -90,11 +95,13 @@ class Bar0(wiring.Component):
         cfg = self._config
         link_dw = cfg.link_dw
 
-        # Register storage.
-        stored = {r.name: Signal(32, name=f"reg_{r.name.lower()}", init=r.reset)
+        # Register storage: only the bits a register keeps (an address _HI
+        # above host_addr_bits keeps none, reads 0 and ignores writes).
+        stored = {r.name: Signal(self._bits.get(r.name, 32), name=f"reg_{r.name.lower()}",
+                                 init=r.reset)
                   for r in self._table if r.access == "rw"}
         irq_status = Signal(32)
-        counter_hi = Signal(32)
+        counter_hi = Signal(cfg.counter_bits - 32)
         bad_requests = Signal(32)
         m.d.comb += self.irq_status.eq(irq_status)
         for r in self._rw:
@@ -173,6 +180,8 @@ class Bar0(wiring.Component):
                 with m.Switch(offset):
                     for r in self._table:
                         if r.access == "rw":
+                            if not len(stored[r.name]):
+                                continue
                             with m.Case(r.offset >> 2):
                                 m.d.sync += stored[r.name].eq(value)
                         elif r.access == "w1c":
@@ -227,6 +236,8 @@ class Bar0(wiring.Component):
                     value, latch = read(word_offset + w)
                     m.d.sync += resp_data[32 * w:32 * (w + 1)].eq(value)
                     # A _LO read latches its counter's upper half for the _HI read.
+                    if not len(counter_hi):
+                        continue
                     with m.If(ok & latch & (w < length)):
                         hi_offset = word_offset + w + 1
                         with m.Switch(hi_offset):

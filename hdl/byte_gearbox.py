@@ -1,4 +1,4 @@
-"""Byte streams and the gearbox that changes their beat width.
+"""Byte streams and the gearboxes that change their beat width.
 
 A *byte stream* of width ``n`` carries a job's bytes in order, byte 0 of a
 beat in bits 7:0 of ``data``. Every beat is full (``count == n``) except
@@ -11,7 +11,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 
-__all__ = ["ByteBeat", "byte_stream", "ByteGearbox", "append_bytes"]
+__all__ = ["ByteBeat", "byte_stream", "ByteGearbox", "BeatShifter", "append_bytes"]
 
 
 def ByteBeat(n, **extra):
@@ -102,4 +102,67 @@ class ByteGearbox(wiring.Component):
             m.d.sync += ending.eq(0)
         with m.If(in_fire & self.i.payload.last):
             m.d.sync += ending.eq(1)
+        return m
+
+
+class BeatShifter(wiring.Component):
+    """Packs whole `in_bytes`-wide beats into `out_bytes`-wide beats by
+    shifting each one in: the cheap `ByteGearbox` for streams whose beats
+    are all full and whose jobs are whole output beats (a program's
+    16-byte instructions over a one-word link). No byte moves by a variable
+    amount, so it takes a register and a counter instead of a barrel shifter.
+
+    `out_bytes` must be a multiple of `in_bytes`. Every input beat must be
+    full (``count == in_bytes``) and every job's length a multiple of
+    `out_bytes`; ``count`` is not looked at.
+
+    Members
+    -------
+    i : In(byte_stream(in_bytes))
+    o : Out(byte_stream(out_bytes))
+        The same bytes; ``last`` is set on the beat that ends with an input
+        beat that had it.
+    idle : Out(1)
+        No byte is held.
+
+    Takes one beat per cycle, with the same latency as `ByteGearbox`: an
+    output beat is offered the cycle after its last input beat arrived.
+    """
+
+    def __init__(self, in_bytes, out_bytes):
+        if not (in_bytes >= 1 and out_bytes >= in_bytes and out_bytes % in_bytes == 0):
+            raise ValueError(f"BeatShifter needs out_bytes a multiple of in_bytes, not "
+                             f"{in_bytes} -> {out_bytes}")
+        self._in, self._out = in_bytes, out_bytes
+        super().__init__({
+            "i":    In(byte_stream(in_bytes)),
+            "o":    Out(byte_stream(out_bytes)),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n_in, n_out = self._in, self._out
+        beats = n_out // n_in
+        buf = Signal(8 * n_out)
+        held = Signal(range(beats + 1))   # input beats in `buf`
+        last = Signal()
+
+        full = held == beats
+        m.d.comb += [
+            self.o.valid.eq(full),
+            self.o.payload.data.eq(buf),
+            self.o.payload.count.eq(n_out),
+            self.o.payload.last.eq(last),
+            self.i.ready.eq(~full | self.o.ready),
+            self.idle.eq(held == 0),
+        ]
+        out_fire = self.o.valid & self.o.ready
+        in_fire = self.i.valid & self.i.ready
+        with m.If(in_fire):
+            # The newest beat enters at the top; after `beats` of them the
+            # first is at the bottom, in byte order.
+            m.d.sync += [buf.eq(Cat(buf[8 * n_in:], self.i.payload.data)),
+                         last.eq(self.i.payload.last)]
+        m.d.sync += held.eq(Mux(out_fire, 0, held) + in_fire)
         return m

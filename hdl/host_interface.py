@@ -9,7 +9,7 @@ from ..isa import INSTRUCTION_BYTES
 from .bar0 import Bar0
 from .byte_gearbox import ByteGearbox
 from .core import TPUCore
-from .dma_read import DmaReader, ReadJob
+from .dma_read import DmaReader, read_job
 from .dma_write import DmaWriter
 from .program_fetcher import ProgramFetcher
 from .tlp import FmtType, link_stream
@@ -228,7 +228,9 @@ class HostInterface(wiring.Component):
         wiring.connect(m, fetcher.instr, core.instr)
         wiring.connect(m, filler.fill, core.wmem_fill)
 
-        rhm_job = Signal(ReadJob)
+        # The decoder let the RHM through only inside a window, so its
+        # address fits host_addr_bits.
+        rhm_job = Signal(read_job(cfg.host_addr_bits))
         m.d.comb += [
             rhm_job.addr.eq(core.host_read_req.payload.addr),
             rhm_job.length.eq(core.host_read_req.payload.rows * cfg.rows),

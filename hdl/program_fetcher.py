@@ -5,8 +5,8 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import INSTRUCTION_BITS, INSTRUCTION_BYTES
-from .byte_gearbox import ByteBeat, ByteGearbox
-from .dma_read import ReadJob
+from .byte_gearbox import BeatShifter, ByteBeat, ByteGearbox
+from .dma_read import read_job
 
 
 __all__ = ["ProgramFetcher"]
@@ -22,9 +22,9 @@ class ProgramFetcher(wiring.Component):
     -----
     start : In(1)
         Pulse: fetch ``length`` instructions from ``addr``.
-    addr : In(64)
+    addr : In(host_addr_bits)
     length : In(32)
-    job : Out(stream of ReadJob)
+    job : Out(stream of read_job(host_addr_bits))
         Read jobs for the DMA reader (``channel`` left 0).
     data : In(byte_stream)
         The jobs' bytes.
@@ -43,9 +43,9 @@ class ProgramFetcher(wiring.Component):
         self._chunk = chunk
         super().__init__({
             "start":  In(1),
-            "addr":   In(64),
+            "addr":   In(config.host_addr_bits),
             "length": In(32),
-            "job":    Out(stream.Signature(ReadJob)),
+            "job":    Out(stream.Signature(read_job(config.host_addr_bits))),
             "data":   In(stream.Signature(ByteBeat(4 * config.link_dw))),
             "instr":  Out(stream.Signature(INSTRUCTION_BITS)),
             "busy":   Out(1),
@@ -56,8 +56,12 @@ class ProgramFetcher(wiring.Component):
         m = Module()
         depth, chunk = self._depth, self._chunk
 
+        # Jobs are whole instructions, so a link beat that divides one is
+        # always full and a shifter packs them (a barrel shifter otherwise).
+        beat = 4 * self._config.link_dw
+        packer = BeatShifter if INSTRUCTION_BYTES % beat == 0 else ByteGearbox
         m.submodules.gearbox = gearbox = ResetInserter(self.flush)(
-            ByteGearbox(4 * self._config.link_dw, INSTRUCTION_BYTES))
+            packer(beat, INSTRUCTION_BYTES))
         m.submodules.queue = queue = ResetInserter(self.flush)(
             fifo.SyncFIFOBuffered(width=INSTRUCTION_BITS, depth=depth))
         wiring.connect(m, wiring.flipped(self.data), gearbox.i)
@@ -70,7 +74,7 @@ class ProgramFetcher(wiring.Component):
             queue.r_en.eq(self.instr.ready),
         ]
 
-        addr = Signal(64)
+        addr = Signal(self._config.host_addr_bits)
         left = Signal(32)          # instructions not yet asked for
         outstanding = Signal(range(depth + 1))   # asked for, not yet queued
         take = Signal(range(chunk + 1))

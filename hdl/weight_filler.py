@@ -5,7 +5,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .byte_gearbox import ByteBeat, ByteGearbox
-from .dma_read import ReadJob
+from .dma_read import read_job
 from .weight_memory import WeightMemoryFillSignature
 
 
@@ -21,9 +21,9 @@ class WeightFiller(wiring.Component):
     -----
     start : In(1)
         Pulse: copy ``tiles`` tiles from host ``addr`` to weight tile ``tile``.
-    addr : In(64)
+    addr : In(host_addr_bits)
     tile, tiles : In(32)
-    job : Out(stream of ReadJob)
+    job : Out(stream of read_job(host_addr_bits))
     data : In(byte_stream)
     fill : Out(WeightMemoryFillSignature)
     busy : Out(1)
@@ -36,10 +36,10 @@ class WeightFiller(wiring.Component):
         self._config = config
         super().__init__({
             "start": In(1),
-            "addr":  In(64),
+            "addr":  In(config.host_addr_bits),
             "tile":  In(32),
             "tiles": In(32),
-            "job":   Out(stream.Signature(ReadJob)),
+            "job":   Out(stream.Signature(read_job(config.host_addr_bits))),
             "data":  In(stream.Signature(ByteBeat(4 * config.link_dw))),
             "fill":  Out(WeightMemoryFillSignature(config)),
             "busy":  Out(1),

@@ -33,6 +33,10 @@ _RANGES = {
     "read_tags":         (1, 32,       "host reads the chip keeps in flight (TLP tags)"),
     "cpl_timeout":       (16, 1 << 24, "cycles the chip waits for a read completion before reporting an error"),
     "dma_windows":       (1, 16,       "host-memory windows the driver can open for DMA"),
+    "host_addr_bits":    (32, 64,      "width of the host addresses the chip holds and sends "
+                                       "(DMA windows, PROG_ADDR, WFILL_ADDR, MSI_ADDR, DMA jobs)"),
+    "counter_bits":      (32, 64,      "width of the performance counters; they wrap modulo "
+                                       "2**counter_bits"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request")
@@ -74,6 +78,16 @@ class TPUConfig:
         Cycles without a completion after which an outstanding read is an error.
     dma_windows : int
         Host-memory windows the driver can open; DMA outside them is an error.
+    host_addr_bits : int
+        Width of the host addresses the chip holds: the DMA windows, the
+        PROG_ADDR, WFILL_ADDR and MSI_ADDR registers and the DMA engines'
+        address arithmetic. The ``_HI`` halves keep only the bits above 32
+        (with 32, none: they read 0 and ignore writes); a window or an
+        address past ``2**host_addr_bits`` is refused by the driver, and DMA
+        there faults like any DMA outside the windows.
+    counter_bits : int
+        Width of the performance counters (COUNTER_NAMES); they wrap modulo
+        ``2**counter_bits``, and a ``_HI`` half keeps only the bits above 32.
 
     Raises
     ------
@@ -98,6 +112,8 @@ class TPUConfig:
     read_tags: int = 8
     cpl_timeout: int = 4096
     dma_windows: int = 4
+    host_addr_bits: int = 64
+    counter_bits: int = 64
 
     def __post_init__(self):
         for f in fields(self):
@@ -148,3 +164,11 @@ class TPUConfig:
     @property
     def peak_macs_per_cycle(self):
         return self.rows * self.cols
+
+
+#: The host-interface fields of a chip for a small FPGA behind a UART (the
+#: iCEBreaker's UP5K): one read tag, one DMA window, a one-word link, the
+#: smallest TLPs, 32-bit host addresses and 32-bit counters. A board profile
+#: adds its core fields to these.
+UP5K_HOST_FIELDS = dict(link_dw=1, max_payload=128, max_read_request=128, read_tags=1,
+                        dma_windows=1, host_addr_bits=32, counter_bits=32)
