@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from ..host_registers import Control, HostError, Irq, Status
 from ..isa import INSTRUCTION_BYTES
 from .bar0 import Bar0
-from .byte_gearbox import ByteGearbox
+from .byte_gearbox import gearbox
 from .core import TPUCore
 from .dma_read import DmaReader, read_job
 from .dma_write import DmaWriter
@@ -81,8 +81,9 @@ class HostInterface(wiring.Component):
         core = TPUCore(cfg)
         core_reset = Signal()
         m.submodules.core = ResetInserter(core_reset)(core)
-        m.submodules.rhm_gearbox = rhm_gearbox = ResetInserter(abort)(ByteGearbox(beat_bytes, cfg.rows))
-        m.submodules.whm_gearbox = whm_gearbox = ResetInserter(abort)(ByteGearbox(cfg.rows, beat_bytes))
+        # RHM and WHM jobs are whole UB rows, as a `BeatShifter` needs.
+        m.submodules.rhm_gearbox = rhm_gearbox = ResetInserter(abort)(gearbox(beat_bytes, cfg.rows))
+        m.submodules.whm_gearbox = whm_gearbox = ResetInserter(abort)(gearbox(cfg.rows, beat_bytes))
 
         wiring.connect(m, wiring.flipped(self.rx), rx.link)
         wiring.connect(m, tx.link, wiring.flipped(self.tx))

@@ -5,7 +5,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import INSTRUCTION_BITS, INSTRUCTION_BYTES
-from .byte_gearbox import BeatShifter, ByteBeat, ByteGearbox
+from .byte_gearbox import ByteBeat, gearbox
 from .dma_read import read_job
 
 
@@ -56,19 +56,16 @@ class ProgramFetcher(wiring.Component):
         m = Module()
         depth, chunk = self._depth, self._chunk
 
-        # Jobs are whole instructions, so a link beat that divides one is
-        # always full and a shifter packs them (a barrel shifter otherwise).
-        beat = 4 * self._config.link_dw
-        packer = BeatShifter if INSTRUCTION_BYTES % beat == 0 else ByteGearbox
-        m.submodules.gearbox = gearbox = ResetInserter(self.flush)(
-            packer(beat, INSTRUCTION_BYTES))
+        # Jobs are whole instructions, as a `BeatShifter` needs.
+        m.submodules.gearbox = packer = ResetInserter(self.flush)(
+            gearbox(4 * self._config.link_dw, INSTRUCTION_BYTES))
         m.submodules.queue = queue = ResetInserter(self.flush)(
             fifo.SyncFIFOBuffered(width=INSTRUCTION_BITS, depth=depth))
-        wiring.connect(m, wiring.flipped(self.data), gearbox.i)
+        wiring.connect(m, wiring.flipped(self.data), packer.i)
         m.d.comb += [
-            queue.w_data.eq(gearbox.o.payload.data),
-            queue.w_en.eq(gearbox.o.valid),
-            gearbox.o.ready.eq(queue.w_rdy),
+            queue.w_data.eq(packer.o.payload.data),
+            queue.w_en.eq(packer.o.valid),
+            packer.o.ready.eq(queue.w_rdy),
             self.instr.payload.eq(queue.r_data),
             self.instr.valid.eq(queue.r_rdy),
             queue.r_en.eq(self.instr.ready),
@@ -79,7 +76,7 @@ class ProgramFetcher(wiring.Component):
         outstanding = Signal(range(depth + 1))   # asked for, not yet queued
         take = Signal(range(chunk + 1))
         m.d.comb += take.eq(Mux(left > chunk, chunk, left))
-        arrived = gearbox.o.valid & gearbox.o.ready
+        arrived = packer.o.valid & packer.o.ready
         asked = self.job.valid & self.job.ready
 
         m.d.comb += [

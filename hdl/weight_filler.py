@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .byte_gearbox import ByteBeat, ByteGearbox
+from .byte_gearbox import ByteBeat, gearbox
 from .dma_read import read_job
 from .weight_memory import WeightMemoryFillSignature
 
@@ -50,9 +50,10 @@ class WeightFiller(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        m.submodules.gearbox = gearbox = ResetInserter(self.flush)(
-            ByteGearbox(4 * cfg.link_dw, cfg.cols))
-        wiring.connect(m, wiring.flipped(self.data), gearbox.i)
+        # A fill is whole tile rows, as a `BeatShifter` needs.
+        m.submodules.gearbox = packer = ResetInserter(self.flush)(
+            gearbox(4 * cfg.link_dw, cfg.cols))
+        wiring.connect(m, wiring.flipped(self.data), packer.i)
 
         asking = Signal()
         row = Signal.like(self.fill.addr)
@@ -61,10 +62,10 @@ class WeightFiller(wiring.Component):
             self.job.valid.eq(asking),
             self.job.payload.addr.eq(self.addr),
             self.job.payload.length.eq(self.tiles * cfg.tile_bytes),
-            gearbox.o.ready.eq(1),
-            self.fill.en.eq(gearbox.o.valid & (left != 0)),
+            packer.o.ready.eq(1),
+            self.fill.en.eq(packer.o.valid & (left != 0)),
             self.fill.addr.eq(row),
-            self.fill.data.eq(gearbox.o.payload.data[:8 * cfg.cols]),
+            self.fill.data.eq(packer.o.payload.data[:8 * cfg.cols]),
             self.busy.eq(asking | (left != 0)),
         ]
         with m.If(self.job.ready):

@@ -22,7 +22,7 @@ from ...hdl.dma_read import ReadJob
 from ...hdl.dma_write import WriteJob
 from ...hdl.tlp import CplStatus, FmtType, TlpBeat, TlpHeader
 from ...host_registers import HostError
-from ..tops.dma_top import GEARBOX_SIZES
+from ..tops.dma_top import GEARBOX_SIZES, SHIFTER_SIZES
 from ..harness import config_from_env
 from ..host.streams import CycleLoop, StreamSource, pack_fields, start_clock_and_reset
 
@@ -725,17 +725,20 @@ class GearboxSink:
 
 @cocotb.test()
 async def gearboxes(dut):
-    """Every gearbox of the top: random jobs, idle and back-pressure, then a
-    timed run with neither."""
+    """Every gearbox and beat shifter of the top: random jobs, idle and
+    back-pressure, then a timed run with neither. A shifter's jobs are whole
+    beats of its narrower side, as it requires."""
     seed = int(os.environ.get("TPU_SEED", "0"))
     rng = random.Random(seed)
-    for n in range(len(GEARBOX_SIZES)):
+    sizes = GEARBOX_SIZES + SHIFTER_SIZES
+    for n in range(len(sizes)):
         getattr(dut, f"g{n}_i__valid").value = 0
     await start_clock_and_reset(dut)
     for timed in (False, True):
         await RisingEdge(dut.clk)
         sources, sinks = [], []
-        for n, (a, b) in enumerate(GEARBOX_SIZES):
+        for n, (a, b) in enumerate(sizes):
+            unit = min(a, b) if n >= len(GEARBOX_SIZES) else 1
             idle = 0 if timed else rng.choice([0, 0.3, 0.7])
             stall = 0 if timed else rng.choice([0, 0.3, 0.7])
             source = StreamSource(dut, f"g{n}_i", idle=idle, rng=rng)
@@ -743,6 +746,7 @@ async def gearboxes(dut):
             jobs = 1 if timed else 12
             for _ in range(jobs):
                 length = 64 * 40 if timed else rng.choice([1, rng.randint(1, 16), rng.randint(1, 400)])
+                length = unit * -(-length // unit)
                 value = rng.randbytes(length)
                 sink.jobs.append(value)
                 for beat in byte_beats(value, a):
@@ -752,7 +756,7 @@ async def gearboxes(dut):
         loop = CycleLoop(dut.clk, sources=sources + sinks)
         await loop.run_until(lambda: all(not s.jobs for s in sinks), timeout=100000, what="the jobs")
         if timed:
-            for (a, b), source, sink in zip(GEARBOX_SIZES, sources, sinks):
+            for (a, b), source, sink in zip(sizes, sources, sinks):
                 cycles = sink.beats[-1] - source.accepted[0] + 1
                 ideal = 64 * 40 // min(a, b)
                 dut._log.info("%d -> %d bytes: %d bytes in %d cycles (ideal %d)", a, b, 64 * 40, cycles, ideal)
