@@ -60,6 +60,11 @@ class Bar0(wiring.Component):
     malformed, refused : In(1)
         Pulses counted in BAD_REQUESTS: the receiver dropped a malformed
         packet; a START or WFILL was refused.
+
+    On a one-word link one register multiplexer serves a two-word read, the
+    second word a cycle after the first (still before the link needs it),
+    so a 64-bit read of a counter's ``_LO``/``_HI`` pair is one snapshot;
+    a wider link reads both words at once through two.
     """
 
     def __init__(self, config):
@@ -210,6 +215,25 @@ class Bar0(wiring.Component):
         with m.If(self.request.valid & self.request.ready & beat.last & is_write):
             m.d.sync += settle.eq(3)
         m.d.comb += self.request.ready.eq(~responding & (settle == 0))
+        def take_word(w, taken, value, latch, offset):
+            """Word `w` of the completion is `value`, read at `offset`; a
+            counter's _LO taken latches its upper half for the _HI read."""
+            m.d.sync += resp_data[32 * w:32 * (w + 1)].eq(value)
+            if not len(counter_hi):
+                return
+            with m.If(taken & latch):
+                with m.Switch(offset + 1):
+                    for i, name in enumerate(COUNTER_NAMES):
+                        with m.Case((0x200 >> 2) + 2 * i + 1):
+                            m.d.sync += counter_hi.eq(self.counters[name][32:])
+
+        if link_dw == 1:
+            second = Signal()                  # the second word is read this cycle
+            second_offset = Signal(10)
+            read_offset = Signal(10)
+            m.d.comb += read_offset.eq(Mux(second, second_offset, word_offset))
+            accept_value, accept_latch = read(read_offset)
+
         bad = Signal()
         m.d.sync += bad_requests.eq(bad_requests + bad + self.malformed + self.refused)
         with m.If(self.request.valid & self.request.ready & beat.last):
@@ -232,18 +256,20 @@ class Bar0(wiring.Component):
                     resp.lower_address.eq(Mux(ok, Cat(first[:2], hdr.address[2:7]), 0)),
                     resp_words.eq(Mux(ok, length, 0)),
                 ]
-                for w in range(MAX_ACCESS_WORDS):
-                    value, latch = read(word_offset + w)
-                    m.d.sync += resp_data[32 * w:32 * (w + 1)].eq(value)
-                    # A _LO read latches its counter's upper half for the _HI read.
-                    if not len(counter_hi):
-                        continue
-                    with m.If(ok & latch & (w < length)):
-                        hi_offset = word_offset + w + 1
-                        with m.Switch(hi_offset):
-                            for i, name in enumerate(COUNTER_NAMES):
-                                with m.Case((0x200 >> 2) + 2 * i + 1):
-                                    m.d.sync += counter_hi.eq(self.counters[name][32:])
+                if link_dw == 1:
+                    # One word a beat: the second word is not sent before
+                    # the cycle after next, so one register mux reads both,
+                    # the second in the next cycle.
+                    take_word(0, ok & (length >= 1), accept_value, accept_latch, word_offset)
+                    m.d.sync += [second.eq(ok & (length == 2)), second_offset.eq(word_offset + 1)]
+                else:
+                    for w in range(MAX_ACCESS_WORDS):
+                        value, latch = read(word_offset + w)
+                        take_word(w, ok & (w < length), value, latch, word_offset + w)
+        if link_dw == 1:
+            with m.If(second):
+                take_word(1, 1, accept_value, accept_latch, second_offset)
+                m.d.sync += second.eq(0)
 
         # The completion: header on every beat, then the words.
         out = self.completion.payload
