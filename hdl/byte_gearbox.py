@@ -117,7 +117,9 @@ class BeatShifter(wiring.Component):
 
     - packing (`out_bytes` a multiple of `in_bytes`): every input beat is
       full; a job that ends inside an output beat sends that beat short,
-      ``count`` saying how much of it is the job's;
+      ``count`` saying how much of it is the job's (with `whole`, jobs are
+      whole output beats and the multiplexer that aligns a short one is
+      left out);
     - cutting (`in_bytes` a multiple of `out_bytes`): every input beat's
       ``count`` is a multiple of `out_bytes` (every beat is full but a job's
       last, and the job is whole output beats).
@@ -136,12 +138,13 @@ class BeatShifter(wiring.Component):
     until that job's bytes have left, so jobs never share a beat.
     """
 
-    def __init__(self, in_bytes, out_bytes):
+    def __init__(self, in_bytes, out_bytes, *, whole=False):
         if not (in_bytes >= 1 and out_bytes >= 1 and
                 (out_bytes % in_bytes == 0 or in_bytes % out_bytes == 0)):
             raise ValueError(f"BeatShifter needs one beat width a multiple of the other, not "
                              f"{in_bytes} -> {out_bytes}")
         self._in, self._out = in_bytes, out_bytes
+        self._whole = whole
         super().__init__({
             "i":    In(byte_stream(in_bytes)),
             "o":    Out(byte_stream(out_bytes)),
@@ -165,10 +168,13 @@ class BeatShifter(wiring.Component):
         # is at the bottom, in byte order. A short beat's bytes are the top
         # `held` beats.
         aligned = Signal(8 * n_out)
-        with m.Switch(held):
-            for h in range(1, beats + 1):
-                with m.Case(h):
-                    m.d.comb += aligned.eq(buf[8 * n_in * (beats - h):])
+        if self._whole:
+            m.d.comb += aligned.eq(buf)
+        else:
+            with m.Switch(held):
+                for h in range(1, beats + 1):
+                    with m.Case(h):
+                        m.d.comb += aligned.eq(buf[8 * n_in * (beats - h):])
         full = held == beats
         m.d.comb += [
             self.o.valid.eq(full | ending),
@@ -214,9 +220,10 @@ class BeatShifter(wiring.Component):
         return m
 
 
-def gearbox(in_bytes, out_bytes):
+def gearbox(in_bytes, out_bytes, *, whole=False):
     """A `BeatShifter` where one width divides the other, else a `ByteGearbox`;
-    only for streams that keep to what `BeatShifter` needs."""
+    only for streams that keep to what `BeatShifter` needs (`whole`: jobs
+    are whole output beats)."""
     if out_bytes % in_bytes == 0 or in_bytes % out_bytes == 0:
-        return BeatShifter(in_bytes, out_bytes)
+        return BeatShifter(in_bytes, out_bytes, whole=whole)
     return ByteGearbox(in_bytes, out_bytes)

@@ -58,7 +58,7 @@ class ProgramFetcher(wiring.Component):
 
         # Jobs are whole instructions, as a `BeatShifter` needs.
         m.submodules.gearbox = packer = ResetInserter(self.flush)(
-            gearbox(4 * self._config.link_dw, INSTRUCTION_BYTES))
+            gearbox(4 * self._config.link_dw, INSTRUCTION_BYTES, whole=True))
         m.submodules.queue = queue = ResetInserter(self.flush)(
             fifo.SyncFIFOBuffered(width=INSTRUCTION_BITS, depth=depth))
         wiring.connect(m, wiring.flipped(self.data), packer.i)

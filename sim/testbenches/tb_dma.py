@@ -22,7 +22,7 @@ from ...hdl.dma_read import ReadJob
 from ...hdl.dma_write import WriteJob
 from ...hdl.tlp import CplStatus, FmtType, TlpBeat, TlpHeader
 from ...host_registers import HostError
-from ..tops.dma_top import GEARBOX_SIZES, SHIFTER_SIZES
+from ..tops.dma_top import GEARBOX_SIZES, SHIFTER_SIZES, WHOLE_SHIFTER_SIZES
 from ..harness import config_from_env
 from ..host.streams import CycleLoop, StreamSource, pack_fields, start_clock_and_reset
 
@@ -727,10 +727,10 @@ class GearboxSink:
 async def gearboxes(dut):
     """Every gearbox and beat shifter of the top: random jobs, idle and
     back-pressure, then a timed run with neither. A shifter's jobs are whole
-    beats of its narrower side, as it requires."""
+    beats of its narrower side (of its output, with ``whole``), as it requires."""
     seed = int(os.environ.get("TPU_SEED", "0"))
     rng = random.Random(seed)
-    sizes = GEARBOX_SIZES + SHIFTER_SIZES
+    sizes = GEARBOX_SIZES + SHIFTER_SIZES + WHOLE_SHIFTER_SIZES
     for n in range(len(sizes)):
         getattr(dut, f"g{n}_i__valid").value = 0
     await start_clock_and_reset(dut)
@@ -738,7 +738,13 @@ async def gearboxes(dut):
         await RisingEdge(dut.clk)
         sources, sinks = [], []
         for n, (a, b) in enumerate(sizes):
-            unit = min(a, b) if n >= len(GEARBOX_SIZES) else 1
+            # The byte multiple a job's length must be.
+            if n < len(GEARBOX_SIZES):
+                unit = 1
+            elif n < len(GEARBOX_SIZES) + len(SHIFTER_SIZES):
+                unit = min(a, b)
+            else:
+                unit = b
             idle = 0 if timed else rng.choice([0, 0.3, 0.7])
             stall = 0 if timed else rng.choice([0, 0.3, 0.7])
             source = StreamSource(dut, f"g{n}_i", idle=idle, rng=rng)

@@ -9,7 +9,7 @@ from ...hdl.dma_read import DmaReader
 from ...hdl.dma_write import DmaWriter
 
 
-__all__ = ["DmaTop", "GearboxTop", "GEARBOX_SIZES", "SHIFTER_SIZES"]
+__all__ = ["DmaTop", "GearboxTop", "GEARBOX_SIZES", "SHIFTER_SIZES", "WHOLE_SHIFTER_SIZES"]
 
 
 #: (in_bytes, out_bytes) of the gearboxes `GearboxTop` holds: both
@@ -22,6 +22,10 @@ GEARBOX_SIZES = [(8, 16), (16, 8), (8, 3), (3, 8), (4, 4), (1, 64), (64, 1), (32
 #: gearboxes: a one-word link against instructions and 2- and 4-byte rows,
 #: both ways, and the extremes.
 SHIFTER_SIZES = [(4, 16), (4, 2), (2, 4), (16, 4), (8, 8), (32, 16), (1, 64), (64, 1)]
+
+#: (in_bytes, out_bytes) of the `BeatShifter(whole=True)`s after those, whose
+#: jobs are whole output beats: a one- and a two-word link against instructions.
+WHOLE_SHIFTER_SIZES = [(4, 16), (8, 16)]
 
 
 class DmaTop(wiring.Component):
@@ -65,9 +69,10 @@ class GearboxTop(wiring.Component):
     """One `ByteGearbox` per entry of `sizes`, then one `BeatShifter` per
     entry of `shifters`, members ``g<n>_i``/``g<n>_o``."""
 
-    def __init__(self, sizes=GEARBOX_SIZES, shifters=SHIFTER_SIZES):
+    def __init__(self, sizes=GEARBOX_SIZES, shifters=SHIFTER_SIZES, whole=WHOLE_SHIFTER_SIZES):
         self._boxes = ([ByteGearbox(a, b) for a, b in sizes] +
-                       [BeatShifter(a, b) for a, b in shifters])
+                       [BeatShifter(a, b) for a, b in shifters] +
+                       [BeatShifter(a, b, whole=True) for a, b in whole])
         members = {}
         for n, box in enumerate(self._boxes):
             members[f"g{n}_i"] = box.signature.members["i"]
