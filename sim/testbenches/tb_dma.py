@@ -18,8 +18,8 @@ from amaranth.lib import data
 from cocotb.triggers import RisingEdge
 
 from ...hdl.byte_gearbox import ByteBeat
-from ...hdl.dma_read import ReadJob
-from ...hdl.dma_write import WriteJob
+from ...hdl.dma_read import read_job
+from ...hdl.dma_write import write_job
 from ...hdl.tlp import CplStatus, FmtType, TlpBeat, TlpHeader
 from ...host_registers import HostError
 from ..tops.dma_top import GEARBOX_SIZES, SHIFTER_SIZES, WHOLE_SHIFTER_SIZES
@@ -429,7 +429,8 @@ def _report(key, value):
 def _read_job(cfg, memory, host, sink, source, addr, length, channel):
     host.tracker.add(addr, length)
     sink.jobs.append((addr, length, channel, memory.read(addr, length)))
-    source.send(pack_fields(ReadJob, {"addr": addr, "length": length, "channel": channel}))
+    job = {"addr": addr, "length": length, "channel": channel}
+    source.send(pack_fields(read_job(cfg.host_addr_bits), job))
 
 
 @cocotb.test()
@@ -562,7 +563,7 @@ async def writes(dut):
         value = rng.randbytes(length)
         expected.write(addr, value)
         sink.tracker.add(addr, length)
-        jobs_src.send(pack_fields(WriteJob, {"addr": addr, "length": length}))
+        jobs_src.send(pack_fields(write_job(cfg.host_addr_bits), {"addr": addr, "length": length}))
         for beat in byte_beats(value, width):
             data_src.send(beat)
     await loop.run_until(lambda: sink.jobs_done == jobs, timeout=40 * total // width + 20000,
@@ -583,7 +584,7 @@ async def writes(dut):
         addr = min(addr, base + len(region) - length)
         value = rng.randbytes(length)
         sink.tracker.add(addr, length)
-        jobs_src.send(pack_fields(WriteJob, {"addr": addr, "length": length}))
+        jobs_src.send(pack_fields(write_job(cfg.host_addr_bits), {"addr": addr, "length": length}))
         for beat in byte_beats(value, width):
             data_src.send(beat)
         # Flush only once the job is in: a job taken after the flush is
@@ -610,7 +611,7 @@ async def writes(dut):
         value = rng.randbytes(length)
         sink.tracker.add(addr, length)
         expected = memory.snapshot()
-        jobs_src.send(pack_fields(WriteJob, {"addr": addr, "length": length}))
+        jobs_src.send(pack_fields(write_job(cfg.host_addr_bits), {"addr": addr, "length": length}))
         for beat in byte_beats(value, width):
             data_src.send(beat)
         done = sink.jobs_done + 1
@@ -662,7 +663,7 @@ async def throughput(dut):
         sink.cycles = []
         value = rng.randbytes(length)
         sink.tracker.add(addr, length)
-        jobs_src.send(pack_fields(WriteJob, {"addr": addr, "length": length}))
+        jobs_src.send(pack_fields(write_job(cfg.host_addr_bits), {"addr": addr, "length": length}))
         for beat in byte_beats(value, width):
             data_src.send(beat)
         done = sink.jobs_done + 1
