@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host_registers import COUNTER_NAMES, UNMAPPED, config_words, registers
+from ..host_registers import COUNTER_NAMES, UNMAPPED, config_words, register_bits, registers
 from .window import DmaWindows
 from .tlp import CplStatus, FmtType, TlpHeader, has_data, tlp_stream
 
@@ -43,7 +43,9 @@ class Bar0(wiring.Component):
     completion : Out(tlp_stream)
     completer_id : In(16)
     rw : Out(StructLayout)
-        The writable registers' values, by name (e.g. ``rw.PROG_LEN``).
+        The writable registers' values, by name (e.g. ``rw.PROG_LEN``), each
+        as wide as the bits it keeps (`register_bits`: an address ``_HI``
+        keeps ``host_addr_bits - 32``).
     windows : Out(DmaWindows)
     control : Out(4)
         One-cycle pulses of the CONTROL bits written.
@@ -52,24 +54,31 @@ class Bar0(wiring.Component):
         Bits to set in IRQ_STATUS (the host clears them by writing 1).
     status, error_code, fault_index, irq_code, dma_error : In(32)
         Read-only registers.
-    counters : In(StructLayout of 64-bit counters)
+    counters : In(StructLayout of ``counter_bits``-wide counters)
     soft_reset : In(1)
         Every writable register back to its reset value.
     malformed, refused : In(1)
         Pulses counted in BAD_REQUESTS: the receiver dropped a malformed
         packet; a START or WFILL was refused.
+
+    On a one-word link one register multiplexer serves a two-word read, the
+    second word a cycle after the first (still before the link needs it),
+    so a 64-bit read of a counter's ``_LO``/``_HI`` pair is one snapshot;
+    a wider link reads both words at once through two.
     """
 
     def __init__(self, config):
         self._config = config
         self._table = registers(config)
+        self._bits = register_bits(config)
         self._rw = [r for r in self._table if r.access == "rw"
                     and not r.name.startswith("WIN")]
         super().__init__({
             "request":      In(tlp_stream(config.link_dw)),
             "completion":   Out(tlp_stream(config.link_dw)),
             "completer_id": In(16),
-            "rw":           Out(data.StructLayout({r.name: 32 for r in self._rw})),
+            "rw":           Out(data.StructLayout({r.name: self._bits.get(r.name, 32)
+                                                   for r in self._rw})),
             "windows":      Out(DmaWindows(config)),
             "control":      Out(4),
             "irq_status":   Out(32),
@@ -79,7 +88,8 @@ class Bar0(wiring.Component):
             "fault_index":  In(32),
             "irq_code":     In(32),
             "dma_error":    In(32),
-            "counters":     In(data.StructLayout({name: 64 for name in COUNTER_NAMES})),
+            "counters":     In(data.StructLayout({name: config.counter_bits
+                                                   for name in COUNTER_NAMES})),
             "soft_reset":   In(1),
             "malformed":    In(1),
             "refused":      In(1),
@@ -90,11 +100,13 @@ class Bar0(wiring.Component):
         cfg = self._config
         link_dw = cfg.link_dw
 
-        # Register storage.
-        stored = {r.name: Signal(32, name=f"reg_{r.name.lower()}", init=r.reset)
+        # Register storage: only the bits a register keeps (an address _HI
+        # above host_addr_bits keeps none, reads 0 and ignores writes).
+        stored = {r.name: Signal(self._bits.get(r.name, 32), name=f"reg_{r.name.lower()}",
+                                 init=r.reset)
                   for r in self._table if r.access == "rw"}
         irq_status = Signal(32)
-        counter_hi = Signal(32)
+        counter_hi = Signal(cfg.counter_bits - 32)
         bad_requests = Signal(32)
         m.d.comb += self.irq_status.eq(irq_status)
         for r in self._rw:
@@ -173,6 +185,8 @@ class Bar0(wiring.Component):
                 with m.Switch(offset):
                     for r in self._table:
                         if r.access == "rw":
+                            if not len(stored[r.name]):
+                                continue
                             with m.Case(r.offset >> 2):
                                 m.d.sync += stored[r.name].eq(value)
                         elif r.access == "w1c":
@@ -201,6 +215,25 @@ class Bar0(wiring.Component):
         with m.If(self.request.valid & self.request.ready & beat.last & is_write):
             m.d.sync += settle.eq(3)
         m.d.comb += self.request.ready.eq(~responding & (settle == 0))
+        def take_word(w, taken, value, latch, offset):
+            """Word `w` of the completion is `value`, read at `offset`; a
+            counter's _LO taken latches its upper half for the _HI read."""
+            m.d.sync += resp_data[32 * w:32 * (w + 1)].eq(value)
+            if not len(counter_hi):
+                return
+            with m.If(taken & latch):
+                with m.Switch(offset + 1):
+                    for i, name in enumerate(COUNTER_NAMES):
+                        with m.Case((0x200 >> 2) + 2 * i + 1):
+                            m.d.sync += counter_hi.eq(self.counters[name][32:])
+
+        if link_dw == 1:
+            second = Signal()                  # the second word is read this cycle
+            second_offset = Signal(10)
+            read_offset = Signal(10)
+            m.d.comb += read_offset.eq(Mux(second, second_offset, word_offset))
+            accept_value, accept_latch = read(read_offset)
+
         bad = Signal()
         m.d.sync += bad_requests.eq(bad_requests + bad + self.malformed + self.refused)
         with m.If(self.request.valid & self.request.ready & beat.last):
@@ -223,16 +256,20 @@ class Bar0(wiring.Component):
                     resp.lower_address.eq(Mux(ok, Cat(first[:2], hdr.address[2:7]), 0)),
                     resp_words.eq(Mux(ok, length, 0)),
                 ]
-                for w in range(MAX_ACCESS_WORDS):
-                    value, latch = read(word_offset + w)
-                    m.d.sync += resp_data[32 * w:32 * (w + 1)].eq(value)
-                    # A _LO read latches its counter's upper half for the _HI read.
-                    with m.If(ok & latch & (w < length)):
-                        hi_offset = word_offset + w + 1
-                        with m.Switch(hi_offset):
-                            for i, name in enumerate(COUNTER_NAMES):
-                                with m.Case((0x200 >> 2) + 2 * i + 1):
-                                    m.d.sync += counter_hi.eq(self.counters[name][32:])
+                if link_dw == 1:
+                    # One word a beat: the second word is not sent before
+                    # the cycle after next, so one register mux reads both,
+                    # the second in the next cycle.
+                    take_word(0, ok & (length >= 1), accept_value, accept_latch, word_offset)
+                    m.d.sync += [second.eq(ok & (length == 2)), second_offset.eq(word_offset + 1)]
+                else:
+                    for w in range(MAX_ACCESS_WORDS):
+                        value, latch = read(word_offset + w)
+                        take_word(w, ok & (w < length), value, latch, word_offset + w)
+        if link_dw == 1:
+            with m.If(second):
+                take_word(1, 1, accept_value, accept_latch, second_offset)
+                m.d.sync += second.eq(0)
 
         # The completion: header on every beat, then the words.
         out = self.completion.payload

@@ -1,4 +1,4 @@
-"""Byte streams and the gearbox that changes their beat width.
+"""Byte streams and the gearboxes that change their beat width.
 
 A *byte stream* of width ``n`` carries a job's bytes in order, byte 0 of a
 beat in bits 7:0 of ``data``. Every beat is full (``count == n``) except
@@ -11,7 +11,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 
-__all__ = ["ByteBeat", "byte_stream", "ByteGearbox", "append_bytes"]
+__all__ = ["ByteBeat", "byte_stream", "ByteGearbox", "BeatShifter", "gearbox", "append_bytes"]
 
 
 def ByteBeat(n, **extra):
@@ -103,3 +103,127 @@ class ByteGearbox(wiring.Component):
         with m.If(in_fire & self.i.payload.last):
             m.d.sync += ending.eq(1)
         return m
+
+
+class BeatShifter(wiring.Component):
+    """The cheap `ByteGearbox` for beat widths of which one divides the
+    other: whole input beats are shifted in (packing narrow beats into wide
+    ones) or whole output beats shifted out (cutting wide beats into narrow
+    ones), so no byte moves by a variable amount and it takes a register
+    and a counter instead of a barrel shifter.
+
+    What the stream must keep to (the DMA jobs of the program fetcher, the
+    weight filler and RHM/WHM do):
+
+    - packing (`out_bytes` a multiple of `in_bytes`): every input beat is
+      full; a job that ends inside an output beat sends that beat short,
+      ``count`` saying how much of it is the job's (with `whole`, jobs are
+      whole output beats and the multiplexer that aligns a short one is
+      left out);
+    - cutting (`in_bytes` a multiple of `out_bytes`): every input beat's
+      ``count`` is a multiple of `out_bytes` (every beat is full but a job's
+      last, and the job is whole output beats).
+
+    Members
+    -------
+    i : In(byte_stream(in_bytes))
+    o : Out(byte_stream(out_bytes))
+        The same bytes; the beat that ends a job has ``last`` set.
+    idle : Out(1)
+        No byte is held.
+
+    Takes one beat per cycle on the slower side, with the same latency as
+    `ByteGearbox`: an output beat is offered the cycle after the input beat
+    that completes it arrived. After a job's last input beat, input waits
+    until that job's bytes have left, so jobs never share a beat.
+    """
+
+    def __init__(self, in_bytes, out_bytes, *, whole=False):
+        if not (in_bytes >= 1 and out_bytes >= 1 and
+                (out_bytes % in_bytes == 0 or in_bytes % out_bytes == 0)):
+            raise ValueError(f"BeatShifter needs one beat width a multiple of the other, not "
+                             f"{in_bytes} -> {out_bytes}")
+        self._in, self._out = in_bytes, out_bytes
+        self._whole = whole
+        super().__init__({
+            "i":    In(byte_stream(in_bytes)),
+            "o":    Out(byte_stream(out_bytes)),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        if self._out >= self._in:
+            return self._pack()
+        return self._cut()
+
+    def _pack(self):
+        m = Module()
+        n_in, n_out = self._in, self._out
+        beats = n_out // n_in
+        buf = Signal(8 * n_out)
+        held = Signal(range(beats + 1))   # input beats in `buf`
+        ending = Signal()                 # they end a job
+
+        # The newest beat enters at the top; after `beats` of them the first
+        # is at the bottom, in byte order. A short beat's bytes are the top
+        # `held` beats.
+        aligned = Signal(8 * n_out)
+        if self._whole:
+            m.d.comb += aligned.eq(buf)
+        else:
+            with m.Switch(held):
+                for h in range(1, beats + 1):
+                    with m.Case(h):
+                        m.d.comb += aligned.eq(buf[8 * n_in * (beats - h):])
+        full = held == beats
+        m.d.comb += [
+            self.o.valid.eq(full | ending),
+            self.o.payload.data.eq(aligned),
+            self.o.payload.count.eq(held * n_in),
+            self.o.payload.last.eq(ending),
+            self.i.ready.eq(~ending & (~full | self.o.ready)),
+            self.idle.eq(held == 0),
+        ]
+        out_fire = self.o.valid & self.o.ready
+        in_fire = self.i.valid & self.i.ready
+        with m.If(in_fire):
+            m.d.sync += buf.eq(Cat(buf[8 * n_in:], self.i.payload.data))
+        m.d.sync += held.eq(Mux(out_fire, 0, held) + in_fire)
+        with m.If(out_fire):
+            m.d.sync += ending.eq(0)
+        with m.If(in_fire & self.i.payload.last):
+            m.d.sync += ending.eq(1)
+        return m
+
+    def _cut(self):
+        m = Module()
+        n_in, n_out = self._in, self._out
+        buf = Signal(8 * n_in)
+        left = Signal(range(n_in + 1))    # bytes of `buf` still to send
+        last = Signal()                   # they end a job
+
+        m.d.comb += [
+            self.o.valid.eq(left != 0),
+            self.o.payload.data.eq(buf[:8 * n_out]),
+            self.o.payload.count.eq(n_out),
+            self.o.payload.last.eq(last & (left <= n_out)),
+            self.i.ready.eq((left == 0) | ((left <= n_out) & self.o.ready)),
+            self.idle.eq(left == 0),
+        ]
+        out_fire = self.o.valid & self.o.ready
+        in_fire = self.i.valid & self.i.ready
+        with m.If(in_fire):
+            m.d.sync += [buf.eq(self.i.payload.data), left.eq(self.i.payload.count),
+                         last.eq(self.i.payload.last)]
+        with m.Elif(out_fire):
+            m.d.sync += [buf.eq(buf[8 * n_out:]), left.eq(left - n_out)]
+        return m
+
+
+def gearbox(in_bytes, out_bytes, *, whole=False):
+    """A `BeatShifter` where one width divides the other, else a `ByteGearbox`;
+    only for streams that keep to what `BeatShifter` needs (`whole`: jobs
+    are whole output beats)."""
+    if out_bytes % in_bytes == 0 or in_bytes % out_bytes == 0:
+        return BeatShifter(in_bytes, out_bytes, whole=whole)
+    return ByteGearbox(in_bytes, out_bytes)

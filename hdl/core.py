@@ -51,7 +51,7 @@ class TPUCore(wiring.Component):
         WHM's bytes, one UB row per beat.
     wmem_fill : In(WeightMemoryFillSignature)
         Writes weight memory (one tile row per cycle).
-    windows : In(ArrayLayout(StructLayout({"base": 64, "size": 64}), dma_windows))
+    windows : In(DmaWindows(config): host_addr_bits-wide base and size, dma_windows of them)
         The host-memory windows DMA may touch: bytes ``[base, base + size)``
         (``size`` 0: closed). An RHM or WHM whose bytes are not all inside one
         window faults with HOST_RANGE before it starts. Held by the host
@@ -66,7 +66,7 @@ class TPUCore(wiring.Component):
         the activation unit is idle.
     halted, fault, fault_index, irq, irq_code, busy : Out
         Status; see `Sequencer`. ``busy``: instructions queued or running.
-    counters : Out(StructLayout of 64-bit counters, see `COUNTERS`)
+    counters : Out(StructLayout of counter_bits-wide counters, see `COUNTERS`)
     """
 
     def __init__(self, config):
@@ -90,7 +90,8 @@ class TPUCore(wiring.Component):
             "irq":             Out(1),
             "irq_code":        Out(16),
             "busy":            Out(1),
-            "counters":        Out(data.StructLayout({name: 64 for name in COUNTERS})),
+            "counters":        Out(data.StructLayout({name: config.counter_bits
+                                                      for name in COUNTERS})),
         })
 
     @property

@@ -12,10 +12,17 @@ from .dma_split import request_header, split_request
 from .tlp import CplStatus, FmtType, tlp_stream
 
 
-__all__ = ["DmaReader", "ReadJob"]
+__all__ = ["DmaReader", "ReadJob", "read_job"]
 
 
-ReadJob = data.StructLayout({"addr": 64, "length": 32, "channel": 2})
+def read_job(addr_bits=64):
+    """A read job: ``length`` bytes at host address ``addr`` (`addr_bits`
+    wide, ``TPUConfig.host_addr_bits``) for ``channel``."""
+    return data.StructLayout({"addr": addr_bits, "length": 32, "channel": 2})
+
+
+#: The read job of a chip with 64-bit host addresses.
+ReadJob = read_job()
 
 
 def _log2(n):
@@ -28,7 +35,7 @@ class DmaReader(wiring.Component):
     Members
     -------
     requester_id : In(16)
-    job : In(stream.Signature(ReadJob))
+    job : In(stream.Signature(read_job(host_addr_bits)))
         Taken once the previous job's last request has been issued, so the
         requests of consecutive jobs follow each other without a gap.
     request : Out(tlp_stream(link_dw))
@@ -62,7 +69,7 @@ class DmaReader(wiring.Component):
         self._config = config
         super().__init__({
             "requester_id": In(16),
-            "job":          In(stream.Signature(ReadJob)),
+            "job":          In(stream.Signature(read_job(config.host_addr_bits))),
             "request":      Out(tlp_stream(config.link_dw)),
             "completion":   In(tlp_stream(config.link_dw)),
             "data":         Out(byte_stream(4 * config.link_dw, channel=2)),
@@ -106,7 +113,7 @@ class DmaReader(wiring.Component):
 
         # -- Requests --------------------------------------------------
         active = Signal()
-        addr = Signal(64)
+        addr = Signal(cfg.host_addr_bits)
         job_left = Signal(32)
         job_channel = Signal(2)
         tail = Signal(tag_bits)     # the next tag to hand out

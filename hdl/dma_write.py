@@ -9,10 +9,17 @@ from .dma_split import request_header, split_request
 from .tlp import FmtType, TlpHeader, tlp_stream
 
 
-__all__ = ["DmaWriter", "WriteJob"]
+__all__ = ["DmaWriter", "WriteJob", "write_job"]
 
 
-WriteJob = data.StructLayout({"addr": 64, "length": 32})
+def write_job(addr_bits=64):
+    """A write job: ``length`` bytes to host address ``addr`` (`addr_bits`
+    wide, ``TPUConfig.host_addr_bits``)."""
+    return data.StructLayout({"addr": addr_bits, "length": 32})
+
+
+#: The write job of a chip with 64-bit host addresses.
+WriteJob = write_job()
 
 
 class DmaWriter(wiring.Component):
@@ -21,7 +28,7 @@ class DmaWriter(wiring.Component):
     Members
     -------
     requester_id : In(16)
-    job : In(stream.Signature(WriteJob))
+    job : In(stream.Signature(write_job(host_addr_bits)))
         Taken when the previous job's last TLP has been sent.
     data : In(byte_stream(4 * link_dw))
         Exactly the job's bytes, ``length`` counting them (``last`` is not
@@ -50,7 +57,7 @@ class DmaWriter(wiring.Component):
         self._config = config
         super().__init__({
             "requester_id": In(16),
-            "job":          In(stream.Signature(WriteJob)),
+            "job":          In(stream.Signature(write_job(config.host_addr_bits))),
             "data":         In(byte_stream(4 * config.link_dw)),
             "request":      Out(tlp_stream(config.link_dw)),
             "flush":        In(1),
@@ -65,7 +72,7 @@ class DmaWriter(wiring.Component):
         max_payload = cfg.max_payload
 
         active = Signal()
-        addr = Signal(64)                  # of the next TLP
+        addr = Signal(cfg.host_addr_bits)  # of the next TLP
         left = Signal(32)                  # bytes not yet given to a TLP
         in_left = Signal(32)               # bytes still to take from `data`
         tlp = Signal()                     # `hdr` is a TLP being sent

@@ -7,9 +7,9 @@ from amaranth.lib.wiring import In, Out
 from ..host_registers import Control, HostError, Irq, Status
 from ..isa import INSTRUCTION_BYTES
 from .bar0 import Bar0
-from .byte_gearbox import ByteGearbox
+from .byte_gearbox import gearbox
 from .core import TPUCore
-from .dma_read import DmaReader, ReadJob
+from .dma_read import DmaReader, read_job
 from .dma_write import DmaWriter
 from .program_fetcher import ProgramFetcher
 from .tlp import FmtType, link_stream
@@ -81,8 +81,9 @@ class HostInterface(wiring.Component):
         core = TPUCore(cfg)
         core_reset = Signal()
         m.submodules.core = ResetInserter(core_reset)(core)
-        m.submodules.rhm_gearbox = rhm_gearbox = ResetInserter(abort)(ByteGearbox(beat_bytes, cfg.rows))
-        m.submodules.whm_gearbox = whm_gearbox = ResetInserter(abort)(ByteGearbox(cfg.rows, beat_bytes))
+        # RHM and WHM jobs are whole UB rows, as a `BeatShifter` needs.
+        m.submodules.rhm_gearbox = rhm_gearbox = ResetInserter(abort)(gearbox(beat_bytes, cfg.rows))
+        m.submodules.whm_gearbox = whm_gearbox = ResetInserter(abort)(gearbox(cfg.rows, beat_bytes))
 
         wiring.connect(m, wiring.flipped(self.rx), rx.link)
         wiring.connect(m, tx.link, wiring.flipped(self.tx))
@@ -228,7 +229,9 @@ class HostInterface(wiring.Component):
         wiring.connect(m, fetcher.instr, core.instr)
         wiring.connect(m, filler.fill, core.wmem_fill)
 
-        rhm_job = Signal(ReadJob)
+        # The decoder let the RHM through only inside a window, so its
+        # address fits host_addr_bits.
+        rhm_job = Signal(read_job(cfg.host_addr_bits))
         m.d.comb += [
             rhm_job.addr.eq(core.host_read_req.payload.addr),
             rhm_job.length.eq(core.host_read_req.payload.rows * cfg.rows),

@@ -5,8 +5,8 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..isa import INSTRUCTION_BITS, INSTRUCTION_BYTES
-from .byte_gearbox import ByteBeat, ByteGearbox
-from .dma_read import ReadJob
+from .byte_gearbox import ByteBeat, gearbox
+from .dma_read import read_job
 
 
 __all__ = ["ProgramFetcher"]
@@ -22,9 +22,9 @@ class ProgramFetcher(wiring.Component):
     -----
     start : In(1)
         Pulse: fetch ``length`` instructions from ``addr``.
-    addr : In(64)
+    addr : In(host_addr_bits)
     length : In(32)
-    job : Out(stream of ReadJob)
+    job : Out(stream of read_job(host_addr_bits))
         Read jobs for the DMA reader (``channel`` left 0).
     data : In(byte_stream)
         The jobs' bytes.
@@ -43,9 +43,9 @@ class ProgramFetcher(wiring.Component):
         self._chunk = chunk
         super().__init__({
             "start":  In(1),
-            "addr":   In(64),
+            "addr":   In(config.host_addr_bits),
             "length": In(32),
-            "job":    Out(stream.Signature(ReadJob)),
+            "job":    Out(stream.Signature(read_job(config.host_addr_bits))),
             "data":   In(stream.Signature(ByteBeat(4 * config.link_dw))),
             "instr":  Out(stream.Signature(INSTRUCTION_BITS)),
             "busy":   Out(1),
@@ -56,26 +56,27 @@ class ProgramFetcher(wiring.Component):
         m = Module()
         depth, chunk = self._depth, self._chunk
 
-        m.submodules.gearbox = gearbox = ResetInserter(self.flush)(
-            ByteGearbox(4 * self._config.link_dw, INSTRUCTION_BYTES))
+        # Jobs are whole instructions, as a `BeatShifter` needs.
+        m.submodules.gearbox = packer = ResetInserter(self.flush)(
+            gearbox(4 * self._config.link_dw, INSTRUCTION_BYTES, whole=True))
         m.submodules.queue = queue = ResetInserter(self.flush)(
             fifo.SyncFIFOBuffered(width=INSTRUCTION_BITS, depth=depth))
-        wiring.connect(m, wiring.flipped(self.data), gearbox.i)
+        wiring.connect(m, wiring.flipped(self.data), packer.i)
         m.d.comb += [
-            queue.w_data.eq(gearbox.o.payload.data),
-            queue.w_en.eq(gearbox.o.valid),
-            gearbox.o.ready.eq(queue.w_rdy),
+            queue.w_data.eq(packer.o.payload.data),
+            queue.w_en.eq(packer.o.valid),
+            packer.o.ready.eq(queue.w_rdy),
             self.instr.payload.eq(queue.r_data),
             self.instr.valid.eq(queue.r_rdy),
             queue.r_en.eq(self.instr.ready),
         ]
 
-        addr = Signal(64)
+        addr = Signal(self._config.host_addr_bits)
         left = Signal(32)          # instructions not yet asked for
         outstanding = Signal(range(depth + 1))   # asked for, not yet queued
         take = Signal(range(chunk + 1))
         m.d.comb += take.eq(Mux(left > chunk, chunk, left))
-        arrived = gearbox.o.valid & gearbox.o.ready
+        arrived = packer.o.valid & packer.o.ready
         asked = self.job.valid & self.job.ready
 
         m.d.comb += [

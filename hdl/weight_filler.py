@@ -4,8 +4,8 @@ from amaranth import *
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .byte_gearbox import ByteBeat, ByteGearbox
-from .dma_read import ReadJob
+from .byte_gearbox import ByteBeat, gearbox
+from .dma_read import read_job
 from .weight_memory import WeightMemoryFillSignature
 
 
@@ -21,9 +21,9 @@ class WeightFiller(wiring.Component):
     -----
     start : In(1)
         Pulse: copy ``tiles`` tiles from host ``addr`` to weight tile ``tile``.
-    addr : In(64)
+    addr : In(host_addr_bits)
     tile, tiles : In(32)
-    job : Out(stream of ReadJob)
+    job : Out(stream of read_job(host_addr_bits))
     data : In(byte_stream)
     fill : Out(WeightMemoryFillSignature)
     busy : Out(1)
@@ -36,10 +36,10 @@ class WeightFiller(wiring.Component):
         self._config = config
         super().__init__({
             "start": In(1),
-            "addr":  In(64),
+            "addr":  In(config.host_addr_bits),
             "tile":  In(32),
             "tiles": In(32),
-            "job":   Out(stream.Signature(ReadJob)),
+            "job":   Out(stream.Signature(read_job(config.host_addr_bits))),
             "data":  In(stream.Signature(ByteBeat(4 * config.link_dw))),
             "fill":  Out(WeightMemoryFillSignature(config)),
             "busy":  Out(1),
@@ -50,9 +50,10 @@ class WeightFiller(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        m.submodules.gearbox = gearbox = ResetInserter(self.flush)(
-            ByteGearbox(4 * cfg.link_dw, cfg.cols))
-        wiring.connect(m, wiring.flipped(self.data), gearbox.i)
+        # A fill is whole tile rows, as a `BeatShifter` needs.
+        m.submodules.gearbox = packer = ResetInserter(self.flush)(
+            gearbox(4 * cfg.link_dw, cfg.cols))
+        wiring.connect(m, wiring.flipped(self.data), packer.i)
 
         asking = Signal()
         row = Signal.like(self.fill.addr)
@@ -61,10 +62,10 @@ class WeightFiller(wiring.Component):
             self.job.valid.eq(asking),
             self.job.payload.addr.eq(self.addr),
             self.job.payload.length.eq(self.tiles * cfg.tile_bytes),
-            gearbox.o.ready.eq(1),
-            self.fill.en.eq(gearbox.o.valid & (left != 0)),
+            packer.o.ready.eq(1),
+            self.fill.en.eq(packer.o.valid & (left != 0)),
             self.fill.addr.eq(row),
-            self.fill.data.eq(gearbox.o.payload.data[:8 * cfg.cols]),
+            self.fill.data.eq(packer.o.payload.data[:8 * cfg.cols]),
             self.busy.eq(asking | (left != 0)),
         ]
         with m.If(self.job.ready):

@@ -22,6 +22,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "pool_max_width": (1, 65535), "link_dw": (1, 8), "max_payload": (128, 4096),
         "max_read_request": (128, 4096), "read_tags": (1, 32), "cpl_timeout": (16, 1 << 24),
         "dma_windows": (1, 16), "requantizers": (0, 256), "requantizer_multiplier_width": (8, 32),
+        "host_addr_bits": (32, 64), "counter_bits": (32, 64),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -92,3 +93,16 @@ def test_up5k_profile_and_overrides():
     assert set(PROFILES) == {"up5k"}
     with pytest.raises(ConfigError, match="unknown board profile 'up6k': the profiles are up5k"):
         TPUConfig.from_options({}, "up6k")
+
+
+def test_host_widths_default_to_64_bits_and_up5k_fields_are_valid():
+    from tpu.config import UP5K_HOST_FIELDS
+    config = TPUConfig()
+    assert (config.host_addr_bits, config.counter_bits) == (64, 64)
+    small = TPUConfig(**UP5K_HOST_FIELDS)
+    assert (small.host_addr_bits, small.counter_bits, small.link_dw, small.read_tags) == (32, 32, 1, 1)
+
+
+def test_up5k_profile_has_the_uart_sized_host_interface():
+    from tpu.config import UP5K_HOST_FIELDS, UP5K_PROFILE
+    assert all(getattr(UP5K_PROFILE, name) == value for name, value in UP5K_HOST_FIELDS.items())

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tpu import TPUConfig
+from tpu.config import UP5K_HOST_FIELDS
 from tpu.driver import (BACKENDS, ChipFault, Device, DeviceTimeout, GoldenLink, JobAborted,
                         TpuError, register_backend, run)
 from tpu.driver.checks import CHECKS, long_program
@@ -21,8 +22,11 @@ from tpu.host_registers import (COUNTER_NAMES, Control, HostError, Irq, Status, 
 from tpu.isa import Fault, Halt, Int, Nop, Rhm, Whm
 
 
+#: A chip of the small-FPGA host profile: 32-bit host addresses and counters.
+UP5K_HOST = TPUConfig(rows=4, cols=4, acc_rows=256, ub_rows=1024, weight_mem_tiles=64,
+                      **UP5K_HOST_FIELDS)
 CONFIGS = [TPUConfig(), TPUConfig(rows=4, cols=8, acc_rows=64, ub_rows=256, weight_mem_tiles=16,
-                                  dma_windows=2)]
+                                  dma_windows=2), UP5K_HOST]
 
 
 def golden(config, coroutine_function, **options):
@@ -154,6 +158,36 @@ def test_golden_counter_latch_past_32_bits():
         assert counters["useful_macs"] == 0x5_0000_0000 and counters["cycles"] == 0x7_0000_0001
         assert set(counters) == set(COUNTER_NAMES)
     golden(TPUConfig(), main)
+
+
+def test_golden_narrow_counters_and_addresses():
+    """With 32-bit counters and host addresses, counters wrap at 2**32 and the
+    address _HI registers keep nothing; the driver reads both the same way."""
+    async def main(device):
+        link = device.link
+        regs = register_map(device.config)
+        assert device.arena.end <= 1 << 32
+        link.poke_counter("useful_macs", 0x1_2345_6789)
+        assert await link.read32(regs["USEFUL_MACS_LO"].offset) == 0x2345_6789
+        assert await link.read32(regs["USEFUL_MACS_HI"].offset) == 0
+        assert (await device.counters())["useful_macs"] == 0x2345_6789
+        for name in ("PROG_ADDR_HI", "MSI_ADDR_HI", "WFILL_ADDR_HI", "WIN0_BASE_HI", "WIN0_SIZE_HI"):
+            await link.write32(regs[name].offset, 0xFFFF_FFFF)
+            assert await link.read32(regs[name].offset) == 0, name
+        await link.write32(regs["PROG_ADDR_LO"].offset, 0xFFFF_FFFF)
+        assert await link.read32(regs["PROG_ADDR_LO"].offset) == 0xFFFF_FFFF
+    golden(UP5K_HOST, main)
+
+
+def test_host_memory_past_the_address_width_is_refused():
+    """The driver refuses a link whose host RAM (or MSI address) the chip's
+    host_addr_bits cannot reach, naming the field."""
+    with pytest.raises(ValueError, match=r"ends past 2\*\*32.*host_addr_bits"):
+        golden(UP5K_HOST, _value, ram_base=(1 << 32) - 4096)
+    with pytest.raises(ValueError, match=r"MSI address 0x100000000 is past 2\*\*32"):
+        golden(UP5K_HOST, _value, ram_base=1 << 32)
+    # The same RAM is fine for a chip of 33-bit addresses.
+    golden(UP5K_HOST.replace(host_addr_bits=33), lambda device: _value(None), ram_base=1 << 32)
 
 
 def test_golden_unbacked_host_memory():

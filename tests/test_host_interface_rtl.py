@@ -5,6 +5,7 @@ import pytest
 
 from conftest import base_seed
 from tpu import TPUConfig
+from tpu.config import UP5K_HOST_FIELDS
 from tpu.driver.checks import CHECKS
 from tpu.hdl.verilog import CHIP_NAME, generate_verilog
 from tpu.sim.harness import run
@@ -15,6 +16,12 @@ NARROW = TPUConfig(rows=4, cols=4, acc_rows=256, ub_rows=1024, weight_mem_tiles=
                    max_payload=128, max_read_request=128, read_tags=2, cpl_timeout=2000)
 WIDE = TPUConfig(rows=8, cols=8, acc_rows=256, ub_rows=1024, weight_mem_tiles=64, link_dw=4,
                  cpl_timeout=2000)
+# The small-FPGA host profile: one tag, one window, 32-bit addresses and counters.
+UP5K_HOST = NARROW.replace(**UP5K_HOST_FIELDS)
+
+
+def config_id(config):
+    return f"{config.name}-dw{config.link_dw}" + ("-up5k_host" if config == UP5K_HOST else "")
 
 
 def _run(config, simulator, testcase, **env):
@@ -27,7 +34,7 @@ def _run(config, simulator, testcase, **env):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("config", [NARROW, WIDE], ids=lambda c: f"{c.name}-dw{c.link_dw}")
+@pytest.mark.parametrize("config", [NARROW, WIDE, UP5K_HOST], ids=config_id)
 def test_registers(simulator, config):
     _run(config, simulator, "registers_test")
 
@@ -45,6 +52,14 @@ def test_driver_check_wide(simulator, check):
 
 
 @pytest.mark.rtl
+@pytest.mark.parametrize("check", ["mlp", "faults", "dma_windows", "register_access",
+                                   "counter_latch", "weights_at_tile"])
+def test_driver_check_up5k_host(simulator, check):
+    """The same driver checks on the host profile of a small FPGA."""
+    _run(UP5K_HOST, simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+
+
+@pytest.mark.rtl
 @pytest.mark.parametrize("stage", ["rhm", "fetch", "wfill"])
 def test_dma_faults(simulator, stage):
     """Every bad answer to a DMA read while an RHM, a program fetch or a weight fill reads."""
@@ -52,7 +67,7 @@ def test_dma_faults(simulator, stage):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("config", [NARROW, WIDE], ids=lambda c: f"{c.name}-dw{c.link_dw}")
+@pytest.mark.parametrize("config", [NARROW, WIDE, UP5K_HOST], ids=config_id)
 def test_bad_tlps(simulator, config):
     """Malformed and unsupported packets from the host, and a stray completion."""
     _run(config, simulator, "bad_tlps")

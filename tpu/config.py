@@ -37,6 +37,10 @@ _RANGES = {
                                        "(0: one per column; at most cols)"),
     "requantizer_multiplier_width": (8, 32, "width of the requantizer's multiplier: 32 multiplies in "
                                             "one cycle, 16 in 4, 8 in 16 (a power of two)"),
+    "host_addr_bits":    (32, 64,      "width of the host addresses the chip holds and sends "
+                                       "(DMA windows, PROG_ADDR, WFILL_ADDR, MSI_ADDR, DMA jobs)"),
+    "counter_bits":      (32, 64,      "width of the performance counters; they wrap modulo "
+                                       "2**counter_bits"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
@@ -87,6 +91,16 @@ class TPUConfig:
         multiply. 16 or 8: it is summed from 16 x 16 (8 x 8) products of the
         magnitudes' pieces over 4 (16) cycles, and ACT takes that many times
         longer a row (same results).
+    host_addr_bits : int
+        Width of the host addresses the chip holds: the DMA windows, the
+        PROG_ADDR, WFILL_ADDR and MSI_ADDR registers and the DMA engines'
+        address arithmetic. The ``_HI`` halves keep only the bits above 32
+        (with 32, none: they read 0 and ignore writes); a window or an
+        address past ``2**host_addr_bits`` is refused by the driver, and DMA
+        there faults like any DMA outside the windows.
+    counter_bits : int
+        Width of the performance counters (COUNTER_NAMES); they wrap modulo
+        ``2**counter_bits``, and a ``_HI`` half keeps only the bits above 32.
 
     Raises
     ------
@@ -113,6 +127,8 @@ class TPUConfig:
     dma_windows: int = 4
     requantizers: int = 0
     requantizer_multiplier_width: int = 32
+    host_addr_bits: int = 64
+    counter_bits: int = 64
 
     def __post_init__(self):
         for f in fields(self):
@@ -200,6 +216,13 @@ class TPUConfig:
         return self.rows * self.cols
 
 
+#: The host-interface fields of a chip for a small FPGA behind a UART (the
+#: iCEBreaker's UP5K): one read tag, one DMA window, a one-word link, the
+#: smallest TLPs, 32-bit host addresses and 32-bit counters. A board profile
+#: adds its core fields to these.
+UP5K_HOST_FIELDS = dict(link_dw=1, max_payload=128, max_read_request=128, read_tags=1,
+                        dma_windows=1, host_addr_bits=32, counter_bits=32)
+
 #: Board profiles: field values for a chip sized for one FPGA board, the
 #: same programs bit-exact through the same driver (docs/fpga.md). Options
 #: given with a profile override its values.
@@ -208,8 +231,7 @@ PROFILES = {
     # for a UART, one requantizer with a 16 x 16-bit multiplier (ACT takes
     # 8 cycles a row).
     "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
-                 link_dw=1, max_payload=128, max_read_request=128, read_tags=1, dma_windows=1,
-                 cpl_timeout=16000000,
+                 cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                  requantizers=1, requantizer_multiplier_width=16),
 }
 

@@ -16,7 +16,7 @@ from .isa import ISA_VERSION
 
 __all__ = ["Register", "registers", "register_map", "BAR0_BYTES", "CHIP_ID", "HW_VERSION",
            "UNMAPPED", "Control", "Status", "Irq", "HostError", "COUNTER_NAMES",
-           "window_offset", "counter_offset", "config_words"]
+           "window_offset", "counter_offset", "config_words", "register_bits"]
 
 
 BAR0_BYTES = 4096
@@ -102,6 +102,7 @@ def _table(dma_windows):
         Register("LINK", 0x020, "ro", 0, "link_dw | read_tags << 8 | dma_windows << 16"),
         Register("MAX_PAYLOAD", 0x024, "ro", 0, "max payload size in bytes"),
         Register("MAX_READ_REQUEST", 0x028, "ro", 0, "max read request size in bytes"),
+        Register("HOST_WIDTHS", 0x02C, "ro", 0, "host_addr_bits | counter_bits << 8"),
         Register("CONTROL", 0x040, "wo", 0, "Control bits: START, ABORT, SOFT_RESET, WFILL"),
         Register("STATUS", 0x044, "ro", 0, "Status bits: BUSY, HALTED, ERROR, WFILL_BUSY"),
         Register("ERROR_CODE", 0x048, "ro", 0, "tpu.isa.Fault (< 16) or HostError (>= 16); 0: none"),
@@ -162,4 +163,24 @@ def config_words(config):
         "LINK": config.link_dw | config.read_tags << 8 | config.dma_windows << 16,
         "MAX_PAYLOAD": config.max_payload,
         "MAX_READ_REQUEST": config.max_read_request,
+        "HOST_WIDTHS": config.host_addr_bits | config.counter_bits << 8,
     }
+
+
+#: The registers holding the low and high halves of a host address (the
+#: windows' are added per window).
+_ADDRESS_PAIRS = ("PROG_ADDR", "MSI_ADDR", "WFILL_ADDR")
+
+
+def register_bits(config):
+    """{name: bits the chip keeps} for the registers that keep fewer than 32
+    bits of what is written (or latched): the ``_HI`` halves of host
+    addresses above ``host_addr_bits`` and of counters above
+    ``counter_bits``. Such a register reads its kept bits, zero above; one
+    that keeps none reads 0 and ignores writes."""
+    pairs = list(_ADDRESS_PAIRS)
+    for i in range(config.dma_windows):
+        pairs += [f"WIN{i}_BASE", f"WIN{i}_SIZE"]
+    bits = {f"{pair}_HI": config.host_addr_bits - 32 for pair in pairs}
+    bits.update({f"{name.upper()}_HI": config.counter_bits - 32 for name in COUNTER_NAMES})
+    return {name: n for name, n in bits.items() if n < 32}

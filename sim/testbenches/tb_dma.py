@@ -18,11 +18,11 @@ from amaranth.lib import data
 from cocotb.triggers import RisingEdge
 
 from ...hdl.byte_gearbox import ByteBeat
-from ...hdl.dma_read import ReadJob
-from ...hdl.dma_write import WriteJob
+from ...hdl.dma_read import read_job
+from ...hdl.dma_write import write_job
 from ...hdl.tlp import CplStatus, FmtType, TlpBeat, TlpHeader
 from ...host_registers import HostError
-from ..tops.dma_top import GEARBOX_SIZES
+from ..tops.dma_top import GEARBOX_SIZES, SHIFTER_SIZES, WHOLE_SHIFTER_SIZES
 from ..harness import config_from_env
 from ..host.streams import CycleLoop, StreamSource, pack_fields, start_clock_and_reset
 
@@ -429,7 +429,8 @@ def _report(key, value):
 def _read_job(cfg, memory, host, sink, source, addr, length, channel):
     host.tracker.add(addr, length)
     sink.jobs.append((addr, length, channel, memory.read(addr, length)))
-    source.send(pack_fields(ReadJob, {"addr": addr, "length": length, "channel": channel}))
+    job = {"addr": addr, "length": length, "channel": channel}
+    source.send(pack_fields(read_job(cfg.host_addr_bits), job))
 
 
 @cocotb.test()
@@ -562,7 +563,7 @@ async def writes(dut):
         value = rng.randbytes(length)
         expected.write(addr, value)
         sink.tracker.add(addr, length)
-        jobs_src.send(pack_fields(WriteJob, {"addr": addr, "length": length}))
+        jobs_src.send(pack_fields(write_job(cfg.host_addr_bits), {"addr": addr, "length": length}))
         for beat in byte_beats(value, width):
             data_src.send(beat)
     await loop.run_until(lambda: sink.jobs_done == jobs, timeout=40 * total // width + 20000,
@@ -583,7 +584,7 @@ async def writes(dut):
         addr = min(addr, base + len(region) - length)
         value = rng.randbytes(length)
         sink.tracker.add(addr, length)
-        jobs_src.send(pack_fields(WriteJob, {"addr": addr, "length": length}))
+        jobs_src.send(pack_fields(write_job(cfg.host_addr_bits), {"addr": addr, "length": length}))
         for beat in byte_beats(value, width):
             data_src.send(beat)
         # Flush only once the job is in: a job taken after the flush is
@@ -610,7 +611,7 @@ async def writes(dut):
         value = rng.randbytes(length)
         sink.tracker.add(addr, length)
         expected = memory.snapshot()
-        jobs_src.send(pack_fields(WriteJob, {"addr": addr, "length": length}))
+        jobs_src.send(pack_fields(write_job(cfg.host_addr_bits), {"addr": addr, "length": length}))
         for beat in byte_beats(value, width):
             data_src.send(beat)
         done = sink.jobs_done + 1
@@ -662,7 +663,7 @@ async def throughput(dut):
         sink.cycles = []
         value = rng.randbytes(length)
         sink.tracker.add(addr, length)
-        jobs_src.send(pack_fields(WriteJob, {"addr": addr, "length": length}))
+        jobs_src.send(pack_fields(write_job(cfg.host_addr_bits), {"addr": addr, "length": length}))
         for beat in byte_beats(value, width):
             data_src.send(beat)
         done = sink.jobs_done + 1
@@ -725,17 +726,26 @@ class GearboxSink:
 
 @cocotb.test()
 async def gearboxes(dut):
-    """Every gearbox of the top: random jobs, idle and back-pressure, then a
-    timed run with neither."""
+    """Every gearbox and beat shifter of the top: random jobs, idle and
+    back-pressure, then a timed run with neither. A shifter's jobs are whole
+    beats of its narrower side (of its output, with ``whole``), as it requires."""
     seed = int(os.environ.get("TPU_SEED", "0"))
     rng = random.Random(seed)
-    for n in range(len(GEARBOX_SIZES)):
+    sizes = GEARBOX_SIZES + SHIFTER_SIZES + WHOLE_SHIFTER_SIZES
+    for n in range(len(sizes)):
         getattr(dut, f"g{n}_i__valid").value = 0
     await start_clock_and_reset(dut)
     for timed in (False, True):
         await RisingEdge(dut.clk)
         sources, sinks = [], []
-        for n, (a, b) in enumerate(GEARBOX_SIZES):
+        for n, (a, b) in enumerate(sizes):
+            # The byte multiple a job's length must be.
+            if n < len(GEARBOX_SIZES):
+                unit = 1
+            elif n < len(GEARBOX_SIZES) + len(SHIFTER_SIZES):
+                unit = min(a, b)
+            else:
+                unit = b
             idle = 0 if timed else rng.choice([0, 0.3, 0.7])
             stall = 0 if timed else rng.choice([0, 0.3, 0.7])
             source = StreamSource(dut, f"g{n}_i", idle=idle, rng=rng)
@@ -743,6 +753,7 @@ async def gearboxes(dut):
             jobs = 1 if timed else 12
             for _ in range(jobs):
                 length = 64 * 40 if timed else rng.choice([1, rng.randint(1, 16), rng.randint(1, 400)])
+                length = unit * -(-length // unit)
                 value = rng.randbytes(length)
                 sink.jobs.append(value)
                 for beat in byte_beats(value, a):
@@ -752,7 +763,7 @@ async def gearboxes(dut):
         loop = CycleLoop(dut.clk, sources=sources + sinks)
         await loop.run_until(lambda: all(not s.jobs for s in sinks), timeout=100000, what="the jobs")
         if timed:
-            for (a, b), source, sink in zip(GEARBOX_SIZES, sources, sinks):
+            for (a, b), source, sink in zip(sizes, sources, sinks):
                 cycles = sink.beats[-1] - source.accepted[0] + 1
                 ideal = 64 * 40 // min(a, b)
                 dut._log.info("%d -> %d bytes: %d bytes in %d cycles (ideal %d)", a, b, 64 * 40, cycles, ideal)

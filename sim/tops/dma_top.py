@@ -4,12 +4,12 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-from ...hdl.byte_gearbox import ByteGearbox
+from ...hdl.byte_gearbox import BeatShifter, ByteGearbox
 from ...hdl.dma_read import DmaReader
 from ...hdl.dma_write import DmaWriter
 
 
-__all__ = ["DmaTop", "GearboxTop", "GEARBOX_SIZES"]
+__all__ = ["DmaTop", "GearboxTop", "GEARBOX_SIZES", "SHIFTER_SIZES", "WHOLE_SHIFTER_SIZES"]
 
 
 #: (in_bytes, out_bytes) of the gearboxes `GearboxTop` holds: both
@@ -17,6 +17,15 @@ __all__ = ["DmaTop", "GearboxTop", "GEARBOX_SIZES"]
 #: weight rows, and the extremes.
 GEARBOX_SIZES = [(8, 16), (16, 8), (8, 3), (3, 8), (4, 4), (1, 64), (64, 1), (32, 12),
                  (5, 7), (16, 1)]
+
+#: (in_bytes, out_bytes) of the `BeatShifter`s `GearboxTop` holds after the
+#: gearboxes: a one-word link against instructions and 2- and 4-byte rows,
+#: both ways, and the extremes.
+SHIFTER_SIZES = [(4, 16), (4, 2), (2, 4), (16, 4), (8, 8), (32, 16), (1, 64), (64, 1)]
+
+#: (in_bytes, out_bytes) of the `BeatShifter(whole=True)`s after those, whose
+#: jobs are whole output beats: a one- and a two-word link against instructions.
+WHOLE_SHIFTER_SIZES = [(4, 16), (8, 16)]
 
 
 class DmaTop(wiring.Component):
@@ -57,10 +66,13 @@ class DmaTop(wiring.Component):
 
 
 class GearboxTop(wiring.Component):
-    """One `ByteGearbox` per entry of `sizes`, members ``g<n>_i``/``g<n>_o``."""
+    """One `ByteGearbox` per entry of `sizes`, then one `BeatShifter` per
+    entry of `shifters`, members ``g<n>_i``/``g<n>_o``."""
 
-    def __init__(self, sizes=GEARBOX_SIZES):
-        self._boxes = [ByteGearbox(a, b) for a, b in sizes]
+    def __init__(self, sizes=GEARBOX_SIZES, shifters=SHIFTER_SIZES, whole=WHOLE_SHIFTER_SIZES):
+        self._boxes = ([ByteGearbox(a, b) for a, b in sizes] +
+                       [BeatShifter(a, b) for a, b in shifters] +
+                       [BeatShifter(a, b, whole=True) for a, b in whole])
         members = {}
         for n, box in enumerate(self._boxes):
             members[f"g{n}_i"] = box.signature.members["i"]

@@ -329,6 +329,7 @@ class Device:
         if mismatches:
             raise ConfigMismatch(mismatches, _explain)
         arena = HostBuffer(link.alloc(arena_bytes, 4096), arena_bytes)
+        _check_reachable(config, link, arena)
         device = cls(link, config, arena, use_interrupts=interrupts, poll_interval=poll_interval,
                      irq_recheck=irq_recheck)
         await device.reset()
@@ -833,6 +834,20 @@ def _weight_tiles(tiles, config):
     return np.ascontiguousarray(tiles, dtype=np.int8)
 
 
+def _check_reachable(config, link, arena):
+    """`ValueError` unless the arena and the MSI address lie below
+    ``2**host_addr_bits``: the chip keeps no higher address bits."""
+    limit = 1 << config.host_addr_bits
+    if (link.msi_address or 0) + 4 > limit:
+        raise ValueError(f"Device.open: the {link.backend} link's MSI address "
+                         f"0x{link.msi_address:x} is past 2**{config.host_addr_bits}, beyond the "
+                         f"chip's host addresses (TPUConfig.host_addr_bits)")
+    if arena.addr + arena.size > limit:
+        raise ValueError(f"Device.open: the {link.backend} link's host buffer 0x{arena.addr:x} + "
+                         f"{arena.size} bytes ends past 2**{config.host_addr_bits}, beyond the "
+                         f"chip's host addresses (TPUConfig.host_addr_bits)")
+
+
 def _explain(register, chip, expected):
     """A readable hint for a configuration register that differs."""
     if register == "ARRAY":
@@ -844,6 +859,9 @@ def _explain(register, chip, expected):
     names = {"ACC_ROWS": "acc_rows", "UB_ROWS": "ub_rows", "WEIGHT_FIFO_TILES": "weight_fifo_tiles",
              "WEIGHT_MEM_TILES": "weight_mem_tiles", "MAX_PAYLOAD": "max_payload",
              "MAX_READ_REQUEST": "max_read_request"}
+    if register == "HOST_WIDTHS":
+        fields = lambda v: f"host_addr_bits={v & 0xFF}, counter_bits={v >> 8 & 0xFF}"
+        return f": the chip has {fields(chip)}, the driver {fields(expected)}"
     if register in names:
         return f" (TPUConfig.{names[register]})"
     return ""

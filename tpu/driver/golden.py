@@ -9,7 +9,9 @@ model of the core (`tpu.sim.models.chip_model.ChipModel`) and the cycle estimate
 below is a rule of the hardware; docs/driver.md has the same list for readers.
 
 Registers (BAR0)
-    * ``rw`` registers hold all 32 bits written; ``ro`` registers and
+    * ``rw`` registers hold all 32 bits written, except the ``_HI`` halves of
+      host addresses, which keep ``host_addr_bits - 32`` of them
+      (`register_bits`); ``ro`` registers and
       unmapped offsets ignore writes; unmapped offsets read `UNMAPPED`;
       CONTROL (``wo``) reads 0; IRQ_STATUS is write-1-to-clear, and an event
       raised at the moment of a clear is kept.
@@ -17,7 +19,7 @@ Registers (BAR0)
       ISA_VERSION their table values.
     * Counters: reading any counter's ``_LO`` latches that counter's upper
       half into the one ``_HI`` latch all counters share; every ``_HI`` reads
-      the latch.
+      the latch. Counters wrap modulo ``2**counter_bits``.
     * FAULT_INDEX reads the faulting instruction's index when the core has
       faulted since it was last reset, 0xFFFFFFFF otherwise (host errors
       leave it so).
@@ -109,7 +111,7 @@ import numpy as np
 
 from ..config import TPUConfig
 from ..host_registers import (BAR0_BYTES, COUNTER_NAMES, UNMAPPED, Control, HostError, Irq,
-                              Status, config_words, registers)
+                              Status, config_words, register_bits, registers)
 from ..isa import INSTRUCTION_BYTES, Fault, Halt, Int, decode
 from ..sim.models.chip_model import ChipFault as ModelFault, ChipModel
 from ..sim.models.cycle_model import estimate_cycles
@@ -131,12 +133,15 @@ _STOP_WORD = bytes([0xFF]) + bytes(INSTRUCTION_BYTES - 1)
 _QUANTUM = 1000
 
 
-def inside_a_window(windows, addr, nbytes):
+def inside_a_window(windows, addr, nbytes, addr_bits=64):
     """Host bytes ``[addr, addr + nbytes)`` inside one open window (as the RTL's
-    ``hdl/window.py``: an empty span always is; nothing wraps past 2**64)."""
+    ``hdl/window.py``: an empty span always is; nothing wraps past 2**64, nor,
+    with `addr_bits` < 64, past ``2**addr_bits``)."""
     if nbytes == 0:
         return True
     end = addr + nbytes
+    if addr_bits < 64 and end > 1 << addr_bits:
+        return False
     return any(size and base <= addr and end <= base + size for base, size in windows)
 
 
@@ -158,7 +163,8 @@ class _HostPort:
         self._windows = windows
 
     def _check(self, addr, n):
-        if self._windows is not None and not inside_a_window(self._windows, addr, n):
+        bits = self._link.config.host_addr_bits
+        if self._windows is not None and not inside_a_window(self._windows, addr, n, bits):
             raise ModelFault(Fault.HOST_RANGE, self._model.executed, "outside the DMA windows")
 
     def read(self, addr, n):
@@ -180,7 +186,8 @@ class GoldenLink(Link):
     config : TPUConfig
     ram_base, ram_bytes : int
         The host RAM the link provides (`alloc` hands it out). The default
-        base is above 4 GiB so that every ``_HI`` address register matters.
+        base is 4 GiB so that every ``_HI`` address register matters (2 GiB
+        for a chip of 32-bit host addresses, ``host_addr_bits``).
     clock_hz : float
         The chip clock; the virtual time unit is one cycle of it.
     read_cycles, write_cycles : int
@@ -201,11 +208,13 @@ class GoldenLink(Link):
 
     backend = "golden"
 
-    def __init__(self, config=TPUConfig(), *, ram_base=1 << 32, ram_bytes=16 << 20,
+    def __init__(self, config=TPUConfig(), *, ram_base=None, ram_bytes=16 << 20,
                  clock_hz=100e6, read_cycles=100, write_cycles=10, start_cycles=64,
                  host_latency=0):
         if not isinstance(config, TPUConfig):
             raise TypeError(f"GoldenLink needs a TPUConfig, not {config!r}")
+        if ram_base is None:
+            ram_base = 1 << min(32, config.host_addr_bits - 1)
         ram_base = integer(ram_base, "GoldenLink: ram_base", 0, (1 << 64) - 1)
         ram_bytes = integer(ram_bytes, "GoldenLink: ram_bytes", 1, 1 << 40)
         if ram_base + ram_bytes > 1 << 64:
@@ -227,6 +236,7 @@ class GoldenLink(Link):
         self._constants = {r.name: r.reset for r in self._table if r.access == "ro"}
         self._constants.update(config_words(config))
         self._counter_names = {f"{n.upper()}_LO": n for n in COUNTER_NAMES}
+        self._bits = register_bits(config)
         cfg = config
         self.ub = np.zeros((cfg.ub_rows, cfg.rows), dtype=np.uint8)
         self.acc = np.zeros((cfg.acc_rows, cfg.cols), dtype=np.int32)
@@ -332,7 +342,7 @@ class GoldenLink(Link):
         for n in COUNTER_NAMES:
             self._counters[n] = self._counter(n)
         self._counting_since = None
-        self._counters[name] = value % (1 << 64)
+        self._counters[name] = value % (1 << self.config.counter_bits)
 
     # Host RAM ------------------------------------------------------------------
 
@@ -409,7 +419,7 @@ class GoldenLink(Link):
         value = self._counters[name]
         if self._counting_since is not None and name in ("cycles", "non_matrix"):
             value += self._cycle - self._counting_since
-        return value % (1 << 64)
+        return value % (1 << self.config.counter_bits)
 
     def _windows(self):
         return [(self._rw[f"WIN{i}_BASE_LO"] | self._rw[f"WIN{i}_BASE_HI"] << 32,
@@ -454,7 +464,7 @@ class GoldenLink(Link):
         if r is None or r.access == "ro":
             return
         if r.access == "rw":
-            self._rw[r.name] = value
+            self._rw[r.name] = value & ((1 << self._bits.get(r.name, 32)) - 1)
         elif r.access == "w1c":
             self._irq_status &= ~value
         elif r.name == "CONTROL":
@@ -482,8 +492,8 @@ class GoldenLink(Link):
         prog_bytes = rw["PROG_LEN"] * INSTRUCTION_BYTES
         fill_addr = rw["WFILL_ADDR_LO"] | rw["WFILL_ADDR_HI"] << 32
         tile, tiles = rw["WFILL_TILE"], rw["WFILL_TILES"]
-        prog_ok = inside_a_window(windows, prog_addr, prog_bytes)
-        fill_ok = (inside_a_window(windows, fill_addr, tiles * cfg.tile_bytes) and
+        prog_ok = inside_a_window(windows, prog_addr, prog_bytes, cfg.host_addr_bits)
+        fill_ok = (inside_a_window(windows, fill_addr, tiles * cfg.tile_bytes, cfg.host_addr_bits) and
                    tile < cfg.weight_mem_tiles and tile + tiles <= cfg.weight_mem_tiles)
         if start and not prog_ok:
             self._error(HostError.FETCH_RANGE)
