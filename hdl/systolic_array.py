@@ -4,8 +4,10 @@ from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .module_library import add_submodule
 
-__all__ = ["SystolicArray", "psum_width"]
+
+__all__ = ["SystolicArray", "SystolicRow", "psum_width"]
 
 
 # The extreme magnitude of one product: int8 weight x uint8-or-int8 activation.
@@ -141,38 +143,23 @@ class SystolicArray(wiring.Component):
             col_capture.append(delayed(self.w_capture, n + 1, f"skew_wcapture_{n}"))
             col_wdata.append(delayed(self.w_data[n], n + 1, f"skew_wdata_{n}"))
 
+        # The PEs, a row at a time: every row is the same module, so the
+        # Verilog holds it once (docs/verilog.md).
         width = psum_width(rows)
-        psum_in = [C(0, signed(width))] * cols
-
-        transit = [[Signal(signed(8), name=f"pe_{k}_{n}_transit") for n in range(cols)]
-                   for k in range(rows)]
-        for k in range(rows):
-            act, switch = lane_act[k], lane_switch[k]
-            for n in range(cols):
-                shadow = Signal(signed(8), name=f"pe_{k}_{n}_shadow")
-                active = Signal(signed(8), name=f"pe_{k}_{n}_active")
-                product = Signal(signed(17), name=f"pe_{k}_{n}_product")
-                psum = Signal(signed(width), name=f"pe_{k}_{n}_psum")
-
-                below = transit[k + 1][n] if k + 1 < rows else col_wdata[n]
-                # Plain multiplexers rather than `m.If`: at 256x256 the
-                # per-PE conditional processes are what exhausts Yosys.
-                m.d.sync += [
-                    transit[k][n].eq(Mux(col_shift[n], below, transit[k][n])),
-                    shadow.eq(Mux(col_capture[n], transit[k][n], shadow)),
-                    active.eq(Mux(switch, shadow, active)),
-                ]
-                m.d.sync += [
-                    product.eq(act * Mux(switch, shadow, active)),
-                    psum.eq(psum_in[n] + product),
-                ]
-                psum_in[n] = psum
-
-                if n + 1 < cols:
-                    next_act = Signal.like(act, name=f"pe_{k}_{n}_act")
-                    next_switch = Signal(name=f"pe_{k}_{n}_switch")
-                    m.d.sync += [next_act.eq(act), next_switch.eq(switch)]
-                    act, switch = next_act, next_switch
+        pe_rows = [SystolicRow(cols=cols, psum_width=width) for _ in range(rows)]
+        shift, capture = Cat(col_shift), Cat(col_capture)
+        for k, row in enumerate(pe_rows):
+            add_submodule(m, platform, f"row_{k}", row, row.module_name)
+            m.d.comb += [
+                row.act.eq(lane_act[k]),
+                row.switch.eq(lane_switch[k]),
+                row.shift.eq(shift),
+                row.capture.eq(capture),
+                # Weights shift up the columns, entering at the bottom row.
+                row.below.eq(pe_rows[k + 1].transit if k + 1 < rows else Cat(col_wdata)),
+                Value.cast(row.psum_in).eq(pe_rows[k - 1].psum_out if k else 0),
+            ]
+        psum_in = [pe_rows[-1].psum_out[n] for n in range(cols)]
 
         # Bottom edge: column n is n cycles early; align all columns.
         for n in range(cols):
@@ -182,4 +169,81 @@ class SystolicArray(wiring.Component):
             self.out_valid.eq(delayed(self.act_valid, self.latency, "valid")),
             self.out_tag.eq(delayed(self.act_tag, self.latency, "tag")),
         ]
+        return m
+
+
+class SystolicRow(wiring.Component):
+    """One row of ``cols`` processing elements of a :class:`SystolicArray`.
+
+    Every row of an array is the same circuit; only what it is connected to
+    differs, so Verilog generation emits it once (as :attr:`module_name`)
+    and instantiates it ``rows`` times.
+
+    Members
+    -------
+    act : In(signed(9))
+        The row's activation, skewed, entering PE 0 and moving right.
+    switch : In(1)
+        The switch flag travelling with ``act``.
+    shift, capture : In(cols)
+        Each column's (skewed) weight shift and capture.
+    below : In(ArrayLayout(signed(8), cols))
+        The transit weights of the row below (the top edge's weight data for
+        the bottom row), taken on a shift.
+    transit : Out(ArrayLayout(signed(8), cols))
+        This row's transit weights.
+    psum_in : In(ArrayLayout(signed(psum_width), cols))
+        Partial sums from the row above (0 for the top row).
+    psum_out : Out(ArrayLayout(signed(psum_width), cols))
+        ``psum_in`` plus this row's products, one cycle later.
+    """
+
+    def __init__(self, *, cols, psum_width):
+        self._cols = cols
+        self._psum_width = psum_width
+        super().__init__({
+            "act":      In(signed(9)),
+            "switch":   In(1),
+            "shift":    In(cols),
+            "capture":  In(cols),
+            "below":    In(data.ArrayLayout(signed(8), cols)),
+            "transit":  Out(data.ArrayLayout(signed(8), cols)),
+            "psum_in":  In(data.ArrayLayout(signed(psum_width), cols)),
+            "psum_out": Out(data.ArrayLayout(signed(psum_width), cols)),
+        })
+
+    @property
+    def module_name(self):
+        """The Verilog module of this row: it names every parameter."""
+        return f"tpu_systolic_row_{self._cols}x{self._psum_width}"
+
+    def elaborate(self, platform):
+        m = Module()
+        cols, width = self._cols, self._psum_width
+        act, switch = self.act, self.switch
+        for n in range(cols):
+            transit = self.transit[n]
+            shadow = Signal(signed(8), name=f"pe_{n}_shadow")
+            active = Signal(signed(8), name=f"pe_{n}_active")
+            product = Signal(signed(17), name=f"pe_{n}_product")
+            psum = Signal(signed(width), name=f"pe_{n}_psum")
+
+            # Plain multiplexers rather than `m.If`: at 256x256 the
+            # per-PE conditional processes are what exhausts Yosys.
+            m.d.sync += [
+                transit.eq(Mux(self.shift[n], self.below[n], transit)),
+                shadow.eq(Mux(self.capture[n], transit, shadow)),
+                active.eq(Mux(switch, shadow, active)),
+            ]
+            m.d.sync += [
+                product.eq(act * Mux(switch, shadow, active)),
+                psum.eq(self.psum_in[n] + product),
+            ]
+            m.d.comb += self.psum_out[n].eq(psum)
+
+            if n + 1 < cols:
+                next_act = Signal.like(act, name=f"pe_{n}_act")
+                next_switch = Signal(name=f"pe_{n}_switch")
+                m.d.sync += [next_act.eq(act), next_switch.eq(switch)]
+                act, switch = next_act, next_switch
         return m
