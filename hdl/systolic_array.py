@@ -5,6 +5,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .module_library import add_submodule
+from .staircase import Staircase
 
 
 __all__ = ["SystolicArray", "SystolicRow", "psum_width"]
@@ -125,23 +126,29 @@ class SystolicArray(wiring.Component):
                 value = reg
             return value
 
+        def staircase(name, values, width, first, step):
+            """`values` (lanes of `width` bits), lane k delayed first + k * step cycles."""
+            m.submodules[name] = stairs = Staircase(width=width, lanes=len(values), first=first,
+                                                    step=step)
+            m.d.comb += stairs.i.eq(Cat(values))
+            return [stairs.o[k * width:(k + 1) * width] for k in range(len(values))]
+
         # Left edge: widen each activation to 9-bit signed, so one datapath
         # serves int8 and uint8, then skew row k by k more cycles.
-        lane_act, lane_switch = [], []
+        lane_in = []
         for k in range(rows):
             byte = self.act_data[k]
             wide = Signal(signed(9), name=f"act_in_{k}")
             m.d.comb += wide.eq(Mux(self.act_unsigned, byte, byte.as_signed()))
-            lane_act.append(delayed(wide, k + 1, f"skew_act_{k}"))
-            lane_switch.append(delayed(self.act_switch, k + 1, f"skew_switch_{k}"))
+            lane_in.append(wide)
+        lane_act = [v.as_signed() for v in staircase("skew_act", lane_in, 9, 1, 1)]
+        lane_switch = staircase("skew_switch", [self.act_switch] * rows, 1, 1, 1)
 
         # Top edge: weight controls and data reach column n n cycles late,
         # matching the activation wavefront.
-        col_shift, col_capture, col_wdata = [], [], []
-        for n in range(cols):
-            col_shift.append(delayed(self.w_shift, n + 1, f"skew_wshift_{n}"))
-            col_capture.append(delayed(self.w_capture, n + 1, f"skew_wcapture_{n}"))
-            col_wdata.append(delayed(self.w_data[n], n + 1, f"skew_wdata_{n}"))
+        col_shift = staircase("skew_wshift", [self.w_shift] * cols, 1, 1, 1)
+        col_capture = staircase("skew_wcapture", [self.w_capture] * cols, 1, 1, 1)
+        col_wdata = staircase("skew_wdata", [self.w_data[n] for n in range(cols)], 8, 1, 1)
 
         # The PEs, a row at a time: every row is the same module, so the
         # Verilog holds it once (docs/verilog.md).
@@ -152,18 +159,17 @@ class SystolicArray(wiring.Component):
             add_submodule(m, platform, f"row_{k}", row, row.module_name)
             m.d.comb += [
                 row.act.eq(lane_act[k]),
-                row.switch.eq(lane_switch[k]),
+                row.act_switch.eq(lane_switch[k]),
                 row.shift.eq(shift),
                 row.capture.eq(capture),
                 # Weights shift up the columns, entering at the bottom row.
                 row.below.eq(pe_rows[k + 1].transit if k + 1 < rows else Cat(col_wdata)),
                 Value.cast(row.psum_in).eq(pe_rows[k - 1].psum_out if k else 0),
             ]
-        psum_in = [pe_rows[-1].psum_out[n] for n in range(cols)]
-
         # Bottom edge: column n is n cycles early; align all columns.
-        for n in range(cols):
-            m.d.comb += self.out_data[n].eq(delayed(psum_in[n], cols - 1 - n, f"deskew_{n}"))
+        psum_out = [pe_rows[-1].psum_out[n] for n in range(cols)]
+        for n, value in enumerate(staircase("deskew", psum_out, width, cols - 1, -1)):
+            m.d.comb += self.out_data[n].eq(value.as_signed())
 
         m.d.comb += [
             self.out_valid.eq(delayed(self.act_valid, self.latency, "valid")),
@@ -183,7 +189,7 @@ class SystolicRow(wiring.Component):
     -------
     act : In(signed(9))
         The row's activation, skewed, entering PE 0 and moving right.
-    switch : In(1)
+    act_switch : In(1)
         The switch flag travelling with ``act``.
     shift, capture : In(cols)
         Each column's (skewed) weight shift and capture.
@@ -203,7 +209,7 @@ class SystolicRow(wiring.Component):
         self._psum_width = psum_width
         super().__init__({
             "act":      In(signed(9)),
-            "switch":   In(1),
+            "act_switch": In(1),
             "shift":    In(cols),
             "capture":  In(cols),
             "below":    In(data.ArrayLayout(signed(8), cols)),
@@ -220,7 +226,7 @@ class SystolicRow(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cols, width = self._cols, self._psum_width
-        act, switch = self.act, self.switch
+        act, switch = self.act, self.act_switch
         for n in range(cols):
             transit = self.transit[n]
             shadow = Signal(signed(8), name=f"pe_{n}_shadow")
