@@ -10,7 +10,7 @@ BIN     = $(VENV)/bin
 JOBS   ?= auto
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test verilog bench clean
+.PHONY: demo test regress mutants verilog bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,25 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	PYTHONWARNINGS=error $(BIN)/python -m pytest -n $(JOBS) --durations=20 $(PYTEST_ARGS)
+
+# Random regressions: SEEDS programs per configuration (CONFIGS, comma-separated
+# names from tpu.sim.regress.CONFIGS) on the core against the golden model, and
+# the DMA reader's error cases, sharded over the cores; writes
+# $(REGRESS_DIR)/summary.md with failures, replay commands and coverage.
+SEEDS       ?= 1000
+CONFIGS     ?= 4x4,8x8,16x16
+REGRESS_DIR ?= build/regress
+REGRESS_SIM ?= verilator
+regress: $(STAMP)
+	rm -rf $(REGRESS_DIR)
+	-TPU_REGRESS_PROGRAMS=$(SEEDS) TPU_REGRESS_CONFIGS=$(CONFIGS) TPU_REGRESS_DIR=$(REGRESS_DIR) \
+	  TPU_REGRESS_SIM=$(REGRESS_SIM) PYTHONWARNINGS=error \
+	  $(BIN)/python -m pytest -n $(JOBS) -q tests/test_regress.py -k 'core_batch or dma_batch' $(PYTEST_ARGS)
+	$(BIN)/python -m tpu.sim.regress $(REGRESS_DIR)
+
+# Mutation testing: apply each mutant of scripts/mutants.toml, run its tests.
+mutants: $(STAMP)
+	$(BIN)/python scripts/mutants.py $(MUTANTS_ARGS)
 
 # The default chip's Verilog (module tpu_chip) and its port map.
 verilog: $(STAMP)

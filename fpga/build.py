@@ -173,13 +173,75 @@ def _pick_clock(fmax, board_clock):
     return name, fmax[name]
 
 
+def critical_paths(log_text):
+    """Each clock's critical path from nextpnr's log: {clock net: {"start",
+    "end" (cell.port of the launching and capturing element), "logic_ns",
+    "routing_ns"}}; the last report of each clock (after routing) wins."""
+    paths = {}
+    clock = None
+    for line in log_text.splitlines():
+        header = re.search(r"Critical path report for clock '([^']+)'", line)
+        if header:
+            clock = header.group(1)
+            paths[clock] = {"start": None, "end": None, "logic_ns": None, "routing_ns": None}
+            continue
+        if clock is None:
+            continue
+        endpoint = re.search(r"\b(Source|Sink) (\S+)", line)
+        if endpoint:
+            if endpoint.group(1) == "Source" and paths[clock]["start"] is None:
+                paths[clock]["start"] = endpoint.group(2)
+            if endpoint.group(1) == "Sink":
+                paths[clock]["end"] = endpoint.group(2)
+            continue
+        totals = re.search(r"([\d.]+) ns logic, ([\d.]+) ns routing", line)
+        if totals:
+            paths[clock]["logic_ns"] = float(totals.group(1))
+            paths[clock]["routing_ns"] = float(totals.group(2))
+            clock = None
+    return paths
+
+
+def _critical_path_of(log_text, clock):
+    paths = critical_paths(log_text)
+    for name, path in paths.items():
+        if clock and (name in clock or clock in name):
+            return path
+    return next(iter(paths.values()), None)
+
+
 def _cells(utilisation, names):
     used = sum(utilisation.get(n, (0, 0))[0] for n in names)
     available = sum(utilisation.get(n, (0, 0))[1] for n in names)
     return {"used": used, "available": available}
 
 
-def build_mxu(board, rows, cols, *, build_dir, dsp=True):
+#: Board -> (its hard multiplier component, how many the FPGA has), for
+#: ``build_mxu(..., multipliers="mix")``.
+_HARD_MULTIPLIERS = {"ulx3s-85f": ("ECP5Multiplier", 156)}
+
+MULTIPLIER_CHOICES = ("auto", "mix")
+
+
+def _multiplier_for(board, rows, cols, multipliers):
+    from ..hdl import multiplier
+
+    if multipliers not in MULTIPLIER_CHOICES:
+        raise ValueError(f"multipliers must be one of {', '.join(MULTIPLIER_CHOICES)}, "
+                         f"not {multipliers!r}")
+    if multipliers == "auto":
+        return multiplier.Multiplier
+    if board not in _HARD_MULTIPLIERS:
+        raise ValueError(f"multipliers='mix' needs a board with a hard multiplier primitive "
+                         f"({', '.join(_HARD_MULTIPLIERS)}), not {board!r}")
+    name, count = _HARD_MULTIPLIERS[board]
+    # The soft multipliers are plain `*`, which the build maps to logic
+    # before synthesis can give them DSP blocks (see build_mxu).
+    return multiplier.multiplier_mix(count, cols=cols, hard_multiplier=getattr(multiplier, name),
+                                     soft_multiplier=multiplier.Multiplier)
+
+
+def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
     """Synthesise, place and route ``MxuBenchTop(rows, cols)`` for `board`.
 
     Parameters
@@ -194,6 +256,19 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True):
     dsp : bool
         Map multipliers to hard DSP blocks (iCE40: ``synth_ice40 -dsp``;
         ECP5: the default, else ``synth_ecp5 -nodsp``).
+    multipliers : str
+        ``"auto"``: every PE multiplies with plain ``*`` and synthesis maps
+        it (to DSP blocks per `dsp`). ``"mix"`` (ECP5): the first 156 PEs
+        instantiate ``MULT18X18D`` with its registers in use
+        (:class:`~tpu.hdl.multiplier.ECP5Multiplier`), the rest multiply
+        with plain ``*``, which Yosys maps to logic (``techmap t:$mul``
+        right after reading the design, before ``synth_ecp5`` maps
+        multiplies to DSP blocks). At 16x16 Yosys 0.70's ``abc9`` fails an
+        assertion on this design (``GetSize(conn.first) ==
+        GetSize(conn.second)`` in ``abc9_ops -reintegrate``), with the soft
+        PEs as plain ``*`` and as
+        :class:`~tpu.hdl.multiplier.LUTMultiplier` alike; 12x12 (all 144 PEs
+        on ``MULT18X18D``) synthesises.
 
     Returns
     -------
@@ -227,7 +302,8 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True):
         raise FPGAToolMissing(reason)
     if not isinstance(dsp, bool):
         raise TypeError(f"dsp must be a bool, not {dsp!r}")
-    top = MxuBenchTop(rows=rows, cols=cols)
+    multiplier = _multiplier_for(board, rows, cols, multipliers)
+    top = MxuBenchTop(rows=rows, cols=cols, multiplier=multiplier)
 
     name = f"mxu_{rows}x{cols}"
     build_dir = Path(build_dir).resolve()
@@ -242,11 +318,14 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True):
     overrides = {"nextpnr_opts": "--report report.json --timing-allow-fail"}
     if synth_opts:
         overrides["synth_opts"] = synth_opts
+    if multipliers == "mix":
+        overrides["script_after_read"] = "techmap t:$mul"
     plan = platform.prepare(top, name, **overrides)
     plan.extract(build_dir)
 
     result = {
         "board": board, "device": spec.device, "rows": rows, "cols": cols, "dsp": dsp,
+        "multipliers": multipliers,
         "dsp_primitive": spec.dsp_primitive, "synth_opts": synth_opts,
         "build_dir": str(build_dir), "tools": tool_versions(board),
     }
@@ -285,6 +364,7 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True):
         ffs=_cells(utilisation, ["TRELLIS_FF"]) if spec.logic_cell == "TRELLIS_COMB" else None,
         dsp_blocks=_cells(utilisation, [spec.dsp_cell]),
         ram_blocks=_cells(utilisation, spec.ram_cells),
+        critical_path=_critical_path_of(log_text, clock),
         cells={cell: {"used": u, "available": a} for cell, (u, a) in utilisation.items() if u},
         bitstream=str(bitstream) if bitstream.exists() else None,
         report=str(report),
@@ -389,6 +469,7 @@ def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=
             "spram": None if ecp5 else _cells(usage, _SPRAM_CELLS),
         },
         clocks=clocks,
+        critical_paths=critical_paths(log_text),
         cells={cell: {"used": u, "available": a} for cell, (u, a) in usage.items() if u},
         bitstream=str(bitstream) if bitstream.exists() else None,
         report=str(report),

@@ -11,6 +11,7 @@ from amaranth import *
 from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..hdl.multiplier import Multiplier
 from ..hdl.systolic_array import SystolicArray
 
 
@@ -40,6 +41,8 @@ class MxuBenchTop(wiring.Component):
     ----------
     rows, cols : int
         Array shape, as for :class:`SystolicArray`.
+    multiplier : callable
+        The PEs' multipliers, as for :class:`SystolicArray`.
     out_width : int
         Bits the outputs are folded into (one per LED).
 
@@ -54,11 +57,11 @@ class MxuBenchTop(wiring.Component):
     board oscillator: 12 MHz on the iCEBreaker, 25 MHz on the ULX3S).
     """
 
-    def __init__(self, *, rows, cols, out_width=2):
+    def __init__(self, *, rows, cols, out_width=2, multiplier=Multiplier):
         if not isinstance(out_width, int) or out_width < 1:
             raise ValueError(f"MxuBenchTop out_width must be a positive int, not {out_width!r}")
         # Built here, so that a bad shape fails now, not at elaboration.
-        self.mxu = SystolicArray(rows=rows, cols=cols)
+        self.mxu = SystolicArray(rows=rows, cols=cols, multiplier=multiplier)
         self._out_width = out_width
         super().__init__({"result": Out(out_width)})
 

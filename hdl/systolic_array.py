@@ -1,10 +1,13 @@
 """The Matrix Multiply Unit: a weight-stationary systolic array."""
 
+import hashlib
+
 from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .module_library import add_submodule
+from .module_library import ModuleLibrary, add_submodule
+from .multiplier import MULTIPLIER_LATENCY, Multiplier, MultiplierSignature
 from .staircase import Staircase
 
 
@@ -48,6 +51,16 @@ class SystolicArray(wiring.Component):
     lets back-to-back tiles run with zero idle cycles whenever each tile
     streams at least ``rows`` rows.
 
+    The PE is pipelined so that each multiplier has registered operands and a
+    registered product: the switch multiplexer (shadow or active) feeds the
+    multiplier's operand register alongside the active register, never the
+    multiplication itself. The activation, its switch flag and the weight
+    controls therefore reach each PE's registers one cycle before its
+    multiplier uses them; the extra cycle is taken from the input skew, so
+    :attr:`latency` and the rules above are those of the unpipelined PE, and
+    a weight control at these ports goes straight into the registers of
+    column 0 (as an activation row goes into those of row 0).
+
     Parameters
     ----------
     rows, cols : int
@@ -55,6 +68,14 @@ class SystolicArray(wiring.Component):
     tag_width : int
         Width of a user tag that travels with each row (e.g. its accumulator
         address).
+    multiplier : callable
+        Makes each PE's multiplier, a component with
+        :class:`~tpu.hdl.multiplier.MultiplierSignature` and its two-cycle
+        timing: a class called with no arguments (default
+        :class:`~tpu.hdl.multiplier.Multiplier`, plain ``*``) or a function
+        of the PE's row and column (e.g.
+        :func:`~tpu.hdl.multiplier.multiplier_mix`, DSP blocks for some PEs
+        and logic for the rest).
 
     Members
     -------
@@ -80,14 +101,20 @@ class SystolicArray(wiring.Component):
     out_tag : Out(tag_width)
     """
 
-    def __init__(self, *, rows, cols, tag_width=1):
+    def __init__(self, *, rows, cols, tag_width=1, multiplier=Multiplier):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or not 1 <= value <= 256:
                 raise ValueError(f"SystolicArray {name} must be an int in 1..256, not {value!r}")
         if not isinstance(tag_width, int) or tag_width < 1:
             raise ValueError(f"SystolicArray tag_width must be a positive int, not {tag_width!r}")
+        if not callable(multiplier):
+            raise TypeError(f"SystolicArray multiplier must be a callable (row, col) -> "
+                            f"multiplier, not {multiplier!r}")
         self._rows = rows
         self._cols = cols
+        # Made now, so that a bad multiplier fails here, not at elaboration.
+        self._multipliers = [[self._make_multiplier(multiplier, k, n) for n in range(cols)]
+                             for k in range(rows)]
         super().__init__({
             "act_valid":    In(1),
             "act_data":     In(data.ArrayLayout(unsigned(8), rows)),
@@ -113,7 +140,19 @@ class SystolicArray(wiring.Component):
     @property
     def latency(self):
         """Cycles from a row at the inputs to its sums at the outputs."""
-        return self._rows + self._cols + 1
+        # The wavefront's walk to the last row and (with the deskew) the last
+        # column, the multiplier, and the last row's partial-sum register.
+        return (self._rows - 1) + (self._cols - 1) + MULTIPLIER_LATENCY + 1
+
+    @staticmethod
+    def _make_multiplier(make, row, col):
+        # A class (the default) takes no arguments; a factory takes the PE's place.
+        mul = make() if isinstance(make, type) else make(row, col)
+        expected = MultiplierSignature().members
+        if not isinstance(mul, wiring.Component) or mul.signature.members != expected:
+            raise TypeError(f"SystolicArray multiplier for PE({row}, {col}) must be a component "
+                            f"with MultiplierSignature (a, b in; p out), not {mul!r}")
+        return mul
 
     def elaborate(self, platform):
         m = Module()
@@ -134,29 +173,35 @@ class SystolicArray(wiring.Component):
             return [stairs.o[k * width:(k + 1) * width] for k in range(len(values))]
 
         # Left edge: widen each activation to 9-bit signed, so one datapath
-        # serves int8 and uint8, then skew row k by k more cycles.
+        # serves int8 and uint8, then skew row k by k cycles: this is what
+        # PE(k, 0) registers, into its multiplier and towards PE(k, 1).
         lane_in = []
         for k in range(rows):
             byte = self.act_data[k]
             wide = Signal(signed(9), name=f"act_in_{k}")
             m.d.comb += wide.eq(Mux(self.act_unsigned, byte, byte.as_signed()))
             lane_in.append(wide)
-        lane_act = [v.as_signed() for v in staircase("skew_act", lane_in, 9, 1, 1)]
-        lane_switch = staircase("skew_switch", [self.act_switch] * rows, 1, 1, 1)
+        lane_act = [v.as_signed() for v in staircase("skew_act", lane_in, 9, 0, 1)]
+        lane_switch = staircase("skew_switch", [self.act_switch] * rows, 1, 0, 1)
 
         # Top edge: weight controls and data reach column n n cycles late,
         # matching the activation wavefront.
-        col_shift = staircase("skew_wshift", [self.w_shift] * cols, 1, 1, 1)
-        col_capture = staircase("skew_wcapture", [self.w_capture] * cols, 1, 1, 1)
-        col_wdata = staircase("skew_wdata", [self.w_data[n] for n in range(cols)], 8, 1, 1)
+        col_shift = staircase("skew_wshift", [self.w_shift] * cols, 1, 0, 1)
+        col_capture = staircase("skew_wcapture", [self.w_capture] * cols, 1, 0, 1)
+        col_wdata = staircase("skew_wdata", [self.w_data[n] for n in range(cols)], 8, 0, 1)
 
         # The PEs, a row at a time: every row is the same module, so the
         # Verilog holds it once (docs/verilog.md).
         width = psum_width(rows)
-        pe_rows = [SystolicRow(cols=cols, psum_width=width) for _ in range(rows)]
+        pe_rows = [SystolicRow(psum_width=width, multipliers=self._multipliers[k]) for k in range(rows)]
         shift, capture = Cat(col_shift), Cat(col_capture)
         for k, row in enumerate(pe_rows):
             add_submodule(m, platform, f"row_{k}", row, row.module_name)
+            if isinstance(platform, ModuleLibrary):
+                # Only the row a module is converted from elaborates its
+                # multipliers; the other instances' are never used.
+                for mul in self._multipliers[k]:
+                    mul._MustUse__silence = True
             m.d.comb += [
                 row.act.eq(lane_act[k]),
                 row.act_switch.eq(lane_switch[k]),
@@ -178,12 +223,13 @@ class SystolicArray(wiring.Component):
         return m
 
 
+
 class SystolicRow(wiring.Component):
     """One row of ``cols`` processing elements of a :class:`SystolicArray`.
 
-    Every row of an array is the same circuit; only what it is connected to
-    differs, so Verilog generation emits it once (as :attr:`module_name`)
-    and instantiates it ``rows`` times.
+    Rows with the same kinds of multiplier are the same circuit; only what
+    they are connected to differs, so Verilog generation emits such a row
+    once (as :attr:`module_name`) and instantiates it for each.
 
     Members
     -------
@@ -201,12 +247,15 @@ class SystolicRow(wiring.Component):
     psum_in : In(ArrayLayout(signed(psum_width), cols))
         Partial sums from the row above (0 for the top row).
     psum_out : Out(ArrayLayout(signed(psum_width), cols))
-        ``psum_in`` plus this row's products, one cycle later.
+        ``psum_in`` plus the products of the activations that entered
+        :data:`~tpu.hdl.multiplier.MULTIPLIER_LATENCY` cycles earlier.
     """
 
-    def __init__(self, *, cols, psum_width):
+    def __init__(self, *, psum_width, multipliers):
+        cols = len(multipliers)
         self._cols = cols
         self._psum_width = psum_width
+        self._multipliers = list(multipliers)
         super().__init__({
             "act":      In(signed(9)),
             "act_switch": In(1),
@@ -221,7 +270,12 @@ class SystolicRow(wiring.Component):
     @property
     def module_name(self):
         """The Verilog module of this row: it names every parameter."""
-        return f"tpu_systolic_row_{self._cols}x{self._psum_width}"
+        kinds = [type(mul).__name__ for mul in self._multipliers]
+        name = f"tpu_systolic_row_{self._cols}x{self._psum_width}"
+        if any(kind != "Multiplier" for kind in kinds):
+            # Rows mixing multiplier kinds differ: name the mix.
+            name += "_" + hashlib.sha256(",".join(kinds).encode()).hexdigest()[:8]
+        return name
 
     def elaborate(self, platform):
         m = Module()
@@ -231,20 +285,24 @@ class SystolicRow(wiring.Component):
             transit = self.transit[n]
             shadow = Signal(signed(8), name=f"pe_{n}_shadow")
             active = Signal(signed(8), name=f"pe_{n}_active")
-            product = Signal(signed(17), name=f"pe_{n}_product")
+            weight = Signal(signed(8), name=f"pe_{n}_weight")
             psum = Signal(signed(width), name=f"pe_{n}_psum")
 
             # Plain multiplexers rather than `m.If`: at 256x256 the
             # per-PE conditional processes are what exhausts Yosys.
+            m.d.comb += weight.eq(Mux(switch, shadow, active))
             m.d.sync += [
                 transit.eq(Mux(self.shift[n], self.below[n], transit)),
                 shadow.eq(Mux(self.capture[n], transit, shadow)),
-                active.eq(Mux(switch, shadow, active)),
+                active.eq(weight),
             ]
-            m.d.sync += [
-                product.eq(act * Mux(switch, shadow, active)),
-                psum.eq(self.psum_in[n] + product),
-            ]
+            # The multiplier registers `act` and `weight` as `active` does
+            # (for plain `*` synthesis merges the two), so the switch
+            # multiplexer sits in front of registers, not of the multiplication.
+            mul = self._multipliers[n]
+            m.submodules[f"pe_{n}_mul"] = mul
+            m.d.comb += [mul.a.eq(act), mul.b.eq(weight)]
+            m.d.sync += psum.eq(self.psum_in[n] + mul.p)
             m.d.comb += self.psum_out[n].eq(psum)
 
             if n + 1 < cols:

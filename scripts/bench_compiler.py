@@ -6,7 +6,14 @@ part the chip's cycles, MXU-active cycles, the model's MACs, the utilisation
 over the whole program and over the matrix phase (first row into the array
 to the last: how busy the array is while the matrix unit runs).
 
-    .venv/bin/python scripts/bench_compiler.py [--batch 64]
+With ``--demo`` it instead compiles the demo's quantized digits MLP and CNN
+(`tpu.demo`) for the 8x8 and 16x16 arrays, runs one batch on the golden chip
+and prints the compile time, the per-layer table (cycles, MACs,
+utilisation, TPU v1's counter breakdown) and the whole program against the
+matrix unit's lower bound (model MACs / (rows x cols)).
+
+    .venv/bin/python scripts/bench_compiler.py [--batch 64] [--demo] [--arrays 8 16]
+        [--models mlp cnn] [--backend golden|icarus|verilator]
 """
 
 import argparse
@@ -67,11 +74,57 @@ def measure(name, graph, config, batch, rng):
               f"({phase} cycles), bit-exact: {exact}")
 
 
+def measure_demo(name, float_model, split, config, batch, out_dir, backend="golden"):
+    """Compile and run one batch of a demo model on `backend`; print its
+    report (host stalls are the RTL's only: the golden chip's host is ideal)."""
+    import contextlib
+    import io
+    import time
+    from tpu.compiler.report import build_report
+    from tpu.demo import CLOCK_HZ, _prepare, _run_on_chip
+    with contextlib.redirect_stderr(io.StringIO()):
+        m = _prepare(name, float_model, split, config=config, batch=batch, out_dir=out_dir)
+        started = time.perf_counter()
+        results = _run_on_chip({name: (m["compiled"], m["chunks"][:1])}, backend, name)[name]
+        run_s = time.perf_counter() - started
+    report = build_report(m["graph"], config, [p for _, p in results], m["batch"],
+                          clock_hz=CLOCK_HZ, batch=m["batch"])
+    total = report.total
+    bound = total.macs / (config.rows * config.cols)
+    print(f"\n{name} on {config.rows}x{config.cols}, batch {m['batch']}: compiled in "
+          f"{m['timings']['compile']:.2f} s, {backend} run {run_s:.1f} s")
+    print(report.format_table())
+    print(f"matrix-unit lower bound {bound:.0f} cycles: the program takes "
+          f"{total.cycles / bound:.2f}x; MXU utilisation while active "
+          f"{100 * total.active_utilisation:.1f}%")
+
+
+def demo(arrays, batch, out_dir="build/demo", names=("mlp", "cnn"), backend="golden"):
+    from tpu.compiler import demo_models
+    split = demo_models.digits_split()
+    models = demo_models.demo_models(out_dir)      # trained once, then cached
+    for size in arrays:
+        config = TPUConfig(rows=size, cols=size)
+        for name in names:
+            measure_demo(name, models[name], split, config, batch, out_dir, backend)
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--demo", action="store_true",
+                        help="the demo's MLP and CNN instead of single convolutions")
+    parser.add_argument("--arrays", type=int, nargs="+", default=[8, 16],
+                        help="array sizes for --demo")
+    parser.add_argument("--models", nargs="+", default=["mlp", "cnn"], choices=["mlp", "cnn"],
+                        help="demo models for --demo")
+    parser.add_argument("--backend", default="golden", choices=["golden", "icarus", "verilator"],
+                        help="where --demo runs: the golden chip or the RTL")
     args = parser.parse_args(argv)
+    if args.demo:
+        return demo(args.arrays, args.batch, names=args.models, backend=args.backend)
     rng = np.random.default_rng(args.seed)
     # The default 8x8 chip with a unified buffer large enough for a batch of 64 images.
     config = TPUConfig(ub_rows=1 << 15)

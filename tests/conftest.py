@@ -41,3 +41,20 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     return f"random seeds drawn from TPU_SEED={os.environ.get('TPU_SEED')} (set it to replay this run)"
+
+
+def replay_command(item):
+    """The shell command that reruns test `item` with this session's seeds,
+    with waveforms (WAVES=1) when it simulates RTL."""
+    waves = "simulator" in getattr(item, "fixturenames", ()) or item.path.stem.endswith("_rtl")
+    return (f"TPU_SEED={os.environ.get('TPU_SEED')} {'WAVES=1 ' if waves else ''}"
+            f"PYTHONWARNINGS=error .venv/bin/python -m pytest '{item.nodeid}'")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.when == "call":
+        # Printed under the failure: the seed and, for RTL, the waves.
+        report.sections.append(("replay", replay_command(item) + "\n"))

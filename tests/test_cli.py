@@ -44,6 +44,23 @@ def test_verilog_of_the_core_to_stdout():
     assert "input [127:0] instr__payload;" in result.stdout
 
 
+def test_verilog_of_the_serial_chip(tmp_path):
+    """--top serial: the chip behind its UART link, with its pins and LED outputs."""
+    out = tmp_path / "serial.v"
+    result = tpu("verilog", "--top", "serial", "--rows", "2", "--cols", "2", "--acc-rows", "16",
+                 "--link-dw", "1", "--max-payload", "128", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert "module tpu_serial_chip(" in text
+    for port in ("input rx;", "output tx;", "output busy;", "output halted;", "output error;",
+                 "output link_error;"):
+        assert port in text, port
+    ports = out.with_suffix(".ports").read_text()
+    assert "rx input" in ports and "link_error output" in ports
+    # The serial chip has no testbenches of its own in tpu sim.
+    assert_one_line_error(tpu("sim", "--top", "serial", "--list"), "invalid choice", "serial")
+
+
 def test_verilog_default_is_the_chip_with_its_port_map(tmp_path):
     out = tmp_path / "tpu_chip.v"
     result = tpu("verilog", "--rows", "2", "--cols", "2", "--acc-rows", "16", "-o", str(out))

@@ -92,6 +92,7 @@ BAD = [
     (["exec", "{prog.s}", "--backend", "fpga"], ["invalid choice: 'fpga'"]),
     (["exec", "{prog.s}", "--timeout", "-1"], ["not in 0 < seconds"]),
     (["exec", "{prog.s}", "--backend", "icarus", *HUGE], ["would need about"]),
+    (["exec", "{prog.s}", "--waves", "{dir}/w.fst"], ["--waves needs a simulation backend"]),
     # demo
     (["demo", "-o", ""], ["output path is empty"]),
     (["demo", "-o", "{dir}"], ["is a directory"]),

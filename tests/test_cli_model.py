@@ -71,6 +71,15 @@ def test_run_accepts_float64_and_a_single_sample(model_file, tmp_path):
     (["run", "{model}", "--input", "{data}", "--clock-mhz", "-1"], "positive number"),
     (["run", "{model}", "--input", "{data}", "--rows", "0"], "rows"),
     (["run", "{garbage}", "--input", "{data}", "--backend", "reference"], "garbage.onnx"),
+    (["run", "{model}", "--input", "{data}", "--backend", "reference", "--trace", "{missing}"],
+     "--trace: the reference backend runs no chip program"),
+    (["run", "{model}", "--input", "{data}", "--backend", "serial"], "--backend serial needs --port"),
+    (["run", "{model}", "--input", "{data}", "--backend", "serial", "--port", "{missing}"],
+     r"serial port \S*nothing.npy does not exist"),
+    (["run", "{model}", "--input", "{data}", "--port", "/dev/ttyUSB1"],
+     "--port /dev/ttyUSB1 is for --backend serial, not --backend golden"),
+    (["run", "{model}", "--input", "{data}", "--backend", "serial", "--port", "loop://",
+      "--baud", "0"], "positive integer"),
     (["compile", "{data}"], "expected a .onnx, .tflite model file"),
     (["disasm", "{missing}"], "(?i)no such file"),
 ])
@@ -114,6 +123,36 @@ def test_compile_then_run_and_disasm(model_file, tmp_path, capsys):
     assert cli.main(["run", str(compiled), "--input", str(data), "--rows", "4",
                            "--cols", "4"]) == 2
     assert "compiled for" in capsys.readouterr().err
+
+
+@needs_backend
+def test_run_trace_is_a_perfetto_timeline_of_the_units(model_file, tmp_path, capsys):
+    from tpu.bench.trace import TRACKS
+    path, data, x = model_file
+    trace = tmp_path / "mlp.trace.json"
+    assert cli.main(["run", str(path), "--input", str(data), "--batch", "8",
+                     "--trace", str(trace)]) == 0
+    assert "Perfetto" in capsys.readouterr().err
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert names == set(TRACKS)
+    for e in events:             # the trace-event format: complete events have ts and dur
+        assert e["ph"] in ("M", "X") and e["pid"] == 1
+        if e["ph"] == "X":
+            assert isinstance(e["ts"], int) and e["ts"] >= 0 and e["dur"] >= 1 and e["name"]
+    tracks = {e["tid"] for e in events if e["ph"] == "X"}
+    for unit in ("parts", "instruction issue", "RHM (host -> UB)", "WHM (UB -> host)",
+                 "RW (weight commands)", "MMC (matrix unit)", "ACT (activation unit)",
+                 "weight FIFO (tile request -> capture)", "array (rows of each MMC)",
+                 "stall: host (RHM waits for data)"):
+        assert TRACKS.index(unit) in tracks, unit
+    # the parts follow each other, and the array's rows fill its MMC slices
+    parts = sorted((e for e in events if e.get("tid") == 0 and e["ph"] == "X"),
+                   key=lambda e: e["ts"])
+    assert len(parts) == 2 and parts[1]["ts"] == parts[0]["ts"] + parts[0]["dur"]
+    rows = sum(e["dur"] for e in events
+               if e["ph"] == "X" and e["tid"] == TRACKS.index("array (rows of each MMC)"))
+    assert rows == sum(p["args"]["mxu_active"] for p in parts)
 
 
 @needs_backend
@@ -188,3 +227,14 @@ def test_tflite_model_compiles_and_runs(tmp_path):
                                "--output", str(tmp_path / out), "--backend", backend]) == 0
     chip, ref = np.load(tmp_path / "chip.npy"), np.load(tmp_path / "ref.npy")
     assert chip.shape == (5, 5) and (chip == ref).all()
+
+
+@needs_backend
+def test_run_serial_without_a_chip_fails_in_one_line(model_file, capsys):
+    """pyserial's loop:// port echoes the host's own frames back: no chip
+    answers as one, and the run ends with a one-line chip error, not a hang."""
+    path, data, _ = model_file
+    assert cli.main(["run", str(path), "--input", str(data), "--backend", "serial",
+                     "--port", "loop://", "--baud", "1000000", "--clock-mhz", "12"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tpu: error:") and "on serial" in err and "\n" not in err, err

@@ -16,6 +16,7 @@ import pytest
 from conftest import base_seed
 from tpu.cli import main
 from tpu.sim import suites
+from tpu.sim.harness import missing_simulator
 
 
 def _options(config):
@@ -142,3 +143,19 @@ def test_a_model_that_does_not_build_is_one_line(capsys, monkeypatch):
     assert status == 1
     assert err.strip().splitlines() == ["tpu: error: the icarus build of tpu_matrix_engine (1x1) "
                                         "failed (Command failed with return code: 2); see build.log"]
+
+
+@pytest.mark.rtl
+def test_waves_option_writes_one_trace_per_testcase(capsys, tmp_path):
+    """--waves FILE: a trace per testcase when several run, named after it.
+    (tests/test_harness.py traces under Verilator too.)"""
+    if missing_simulator("icarus"):
+        pytest.skip(missing_simulator("icarus"))
+    waves = tmp_path / "engine.vcd"
+    status, out, err = _sim(capsys, "--top", "engine", "--rows", "2", "--cols", "2", "--acc-rows", "64",
+                            "--sim", "icarus", "--seed", "1", "--testcase", "extreme_values",
+                            "--testcase", "heavy_idle", "--waves", str(waves))
+    assert status == 0 and "2 passed, 0 failed" in out, out + err
+    for name in ("extreme_values", "heavy_idle"):
+        trace = tmp_path / f"engine-{name}.vcd"
+        assert "$scope module tpu_matrix_engine $end" in trace.read_text(), name

@@ -48,11 +48,14 @@ def test_fault(simulator, fault):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("testcase", ["host_windows", "dma_error"])
+@pytest.mark.parametrize("testcase", ["host_windows", "dma_error", "edge_programs"])
 def test_dma_windows_and_errors(simulator, testcase):
     """HOST_RANGE against the DMA windows (spans across a window's edges, an
     exact fit, a closed window, two adjacent windows that only together hold
-    the span) and DMA_ERROR (fault code, index, interrupt, halt)."""
+    the span), DMA_ERROR (fault code, index, interrupt, halt), and the edge
+    programs: every interlocked pair of units on ranges sharing exactly one
+    row or equal, RHM and WHM on the same host bytes, each opcode at the last
+    UB or accumulator row and one past it."""
     seed = base_seed()
     tests, failures = run(CONFIGS[0], simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
                           seed=seed, toplevel=TOP, verilog_source=_source(CONFIGS[0]))

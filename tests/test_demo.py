@@ -71,8 +71,9 @@ def test_demo_on_golden_backend(trained, capsys):
         assert r["images"] == r["chip_images"] == 40 and r["batch"] in (16, 8, 4, 2, 1)
         assert r["golden_equals_reference"] and r["chip_equals_golden"]
         assert r["chip_accuracy"] >= 0.85
-        # the chip's requantization is TFLite's integer one, ONNX Runtime's a float one
-        assert r["ort_max_lsb"] <= 1 and r["ort_mismatches"] <= 0.1 * r["outputs"]
+        # the issue's bound: at least 99% of the logits equal ONNX Runtime's, none
+        # more than a step off (on the digits they are all equal, docs/demo.md)
+        assert r["ort_max_lsb"] <= 1 and r["ort_mismatches"] <= 0.01 * r["outputs"]
         assert r["cycles_per_inference"] > 0 and 0 < r["mxu_utilisation"] <= 1
         assert r["inferences_per_second"] == pytest.approx(
             100e6 / r["cycles_per_inference"], rel=1e-6)
@@ -87,6 +88,32 @@ def test_quick_runs_one_batch_on_the_chip(trained):
                       models=("mlp",))
     r = result["models"]["mlp"]
     assert r["images"] == 20 and r["chip_images"] == 8 and r["outputs"] == 80
+
+
+def test_cnn_meets_the_performance_targets(trained, split):
+    """docs/compiler.md's targets for the demo CNN at batch 64 on the 8x8
+    array, from the golden chip's counters (the cycle model, exact against
+    the RTL core; an ideal host): at least 80% MXU utilisation while the
+    matrix unit runs, and the whole program within 2x of the matrix unit's
+    lower bound (the model's MACs / (rows x cols))."""
+    import contextlib
+    import io
+    from tpu import TPUConfig
+    from tpu.compiler.report import build_report
+    from tpu.demo import _prepare, _run_on_chip
+    if _compiler_ready():
+        pytest.skip(_compiler_ready())
+    config = TPUConfig()
+    float_model = demo_models.demo_models(trained, names=("cnn",))["cnn"]
+    with contextlib.redirect_stderr(io.StringIO()):
+        m = _prepare("cnn", float_model, split, config=config, batch=64, out_dir=trained)
+        results = _run_on_chip({"cnn": (m["compiled"], m["chunks"][:1])}, "golden", "cnn")["cnn"]
+    total = build_report(m["graph"], config, [p for _, p in results], 64, batch=64).total
+    bound = total.macs / (config.rows * config.cols)
+    print(f"{total.cycles} cycles, lower bound {bound:.0f}, active {total.active_utilisation:.3f}")
+    assert total.macs == 64 * (8 * 8 * 9 * 8 + 4 * 4 * 72 * 16 + 64 * 10)
+    assert total.active_utilisation >= 0.80
+    assert total.cycles <= 2 * bound
 
 
 def test_progress_bar_in_a_log_writes_tenths(capsys):

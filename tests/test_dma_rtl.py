@@ -52,3 +52,11 @@ def test_byte_gearboxes(simulator):
     tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_dma", testcase="gearboxes", seed=seed,
                           toplevel="tpu_gearboxes", verilog_source=source)
     assert tests == 1 and failures == 0, f"gearboxes failed with seed {seed}"
+
+
+@pytest.mark.rtl
+def test_dma_early_delivery(simulator, tmp_path):
+    """A row is delivered as soon as a completion ends exactly at its end, not
+    when the rest of the request arrives (one configuration: it is timing of
+    the reorder buffer, the same logic in each)."""
+    test_dma(simulator, CONFIGS[1], "early_delivery", tmp_path)

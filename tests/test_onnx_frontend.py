@@ -3,18 +3,20 @@ and QOperator forms, int8 and uint8 activations, per-tensor and per-channel
 weights) are imported and run on the reference interpreter against ONNX
 Runtime on the same input.
 
-Every layer, fed ONNX Runtime's values of its inputs, must give its output
-with no value more than one step off (a fused sigmoid/tanh: one step before
-the function) and at least 95% equal: the chip requantizes with TFLite's
-fixed-point multiplier, whose two roundings send values within about
-2**-shift of a tie the other way than ONNX Runtime's exact float rounding
-(typically 0.2-1% of a layer's values, more for layers with few inputs).
-End to end those differences carry on through the following layers, so
-whole models are held to at least 90% equal (60-85% for deep or wide ones,
-where one step before a dense layer of many inputs moves many outputs). Bad models raise a one-line
+Every layer, fed ONNX Runtime's values of its inputs (read from the graph
+ONNX Runtime optimizes the model into, so from the same fused kernels a
+plain session runs), and every whole model must give ONNX Runtime's values
+in at least 99% of the elements, none more than one step off: matrix layers
+requantize once by ONNX Runtime's float32 multiplier (ACT ``single_round``),
+and what the chip's integer rounding cannot follow (averages over even or
+padded windows, softmax, an Add of a constant) runs on the host with ONNX
+Runtime's own float32 arithmetic (`tpu.compiler.reference_onnxruntime`).
+A QDQ int8 model's layers are checked end to end only: ONNX Runtime renames
+their tensors when it runs them in uint8 on x86. Bad models raise a one-line
 `CompileError` naming what is wrong."""
 
 import itertools
+import json
 import os
 
 import numpy as np
@@ -86,9 +88,10 @@ def run_both(qmodel, x):
 
 def ort_tensors(qmodel, graph, x):
     """ONNX Runtime's values of every IR tensor that is an ONNX tensor of
-    `qmodel`, in the IR's layout, on float input `x`."""
-    model = onnx.ModelProto()
-    model.CopyFrom(qmodel)
+    `qmodel`, in the IR's layout, on float input `x`: read from the graph
+    ONNX Runtime optimizes `qmodel` into (with the same fused kernels as a
+    plain session; outputs added to `qmodel` itself would stop fusions)."""
+    model = zoo.ort_optimized(qmodel)
     present = {o.name for o in model.graph.output}
     onnx_names = {n for node in model.graph.node for n in node.output}
     names = [n for n in graph.tensors if n in onnx_names]
@@ -111,6 +114,34 @@ def allowed_step(graph, layer):
     return 1 + int(np.ceil(slope * activation.pre.scale / out.scale))
 
 
+def record(kind, diff):
+    """Append agreement counts to the file $TPU_AGREEMENT_LOG names
+    (scripts/bench_onnx_agreement.py sums them)."""
+    path = os.environ.get("TPU_AGREEMENT_LOG")
+    if path:
+        with open(path, "a") as log:
+            log.write(json.dumps({"kind": kind, "test": os.environ.get("PYTEST_CURRENT_TEST"),
+                                  "values": int(diff.size),
+                                  "equal": int((diff == 0).sum()),
+                                  "max": int(diff.max(initial=0))}) + "\n")
+
+
+def layer_kind(layer):
+    """A label for the agreement log: the layer type and what decides its rounding."""
+    kind = type(layer).__name__
+    activation = getattr(layer, "activation", ir.NO_ACTIVATION).kind
+    if activation in (ir.ActivationKind.SIGMOID, ir.ActivationKind.TANH):
+        kind += f" + {activation.value}"
+    if isinstance(layer, ir.Pool2D):
+        kind += f" {layer.kind}" + (" padded" if any(layer.padding) else "") \
+            + (" even" if layer.size[0] * layer.size[1] % 2 == 0 else "")
+    if isinstance(layer, ir.HostOp):
+        kind += f" {layer.op}"
+    if layer.name.endswith("/requantize"):
+        kind += " after a padded average"
+    return kind
+
+
 def check_layers(qmodel, graph, x, min_equal, what):
     """Each IR layer, fed ONNX Runtime's values of its inputs, must give ONNX
     Runtime's values of its output: this tests the import of every node
@@ -125,13 +156,14 @@ def check_layers(qmodel, graph, x, min_equal, what):
             values.setdefault(name, ours)
             if name in theirs:
                 diff = np.abs(ours.astype(int) - theirs[name].reshape(ours.shape).astype(int))
+                record(layer_kind(layer), diff)
                 step = allowed_step(graph, layer)
                 assert diff.max() <= step, f"{what}, layer {layer.name}: off by {diff.max()}"
                 assert (diff == 0).mean() >= min_equal, \
                     f"{what}, layer {layer.name}: only {(diff == 0).mean():.3f} equal"
 
 
-def check(model, shape, seed, forms=FORMS, min_equal=0.95, end_to_end=0.9):
+def check(model, shape, seed, forms=FORMS, min_equal=0.99, end_to_end=0.99):
     """Quantize `model` in each form; compare the imported graph with ONNX
     Runtime layer by layer (`min_equal` of the values equal, none more than
     a step off) and end to end (`end_to_end` of the outputs equal). Returns
@@ -148,6 +180,8 @@ def check(model, shape, seed, forms=FORMS, min_equal=0.95, end_to_end=0.9):
         for ours, theirs in pairs:
             assert ours.shape == theirs.shape
             diff = np.abs(ours - theirs)
+            record("whole model", diff)
+            assert diff.max() <= 1, f"{what}: an output off by {diff.max()}"
             assert (diff == 0).mean() >= end_to_end, \
                 f"{what}: only {(diff == 0).mean():.3f} of the outputs equal"
         graphs.append(graph)
@@ -183,17 +217,15 @@ def test_mlp(form, op, trans_b):
     seed = base_seed()
     print("seed", seed)
     model = zoo.mlp([12, 20, 9], op=op, trans_b=trans_b, seed=seed % 1000)
-    # An Add of a constant whose input and output scales nearly agree puts a
-    # whole channel near a tie when the constant does: a channel may differ.
-    (graph,) = check(model, (12,), seed, [form], min_equal=0.85 if op == "matmul" else 0.95,
-                     end_to_end=0.85)
+    (graph,) = check(model, (12,), seed, [form])
     dense = layers(graph, ir.Dense)
+    assert [d.weight.shape for d in dense] == [(12, 20), (20, 9)]
+    assert all(d.rounding == "float32" for d in dense)
     if op == "matmul":
-        # each Add of a constant is an identity layer with the constant as bias
-        assert [d.weight.shape for d in dense] == [(12, 20), (20, 20), (20, 9), (9, 9)]
-    else:
-        assert [d.weight.shape for d in dense] == [(12, 20), (20, 9)]
-    assert len(graph.layers) == len(dense)
+        # each Add of a constant is a host step, in float32 as ONNX Runtime
+        adds = layers(graph, ir.HostOp)
+        assert [h.op for h in adds] == ["add_constant"] * 2 and len(adds[0].attrs["constant"]) == 20
+    assert len(graph.layers) == len(dense) + (2 if op == "matmul" else 0)
     gin, gout = graph.inputs[0], graph.outputs[0]
     assert (gin.model_name, gin.model_shape, gin.model_dtype, gin.layout) == \
         ("x", (None, 12), np.float32, "nc")
@@ -231,10 +263,9 @@ def test_softmax_runs_on_the_host():
              helper.make_node("Softmax", ["h"], ["y"], name="softmax", axis=-1)]
     model = float_model(nodes, {"w": weights(rng, 7, 10) * 3, "b": np.zeros(7, np.float32)},
                         [10])
-    # ONNX Runtime's QLinearSoftmax truncates where the reference rounds: one step apart
-    for graph in check(model, (10,), seed, min_equal=0.7, end_to_end=0.7):
+    for graph in check(model, (10,), seed):
         (host,) = layers(graph, ir.HostOp)
-        assert host.op == "softmax" and host.attrs == {"axis": -1}
+        assert host.op == "qlinear_softmax" and host.attrs == {"axis": -1}
 
 
 # Convolutions ---------------------------------------------------------------------------
@@ -247,7 +278,7 @@ def test_conv_stack(form):
         zoo.conv(6, k=3, pad=1), zoo.maxpool(2),
         zoo.conv(8, k=(3, 5), stride=(1, 2), pad=(0, 1, 2, 2), act="relu6"),
         zoo.conv(5, k=1, act=None), zoo.flatten(), zoo.dense(7, act=None)], seed=seed % 1000)
-    (graph,) = check(model, (3, 12, 10), seed, [form], end_to_end=0.6)
+    (graph,) = check(model, (3, 12, 10), seed, [form])
     convs = layers(graph, ir.Conv2D)
     assert [c.weight.shape for c in convs] == [(3, 3, 3, 6), (3, 5, 6, 8), (1, 1, 8, 5)]
     assert convs[1].stride == (1, 2) and convs[1].padding == (0, 1, 2, 2)
@@ -303,7 +334,7 @@ def test_relu_kept_by_the_quantizer():
     q = quantized(model, calibration, QDQKeepRemovableActivations=True)
     assert sum(n.op_type == "Relu" for n in q.graph.node) == 2
     graph, _ = run_both(q, x)
-    check_layers(q, graph, x, 0.95, f"seed {seed}")
+    check_layers(q, graph, x, 0.99, f"seed {seed}")
     relus = [l for l in graph.layers if getattr(l, "activation", ir.NO_ACTIVATION).kind
              == ir.ActivationKind.RELU]
     assert len(relus) == 2
@@ -322,22 +353,27 @@ def test_pools(form):
     pools = layers(graph, ir.Pool2D)
     assert pools[0].kind == "max" and pools[0].padding == (1, 1, 1, 1)
     assert pools[0].size == (3, 3) and pools[0].stride == (2, 2)
+    # the odd 3x3 average without padding never ties: on the chip (or a
+    # summing Conv2D where it changes the quantization)
+    assert not layers(graph, ir.HostOp)
 
 
 @pytest.mark.parametrize("form", FORMS[::3], ids=FORM_IDS[::3])
 def test_even_average_pools(form):
-    """Averages over an even number of pixels tie; the reference rounds ties
-    away from zero (TFLite, the chip), ONNX Runtime to even: one step apart.
-    A padded average that changes the quantization (QOperator) is averaged
-    in the input's quantization and then requantized, rounding twice where
-    ONNX Runtime rounds once: about a third of its values one step apart.
-    Still never more than one step per layer."""
+    """Averages over an even number of pixels tie, and padded windows vary
+    their count: these run on the host as ONNX Runtime computes them, in
+    float32 (a tie goes either way by a float32 error, which the chip's
+    integer rounding cannot follow), and equal ONNX Runtime's."""
     seed = base_seed()
     print("seed", seed)
     model = zoo.conv_net((None, 2, 8, 8), [
         zoo.conv(4, k=3, pad=1), zoo.avgpool(2), zoo.avgpool(2, stride=1, pad=(0, 0, 1, 1)),
         zoo.flatten(), zoo.dense(5, act=None)], seed=seed % 1000)
-    check(model, (2, 8, 8), seed, [form], min_equal=0.5, end_to_end=0)
+    (graph,) = check(model, (2, 8, 8), seed, [form])
+    # the padded one; the 2x2 one too unless QOperator changes the
+    # quantization (then a summing Conv2D, which rounds once, on the chip)
+    ops = [h.op for h in layers(graph, ir.HostOp)]
+    assert ops == ["qlinear_average_pool"] * (1 if form[0] == "qoperator" else 2)
 
 
 def test_pool_attributes():
@@ -367,7 +403,7 @@ def test_residual_add(form):
         zoo.conv(4, k=3, pad=1),
         zoo.residual([zoo.conv(4, k=3, pad=1), zoo.conv(4, k=3, pad=1, act=None)]),
         zoo.global_avg_pool(), zoo.flatten(), zoo.dense(3, act=None)], seed=seed % 1000)
-    (graph,) = check(model, (4, 6, 6), seed, [form], end_to_end=0.7)
+    (graph,) = check(model, (4, 6, 6), seed, [form])
     assert len(layers(graph, ir.Add)) == 1
 
 
@@ -638,6 +674,42 @@ def test_imported_forms_run_on_the_golden_chip(which):
     assert np.array_equal(reference.quantize(y, out_q), from_ir(expected, gout.layout))
 
 
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_attributes_beyond_one_instruction_run(form):
+    """Legal attributes beyond one chip instruction are lowered, split or run
+    on the host, never refused: a 7x7 kernel over 13 channels (K tiles of
+    taps and channel blocks, channels not a multiple of the array), a 6x6
+    max pool (the activation unit pools windows up to 4), a padded max pool,
+    a non-square max pool, a 5x5 average pool, and weights beyond weight
+    memory. On the golden chip the outputs equal the reference bit for bit
+    and ONNX Runtime's in at least 99%, none more than a step off."""
+    from tpu import TPUConfig
+    from tpu.compiler.session import InferenceSession
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    model = zoo.conv_net((None, 3, 17, 15), [
+        zoo.conv(13, k=7, pad=3), zoo.maxpool(6, stride=1), zoo.conv(11, k=3, pad=1),
+        zoo.maxpool(3, stride=2, pad=1), zoo.avgpool(5, stride=1, pad=2),
+        zoo.conv(9, k=(2, 3), stride=(1, 2), act="relu6"), zoo.flatten(), zoo.dense(7, act=None)],
+        seed=seed % 1000)
+    shape = (3, 17, 15)
+    q = quantized(model, rng.normal(0, 1, (32, *shape)).astype(np.float32), form, "int8", True)
+    graph = import_onnx(q)
+    (gin,), (gout,) = graph.inputs, graph.outputs
+    x = rng.normal(0, 1, (6, *shape)).astype(np.float32)
+    in_q, out_q = graph.tensor(gin.tensor).quant, graph.tensor(gout.tensor).quant
+    expected = reference.run(graph, {gin.tensor: reference.quantize(to_ir(x, gin.layout), in_q)},
+                             outputs_only=True)[gout.tensor]
+    config = TPUConfig(weight_mem_tiles=24)         # the 7x7 conv alone needs 3 x 49 tiles
+    (y,) = InferenceSession(q, backend="golden", config=config).run(None, {gin.model_name: x})
+    ours = reference.quantize(y, out_q).astype(int)
+    assert np.array_equal(ours, from_ir(expected, gout.layout))
+    theirs = reference.quantize(zoo.ort_run(q, x)[0], out_q).astype(int)
+    diff = np.abs(ours - theirs)
+    assert diff.max() <= 1 and (diff == 0).mean() >= 0.99, (diff == 0).mean()
+
+
 # Forms quantize_static writes only with other options, or other tools ------------------
 
 def test_symmetric_activations():
@@ -652,8 +724,8 @@ def test_symmetric_activations():
     for form in ("qdq", "qoperator"):
         q = quantized(model, calibration, form, ActivationSymmetric=True)
         graph, [(ours, theirs)] = run_both(q, x)
-        check_layers(q, graph, x, 0.95, f"seed {seed}, {form}")
-        assert (ours == theirs).mean() >= 0.9
+        check_layers(q, graph, x, 0.99, f"seed {seed}, {form}")
+        assert np.abs(ours - theirs).max() <= 1 and (ours == theirs).mean() >= 0.99
         assert all(t.quant.zero_point == 0 for t in graph.tensors.values())
 
 
@@ -680,7 +752,7 @@ def test_activation_between_float_op_and_its_q():
     (dense,) = graph.layers
     assert dense.activation.kind == ir.ActivationKind.CLAMP
     assert (dense.activation.clamp_min, dense.activation.clamp_max) == (-35, 65)
-    assert np.abs(ours - theirs).max() <= 1 and (ours == theirs).mean() >= 0.95
+    assert np.abs(ours - theirs).max() <= 1 and (ours == theirs).mean() >= 0.99
 
 
 def test_identity_and_dropout_between_layers():
@@ -712,7 +784,7 @@ def test_constant_added_per_channel_to_an_image(form):
     inits = {"w": weights(rng, 4, 3, 3, 3), "k": rng.normal(0, 0.5, (4, 1, 1)).astype(np.float32)}
     model = float_model(nodes, inits, [3, 5, 5])
     (graph,) = check(model, (3, 5, 5), seed, [(form, "int8", False)])
-    assert [type(l).__name__ for l in graph.layers] == ["Conv2D", "Conv2D"]
+    assert [type(l).__name__ for l in graph.layers] == ["Conv2D", "HostOp"]
     # (C,) broadcasts along the width, not the channels
     inits["k"] = rng.normal(0, 0.5, (5,)).astype(np.float32)
     q = _quantized_with(nodes, inits, [3, 5, 5], form)
@@ -737,9 +809,9 @@ def test_two_outputs(form):
     graph, pairs = run_both(q, x)
     assert [o.model_name for o in graph.outputs] == ["y", "h"]
     assert layers(graph, ir.Dense)[0].activation.kind == ir.ActivationKind.NONE
-    check_layers(q, graph, x, 0.95, f"seed {seed}")
+    check_layers(q, graph, x, 0.99, f"seed {seed}")
     for ours, theirs in pairs:
-        assert (ours == theirs).mean() >= 0.9
+        assert np.abs(ours - theirs).max() <= 1 and (ours == theirs).mean() >= 0.99
 
 
 def test_softmax_before_opset_13():
@@ -751,6 +823,6 @@ def test_softmax_before_opset_13():
     nodes = [helper.make_node("Gemm", ["x", "w"], ["h"], name="fc", transB=1),
              helper.make_node("Softmax", ["h"], ["y"], name="softmax")]
     model = float_model(nodes, {"w": weights(rng, 7, 10) * 3}, [10], opset=11)
-    for graph in check(model, (10,), seed, [FORMS[0], FORMS[4]], min_equal=0.7, end_to_end=0.7):
+    for graph in check(model, (10,), seed, [FORMS[0], FORMS[4]]):
         (host,) = layers(graph, ir.HostOp)
         assert host.attrs == {"axis": -1}

@@ -104,24 +104,61 @@ def test_models_map_onto_the_ir():
     assert ad.source == "ad01"
 
 
+#: batch of the golden chip's program per model: ad01's program is as long at
+#: any batch (one row per sample through each tile), so it takes all inputs at
+#: once; the convolution models repeat a batch-1 program (their unified buffer
+#: grows with the batch)
+GOLDEN_BATCH = {"ad01_int8": REFERENCE_SAMPLES}
+#: unified-buffer rows for that batch
+GOLDEN_UB_ROWS = {"ad01_int8": 32768}
+
+
 @pytest.mark.parametrize("rows", [8, 16])
 @pytest.mark.parametrize("name", ["kws_ref_model", "pretrainedResnet_quant", "ad01_int8"])
-def test_golden_chip_equals_reference(name, rows):
-    """The golden chip equals the reference interpreter and the TFLite
-    interpreter, with every FULLY_CONNECTED and CONV_2D on the chip."""
+def test_golden_chip_equals_tflite_on_random_inputs(name, rows):
+    """On 100 random inputs the golden chip equals the TFLite interpreter (and
+    the reference interpreter), with every FULLY_CONNECTED and CONV_2D on the
+    chip and the host steps listed with their share of the work."""
     path = tiny_model(name)
     graph = import_tflite(path)
     seed = base_seed()
     print(f"seed {seed}")
-    x = random_inputs(graph, 2, seed)
-    config = TPUConfig(rows=rows, cols=rows, ub_rows=UB_ROWS)
-    session = InferenceSession(graph, backend="golden", config=config, batch=1)
+    x = random_inputs(graph, REFERENCE_SAMPLES, seed)
+    batch = GOLDEN_BATCH.get(name, 1)
+    config = TPUConfig(rows=rows, cols=rows, ub_rows=GOLDEN_UB_ROWS.get(name, UB_ROWS))
+    session = InferenceSession(graph, backend="golden", config=config, batch=batch)
     host = [layer for layer in graph.layers
             if layer.name in {s.layer for s in session.compiled.steps if isinstance(s, HostStep)}]
     assert not [layer.name for layer in host if isinstance(layer, (ir.Dense, ir.Conv2D))]
     (got,) = session.run(None, {graph.inputs[0].model_name: x})
-    np.testing.assert_array_equal(got.reshape(len(x), -1), reference_run(graph, x))
-    np.testing.assert_array_equal(got.reshape(len(x), -1), tflite_run(path, x).reshape(len(x), -1))
+    got = got.reshape(len(x), -1)
+    want = tflite_run(path, x).reshape(len(x), -1)
+    mismatched = np.nonzero((got != want).any(axis=1))[0]
+    assert mismatched.size == 0, f"{mismatched.size} of {len(x)} inputs differ, first {mismatched[:5]}"
+    np.testing.assert_array_equal(got, reference_run(graph, x))
+    listed = session.report().host_operators()
+    assert [h["name"] for h in listed] == [s.name for s in session.compiled.steps
+                                           if isinstance(s, HostStep)]
+    assert all(0 < h["share"] < 0.01 for h in listed)
+
+
+#: a configuration whose array and memories fit an iCE40 UP5K: 4 of its 8
+#: SB_MAC16s, a 32 KB SPRAM each for the unified buffer and the weights, 4 KB
+#: of EBR for the accumulators (docs/tflite.md)
+UP5K_SIZED = TPUConfig(rows=2, cols=2, ub_rows=16384, acc_rows=512, weight_mem_tiles=8192)
+
+
+def test_kws_on_a_up5k_sized_chip_within_a_million_cycles():
+    path = tiny_model("kws_ref_model")
+    graph = import_tflite(path)
+    seed = base_seed()
+    print(f"seed {seed}")
+    x = random_inputs(graph, 1, seed)
+    session = InferenceSession(graph, backend="golden", config=UP5K_SIZED, batch=1)
+    (got,) = session.run(None, {graph.inputs[0].model_name: x})
+    np.testing.assert_array_equal(got.reshape(1, -1), tflite_run(path, x).reshape(1, -1))
+    cycles = session.report().cycles_per_inference
+    assert 664_192 <= cycles <= 1_000_000         # the 2x2 array's MAC bound .. the target
 
 
 def test_not_a_tflite_file(tmp_path):
@@ -360,6 +397,21 @@ def test_float_layer_inside_the_model():
         import_tflite(m.build([a], [y]))
 
 
+@pytest.mark.parametrize("config, message", [
+    (TPUConfig(ub_rows=64), r"layer 'conv_2d_0': .* need 1289 unified-buffer rows at once; the "
+                            r"unified buffer has 64"),
+    (TPUConfig(weight_mem_tiles=1), r"layer 'conv_2d_0': .* needs 4 weight tiles; weight memory "
+                                    r"holds 1"),
+])
+def test_layer_too_large_for_the_chip(config, message):
+    """A layer the configuration cannot hold is named as the importer names
+    it: the TFLite operator's name and index (operator 0, CONV_2D)."""
+    from tpu.compiler.errors import CompileError
+    graph = import_tflite(conv_model(np.random.default_rng(1), in_shape=(32, 32, 3)))
+    with pytest.raises(CompileError, match=message):
+        InferenceSession(graph, backend="golden", config=config, batch=1)
+
+
 def test_fully_connected_rounding():
     """FULLY_CONNECTED's multiplier is the float64 product of the scales and it
     rounds once: biases (at input 0) where a float32 product or two roundings
@@ -387,3 +439,39 @@ def test_fully_connected_rounding():
     twice = dataclasses.replace(layer, rounding="double")
     assert (reference.dense(twice, zero, graph.tensor("x").quant, graph.tensor("y").quant)
             != want).any()
+
+
+def test_tpu_run_lists_host_operators_with_their_share(tmp_path, capsys):
+    """`tpu run` of a FULLY_CONNECTED + SOFTMAX model: the softmax is a host
+    operator, in the per-layer table and the JSON, with its share of the work
+    (the elements it reads against the model's MACs plus those elements)."""
+    import json
+
+    from tpu import cli
+    rng = np.random.default_rng(13)
+    m = ModelBuilder()
+    x = m.tensor("x", [1, 16], "INT8", 0.05, 1)
+    w = m.tensor("w", [10, 16], "INT8", 0.01, 0, data=rng.integers(-127, 128, (10, 16)))
+    b = m.tensor("b", [10], "INT32", 0.05 * 0.01, 0, data=rng.integers(-900, 900, 10))
+    y = m.tensor("y", [1, 10], "INT8", 0.2, 3)
+    p = m.tensor("p", [1, 10], "INT8", 1 / 256, -128)
+    m.operator("FULLY_CONNECTED", [x, w, b], [y], "FullyConnectedOptions",
+               FusedActivationFunction=NONE)
+    m.operator("SOFTMAX", [y], [p], "SoftmaxOptions", Beta=1.0)
+    path = tmp_path / "fc_softmax.tflite"
+    path.write_bytes(m.build([x], [p]))
+    np.save(tmp_path / "x.npy", rng.integers(-128, 128, (3, 16), dtype=np.int8))
+    capsys.readouterr()
+    assert cli.main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--rows", "4",
+                     "--cols", "4", "--json", str(tmp_path / "r.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    share = 10 / (16 * 10 + 10)             # softmax reads 10 elements; the layer does 160 MACs
+    row = next(line.split() for line in lines if line.startswith("softmax_1"))
+    assert row[:6] == ["softmax_1", "host", "-", "-", "30", "ops"]
+    assert row[6] == f"{100 * share:.2f}%"
+    assert f"host operators: softmax_1 (softmax_tflite) {100 * share:.2f}% of the work" in lines[-1]
+    data = json.loads((tmp_path / "r.json").read_text())
+    (host,) = data["host_operators"]
+    assert (host["name"], host["op"], host["ops"]) == ("softmax_1", "softmax_tflite", 30)
+    assert host["share"] == pytest.approx(share)
+    assert [r["where"] for r in data["layers"]] == ["chip", "host"]

@@ -24,3 +24,11 @@ def test_tlp(simulator, link_dw, testcase):
     tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_tlp", testcase=testcase, seed=seed,
                           toplevel=TOP, verilog_source=source)
     assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed}"
+
+
+@pytest.mark.rtl
+def test_tlp_header_burst(simulator):
+    """A long burst of header-only packets against back-pressure, at 4 words
+    per beat, where a header-only packet is one beat and the receiver's
+    header queue fills fastest."""
+    test_tlp(simulator, 4, "header_burst")

@@ -77,12 +77,15 @@ def _given_config_options(args):
             if getattr(args, name, None) is not None]
 
 
-def _top_option(parser, default_help):
+def _top_option(parser, default_help, serial=False):
     from .hdl.verilog import DEFAULT_TOP, TOPS
-    parser.add_argument("--top", choices=[t for t in TOPS if t != "serial"], default=DEFAULT_TOP,
+    # The serial chip has no testbenches of its own in `tpu sim` (tests/test_serial_link_rtl.py).
+    choices = [t for t in TOPS if serial or t != "serial"]
+    parser.add_argument("--top", choices=choices, default=DEFAULT_TOP,
                         help=f"{default_help}: the chip with its PCIe-style host interface "
                              f"(default), the core behind row-level DMA ports, or the matrix "
-                             f"engine alone")
+                             f"engine alone" + (", or the chip behind its UART link (serial)"
+                                                if serial else ""))
 
 
 def _check_memory(config, top):
@@ -200,7 +203,7 @@ def _verilog_parser(commands):
     p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
     p.add_argument("--ports", action="store_true",
                    help="print the port map (ports, fields, bit offsets) instead of the Verilog")
-    _top_option(p, "what to generate")
+    _top_option(p, "what to generate", serial=True)
     p.set_defaults(func=cmd_verilog)
 
 
@@ -208,8 +211,8 @@ def _verilog_parser(commands):
 
 
 def cmd_sim(args):
-    from .hdl.verilog import TOPS, generate_verilog
-    from .sim.harness import SimulationError, build, run_outcomes
+    from .hdl.verilog import TOPS
+    from .sim.harness import SimulationError, build, run_outcomes, trace_format, waves_requested
     from .sim.suites import testcases
     config = _config_from(args)
     cases = testcases(args.top)
@@ -240,19 +243,24 @@ def cmd_sim(args):
     print(f"{args.top} ({module}) of {config.name} under {args.sim}, seed {seed} "
           f"(replay with --seed {seed}): {len(cases)} testcase{'s' if len(cases) != 1 else ''}",
           flush=True)
-    source = generate_verilog(config, top=args.top)
     started = time.perf_counter()
-    print(f"building the {args.sim} model, or reusing it if built before "
-          f"(a Verilator build takes minutes)", flush=True)
+    print(f"building the {args.sim} model{' for waveforms' if args.waves else ''}, or reusing it if "
+          f"built before (a Verilator build takes minutes)", flush=True)
     # A model that does not build is one error (exit status 1), not one per testcase.
-    model = build(config, args.sim, verilog_source=source, toplevel=module)
+    waves = None
+    if args.waves or waves_requested():
+        try:
+            waves = trace_format(args.sim, args.waves)
+        except SimulationError as error:
+            raise CommandError(str(error)) from None
+    model = build(config, args.sim, top=args.top, waves=waves)
     print(f"model: {model} ({time.perf_counter() - started:.1f} s)", flush=True)
     passed = 0
     for case in cases:
         started = time.perf_counter()
         try:
             outcomes = run_outcomes(config, args.sim, case.module, testcase=case.test, seed=seed,
-                                    toplevel=module, verilog_source=source, run_name=case.name,
+                                    top=args.top, run_name=case.name, waves=_waves_file(args, case, cases),
                                     extra_env={"TPU_SIMULATOR": args.sim, **case.env}, quiet=True)
         except SimulationError as error:
             print(f"ERROR {case.name}: {error}", flush=True)
@@ -276,6 +284,17 @@ def cmd_sim(args):
     return EXIT_CHIP_ERROR if failed else EXIT_OK
 
 
+def _waves_file(args, case, cases):
+    """The waveform file of `case`: --waves FILE, named after the testcase
+    (FILE-<testcase>.fst) when several run; None without --waves."""
+    if not args.waves:
+        return None
+    if len(cases) == 1:
+        return args.waves
+    path = Path(args.waves)
+    return str(path.with_name(f"{path.stem}-{case.name}{path.suffix}"))
+
+
 def _sim_parser(commands):
     p = commands.add_parser("sim", help="run the RTL testbenches of a top level",
                             description="Run every cocotb testcase of a top level (or those "
@@ -289,6 +308,10 @@ def _sim_parser(commands):
     p.add_argument("--testcase", action="append", metavar="NAME",
                    help="run this testcase only (repeatable; --list names them)")
     p.add_argument("--list", action="store_true", help="list the testcases of --top and exit")
+    p.add_argument("--waves", metavar="FILE",
+                   help="write the waveforms to FILE (VCD if it ends in .vcd, else FST), one file per "
+                        "testcase (FILE-TESTCASE.fst) when several run; uses a model built for "
+                        "tracing")
     p.set_defaults(func=cmd_sim)
 
 
@@ -363,6 +386,8 @@ def cmd_exec(args):
     names = [path.resolve() for *_, path in outputs]
     if len(set(names)) != len(names):
         raise CommandError("two --output options name the same file")
+    if args.waves and args.backend == "golden":
+        raise CommandError("--waves needs a simulation backend (--backend icarus or verilator)")
     if args.backend != "golden":
         _check_memory(config, "chip")
         _simulator(args.backend)
@@ -370,7 +395,8 @@ def cmd_exec(args):
         code = load_program(program_path, _read(program_path, text=False, what="program"), config)
         result = execute(code, config, backend=args.backend, inputs=inputs,
                          outputs=[(addr, n) for addr, n, _ in outputs], weights=weights,
-                         seed=args.seed if args.seed is not None else 1, timeout=args.timeout)
+                         seed=args.seed if args.seed is not None else 1, timeout=args.timeout,
+                         waves=args.waves)
     except ExecError as error:
         raise CommandError(str(error)) from None
     print(f"{program_path}: {len(code) // 16} instructions on the {args.backend} backend "
@@ -412,6 +438,9 @@ def _exec_parser(commands):
     p.add_argument("--timeout", type=_positive_seconds, default=0.1,
                    help="link seconds to wait for the program to end (default 0.1)")
     _seed_option(p, "simulation backends: draws the host's timing; default 1")
+    p.add_argument("--waves", metavar="FILE",
+                   help="simulation backends: write the run's waveforms to FILE (VCD if it ends "
+                        "in .vcd, else FST)")
     _add_config_options(p)
     p.set_defaults(func=cmd_exec)
 

@@ -57,11 +57,34 @@ def _user_errors():
     return (ValueError, TypeError, OSError, KeyError, IRError, CompileError)
 
 
+def _serial_options(args):
+    """The serial backend's options (`tpu.driver` "serial") from ``--port``,
+    ``--baud`` and ``--clock-mhz``, checking that the port exists."""
+    port = getattr(args, "port", None)
+    if getattr(args, "backend", None) != "serial":
+        if port is not None:
+            raise _command_error(f"--port {port} is for --backend serial, not --backend {args.backend}")
+        return {}
+    if port is None:
+        raise _command_error("--backend serial needs --port (the board's serial port, "
+                             "e.g. /dev/ttyUSB1)")
+    # A pyserial URL (loop://, socket://host:port, rfc2217://...) is not a file.
+    if "://" not in port and not Path(port).exists():
+        raise _command_error(f"serial port {port} does not exist: is the board plugged in? "
+                             f"(on Linux its UART is usually /dev/ttyUSB1)")
+    return {"port": port, "baudrate": args.baud, "clock_hz": args.clock_mhz * 1e6}
+
+
 def _session(args, model, config, batch):
     from .compiler.session import InferenceSession
-    options = {}
+    options = _serial_options(args)
     if getattr(args, "seed", None) is not None:
         options["seed"] = args.seed
+    if getattr(args, "waves", None):
+        if args.backend not in ("icarus", "verilator"):
+            raise _command_error(f"--waves needs a simulation backend (icarus or verilator), "
+                                 f"not {args.backend}")
+        options["waves"] = args.waves
     try:
         return InferenceSession(model, backend=getattr(args, "backend", "golden"), config=config,
                                 batch=batch, **options)
@@ -176,6 +199,8 @@ def _save_outputs(path, names, values):
 def cmd_run(args):
     from .driver import TpuError
     model = _model_path(args.model, (".onnx", ".tflite", ".tpu"))
+    if args.trace and args.backend == "reference":
+        raise _command_error("--trace: the reference backend runs no chip program to trace")
     session = _session(args, model, _config(args), args.batch)
     feeds = _feeds(session, args.input)
     names = [o.name for o in session.get_outputs()]
@@ -214,7 +239,20 @@ def cmd_run(args):
     if args.output:
         shapes = ", ".join(f"{n} {tuple(v.shape)} {v.dtype}" for n, v in zip(names, outputs))
         print(f"wrote {args.output}: {shapes}", file=sys.stderr)
+    if args.trace:
+        _write_trace(args.trace, session, model)
     return 0
+
+
+def _write_trace(path, session, model):
+    """The run's timeline: the cycle model's schedule of the parts it executed (one batch)."""
+    from .bench.trace import write_trace
+    try:
+        write_trace(path, session.compiled, Path(model).stem)
+    except OSError as error:
+        raise _command_error(f"cannot write {path}: {error.strerror}") from None
+    print(f"wrote {path}: a Perfetto trace of one batch (open at ui.perfetto.dev; "
+          f"1 us = 1 cycle)", file=sys.stderr)
 
 
 # disasm -------------------------------------------------------------------------------------
@@ -291,13 +329,26 @@ def add_model_commands(subparsers, add_config_options):
     p.add_argument("--input", required=True, metavar="X", help="input array (.npy or .npz)")
     p.add_argument("--output", metavar="Y", help="outputs to write (.npy, or .npz for several)")
     p.add_argument("--backend", default="golden",
-                   choices=["golden", "icarus", "verilator", "reference"],
-                   help="golden model (default), RTL simulation, or the IR interpreter")
+                   choices=["golden", "icarus", "verilator", "serial", "reference"],
+                   help="golden model (default), RTL simulation, a board over its serial "
+                        "port (serial), or the IR interpreter")
+    p.add_argument("--port", metavar="PORT",
+                   help="--backend serial: the board's serial port (e.g. /dev/ttyUSB1) or a "
+                        "pyserial URL")
+    p.add_argument("--baud", type=_positive_count, default=115200, metavar="BAUD",
+                   help="--backend serial: the UART's bit rate, as built (default 115200)")
     p.add_argument("--batch", type=_positive_count, metavar="N",
                    help="samples per chip run when compiling (default: the compiler's)")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write a Chrome/Perfetto trace-event JSON of the chip's units over "
+                        "cycles (the cycle model's schedule of one batch's program parts)")
     p.add_argument("--clock-mhz", type=_positive_float, default=100.0, metavar="MHZ",
-                   help="chip clock for inferences per second (default 100)")
+                   help="chip clock for inferences per second (default 100; a board's clock, "
+                        "e.g. 12 on the iCEBreaker, for --backend serial)")
     p.add_argument("--seed", type=int, help="simulation backends: host behaviour seed")
+    p.add_argument("--waves", metavar="FILE",
+                   help="simulation backends: write the waveforms to FILE (VCD if it ends in "
+                        ".vcd, else FST); of the last chip run when the model needs several")
     add_config_options(p)
     p.set_defaults(func=cmd_run)

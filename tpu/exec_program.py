@@ -101,11 +101,12 @@ def _buffer_bytes(code, config, inputs, outputs):
 
 
 def execute(code, config, *, backend="golden", inputs=(), outputs=(), weights=None, seed=1,
-            timeout=0.1):
+            timeout=0.1, waves=None):
     """Run `code` on `backend`; a dict: halted, fault (None or its message),
     int_codes, counters, elapsed (link seconds), outputs (bytes, one per
     ``(offset, nbytes)`` of `outputs`).
 
+    `waves` (a simulation backend only) is a file for the run's waveforms.
     Raises `ExecError` for data that cannot run at all (the chip's own
     faults are in the result).
     """
@@ -127,6 +128,8 @@ def execute(code, config, *, backend="golden", inputs=(), outputs=(), weights=No
     spec = {"code": code, "buffer": buffer, "inputs": list(inputs), "outputs": list(outputs),
             "weights": weights, "timeout": timeout}
     options = {"seed": seed} if backend != "golden" else {}
+    if waves is not None:
+        options["waves"] = waves
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "job.pickle")
         with open(path, "wb") as file:

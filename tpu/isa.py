@@ -34,6 +34,7 @@ random_instruction
 """
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar
@@ -873,6 +874,13 @@ def decode(data):
     data = _as_bytes(data, "decode")
     if len(data) != INSTRUCTION_BYTES:
         raise ValueError(f"an instruction is {INSTRUCTION_BYTES} bytes, not {len(data)}")
+    return _decode_word(data)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _decode_word(data):
+    """`decode` of 16 bytes, cached: instructions are frozen, and programs
+    (the runs of one compiled model above all) repeat their words."""
     word = int.from_bytes(data, "little")
     try:
         opcode = Opcode(word & 0xFF)

@@ -41,7 +41,7 @@ from ..testbenches.tb_core import TB
 
 
 __all__ = ["PROGRAMS", "CASE_NAMES", "TOP", "stream_program", "layer_program", "random_case",
-           "asm_case", "build_case", "cases", "HOST_IN", "HOST_OUT"]
+           "asm_case", "encoded_case", "build_case", "cases", "HOST_IN", "HOST_OUT"]
 
 HOST_IN = 0x10000
 HOST_OUT = 0x800000
@@ -145,8 +145,15 @@ def asm_case(config, *, text):
     return list(parse(text, "<case>", config))
 
 
+def encoded_case(config, *, program_hex):
+    """An encoded program (hex text of its bytes), e.g. a part compiled by
+    `tpu.compiler`; it must end with HALT."""
+    from ...isa import decode_program
+    return list(decode_program(bytes.fromhex(program_hex)))
+
+
 PROGRAMS = {"stream": stream_program, "layer": layer_program, "random": random_case,
-            "asm": asm_case}
+            "asm": asm_case, "encoded": encoded_case}
 
 
 #: The benchmark cases `cases` knows.

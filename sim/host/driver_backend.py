@@ -4,16 +4,18 @@ chip, behind cocotbext-pcie's root complex (`tpu.sim.host.pcie_host`).
 
 cocotb owns the simulator's event loop, so `main` runs inside the simulation
 process: it is named there by module and function (or script file and
-function), and its return value comes back pickled.
+function), and its return value comes back pickled. ``waves="run.fst"``
+writes the simulation's waveforms to that file (``WAVES=1`` in the
+environment: to ``waves.fst`` next to the simulation's log).
 """
 
+import os
 import pickle
 import sys
 import tempfile
 from pathlib import Path
 
-from ...hdl.verilog import CHIP_NAME, generate_verilog
-from ..harness import SimulatorMissing, missing_simulator, run_outcomes
+from ..harness import SimulatorMissing, missing_simulator, run_outcomes, trace_format
 
 
 __all__ = ["simulation_backend", "main_target"]
@@ -40,23 +42,26 @@ def main_target(main):
 
 def simulation_backend(simulator):
     """A `tpu.driver.register_backend` factory for `simulator`."""
-    def factory(main, config, *, seed=1, **options):
+    def factory(main, config, *, seed=1, waves=None, **options):
         if options:
             raise TypeError(f"the {simulator} backend takes no options {', '.join(sorted(options))} "
-                            f"(only seed)")
+                            f"(only seed and waves)")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"the {simulator} backend's seed must be an int, not {seed!r}")
         if seed < 0:
             raise ValueError(f"the {simulator} backend's seed must be >= 0, not {seed}")
+        if waves is not None and not isinstance(waves, (str, os.PathLike)):
+            raise TypeError(f"the {simulator} backend's waves must be a file name, not {waves!r}")
         reason = missing_simulator(simulator)
         if reason:
             raise SimulatorMissing(reason)
+        if waves is not None:
+            trace_format(simulator, waves)      # refuses FST that cannot be written here
         target = main_target(main)
         with tempfile.TemporaryDirectory() as scratch:
             result = Path(scratch) / "result.pickle"
             outcomes = run_outcomes(config, simulator, "tpu.sim.testbenches.tb_host", testcase="check",
-                                    seed=seed, toplevel=CHIP_NAME,
-                                    verilog_source=generate_verilog(config, top="chip"),
+                                    seed=seed, top="chip", waves=waves,
                                     extra_env={"TPU_HOST_CHECK": target,
                                                "TPU_SIMULATOR": simulator,
                                                "TPU_HOST_RESULT": str(result)})

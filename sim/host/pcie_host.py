@@ -144,7 +144,8 @@ class PcieBridge(Device):
 
         self.requests = []        # TLPs to BAR0, in order
         self.completions = {}     # tag -> [(ready cycle, TLP)], in order per tag
-        self.cycle = 0
+        self._start_ns = None
+        self._wake = Event()      # set when the host queues a packet for the chip
         self.sent = []            # every TLP the chip sent, for tests
         self.received = []        # every TLP (or RawPacket) the chip was given
         self.faults = []          # ReadFaults not yet struck
@@ -162,6 +163,7 @@ class PcieBridge(Device):
         if tlp.fmt_type in _CONFIG:
             self.bus_num = tlp.completer_id.bus
             await self.function.upstream_recv(tlp)
+            self._wake.set()    # the chip's pcie_id may have changed
             return
         tlp.release_fc()
         if tlp.fmt_type in _COMPLETIONS:
@@ -171,6 +173,7 @@ class PcieBridge(Device):
                 self.completions.setdefault(tlp.tag, []).append((self.cycle + delay, packet))
         else:
             self.requests.append(tlp)
+        self._wake.set()
 
     def inject(self, tlp):
         """Hand the chip a TLP directly (for malformed and unexpected packets)."""
@@ -178,11 +181,13 @@ class PcieBridge(Device):
             self.completions.setdefault(tlp.tag, []).append((self.cycle, tlp))
         else:
             self.requests.append(tlp)
+        self._wake.set()
 
     def inject_raw(self, beats, note=""):
         """Send link beats ``(data, keep, last)`` as they are, in order with the
         host's requests: for packets no `Tlp` can describe."""
         self.requests.append(RawPacket([Beat(*b) for b in beats], note))
+        self._wake.set()
 
     def fail_read(self, kind, select=lambda tlp: True, status=CplStatus.UR):
         """Spoil the answer to the next read `select` accepts (see `ReadFault`
@@ -282,7 +287,18 @@ class PcieBridge(Device):
         return list(tlp_to_beats(packet, self.config.link_dw))
 
     # -- cycle by cycle ----------------------------------------------------
+    @property
+    def cycle(self):
+        """Falling clock edges since `start` (the bridge drives at falling edges)."""
+        if self._start_ns is None:
+            return 0
+        return int((get_sim_time("ns") - self._start_ns + CLOCK_NS // 2) // CLOCK_NS)
+
+    def _has_work(self):
+        return bool(self.requests or self.completions)
+
     def start(self):
+        self._start_ns = get_sim_time("ns")
         cocotb.start_soon(self._run())
         cocotb.start_soon(self._send_upstream())
 
@@ -290,10 +306,18 @@ class PcieBridge(Device):
         dut, layout = self.dut, self.layout
         beats = []          # the packet being driven
         gathered = []       # the packet being received
+        # What the ports were last driven to: a write through the simulator
+        # costs more than the comparison.
+        driven = {"pcie_id": None, "rx_valid": 0, "tx_ready": 0}
+
+        def drive(name, port, value):
+            if driven[name] != value:
+                driven[name] = value
+                port.value = value
+
         while True:
             await FallingEdge(dut.clk)
-            self.cycle += 1
-            dut.pcie_id.value = int(self.function.pcie_id)
+            drive("pcie_id", dut.pcie_id, int(self.function.pcie_id))
             if not beats and self.rng.random() >= self.idle:
                 tlp = self._next_tlp()
                 if tlp is not None:
@@ -302,12 +326,14 @@ class PcieBridge(Device):
             if beats:
                 data, keep, last = beats[0]
                 dut.rx__payload.value = pack_fields(layout, {"data": data, "keep": keep, "last": last})
-            dut.rx__valid.value = int(bool(beats))
-            dut.tx__ready.value = int(self.rng.random() >= self.backpressure)
+            offered = bool(beats)
+            drive("rx_valid", dut.rx__valid, int(offered))
+            drive("tx_ready", dut.tx__ready, int(self.rng.random() >= self.backpressure))
             await ReadOnly()
-            if beats and dut.rx__ready.value:
+            if offered and dut.rx__ready.value:
                 beats.pop(0)
-            if dut.tx__valid.value and dut.tx__ready.value:
+            tx_valid = dut.tx__valid.value
+            if tx_valid and driven["tx_ready"]:
                 word = int(dut.tx__payload.value)
                 beat = (_field(word, layout, "data"), _field(word, layout, "keep"),
                         _field(word, layout, "last"))
@@ -322,7 +348,15 @@ class PcieBridge(Device):
                         # tag belong to its latest read.
                         self._reads[tlp.tag] = _Read(tlp)
                     self._tx_queue.put_nowait(tlp)
-            await RisingEdge(dut.clk)
+            if not offered and not beats and not gathered and not tx_valid and not self._has_work():
+                # Nothing offered, nothing to send, nothing coming: sleep
+                # until the chip raises tx.valid or the host queues a packet,
+                # instead of waking every cycle (most of a compute-bound
+                # run). tx.valid rises only after a rising edge, so the next
+                # falling edge still sees its first beat before it is taken.
+                self._wake.clear()
+                await First(RisingEdge(dut.tx__valid), self._wake.wait())
+            # The next falling edge: no need to wake at the rising one.
 
     async def _send_upstream(self):
         # One sender keeps the chip's TLPs in the order it sent them.

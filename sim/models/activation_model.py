@@ -214,8 +214,12 @@ class ActivationSettings:
     def validate(self):
         """Raise ``ValueError`` if a setting is outside what the RTL holds."""
         def check(name, value, low, high):
-            v = np.asarray(value)
-            if v.size and (v.min() < low or v.max() > high):
+            if isinstance(value, int):          # most settings: no array to scan
+                bad = not low <= value <= high
+            else:
+                v = np.asarray(value)
+                bad = v.size and (v.min() < low or v.max() > high)
+            if bad:
                 raise ValueError(f"{name} must be in {low}..{high}")
         cols = self.cols
         for name in ("bias", "multiplier", "shift"):

@@ -5,6 +5,8 @@ unified buffer, accumulators, host memory, fault code and faulting
 instruction, and the same interrupts.
 """
 
+import functools
+
 import numpy as np
 
 from ...config import TPUConfig
@@ -58,6 +60,23 @@ class HostMemory:
 
     def read(self, addr, n):
         return bytes(self.bytes.get(addr + i, 0) for i in range(n))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def checked_decode(word, config):
+    """``(fault, instruction)`` of a 16-byte `word` (the instruction None when
+    it faults). Cached: a program repeats its words, and the runs of one
+    compiled model repeat whole programs."""
+    fault = check(word, config)
+    return fault, (decode(word) if fault == Fault.NONE else None)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _mmc_ub_rows(ins):
+    """The UB rows MMC `ins` reads, in order (read-only)."""
+    rows = np.array([ins.ub_row(b) for b in range(ins.rows)], dtype=np.int64)
+    rows.flags.writeable = False
+    return rows
 
 
 class ChipModel:
@@ -119,10 +138,9 @@ class ChipModel:
         return self
 
     def step(self, word, index):
-        fault = check(word, self.config)
+        fault, instruction = checked_decode(bytes(word), self.config)
         if fault != Fault.NONE:
             raise ChipFault(fault, index)
-        instruction = decode(word)
         cfg = self.config
         if isinstance(instruction, (Rhm, Whm)) and instruction.rows and not in_window(
                 self.windows, instruction.host, instruction.rows * cfg.rows):
@@ -170,12 +188,12 @@ class ChipModel:
         self.matrix_rows += ins.rows
         weights = self.weights if self.weights is not None else np.zeros(
             (self.config.rows, self.config.cols), dtype=np.int64)
-        rows = self.ub[[ins.ub_row(b) for b in range(ins.rows)]]
+        rows = self.ub[_mmc_ub_rows(ins)]
         x = rows.astype(np.int64) if ins.unsigned else rows.view(np.int8).astype(np.int64)
         sums = x @ weights
-        for b in range(ins.rows):
-            old = self.acc[ins.acc + b].astype(np.int64) if ins.accumulate else 0
-            self.acc[ins.acc + b] = wrap_int32(old + sums[b])
+        target = slice(ins.acc, ins.acc + ins.rows)
+        old = self.acc[target].astype(np.int64) if ins.accumulate else 0
+        self.acc[target] = wrap_int32(old + sums)
 
     def _act(self, ins):
         cfg = self.config

@@ -64,7 +64,8 @@ from dataclasses import dataclass, field
 from ...config import TPUConfig
 from ...hdl.sequencer import ACC_SLOTS
 from ...isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
-                   INSTRUCTION_BYTES, check, decode, ldl_rows, ldq_rows)
+                   INSTRUCTION_BYTES, ldl_rows, ldq_rows)
+from .chip_model import checked_decode
 
 
 __all__ = ["estimate_cycles", "TIMING"]
@@ -282,8 +283,12 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
         Extra cycles before the first row of each RHM arrives (0: the ideal
         host of ``sim/bench/bench_core.py``).
     schedule : bool
-        Also return, per instruction, its issue cycle and the cycle its unit
-        is done with it.
+        Also return, per instruction, its decode-done (``ready``) and issue
+        cycles, the cycle its unit is done with it, the cycles it waited by
+        cause (``waits``: ``unit busy``, ``raw``, ``weight``, ``host``) and
+        for an MMC its ``rows`` (first and last entry into the array); and
+        per weight tile its request, reads, beats, capture and switch cycles
+        (``weight_tiles``).
 
     Returns
     -------
@@ -292,7 +297,8 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
         (the estimated value of every performance counter), ``matrix_phase``
         (``first_row``, ``last_row``, ``cycles``: from the first row into the
         array to the last), ``utilisation`` (``matrix_phase`` and
-        ``program``), and with `schedule` a list ``schedule``.
+        ``program``), and with `schedule` the lists ``schedule`` and
+        ``weight_tiles``.
     """
     if not isinstance(config, TPUConfig):
         raise TypeError(f"estimate_cycles needs a TPUConfig, not {config!r}")
@@ -301,6 +307,28 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
                  for i in range(0, len(program) - INSTRUCTION_BYTES + 1, INSTRUCTION_BYTES)]
     else:
         words = [ins.encode() for ins in program]
+    # A model's runs repeat whole programs: estimate each once.
+    key = (config, host_latency, schedule, b"".join(words))
+    if key not in _ESTIMATES:
+        if len(_ESTIMATES) >= _ESTIMATES_KEPT:
+            _ESTIMATES.pop(next(iter(_ESTIMATES)))
+        _ESTIMATES[key] = _estimate(config, words, host_latency, schedule)
+    return _copy(_ESTIMATES[key])
+
+
+def _copy(estimate):
+    """A copy of `estimate` its caller may change (its dicts and the schedule's entries)."""
+    return {name: dict(value) if isinstance(value, dict)
+            else [dict(entry) for entry in value] if isinstance(value, list) else value
+            for name, value in estimate.items()}
+
+
+#: estimates by (config, host latency, schedule, program), oldest first
+_ESTIMATES = {}
+_ESTIMATES_KEPT = 64
+
+
+def _estimate(config, words, host_latency, schedule):
     cfg = config
     latency = cfg.rows + cfg.cols + 2
     units = {name: _Unit() for name in ("rhm", "whm", "mmc", "act")}
@@ -325,8 +353,7 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
     for index, word in enumerate(words):
         load = index + TIMING["queue"] if issue_prev is None else max(issue_prev,
                                                                        index + TIMING["queue"])
-        fault = check(word, cfg)
-        ins = None if fault != Fault.NONE else decode(word)
+        fault, ins = checked_decode(word, cfg)
         decode_cycles = TIMING["decode"]
         if isinstance(ins, Mmc) and ins.conv is not None and ins.rows:
             decode_cycles = TIMING["decode_conv"]
@@ -340,7 +367,7 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
         if fault != Fault.NONE:
             halt = max(ready, all_idle())
             log.append({"index": index, "instruction": f"fault {Fault(fault).name}",
-                        "issue": None, "done": halt})
+                        "ready": ready, "issue": None, "done": halt, "waits": {}})
             break
 
         target = {Rhm: "rhm", Whm: "whm", Mmc: "mmc", Act: "act", Cfg: "act", Ldq: "act",
@@ -367,10 +394,16 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
         issue = max(ready, unit_ready, hazard)
         counters["raw_stall"] += max(0, issue - max(ready, unit_ready))
         done = issue
+        # Why it waited after its decode (the trace's stall tracks): its unit
+        # busy, then a hazard; an MMC's tile and an RHM's host are added below.
+        waits = {"unit busy": max(0, unit_ready - ready),
+                 "raw": max(0, issue - max(ready, unit_ready))}
+        more = {}
 
         if isinstance(ins, Halt):
             halt = issue
-            log.append({"index": index, "instruction": str(ins), "issue": issue, "done": issue})
+            log.append({"index": index, "instruction": str(ins), "ready": ready, "issue": issue,
+                        "done": issue, "waits": {k: v for k, v in waits.items() if v}})
             break
         elif isinstance(ins, Rhm):
             u = units["rhm"]
@@ -379,6 +412,7 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
                 rhm_rows = (first, ins.rows)
                 done = _rhm_end(first, ins.rows, act_writes)
                 counters["host_stall"] += 1 + host_latency
+                waits["host"] = 1 + host_latency
             u.ready = u.idle = done
             u.ranges = ranges
         elif isinstance(ins, Whm):
@@ -415,6 +449,7 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
                 if ins.switch:
                     e0 = max(e0, weights.switch_ready(switched))
                     counters["weight_stall"] += e0 - head
+                    waits["weight"] = e0 - head
                     weights.switched(switched, e0)
                     switched += 1
                 # Later rows enter one per cycle; each is read once the row
@@ -428,6 +463,7 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
                 rows_entered = (rows_entered + list(range(max(e0, last_entry - 2),
                                                           last_entry + 1)))[-3:]
                 counters["mxu_active"] += n
+                more["rows"] = (e0, last_entry)
                 first_row = e0 if first_row is None else first_row
                 last_row = last_entry
                 u.ready = last_read
@@ -485,7 +521,8 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
             u.ready = u.idle = done
             u.ranges = ranges
         # NOP, SYNC, INT: nothing to do after issue.
-        log.append({"index": index, "instruction": str(ins), "issue": issue, "done": done})
+        log.append({"index": index, "instruction": str(ins), "ready": ready, "issue": issue,
+                    "done": done, "waits": {k: v for k, v in waits.items() if v}, **more})
         issue_prev = issue
 
     if halt is None:
@@ -512,4 +549,7 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False):
     }
     if schedule:
         result["schedule"] = log
+        result["weight_tiles"] = [
+            {"request": t.request, "reads": t.reads, "beats": t.beats, "capture": t.capture,
+             "switch": t.switch} for t in weights.tiles if t.beats is not None]
     return result

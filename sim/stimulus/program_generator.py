@@ -1,12 +1,14 @@
 """Random programs for the chip: legal ones with every kind of data hazard,
 and ones that fault on purpose."""
 
+import random
+
 from ...isa import (Act, Cfg, Conv, Func, Halt, Int, Ldl, Ldq, Mmc, Nop, Pool, Reg, Rhm,
                    Rw, Sync, Whm, encode_program, ldl_rows, ldq_rows)
 from ..models.chip_model import ALL_HOST_MEMORY, in_window
 
 
-__all__ = ["random_program", "random_windows", "HOST_INPUT", "HOST_OUTPUT", "FAULT_KINDS",
+__all__ = ["random_program", "random_windows", "seeded_program", "HOST_INPUT", "HOST_OUTPUT", "FAULT_KINDS",
            "OPEN_WINDOW"]
 
 #: Host addresses of the random input data and of the output area.
@@ -62,6 +64,11 @@ def random_program(config, rng, *, length=40, fault=None, input_rows=64, windows
     `fault` (one of `FAULT_KINDS`) an instruction that faults that way is
     placed at a random point (``host_range``: an RHM or WHM outside
     `windows`). Returns ``(instructions, encoded bytes)``.
+
+    Bugs hide at range edges, so a range is often placed against one a recent
+    instruction touched: sharing exactly its first or last row, equal to it,
+    or just beside it; or at the first or last row of its memory. Some WHMs
+    write into the input area, so RHMs and WHMs meet on the same host bytes.
     """
     cfg = config
     R = cfg.rows
@@ -69,9 +76,21 @@ def random_program(config, rng, *, length=40, fault=None, input_rows=64, windows
     pending = 0                 # tiles requested and not yet switched to
     fault_at = rng.randrange(1, length) if fault else None
 
-    def span(size, limit):
+    recent_ub, recent_acc = [], []          # ranges of the last few instructions
+    recent_host = []
+
+    def span(size, limit, recent=None):
+        if recent and rng.random() < 0.15:
+            lo, hi = rng.choice(recent)
+            if hi - lo < max(size, 16):
+                return lo, hi - lo + 1          # the very same rows
         n = rng.randint(1, min(size, limit))
-        return rng.randrange(0, limit - n + 1), n
+        return _place(rng, n, limit, recent), n
+
+    def touched(ranges, first, n):
+        if n:
+            ranges.append((first, first + n - 1))
+            del ranges[:-4]
 
     for i in range(length):
         if i == fault_at:
@@ -81,11 +100,22 @@ def random_program(config, rng, *, length=40, fault=None, input_rows=64, windows
             ["rhm", "whm", "rw", "mmc", "act", "cfg", "ldq", "ldl", "sync", "int", "nop"],
             weights=[8, 5, 5, 14, 8, 3, 2, 1, 1, 1, 1])[0]
         if kind == "rhm":
-            ub, n = span(8, cfg.ub_rows)
-            program.append(Rhm(ub, n, HOST_INPUT + R * rng.randrange(0, input_rows - n + 1)))
+            # Up to an LDQ table's rows: a table can come in with one RHM.
+            ub, n = span(max(8, ldq_rows(cfg)), cfg.ub_rows, recent_ub)
+            row = _place(rng, n, input_rows, recent_host)
+            program.append(Rhm(ub, n, HOST_INPUT + R * row))
+            touched(recent_ub, ub, n)
+            touched(recent_host, row, n)
         elif kind == "whm":
-            ub, n = span(8, cfg.ub_rows)
-            program.append(Whm(ub, n, HOST_OUTPUT + R * rng.randrange(0, _OUTPUT_ROWS - 8)))
+            ub, n = span(8, cfg.ub_rows, recent_ub)
+            touched(recent_ub, ub, n)
+            if rng.random() < 0.3 and n <= input_rows:
+                # Into the input area: later RHMs read it, earlier ones may still.
+                row = _place(rng, n, input_rows, recent_host)
+                program.append(Whm(ub, n, HOST_INPUT + R * row))
+                touched(recent_host, row, n)
+            else:
+                program.append(Whm(ub, n, HOST_OUTPUT + R * rng.randrange(0, _OUTPUT_ROWS - 8)))
         elif kind == "rw":
             room = cfg.weight_fifo_tiles + 2 - pending
             if room <= 0:
@@ -95,8 +125,7 @@ def random_program(config, rng, *, length=40, fault=None, input_rows=64, windows
             program.append(Rw(tile, count))
             pending += count
         elif kind == "mmc":
-            n = rng.randint(1, min(3 * R, cfg.acc_rows))
-            acc = rng.randrange(0, cfg.acc_rows - n + 1)
+            acc, n = span(3 * R, cfg.acc_rows, recent_acc)
             switch = pending > 0 and rng.random() < 0.6
             conv = None
             if rng.random() < 0.3:
@@ -106,20 +135,29 @@ def random_program(config, rng, *, length=40, fault=None, input_rows=64, windows
             if last >= cfg.ub_rows:
                 conv = None
                 last = n - 1
-            ub = rng.randrange(0, cfg.ub_rows - last)
+            ub = _place(rng, last + 1, cfg.ub_rows, recent_ub)
             program.append(Mmc(ub, n, acc, accumulate=rng.random() < 0.5, switch=switch,
                                unsigned=rng.random() < 0.5, conv=conv))
+            touched(recent_ub, ub, last + 1)
+            touched(recent_acc, acc, n)
             pending -= switch
         elif kind == "act":
-            program.append(_random_act(cfg, rng))
+            act = _random_act(cfg, rng, recent_acc, recent_ub)
+            program.append(act)
+            touched(recent_acc, act.acc, act.rows)
+            touched(recent_ub, act.ub, act.output_rows)
         elif kind == "cfg":
             reg = rng.choice(list(Reg))
             value = rng.choice([rng.randint(-300, 300), rng.randint(-128, 127), 0])
             program.append(Cfg(reg, value))
         elif kind == "ldq":
-            program.append(Ldq(rng.randrange(0, cfg.ub_rows - ldq_rows(cfg) + 1)))
+            same = [lo for lo, hi in recent_ub if hi - lo + 1 == ldq_rows(cfg)]
+            program.append(Ldq(rng.choice(same) if same and rng.random() < 0.5
+                               else _place(rng, ldq_rows(cfg), cfg.ub_rows, recent_ub)))
+            touched(recent_ub, program[-1].ub, ldq_rows(cfg))
         elif kind == "ldl":
-            program.append(Ldl(rng.randrange(0, cfg.ub_rows - ldl_rows(cfg) + 1)))
+            program.append(Ldl(_place(rng, ldl_rows(cfg), cfg.ub_rows, recent_ub)))
+            touched(recent_ub, program[-1].ub, ldl_rows(cfg))
         elif kind == "sync":
             program.append(Sync())
         elif kind == "int":
@@ -130,7 +168,19 @@ def random_program(config, rng, *, length=40, fault=None, input_rows=64, windows
     return program, encode_program(program)
 
 
-def _random_act(cfg, rng):
+def _place(rng, n, limit, recent=None):
+    """The first row of `n` rows in ``0 .. limit - 1``: random, or (often,
+    given `recent` ranges) sharing exactly the first or last row of a recent
+    range, starting with it, just beside it, or at an end of the memory."""
+    if recent and rng.random() < 0.5:
+        lo, hi = rng.choice(recent)
+        start = rng.choice([hi, lo - n + 1, lo, hi + 1, lo - n, limit - n, 0])
+        if 0 <= start <= limit - n:
+            return start
+    return rng.randrange(0, limit - n + 1)
+
+
+def _random_act(cfg, rng, recent_acc=None, recent_ub=None):
     func = rng.choice(list(Func))
     unsigned = rng.random() < 0.5
     single_round = rng.random() < 0.3
@@ -151,9 +201,12 @@ def _random_act(cfg, rng):
                        pool_stride=probe.pool_stride, in_w=in_w, unsigned=unsigned,
                        single_round=single_round)
     rows = rng.randint(1, min(12, cfg.acc_rows))
-    acc = rng.randrange(0, cfg.acc_rows - rows + 1)
+    acc = _place(rng, rows, cfg.acc_rows, recent_acc)
+    if recent_acc and rng.random() < 0.15:
+        acc, last = rng.choice(recent_acc)           # the very rows of a recent MMC or ACT
+        rows = last - acc + 1
     out = 1 if pool == Pool.GLOBAL_AVG else rows
-    ub = rng.randrange(0, cfg.ub_rows - out + 1)
+    ub = _place(rng, out, cfg.ub_rows, recent_ub)
     return Act(acc, ub, rows, func=func, pool=pool, unsigned=unsigned, single_round=single_round)
 
 
@@ -195,16 +248,35 @@ def _faulting(cfg, rng, kind, pending, windows=ALL_HOST_MEMORY):
     if kind == "illegal_field":
         return [_RawWord(0x30 | (1 << rng.choice([12, 13, 14, 15, 120, 127])))]
     if kind == "ub_range":
-        return [Rhm(cfg.ub_rows - 1, 2, HOST_INPUT)]
+        # One row past the end, by every opcode that addresses the UB.
+        last = cfg.ub_rows - 1
+        return [rng.choice([Rhm(last, 2, HOST_INPUT), Whm(last, 2, HOST_OUTPUT),
+                            Mmc(last, 2, 0), Act(0, last, 2),
+                            Ldq(cfg.ub_rows - ldq_rows(cfg) + 1),
+                            Ldl(cfg.ub_rows - ldl_rows(cfg) + 1)])]
     if kind == "acc_range":
-        return [Mmc(0, 2, cfg.acc_rows - 1)]
+        last = cfg.acc_rows - 1
+        return [rng.choice([Mmc(0, 2, last), Act(last, 0, 2)])]
     if kind == "weight_mem_range":
         return [Rw(cfg.weight_mem_tiles - 1, 2)]
     if kind == "underflow":
-        # Switch to every pending tile, then once more.
-        return [Mmc(0, 1, 0, switch=True)] * (pending + 1)
+        # Switch to every pending tile, then once more (any row count: a
+        # decoder that looked at the wrong field would miss some).
+        rows = rng.randint(1, min(cfg.rows, cfg.acc_rows, cfg.ub_rows))
+        return [Mmc(0, rows, 0, switch=True)] * (pending + 1)
     if kind == "overflow":
         return [Rw(0, cfg.weight_fifo_tiles + 3 - pending)]
     if kind == "host_range":
         return [_outside(cfg, rng, windows)]
     raise ValueError(f"unknown fault kind {kind!r}")
+
+
+def seeded_program(config, seed, *, length=40):
+    """The program of a regression's `seed`: half of them fault on purpose
+    (each `FAULT_KINDS` kind alike), all against `random_windows`. Returns
+    ``(instructions, encoded bytes, windows)``; the same for the same seed."""
+    rng = random.Random(f"program {seed}")
+    fault = rng.choice(FAULT_KINDS) if rng.random() < 0.5 else None
+    windows = random_windows(config, rng)
+    instructions, program = random_program(config, rng, length=length, fault=fault, windows=windows)
+    return instructions, program, windows

@@ -9,6 +9,7 @@ programs run against random DMA windows (`random_windows`), so some fault
 with HOST_RANGE.
 """
 
+import json
 import os
 import random
 
@@ -20,7 +21,9 @@ from ...hdl.core import COUNTERS
 from ...isa import Fault, INSTRUCTION_BYTES
 from ..models.chip_model import ChipModel
 from ..harness import config_from_env
-from ..stimulus.program_generator import FAULT_KINDS, HOST_INPUT, OPEN_WINDOW, random_program, random_windows
+from ..stimulus.coverage import program_bins
+from ..stimulus.program_generator import (FAULT_KINDS, HOST_INPUT, OPEN_WINDOW, random_program, random_windows,
+                                          seeded_program)
 from ..host.streams import CycleLoop, StreamSource, pack_array, start_clock_and_reset, unpack_array
 
 
@@ -77,10 +80,10 @@ class HostModel:
 
 
 class TB:
-    def __init__(self, dut):
+    def __init__(self, dut, seed=None):
         self.dut = dut
         self.cfg = config_from_env()
-        self.seed = int(os.environ.get("TPU_SEED", "0"))
+        self.seed = int(os.environ.get("TPU_SEED", "0")) if seed is None else seed
         self.rng = random.Random(self.seed)
         self.np_rng = np.random.default_rng(self.seed)
         dut._log.info("config %s, seed %d (replay with TPU_SEED=%d)", self.cfg, self.seed, self.seed)
@@ -107,6 +110,10 @@ class TB:
     def _monitor(self, cycle):
         if int(self.dut.irq.value):
             self.interrupts.append((cycle, int(self.dut.irq_code.value)))
+        if int(self.dut.instr__valid.value) and not int(self.dut.instr__ready.value):
+            self.queue_full = True
+
+    queue_full = False
 
     def fail(self, message):
         raise AssertionError(f"{message} [config {self.cfg.name}, seed {self.seed}]")
@@ -211,6 +218,20 @@ class TB:
         self.dut._log.info("counters: %s", got)
 
 
+def _random_program(tb, fault):
+    """A random program for `tb` (its windows opened); ``random`` `fault`: a
+    random fault kind."""
+    if fault == "random":
+        fault = tb.rng.choice(FAULT_KINDS)
+    windows = random_windows(tb.cfg, tb.rng)
+    tb.dut._log.info("DMA windows: %s", ", ".join(f"0x{b:x}+0x{s:x}" for b, s in windows))
+    tb.set_windows(windows)
+    instructions, program = random_program(tb.cfg, tb.rng, fault=fault, windows=windows,
+                                           length=int(os.environ.get("TPU_LENGTH", "40")))
+    tb.dut._log.info("program (seed %d):\n%s", tb.seed, "\n".join(str(i) for i in instructions))
+    return program
+
+
 @cocotb.test()
 async def random_programs(dut):
     """A random legal program, or one that faults, against the golden model."""
@@ -222,17 +243,99 @@ async def random_programs(dut):
         with open(path, "rb") as f:
             program = f.read()
     else:
-        fault = os.environ.get("TPU_FAULT") or None
-        if fault == "random":
-            fault = tb.rng.choice(FAULT_KINDS)
-        windows = random_windows(tb.cfg, tb.rng)
-        dut._log.info("DMA windows: %s", ", ".join(f"0x{b:x}+0x{s:x}" for b, s in windows))
-        tb.set_windows(windows)
-        instructions, program = random_program(tb.cfg, tb.rng, fault=fault, windows=windows,
-                                               length=int(os.environ.get("TPU_LENGTH", "40")))
-        dut._log.info("program:\n%s", "\n".join(str(i) for i in instructions))
+        program = _random_program(tb, os.environ.get("TPU_FAULT") or None)
     await tb.run_program(program)
     await tb.check()
+
+
+@cocotb.test()
+async def edge_programs(dut):
+    """The directed programs of `tpu.sim.stimulus.edge_programs` (interlocked
+    pairs sharing one row or equal, RHM and WHM on the same host bytes, the
+    last UB and accumulator rows and one row past them), each against the
+    golden model, with a slow host so DMAs are still running when the next
+    instruction is ready. With ``TPU_REPORT``, their coverage bins as in
+    `random_batch`."""
+    from ..stimulus.edge_programs import edge_programs as programs
+    from ...isa import encode_program
+    report = os.environ.get("TPU_REPORT")
+    previous = None
+    for name, instructions in programs(config_from_env()):
+        if previous is not None:
+            await RisingEdge(dut.clk)
+        tb = TB(dut)
+        if previous is None:
+            await tb.reset()
+        else:
+            await _reset(dut)
+            tb.model.ub[:], tb.model.acc[:] = previous.ub, previous.acc
+            tb.model.channels.lut = previous.channels.lut
+        previous = tb.model
+        tb.host.stall = 0.6
+        tb.instr.idle = 0.0
+        dut._log.info("edge program: %s", name)
+        await tb.load_memories()
+        program = encode_program(instructions)
+        await tb.run_program(program)
+        try:
+            await tb.check()
+        except AssertionError as error:
+            raise AssertionError(f"{name}: {error}") from None
+        if report:
+            with open(report, "a") as f:
+                f.write(json.dumps({"seed": None, "program": name, "passed": True, "failure": None,
+                                    "fault": tb.model.fault.name,
+                                    "bins": sorted(program_bins(tb.cfg, program, tb.model))}) + "\n")
+
+
+@cocotb.test()
+async def random_batch(dut):
+    """``TPU_BATCH`` random programs with seeds ``TPU_SEED``, ``TPU_SEED + 1``,
+    ... (or the seeds listed in ``TPU_SEEDS``, comma-separated) in one simulation (a reset between them), each against the golden
+    model; half of them fault on purpose (`seeded_program`). A program starts from the UB,
+    accumulators and lookup table the one before left (reset keeps memories).
+    With ``TPU_REPORT``, appends one JSON line per program: its seed, whether
+    it passed, the failure, and the coverage bins it hit (`program_bins`).
+    Stops at the first failure."""
+    first_seed = int(os.environ.get("TPU_SEED", "0"))
+    seeds = range(first_seed, first_seed + int(os.environ.get("TPU_BATCH", "10")))
+    if os.environ.get("TPU_SEEDS"):
+        seeds = [int(seed) for seed in os.environ["TPU_SEEDS"].split(",")]
+    count = len(seeds)
+    report = os.environ.get("TPU_REPORT")
+    previous = None
+    for k, seed in enumerate(seeds):
+        if previous is not None:
+            await RisingEdge(dut.clk)      # out of the read-only phase of the last check
+        tb = TB(dut, seed=seed)
+        if previous is None:
+            await tb.reset()
+        else:
+            await _reset(dut)
+            tb.model.ub[:], tb.model.acc[:] = previous.ub, previous.acc
+            tb.model.channels.lut = previous.channels.lut
+        previous = tb.model
+        await tb.load_memories()
+        instructions, program, windows = seeded_program(tb.cfg, tb.seed)
+        tb.set_windows(windows)
+        dut._log.info("program (seed %d), DMA windows %s:\n%s", tb.seed,
+                      ", ".join(f"0x{b:x}+0x{s:x}" for b, s in windows),
+                      "\n".join(str(i) for i in instructions))
+        failure = None
+        try:
+            await tb.run_program(program)
+            await tb.check()
+        except AssertionError as error:
+            failure = str(error)
+        if report:
+            bins = program_bins(tb.cfg, program, tb.model)
+            if tb.queue_full:
+                bins.add("fifo:instructions:full")
+            with open(report, "a") as f:
+                f.write(json.dumps({"seed": tb.seed, "passed": failure is None, "failure": failure,
+                                    "fault": tb.model.fault.name, "bins": sorted(bins)}) + "\n")
+        if failure:
+            raise AssertionError(f"program {k + 1} of {count}: {failure}")
 
 
 # Directed: DMA windows and DMA errors ------------------------------------------------

@@ -535,6 +535,7 @@ async def read_errors(dut):
             # The dropped tag times out silently now; let it.
             host.dropped.clear()
         await good_job()
+        _report("read_error", kind)
     await loop.run_until(lambda: host.quiet, timeout=20000, what="the host to finish")
     await loop.run_until(lambda: int(dut.rd_idle.value) == 1, timeout=cfg.cpl_timeout + 100, what="idle")
     assert int(dut.rd_error.value) == 0
@@ -757,3 +758,63 @@ async def gearboxes(dut):
                 dut._log.info("%d -> %d bytes: %d bytes in %d cycles (ideal %d)", a, b, 64 * 40, cycles, ideal)
                 # One beat per cycle on the narrower side, after a two-cycle fill.
                 assert cycles <= ideal + 2, f"{a} -> {b}: {cycles} cycles, ideal {ideal}"
+
+
+class _TwoPartHost(ReadHost):
+    """Answers each request with two completions: the first ends exactly on a
+    data-row boundary `cut` bytes in; the second waits in `held` until the
+    test sends it."""
+
+    def __init__(self, dut, cfg, memory, rng, *, cut):
+        super().__init__(dut, cfg, memory, rng, max_delay=0, reorder=False, split=False)
+        self.cut = cut
+        self.held = []
+
+    def _completion(self, tag, p, cut, hi):
+        base = p & ~3
+        words = (cut - base + 3) // 4
+        raw = bytearray(4 * words)
+        raw[p - base:cut - base] = self.mem.read(p, cut - p)
+        payload = [int.from_bytes(raw[4 * i:4 * i + 4], "little") for i in range(words)]
+        header = {"fmt_type": FmtType.CPLD, "length": words & 0x3FF, "requester_id": REQUESTER_ID,
+                  "tag": tag, "completer_id": 0x0100, "status": CplStatus.SC,
+                  "byte_count": (hi + 1 - p) & 0xFFF, "lower_address": p & 0x7F}
+        return self.beats(header, payload)
+
+    def completions(self, tag, lo, hi, fault):
+        self.held.append(self._completion(tag, lo + self.cut, hi + 1, hi))
+        return [self._completion(tag, lo, lo + self.cut, hi)]
+
+
+@cocotb.test()
+async def early_delivery(dut):
+    """A row is delivered as soon as its last byte has arrived, also when a
+    completion ends exactly at the row's end and the rest of the request is
+    late: data right is not enough, the latency must be right too."""
+    cfg, seed, rng = await _setup(dut)
+    beat = 4 * cfg.link_dw
+    mrr = cfg.max_read_request
+    length = min(mrr, cfg.max_payload)      # one request; each completion fits max_payload
+    memory = HostMemory(rng)
+    for rows in (1, 2, length // beat - 1):
+        await RisingEdge(dut.clk)        # out of the read-only phase
+        cut = rows * beat
+        host = _TwoPartHost(dut, cfg, memory, rng, cut=cut)
+        sink = DataSink(dut, cfg, rng, stall=0.0)
+        source = StreamSource(dut, "rd_job", rng=rng)
+        loop = CycleLoop(dut.clk, sources=[source, host, sink])
+        base = memory.regions[0][0]
+        addr = base + mrr * rng.randrange(1, 8)      # at the start of a request
+        _read_job(cfg, memory, host, sink, source, addr, length, rng.randrange(4))
+        await loop.run_until(lambda: host.held and host.quiet, timeout=2000,
+                             what="the first completion")
+        # Well past the reader's pipeline, the rest still held back.
+        for _ in range(40):
+            await loop.step()
+        delivered = sum(1 for _ in sink.cycles) * beat
+        assert delivered >= cut, (f"{delivered} bytes delivered of the {cut} that arrived in a "
+                                  f"completion ending on a row boundary [seed {seed}]")
+        host.inject.append(host.held.pop())
+        await loop.run_until(lambda: sink.done == 1, timeout=4000, what="the rest of the job")
+        await loop.run_until(lambda: int(dut.rd_idle.value) == 1, timeout=200, what="idle")
+    assert int(dut.rd_error.value) == 0

@@ -8,7 +8,7 @@ import numpy as np
 from ..compiler import ir
 
 
-__all__ = ["progress", "dense_graph", "random_feed", "run_session", "plot_file", "percent",
+__all__ = ["progress", "dense_graph", "random_feed", "run_compiled", "run_session", "plot_file", "percent",
            "BREAKDOWN"]
 
 #: TPU v1's counter breakdown (Table 3), in the chip's counter names
@@ -51,15 +51,20 @@ def random_feed(graph, batch, seed=0):
     return feeds
 
 
-def run_session(graph, config, batch, backend="golden", seed=0):
+def run_compiled(graph, config, batch, backend="golden", seed=0):
     """Compile `graph` for `config` at `batch`, run one batch on `backend` and
-    return ``(report, wall seconds of the run)``."""
+    return ``(report, wall seconds of the run, the CompiledModel)``."""
     from ..compiler.session import InferenceSession
     session = InferenceSession(graph, backend=backend, config=config, batch=batch)
     feeds = random_feed(graph, batch, seed)
     start = time.monotonic()
     session.run(None, feeds)
-    return session.report(), time.monotonic() - start
+    return session.report(), time.monotonic() - start, session.compiled
+
+
+def run_session(graph, config, batch, backend="golden", seed=0):
+    """`run_compiled` without the compiled model: ``(report, wall seconds)``."""
+    return run_compiled(graph, config, batch, backend, seed)[:2]
 
 
 def plot_file(out_dir, name):

@@ -4,7 +4,8 @@ counters against the ideal, and TPU v1's counter breakdown (Table 3)."""
 
 import math
 
-from .common import BREAKDOWN, dense_graph, progress, run_session
+from .common import BREAKDOWN, dense_graph, progress, run_compiled, run_session
+from .weight_stalls import compare
 
 
 __all__ = ["gemm_sizes", "ideal_cycles", "run_gemms", "gemm_config", "gemm_point",
@@ -45,7 +46,9 @@ def weight_bytes(config, counters):
     return counters.get("weight_shift", 0) * config.cols
 
 
-def gemm_point(config, m, k, n, report, backend, seconds):
+def gemm_point(config, m, k, n, report, backend, seconds, compiled=None):
+    """The sweep's record of one GEMM run; with `compiled`, also its weight stalls
+    with the first RWs of each part hoisted (`tpu.bench.weight_stalls`)."""
     row = report.total
     counters = {name: int(row.counters.get(name, 0)) for name in BREAKDOWN}
     ideal = ideal_cycles(config, m, k, n)
@@ -59,22 +62,26 @@ def gemm_point(config, m, k, n, report, backend, seconds):
             "ops_per_cycle": 2 * macs / row.cycles,
             "weight_bytes": wbytes,
             "intensity": 2 * macs / wbytes if wbytes else None,
-            "seconds": seconds, **counters}
+            "seconds": seconds, **counters,
+            **({"weight_stall_hoisted": sum(p["hoisted_weight_stall"]
+                                            for p in compare(config, compiled))}
+               if compiled is not None else {})}
 
 
-def run_gemms(config, quick, verilator_sizes=()):
-    """Every sweep point on golden, and `verilator_sizes` on Verilator too."""
+def run_gemms(config, quick, verilator_sizes=(), sizes=None):
+    """Every sweep point (`sizes`, default `gemm_sizes`) on golden, and
+    `verilator_sizes` on Verilator too."""
     results = []
-    sizes = gemm_sizes(config, quick)
+    sizes = gemm_sizes(config, quick) if sizes is None else sizes
     for i, (m, k, n) in enumerate(sizes):
         progress(f"GEMM {i + 1}/{len(sizes)}: M={m} K={k} N={n} on golden")
         try:
-            report, seconds = run_session(dense_graph(k, n, seed=i), config, m)
+            report, seconds, compiled = run_compiled(dense_graph(k, n, seed=i), config, m)
         except Exception as error:         # a size the compiler refuses is reported
             results.append({"m": m, "k": k, "n": n, "backend": "golden",
                             "error": f"{type(error).__name__}: {error}"})
             continue
-        results.append(gemm_point(config, m, k, n, report, "golden", seconds))
+        results.append(gemm_point(config, m, k, n, report, "golden", seconds, compiled))
     for m, k, n in verilator_sizes:
         progress(f"GEMM M={m} K={k} N={n} on verilator (the chip's model is built once)")
         report, seconds = run_session(dense_graph(k, n, seed=99), config, m, backend="verilator")

@@ -32,7 +32,7 @@ from .fuse import ChipLayer, plan_layers
 from .layout import Layout, as_image
 from .lower import PartAddresses, lower_part, ring_slots, useful_macs
 from .schedule import insert_weight_reads
-from .tiling import act_settings, kept_tiles, lut, quant_tables, weight_tiles
+from .tiling import act_settings, kept_tiles, lut, m_tiles, quant_tables, weight_tiles
 
 
 __all__ = ["compile_graph"]
@@ -53,19 +53,26 @@ def _check_config(config, batch):
 
 def _parts(chip, config, batch):
     """Weight tiles and the ``(n0, n1, k0, k1)`` ranges of the parts of
-    `chip`: N tiles as many as weight memory holds; a dense layer whose one
-    N tile needs more is also split by K tiles, its partial sums kept in the
-    accumulators from one part to the next (so the batch must fit them)."""
+    `chip`: N tiles as many as weight memory holds; a layer whose one N tile
+    needs more is also split by K tiles, its partial sums kept in the
+    accumulators from one part to the next (so its M tiles, at most two,
+    must each have a region of their own: a dense layer's batch, or a
+    convolution's whole output for the batch, fits the accumulators)."""
     k_tiles, tiles = weight_tiles(chip, config)
     nt, kt = tiles.shape[:2]
     cap = config.weight_mem_tiles
     if kt <= cap:
         group = min(nt, cap // kt)
         return k_tiles, tiles, [(n, min(n + group, nt), 0, kt) for n in range(0, nt, group)]
-    if chip.kind != "dense" or batch > config.acc_rows:
-        why = ("a convolution's K tiles cannot be split" if chip.kind != "dense" else
-               f"splitting K keeps the batch's sums in the accumulators, but batch {batch} "
-               f"exceeds their {config.acc_rows} rows")
+    if len(m_tiles(chip, batch, config)) > 2:
+        if chip.kind == "dense":
+            why = (f"splitting K keeps the batch's sums in the accumulators, but batch {batch} "
+                   f"exceeds their {config.acc_rows} rows")
+        else:
+            oh, ow = chip.conv_out
+            why = (f"splitting K keeps the sums of the whole output in the accumulators, but "
+                   f"{batch} x {oh}x{ow} output pixels exceed their {config.acc_rows} rows "
+                   f"(compile for a smaller batch)")
         raise CompileError(f"layer {chip.name!r}: one block of {config.cols} output channels "
                            f"needs {kt} weight tiles; weight memory holds {cap} and {why}")
     return k_tiles, tiles, [(n, n + 1, k, min(k + cap, kt)) for n in range(nt)
@@ -301,9 +308,9 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         in_block = blocks[("res", chip.input)]
         load = chip.input not in chip_prod and in_block.start == s
     tables = blocks[("tables", s)]
-    pre.append(Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"]))
+    tables_load = [Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"])]
     if step["lut"]:
-        pre.append(Ldl(ub=tables.base + len(step["tables"]) * ldq_rows(config)))
+        tables_load.append(Ldl(ub=tables.base + len(step["tables"]) * ldq_rows(config)))
     zero, low, high, _ = act_settings(chip)
     pre += [Cfg(reg=Reg.OUT_ZERO_POINT, value=zero), Cfg(reg=Reg.CLAMP_MIN, value=low),
             Cfg(reg=Reg.CLAMP_MAX, value=high)]
@@ -321,7 +328,7 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         in_host=host_off[chip.input] if load else None,
         out_host=host_off[chip.output] if chip.output in host_side else None,
         fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,
-        in_slots=ring_in, out_slots=ring_out))
+        in_slots=ring_in, out_slots=ring_out, tables_load=tables_load))
     post = [Halt()]
     program = insert_weight_reads(pre + body + post, config)
     nt = -(-chip.n_out // config.cols)

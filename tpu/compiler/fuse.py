@@ -48,7 +48,7 @@ class ChipLayer:
     pool: tuple = None           # None, ("max" | "avg", k, s) or ("global",)
     input_view: str = "hwc"      # dense: how K indexes the stored (y, x, c)
     im2col: dict = None          # conv of host-made patches: the original geometry
-    rounding: str = "double"     # "single": ACTs with single_round (TFLite FULLY_CONNECTED)
+    rounding: str = "double"     # "single", "float32": ACTs with single_round (ir.ROUNDINGS)
 
     @property
     def n_out(self):
@@ -214,6 +214,10 @@ def _maybe_im2col(chip, graph, graph_inputs, consumers, config):
     if kh * kw == 1 or 2 * cin > R or -(-kh * kw * cin // R) >= kh * kw * -(-cin // R):
         return
     oh, ow = chip.conv_out
+    # the patches of two samples (a streamed input's ring) must leave the
+    # unified buffer room: a large image reads its taps from the image itself
+    if 2 * oh * ow * -(-kh * kw * cin // R) > config.ub_rows // 2:
+        return
     chip.im2col = dict(kernel=[kh, kw], stride=list(chip.stride), padding=list(chip.padding),
                        fill=int(chip.in_q.zero_point))
     chip.weight = chip.weight.reshape(1, 1, kh * kw * cin, cout)

@@ -22,7 +22,8 @@ Conventions
   float32 scales (`requant_multipliers`; TFLite's convolutions and
   FULLY_CONNECTED compute it so too). A matrix layer's ``rounding`` is
   "double" (the chip's MultiplyByQuantizedMultiplier) or "single" (TFLite's
-  int8 FULLY_CONNECTED rounds once: ACT's ``single_round``).
+  int8 FULLY_CONNECTED rounds once: ACT's ``single_round``) or "float32"
+  (rounds once by ONNX Runtime's float32 multiplier; the ONNX front end's).
 * **Fused activations** (`Activation`) act in the output's quantized domain:
   ``relu`` is ``max(q, zero_point)``, ``clamp`` clamps to quantized bounds,
   ``sigmoid``/``tanh`` map the requantized value (in `Activation.pre`, the
@@ -423,17 +424,27 @@ class Graph:
 #: how a matrix layer's requantization rounds: "double" is the chip's (and
 #: TFLite's reference convolutions'): gemmlowp's SaturatingRoundingDoublingHighMul
 #: then RoundingDivideByPOT; "single" rounds ``acc * m / 2**(31 - shift)`` once,
-#: half up (ruy's, which TFLite's int8 FULLY_CONNECTED uses)
-ROUNDINGS = ("double", "single")
+#: half up (ruy's, which TFLite's int8 FULLY_CONNECTED uses); "float32"
+#: rounds once too, by the multiplier ONNX Runtime's QLinearConv,
+#: QLinearMatMul and QGemm compute in float32, ``(s_x * s_w) / s_y``
+#: (exact in the chip's 31 bits)
+ROUNDINGS = ("double", "single", "float32")
 
 
-def requant_multipliers(input_quant, weight_scale, output_quant):
+def requant_multipliers(input_quant, weight_scale, output_quant, rounding="double"):
     """Per output channel ``(multiplier, shift)`` int64 arrays for the chip's
-    requantization from ``input_scale * weight_scale[n]`` to the output scale."""
+    requantization from ``input_scale * weight_scale[n]`` to the output scale
+    (``rounding="float32"``: of the float32 multiplier ONNX Runtime uses)."""
     from ..sim.models.activation_model import quantize_multiplier
-    in_scale = np.float64(np.float32(input_quant.scale))
-    out_scale = np.float64(np.float32(output_quant.scale))
-    pairs = [quantize_multiplier(in_scale * np.float64(np.float32(s)) / out_scale)
-             for s in np.asarray(weight_scale).reshape(-1)]
+    if rounding == "float32":
+        in_scale, out_scale = np.float32(input_quant.scale), np.float32(output_quant.scale)
+        reals = [float((in_scale * np.float32(s)) / out_scale)
+                 for s in np.asarray(weight_scale).reshape(-1)]
+    else:
+        in_scale = np.float64(np.float32(input_quant.scale))
+        out_scale = np.float64(np.float32(output_quant.scale))
+        reals = [in_scale * np.float64(np.float32(s)) / out_scale
+                 for s in np.asarray(weight_scale).reshape(-1)]
+    pairs = [quantize_multiplier(real) for real in reals]
     return (np.array([m for m, _ in pairs], dtype=np.int64),
             np.array([s for _, s in pairs], dtype=np.int64))

@@ -3,8 +3,9 @@ ACT instructions.
 
 Per N tile, per M tile: the MMCs of every K tile whose weights are not all
 zero (the first overwrites, the rest ACCUMULATE; an N tile whose weights
-are all zero keeps one MMC, which clears the accumulators; a convolution reads its taps with MMC's CONV addressing,
-a dense layer over an image one stored pixel per K tile), then the ACTs that
+are all zero keeps one MMC, which clears the accumulators; a convolution
+reads its taps with MMC's CONV addressing, a dense layer over an image one
+stored pixel per K tile), then the ACTs that
 requantize, activate and pool the tile into the output's stored layout.
 M tiles alternate between the two halves of the accumulators, and the ACTs
 of a tile are emitted after the MMCs of the next one, so the matrix unit
@@ -17,6 +18,14 @@ output written to host memory is written two tiles behind; when the tensor is
 streamed, its UB copy is a ring of two tiles' samples (`_Ring`). DMA
 instructions and ACTs are placed where their unit should be idle, since a
 waiting instruction would hold up the MMCs behind it.
+
+Fill and drain: the first tile's reads (of a dense layer: cut to its MMCs'
+size) each go just before the first MMC that reads them; the tables (RHM,
+LDL) are read after them. The last tile's LDQ (and a dense layer's WHMs of
+the tile before) go while its MMCs run; a dense last tile runs in row
+pieces, every K tile per piece, each piece's ACT and WHMs issued behind the
+next pieces' MMCs, so only one piece's ACT and WHM are left when the array
+stops.
 """
 
 from dataclasses import dataclass, replace
@@ -51,6 +60,7 @@ class PartAddresses:
     out_host_layout: object = None   # the output's layout in host memory, if not out_layout
     in_slots: int = None     # samples of the input's ring in the UB (None: all)
     out_slots: int = None    # samples of the output's ring in the UB (None: all)
+    tables_load: list = None  # RHM (and LDL) of the tables, read after the first tile's input
 
 
 class _Ring:
@@ -129,10 +139,10 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     outl = _Ring(addr.out_layout, addr.out_slots)
     unsigned_in = bool(chip.in_q.unsigned)
     ow = chip.conv_out[1]
-    jobs = []
-    for n in range(n0, n1):
-        for mt in tiles:
-            jobs.append((n, mt))
+    # M tiles outermost: a tile's input, read once, serves every N tile
+    # before the next tile's is needed (N outermost needed two tiles' input
+    # at the start and a streamed input read again per N tile).
+    jobs = [(n, mt) for mt in tiles for n in range(n0, n1)]
 
     current = [None]
 
@@ -182,7 +192,8 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
 
     def acts(index, n, mt):
         base = (index % 2) * region
-        flags = dict(func=func, unsigned=unsigned_out, single_round=chip.rounding == "single")
+        flags = dict(func=func, unsigned=unsigned_out,
+                     single_round=chip.rounding in ("single", "float32"))
         out = []
         if chip.kind == "dense":
             pairs = [(base + si, addr.out_base + outl.row(b, 0, 0, n), 1)
@@ -224,6 +235,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         return out
 
     R = config.rows
+    chunk = max(R, config.acc_rows // 8)   # rows of the first reads' and the last drain's pieces
     filled = set()
 
     def loads(n, mt):
@@ -290,35 +302,214 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     # spread among them once the array's drain is covered, each after MMC
     # rows that outlast the ACT before (issue is in order: an ACT waiting
     # for the unit would stop the MMCs behind it); the RHMs tile i + 1
-    # needs once the WHMs should be done (a DMA waiting for the unit would
-    # stop them too).
+    # needs once the WHMs should be done. The DMA unit does one transfer at
+    # a time and a DMA waiting for it would stop the MMCs too, so the WHMs
+    # and RHMs are spread the same way, each after MMC rows that outlast the
+    # one before. The first tile's RHMs go each just before the first MMC
+    # that reads its rows, so the array starts after one transfer, not all.
     lead = config.rows + config.cols + 32
-    if jobs:
-        body.extend(loads(*jobs[0]))
+
+    def mt_base(index):
+        return (index % 2) * region
+    # A dense layer's first reads in pieces no longer than its MMCs
+    # (coalescing joins its blocks), so each MMC waits for its own rows
+    # only. (A convolution's MMCs read a few rows each: pieces that small
+    # cost more in DMA overhead than they save.)
+    piece = 1 << 30
+    if jobs and chip.kind == "dense":
+        piece = max([chunk] + [(op[0] if isinstance(op, tuple) else op).rows
+                               for op in mmcs(0, *jobs[0])])
+        current[0] = None
+    first_loads = [Rhm(ub=d.ub + o, rows=min(d.rows - o, piece), host=d.host + o * R)
+                   for d in (loads(*jobs[0]) if jobs else [])
+                   for o in range(0, d.rows, piece)]
+    # The tables are needed by the first LDQ only: read after the first
+    # tile's input, whose reads the array waits for, not before it.
+    tables_load = list(addr.tables_load or [])
+    # The next M tile's input is read while the current M tile runs all its
+    # N tiles, when the input's ring has room for both (or there is none).
+    ahead_ok = inl.slots is None or inl.slots // group >= 2
+    ahead, steps, late = [], [], []
     for i, (n, mt) in enumerate(jobs):
+        starts = i == 0 or jobs[i - 1][1] is not mt
+        following = next((j for j in range(i + 1, len(jobs)) if jobs[j][1] is not mt), None)
+        ahead_at = lead if starts and ahead_ok and following is not None else None
         out = stores(i - 2) if i >= 2 else []
-        body.extend(out)
+        if i == 1:
+            body.extend(tables_load)
+            tables_load = []
+        body.extend(out[:1])
+        queue = out[1:]
+        dma_at = out[0].rows + 2 if out else 0
         pending = drain(i - 1) if i else []
+        last = i == len(jobs) - 1
+        tail = []
+        if last and i and finish:
+            # The last tile's LDQ and the WHMs of the tile before go while
+            # its MMCs run, not after them.
+            if table[0] != n:
+                pending.append(Ldq(ub=addr.tables_base + (n - n0) * q_rows))
+                table[0] = n
+            # (Only a dense layer's WHMs: among a DMA-bound convolution's
+            # last reads they delayed them, e.g. the demo CNN's im2col conv4
+            # on 16x16 by 185 cycles.)
+            tail = stores(i - 1) if chip.kind == "dense" else []
+            late = [] if chip.kind == "dense" else stores(i - 1)
         threshold, rows = lead, 0
         load_at = sum(w.rows for w in out) + lead
         loaded_next = i + 1 >= len(jobs)
-        for op in mmcs(i, n, mt):
+        before = current[0]
+        ops = mmcs(i, n, mt)
+        steps, ends = [], {}
+        if last and i and finish and chip.kind == "dense":
+            pieces = _row_pieces(ops, before, chunk)
+            if pieces:
+                # The last tile's rows in pieces, every K tile per piece:
+                # a piece's ACT goes after the next piece's MMCs and its
+                # WHMs after the one after, so the tile drains while the
+                # array works, not after it.
+                current[0] = before
+                ops = [mmc(m.ub, m.rows, m.acc, m.accumulate, t, None) for m, t, _ in pieces]
+                ends = {x: p for x, (_, _, p) in enumerate(pieces)
+                        if x + 1 == len(pieces) or pieces[x + 1][2] != p}
+                steps = _drain_steps(drain(i), stores(i), mt_base(i), chunk, R)
+        left = sum((op[0] if isinstance(op, tuple) else op).rows for op in ops)
+        for x, op in enumerate(ops):
+            if first_loads:
+                lo, hi = _reads(op)
+                needed = [x for x, d in enumerate(first_loads)
+                          if d.ub < hi and lo < d.ub + d.rows]
+                if needed:
+                    body.extend(first_loads[:needed[-1] + 1])
+                    del first_loads[:needed[-1] + 1]
             body.append(op)
             rows += (op[0] if isinstance(op, tuple) else op).rows
+            left -= (op[0] if isinstance(op, tuple) else op).rows
+            if ends.get(x, 0) >= 1:
+                body.extend(pending)
+                pending = []
+                queue.extend(steps[ends[x] - 2][1] if ends[x] >= 2 else [])
+                body.extend(steps[ends[x] - 1][0])
             while pending and rows >= threshold:
                 body.append(pending.pop(0))
                 threshold = rows + _busy(body[-1], config)
+            if tail and not pending and rows >= threshold:
+                queue.extend(tail)
+                tail = []
             if not loaded_next and rows >= load_at:
-                body.extend(loads(*jobs[i + 1]))
+                queue.extend(loads(*jobs[i + 1]))
                 loaded_next = True
+                if sum(d.rows for d in queue) > left:
+                    # more transfers than MMC rows left: the DMA unit bounds
+                    # the tile, so keep it busy from here on
+                    body.extend(queue)
+                    queue = []
+            if ahead_at is not None and rows >= ahead_at:
+                ahead.extend(loads(*jobs[following]))
+                ahead_at = None
+            while (queue or ahead) and rows >= dma_at:
+                body.append((queue or ahead).pop(0))
+                dma_at = rows + body[-1].rows + 2
+        body.extend(first_loads)
+        first_loads = []
         body.extend(pending)
+        body.extend(queue)
+        body.extend(tail)
+        if i + 1 < len(jobs) and jobs[i + 1][1] is not mt:
+            body.extend(ahead)
+            ahead = []
         if not loaded_next:
             body.extend(loads(*jobs[i + 1]))
-    if jobs:
-        body.extend(drain(len(jobs) - 1))
-        for i in range(max(0, len(jobs) - 2), len(jobs)):
-            body.extend(stores(i))
+    body.extend(tables_load)
+    if steps:
+        body.extend(steps[-2][1] + steps[-1][0] + steps[-1][1])
+    elif jobs:
+        body.extend(_drain_in_chunks(drain(len(jobs) - 1), late + stores(len(jobs) - 1),
+                                     chunk, R))
     return body
+
+
+def _row_pieces(ops, tile, chunk):
+    """The dense MMCs `ops` (``tile`` in the array before them) cut into
+    `chunk`-row pieces, piece-major: ``(Mmc, weight tile, piece)``; None
+    when they cannot be cut (CONV addressing) or fit one piece."""
+    cut = []
+    for op in ops:
+        m, tile = (op if isinstance(op, tuple) else (op, tile))
+        if m.conv is not None:
+            return None
+        cut.append((m, tile))
+    count = max(-(-m.rows // chunk) for m, _ in cut)
+    if count < 2:
+        return None
+    return [(replace(m, ub=m.ub + p * chunk, acc=m.acc + p * chunk,
+                     rows=min(chunk, m.rows - p * chunk), switch=False), t, p)
+            for p in range(count) for m, t in cut if p * chunk < m.rows]
+
+
+def _drain_steps(acts, whms, base, chunk, lanes):
+    """The last tile's ACTs (accumulator rows from `base`) cut at every
+    `chunk` rows from `base`, and its WHMs in `chunk`-row pieces: per piece
+    of accumulator rows ``(ACTs, WHMs)``, the WHMs those ACTs complete."""
+    count = max(-(-(a.acc + a.rows - base) // chunk) for a in acts)
+    steps = [([], []) for _ in range(count)]
+    written = set()
+    for a in acts:
+        written.update(range(a.ub, a.ub + a.rows))
+        o = 0
+        while o < a.rows:
+            p = (a.acc + o - base) // chunk
+            rows = min(a.rows - o, base + (p + 1) * chunk - a.acc - o)
+            steps[p][0].append(replace(a, acc=a.acc + o, ub=a.ub + o, rows=rows))
+            o += rows
+    pieces = [type(w)(ub=w.ub + o, rows=min(chunk, w.rows - o), host=w.host + o * lanes)
+              for w in whms for o in range(0, w.rows, chunk)]
+    done = set()
+    for act_list, ready in steps:
+        for a in act_list:
+            done.update(range(a.ub, a.ub + a.rows))
+        while pieces and all(r in done or r not in written
+                             for r in range(pieces[0].ub, pieces[0].ub + pieces[0].rows)):
+            ready.append(pieces.pop(0))
+    steps[-1][1].extend(pieces)
+    return steps
+
+
+def _drain_in_chunks(acts, whms, chunk, lanes):
+    """The last tile's ACTs (after its LDQ, if any) and WHMs, cut into
+    `chunk`-row pieces, each WHM piece after the ACT pieces that write its
+    rows, so the activation unit and the DMA unit drain the tile side by
+    side, not one after the other. Pooling ACTs are not cut (their rows do
+    not map 1:1 to the UB's)."""
+    head = [a for a in acts if not isinstance(a, Act)]
+    acts = [a for a in acts if isinstance(a, Act)]
+    if not whms or any(a.pool != Pool.NONE for a in acts):
+        return head + acts + whms
+    written = set()
+    for a in acts:
+        written.update(range(a.ub, a.ub + a.rows))
+    pieces = [w.__class__(ub=w.ub + o, rows=min(chunk, w.rows - o), host=w.host + o * lanes)
+              for w in whms for o in range(0, w.rows, chunk)]
+    out, done = list(head), set()
+    for a in acts:
+        for o in range(0, a.rows, chunk):
+            rows = min(chunk, a.rows - o)
+            out.append(replace(a, acc=a.acc + o, ub=a.ub + o, rows=rows))
+            done.update(range(a.ub + o, a.ub + o + rows))
+            while pieces and all(r in done or r not in written
+                                 for r in range(pieces[0].ub, pieces[0].ub + pieces[0].rows)):
+                out.append(pieces.pop(0))
+    return out + pieces
+
+
+def _reads(op):
+    """The unified-buffer rows ``[start, end)`` an MMC (or ``(Mmc, tile)``)
+    reads, or a range that holds them."""
+    m = op[0] if isinstance(op, tuple) else op
+    if m.conv is None:
+        return m.ub, m.ub + m.rows
+    lines = -(-m.rows // m.conv.out_w)
+    return m.ub, m.ub + (lines - 1) * m.conv.row_step + (m.conv.out_w - 1) * m.conv.col_step + 1
 
 
 def _busy(instruction, config):

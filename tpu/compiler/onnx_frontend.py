@@ -449,6 +449,13 @@ class _Importer:
                 raise self.unsupported(node, f"cannot read this node ({type(exc).__name__}: "
                                        f"{_one_line(exc)})") from None
         self.fuse_activations()
+        for layer in self.layers:
+            # ONNX Runtime requantizes a sum with one float32 multiply by a
+            # float32 multiplier and one rounding; the ACT's single rounding
+            # by that multiplier differs only within about 2**-24 of a tie
+            # (TFLite's double rounding within 2**-shift).
+            if isinstance(layer, (ir.Dense, ir.Conv2D)):
+                layer.rounding = "float32"
         graph = ir.Graph(self.tensors, self.layers, self.graph_inputs(), self.graph_outputs(),
                          self.source)
         try:
@@ -802,16 +809,21 @@ class _Importer:
                                    "the chip averages over the real pixels only")
         shape = (oh, ow, src.shape[2])
         out, quant = self.output(node, is_float, node.output[0], shape, out_q or src.quant)
-        if kind == "avg" and quant != src.quant:
-            if not any(padding):
-                self.layers.append(self.summing_conv(node, x, out, kernel, stride))
-                return
-            # the average in the input's quantization, then requantized
-            mid = self.new_tensor(node, out + "/pooled", shape, src.quant)
-            self.layers.append(ir.Pool2D(self.label(node), x, mid, kind, kernel, stride, padding))
-            self.layers.append(self.function(self.label(node) + "/requantize", mid, out))
-            return
-        self.layers.append(ir.Pool2D(self.label(node), x, out, kind, kernel, stride, padding))
+        if kind == "avg" and quant != src.quant and not any(padding):
+            self.layers.append(self.summing_conv(node, x, out, kernel, stride))
+        elif kind == "avg" and (quant != src.quant or any(padding)
+                                or kernel[0] * kernel[1] % 2 == 0):
+            # Even windows tie and padded ones vary their count: ONNX Runtime
+            # rounds those averages in float32 (ties to even, or either way
+            # by a float32 error), which the chip's integer rounding cannot
+            # follow; the host computes them as ONNX Runtime does.
+            self.layers.append(ir.HostOp(
+                self.label(node), "qlinear_average_pool", [x], [out],
+                {"kernel": list(kernel), "stride": list(stride), "padding": list(padding),
+                 # ONNX Runtime turns QDQ's int8 into uint8 on x86
+                 "uint8": node.op_type == "AveragePool" and not quant.unsigned}))
+        else:
+            self.layers.append(ir.Pool2D(self.label(node), x, out, kind, kernel, stride, padding))
 
     def summing_conv(self, node, x, out, kernel, stride):
         """An average pool that changes the quantization, as a Conv2D that
@@ -958,10 +970,12 @@ class _Importer:
 
     def add_bias(self, node, a_name, real_bias, a_q, out_q):
         """Add of a constant per channel (MatMul + Add, a bias after a Conv):
-        a layer of its own that multiplies by an identity and adds the
-        constant as its bias. Folding the constant into the layer before
-        would round and saturate once where ONNX Runtime does twice (after
-        the MatMul, after the Add): up to several steps apart."""
+        a host step that adds it as ONNX Runtime does, in float32. Folding
+        the constant into the layer before would round and saturate once
+        where ONNX Runtime does twice (after the MatMul, after the Add), up
+        to several steps apart; an identity matrix layer with the constant
+        as its bias rounds the constant to 1/127 of an input step, which
+        moved about 1% of the values a step."""
         a, is_float = self.activation_input(node, a_name, a_q)
         src = self.tensor(a)
         c = src.channels
@@ -975,9 +989,9 @@ class _Importer:
                                    f"{src.shape}; the chip adds constants only per channel")
         real_bias = np.broadcast_to(real_bias.reshape(-1), (c,))
         out, _ = self.output(node, is_float, node.output[0], src.shape, out_q)
-        unit = np.float64(np.float32(src.quant.scale)) * np.float64(np.float32(1 / _IDENTITY_WEIGHT))
-        bias = np.rint(real_bias / unit).astype(np.int64)
-        self.layers.append(self.identity(self.label(node), a, out, bias))
+        constant = [float(v) for v in real_bias.astype(np.float32)]
+        self.layers.append(ir.HostOp(self.label(node), "add_constant", [a], [out],
+                                     {"constant": constant}))
 
     def real_constant(self, name):
         """The real values of a constant Add operand (a float constant or a
@@ -1022,7 +1036,9 @@ class _Importer:
             raise self.unsupported(node, f"softmax over axis {axis} of a {rank}-D tensor; the "
                                    f"host runs it over the channels only")
         out, _ = self.output(node, is_float, node.output[0], src.shape, out_q)
-        self.layers.append(ir.HostOp(self.label(node), "softmax", [x], [out], {"axis": -1}))
+        # ONNX Runtime runs QLinearSoftmax for QDQ's DQ -> Softmax -> Q too
+        self.layers.append(ir.HostOp(self.label(node), "qlinear_softmax", [x], [out],
+                                     {"axis": -1}))
 
     def op_Softmax(self, node):
         self.softmax(node)

@@ -40,6 +40,9 @@ Semantics
   quantize to the output (`HOST_OPS`). ``softmax`` takes ``attrs["axis"]``
   as an axis of the IR array *including the batch* (default -1, the
   channels).
+* **ONNX Runtime's kernels** (`reference_onnxruntime`): the host ops
+  ``qlinear_softmax`` and ``qlinear_average_pool`` compute what ONNX
+  Runtime's QLinearSoftmax and QLinearAveragePool do, in float32.
 * **TFLite variants** (`reference_tflite`, chosen by the IR, see
   docs/tflite.md): matrix layers with ``rounding="single"``,
   ``Add(semantics="tflite")`` and the integer host op
@@ -57,6 +60,7 @@ from ..sim.models.activation_model import (
     tanh_table, tflite_average, wrap_int32)
 from . import ir
 from .ir import ActivationKind, IRError
+from .reference_onnxruntime import ONNXRUNTIME_HOST_OPS
 from .reference_tflite import (
     INTEGER_HOST_OPS, add_tflite, multiply_by_quantized_multiplier_single_round)
 
@@ -146,10 +150,11 @@ def requantize_accumulators(acc, in_q, weight_scale, out_q, activation=ir.NO_ACT
                             rounding="double"):
     """int32 sums ``(..., N)`` (bias included) -> output values: the activation
     unit's requantization, clamp and function (``rounding="single"``: TFLite's
-    one-step rounding, `multiply_by_quantized_multiplier_single_round`)."""
+    one-step rounding, `multiply_by_quantized_multiplier_single_round`;
+    "float32": the same of ONNX Runtime's float32 multiplier)."""
     target = _target(out_q, activation)
-    m, s = ir.requant_multipliers(in_q, weight_scale, target)
-    if rounding == "single":
+    m, s = ir.requant_multipliers(in_q, weight_scale, target, rounding)
+    if rounding in ("single", "float32"):
         y = multiply_by_quantized_multiplier_single_round(wrap_int32(acc), m, s)
     else:
         y = multiply_by_quantized_multiplier(wrap_int32(acc), m, s)
@@ -329,13 +334,15 @@ HOST_OPS = {"softmax": _softmax}
 def host_op(layer, inputs, in_quants, out_quants):
     """`ir.HostOp`: dequantize `inputs`, apply ``HOST_OPS[layer.op]`` in
     float32, quantize to `out_quants`. Returns a list of arrays."""
-    if layer.op in INTEGER_HOST_OPS:
-        return INTEGER_HOST_OPS[layer.op](layer, [_ints(x) for x in inputs], in_quants, out_quants)
+    for integer_ops in (INTEGER_HOST_OPS, ONNXRUNTIME_HOST_OPS):
+        if layer.op in integer_ops:
+            return integer_ops[layer.op](layer, [_ints(x) for x in inputs], in_quants, out_quants)
     try:
         function = HOST_OPS[layer.op]
     except KeyError:
+        known = [*HOST_OPS, *INTEGER_HOST_OPS, *ONNXRUNTIME_HOST_OPS]
         raise IRError(f"layer {layer.name!r}: no host operator {layer.op!r}; known: "
-                      f"{', '.join(sorted([*HOST_OPS, *INTEGER_HOST_OPS]))}") from None
+                      f"{', '.join(sorted(known))}") from None
     reals = [dequantize(_ints(x), q) for x, q in zip(inputs, in_quants)]
     outs = function(layer, reals)
     return [quantize(y, q) for y, q in zip(outs, out_quants)]

@@ -20,6 +20,11 @@ Totals add the rows; inferences per second are ``samples / (total cycles /
 clock)`` at a stated chip clock (default 100 MHz): the programs' cycles only.
 Host steps and the weight fills before parts (``weight_tiles_loaded``, in
 the JSON) are not timed.
+
+A host step's work is counted in element operations, ``host_ops``: the
+elements it reads (an ADD reads two tensors, a softmax one). Its ``share``
+of the work is ``host_ops / (MACs + all host_ops)`` (`Report.host_operators`):
+one element operation weighs as one multiply-accumulate.
 """
 
 from dataclasses import asdict, dataclass, field
@@ -30,7 +35,8 @@ from ..host_registers import COUNTER_NAMES
 from . import ir
 
 
-__all__ = ["LayerRow", "Report", "build_report", "layer_macs", "BREAKDOWN", "DEFAULT_CLOCK_HZ"]
+__all__ = ["LayerRow", "Report", "build_report", "layer_macs", "host_layer_ops", "BREAKDOWN",
+           "DEFAULT_CLOCK_HZ"]
 
 DEFAULT_CLOCK_HZ = 100e6
 #: TPU v1's breakdown of the cycles, in the chip's counter names
@@ -51,6 +57,17 @@ def layer_macs(graph, layer):
     return 0
 
 
+def host_layer_ops(graph, layer):
+    """Element operations of host `layer` for one sample: the elements it reads."""
+    return sum(int(np.prod(graph.tensor(name).shape)) for name in layer.inputs)
+
+
+def host_op_name(layer):
+    """What a host layer computes, for the report: a HostOp's ``op``, else the
+    layer's type (``Add``)."""
+    return getattr(layer, "op", None) or type(layer).__name__
+
+
 @dataclass
 class LayerRow:
     """One program part (chip layer) or host step, summed over a run's chunks."""
@@ -64,6 +81,8 @@ class LayerRow:
     weight_tiles_loaded: int = 0    #: tiles filled into weight memory before the part
     rows: int = 1
     cols: int = 1
+    op: str = ""                    #: host steps: what the host computes
+    host_ops: int = 0               #: host steps: element operations (`host_layer_ops`)
 
     @property
     def utilisation(self):
@@ -124,10 +143,20 @@ class Report:
         cycles = self.total.cycles
         return self.samples * self.clock_hz / cycles if cycles else float("inf")
 
+    def host_operators(self):
+        """The host steps with their share of the work: dicts of ``name``, ``op``,
+        ``ops`` (element operations over the run) and ``share`` (of MACs plus
+        host element operations)."""
+        host = [row for row in self.rows if row.where == "host"]
+        work = sum(row.macs for row in self.rows) + sum(row.host_ops for row in host)
+        return [dict(name=row.name, op=row.op, ops=row.host_ops,
+                     share=row.host_ops / work if work else 0.0) for row in host]
+
     def to_json(self):
         """A JSON-ready dict: rows, totals, throughput and how they were measured."""
         total = self.total
         return {
+            "host_operators": self.host_operators(),
             "samples": self.samples,
             "array": [self.config.rows, self.config.cols],
             "clock_hz": self.clock_hz,
@@ -142,12 +171,13 @@ class Report:
         head = ["layer", "where", "cycles", "estimate", "MACs", "util", "util(act)",
                 *(_HEADINGS[n] for n in BREAKDOWN)]
         lines = []
+        shares = {h["name"]: h["share"] for h in self.host_operators()}
 
         def cells(row):
             where = row.where
             if where == "host":
-                return [row.name, where, "-", "-", str(row.macs), "-", "-",
-                        *("-" for _ in BREAKDOWN)]
+                return [row.name, where, "-", "-", f"{row.host_ops} ops",
+                        f"{100 * shares[row.name]:.2f}%", "-", *("-" for _ in BREAKDOWN)]
             return [row.name, where, str(row.cycles), str(row.estimate), str(row.macs),
                     f"{100 * row.utilisation:.1f}%", f"{100 * row.active_utilisation:.1f}%",
                     *(str(row.counters.get(n, 0)) for n in BREAKDOWN)]
@@ -165,6 +195,10 @@ class Report:
                      f"{self.inferences_per_second:,.0f} inferences/s at "
                      f"{self.clock_hz / 1e6:g} MHz (programs only: host steps and weight fills "
                      f"not timed)")
+        host = self.host_operators()
+        if host:
+            lines[-1] += "; host operators: " + ", ".join(
+                f"{h['name']} ({h['op']}) {100 * h['share']:.2f}% of the work" for h in host)
         return "\n".join(lines)
 
 
@@ -181,6 +215,7 @@ def build_report(graph, config, profile, samples, clock_hz=DEFAULT_CLOCK_HZ, bat
     by_name = {layer.name: layer for layer in graph.layers}
     chunks = list(profile or [])
     real = samples / (batch * len(chunks)) if batch and chunks else 1.0
+    per_chunk = batch * real if batch and chunks else samples     # real samples in a chunk
     rows = {}
     for chunk in chunks:
         for part in chunk:
@@ -201,6 +236,11 @@ def build_report(graph, config, profile, samples, clock_hz=DEFAULT_CLOCK_HZ, bat
             row.weight_tiles_loaded += int(_get(part, "weights_loaded", 0) or 0)
             row.estimate += _estimate_cycles(_get(part, "estimated_cycles",
                                                   _get(part, "estimate", 0)))
+            if row.where == "host":
+                layer = by_name.get(row.layers[0])
+                if layer is not None:
+                    row.op = host_op_name(layer)
+                    row.host_ops += int(round(host_layer_ops(graph, layer) * per_chunk))
             for counter in COUNTER_NAMES:
                 if counter in counters:
                     row.counters[counter] = row.counters.get(counter, 0) + int(counters[counter])

@@ -172,7 +172,7 @@ def quant_tables(chip, config):
     C = config.cols
     nt = _blocks(chip.n_out, C)
     bias = fold_zero_point(chip.name, chip.bias, chip.weight, chip.in_q.zero_point)
-    m, s = ir.requant_multipliers(chip.in_q, chip.weight_scale, _target(chip))
+    m, s = ir.requant_multipliers(chip.in_q, chip.weight_scale, _target(chip), chip.rounding)
     full = [np.zeros(nt * C, dtype=np.int64) for _ in range(3)]
     for dst, src in zip(full, (bias, m, s)):
         dst[:chip.n_out] = src

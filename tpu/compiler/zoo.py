@@ -396,6 +396,22 @@ def ort_session(model):
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
+def ort_optimized(model):
+    """``model`` as ONNX Runtime runs it: the graph after its optimizations
+    (QDQ groups fused into QLinearConv, QLinearMatMul, QLinearAveragePool,
+    ...), as a ModelProto whose tensors keep their names."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    if isinstance(model, onnx.ModelProto):
+        model = model.SerializeToString()
+    with tempfile.TemporaryDirectory() as tmp:
+        options.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
+        ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        return onnx.load(options.optimized_model_filepath)
+
+
 def ort_run(model, feeds):
     """Run ``model`` on ONNX Runtime's CPU provider: ``feeds`` is a dict by
     input name, or one array for the model's only input. Returns the list of

@@ -19,7 +19,7 @@ import numpy as np
 from ..asm import parse
 from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, UNMAPPED, Control, HostError, Irq,
                               Status, config_words, registers)
-from ..isa import Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
+from ..isa import Act, Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
 from ..sim.models.cycle_model import estimate_cycles
 from ..sim.stimulus.programs import blocked, mlp_program
 from .device import Device, HostBuffer
@@ -358,6 +358,43 @@ async def check_mlp(device, seed=1):
     for buffer in buffers.values():
         device.free(buffer)
     return result
+
+
+async def check_weights_at_tile(device, seed=3):
+    """Weights loaded at tiles other than 0 land there: with different tiles
+    at 0 and from the last tiles on, a program switching to those computes
+    what the golden model computes (one-hot activations, so the output rows
+    are the weight rows themselves)."""
+    from ..sim.models.chip_model import ChipModel
+    cfg = device.config
+    rng = np.random.default_rng(seed)
+    first = max(1, cfg.weight_mem_tiles - 2)
+    count = min(2, cfg.weight_mem_tiles - first)
+    tiles = rng.integers(-128, 128, size=(1 + count, cfg.rows, cfg.cols)).astype(np.int8)
+    await device.load_weights(tiles[:1], first_tile=0)
+    await device.load_weights(tiles[1:], first_tile=first)
+    rows = min(cfg.rows, cfg.acc_rows // count, cfg.ub_rows // (count + 1))
+    one_hot = np.zeros((rows, cfg.rows), dtype=np.uint8)
+    one_hot[np.arange(rows), np.arange(rows)] = 1
+    src, out = device.alloc(one_hot.size), device.alloc(count * rows * cfg.rows)
+    device.write(src, one_hot.tobytes())
+    device.write(out, bytes(out.size))
+    program = [Rhm(ub=0, rows=rows, host=src.addr), Rw(tile=first, count=count)]
+    program += [Mmc(ub=0, rows=rows, acc=k * rows, switch=True) for k in range(count)]
+    program += [Act(acc=0, ub=rows, rows=count * rows),
+                Whm(ub=rows, rows=count * rows, host=out.addr), Halt()]
+    result = await device.run(program, timeout=1e-2)
+    assert result.halted, result
+    model = ChipModel(cfg)
+    model.weight_memory[0] = tiles[0]
+    model.weight_memory[first:first + count] = tiles[1:]
+    model.host.write(src.addr, one_hot.tobytes())
+    model.run(encode_program(program))
+    got, expected = device.read(out), model.host.read(out.addr, out.size)
+    assert got == expected, (f"weights loaded at tile {first} and used: output {got.hex()}, "
+                             f"the golden model says {expected.hex()}")
+    device.free(src)
+    device.free(out)
 
 
 async def check_faults(device):
@@ -987,6 +1024,7 @@ CHECKS = {
     "open": check_open,
     "mlp": check_mlp,
     "faults": check_faults,
+    "weights_at_tile": check_weights_at_tile,
     "host_errors": check_host_errors,
     "refused_doorbell": check_refused_doorbell,
     "timeout": check_timeout,

@@ -36,6 +36,7 @@ or `ValueError` naming the call, the argument and the value.
 
 import collections
 import numbers
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -246,14 +247,17 @@ def _as_program(program, config, what):
     if not data:
         raise ValueError(f"{what}: the program is empty: a program needs at least one "
                          f"instruction")
-    instructions = []
-    for i in range(0, len(data), INSTRUCTION_BYTES):
-        word = data[i:i + INSTRUCTION_BYTES]
-        try:
-            instructions.append(format_instruction(decode(word)))
-        except IllegalInstruction:
-            instructions.append(format_instruction(Raw.from_bytes(word)))
-    return data, instructions
+    return data, [_assembly(data[i:i + INSTRUCTION_BYTES])
+                  for i in range(0, len(data), INSTRUCTION_BYTES)]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _assembly(word):
+    """The assembly text of one instruction word (cached: programs are rerun)."""
+    try:
+        return format_instruction(decode(word))
+    except IllegalInstruction:
+        return format_instruction(Raw.from_bytes(word))
 
 
 class Device:

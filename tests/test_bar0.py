@@ -1,0 +1,111 @@
+"""BAR0 on its own, cycle by cycle (Amaranth's simulator): the two races the
+chip-level tests cannot time, an IRQ_STATUS write-1-to-clear in the very
+cycle a new interrupt is raised, and a STATUS read right behind a START."""
+
+import pytest
+from amaranth.sim import Simulator
+
+from tpu import TPUConfig
+from tpu.hdl.bar0 import Bar0
+from tpu.hdl.tlp import FmtType
+from tpu.host_registers import Control, Irq, Status, registers
+
+
+def _offset(name, config):
+    return next(r.offset for r in registers(config) if r.name == name)
+
+
+async def _send(ctx, dut, fmt_type, address, value=0, tag=0):
+    """Offer a one-word request; return the cycle count it waited for ready."""
+    beat = dut.request.payload
+    ctx.set(beat.header.fmt_type, fmt_type)
+    ctx.set(beat.header.length, 1)
+    ctx.set(beat.header.first_be, 0xF)
+    ctx.set(beat.header.address, address)
+    ctx.set(beat.header.tag, tag)
+    ctx.set(beat.data, value)
+    ctx.set(beat.words, 1 if fmt_type == FmtType.MWR_32 else 0)
+    ctx.set(beat.last, 1)
+    ctx.set(dut.request.valid, 1)
+    waited = 0
+    while not ctx.get(dut.request.ready):
+        await ctx.tick()
+        waited += 1
+    await ctx.tick()
+    ctx.set(dut.request.valid, 0)
+    return waited
+
+
+def _simulate(dut, testbench):
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
+@pytest.mark.parametrize("delay", [-2, -1, 0, 1, 2])
+def test_irq_clear_races_a_raise(delay):
+    """A write of 1 to IRQ_STATUS's INT bit clears only what was raised before
+    it: an INT raised in the cycle the write takes effect (`delay` 0) or later
+    stays set, one raised earlier is cleared."""
+    config = TPUConfig(link_dw=1)
+    dut = Bar0(config)
+    address = _offset("IRQ_STATUS", config)
+    seen = {}
+
+    async def testbench(ctx):
+        ctx.set(dut.completion.ready, 1)
+        beat = dut.request.payload
+        ctx.set(beat.header.fmt_type, FmtType.MWR_32)
+        ctx.set(beat.header.length, 1)
+        ctx.set(beat.header.first_be, 0xF)
+        ctx.set(beat.header.address, address)
+        ctx.set(beat.data, int(Irq.INT))
+        ctx.set(beat.words, 1)
+        ctx.set(beat.last, 1)
+        for cycle in range(-4, 5):
+            # The write is taken at cycle 0 (BAR0 is idle and ready).
+            ctx.set(dut.request.valid, int(cycle == 0))
+            ctx.set(dut.irq_raise, int(Irq.INT) if cycle == delay else 0)
+            if cycle == 0:
+                assert ctx.get(dut.request.ready)
+            await ctx.tick()
+        seen["irq"] = ctx.get(dut.irq_status)
+
+    _simulate(dut, testbench)
+    expected = int(Irq.INT) if delay >= 0 else 0
+    assert seen["irq"] == expected, (f"INT raised {delay} cycles after the clearing write: "
+                                     f"IRQ_STATUS 0x{seen['irq']:x}, expected 0x{expected:x}")
+
+
+def test_status_read_right_behind_start():
+    """A STATUS read sent in the cycle after a START write is answered with
+    BUSY: BAR0 holds it until the CONTROL pulse has taken effect (here, as in
+    the host interface, STATUS says BUSY from the cycle after the pulse)."""
+    config = TPUConfig(link_dw=1)
+    dut = Bar0(config)
+    data = {}
+
+    async def chip(ctx):
+        busy = False
+        async for _, _, control in ctx.tick().sample(dut.control):
+            ctx.set(dut.status, int(Status.BUSY) if busy else 0)
+            busy = busy or bool(control & Control.START)
+
+    async def testbench(ctx):
+        ctx.set(dut.completion.ready, 1)
+        await _send(ctx, dut, FmtType.MWR_32, _offset("CONTROL", config), int(Control.START))
+        await _send(ctx, dut, FmtType.MRD_32, _offset("STATUS", config), tag=7)
+        for _ in range(20):
+            if ctx.get(dut.completion.valid):
+                data["status"] = ctx.get(dut.completion.payload.data)
+                break
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_process(chip)
+    sim.add_testbench(testbench)
+    sim.run_until(1e-6)
+    assert "status" in data, "no completion for the STATUS read"
+    assert data["status"] & Status.BUSY, f"STATUS read right after START is 0x{data['status']:x}, not BUSY"

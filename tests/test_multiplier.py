@@ -1,0 +1,195 @@
+# amaranth: UnusedElaboratable=no
+"""The PE multipliers: each implementation's products and two-cycle timing, and
+the systolic array with a mix of them, against numpy (Amaranth's simulator)."""
+
+import numpy as np
+import pytest
+from amaranth.back import rtlil
+from amaranth.sim import Simulator
+
+from conftest import base_seed
+from tpu.hdl.multiplier import (ECP5Multiplier, LUTMultiplier, MULTIPLIER_LATENCY, Multiplier,
+                                multiplier_mix)
+from tpu.hdl.systolic_array import SystolicArray
+
+
+def _operand_pairs(rng, count):
+    # Every extreme of int9-as-used (int8 and uint8 activations) and int8, then random pairs.
+    a_edges = [-128, -127, -1, 0, 1, 127, 128, 254, 255, -256]
+    b_edges = [-128, -127, -1, 0, 1, 126, 127]
+    pairs = [(a, b) for a in a_edges for b in b_edges]
+    pairs += list(zip(rng.integers(-256, 256, count).tolist(),
+                      rng.integers(-128, 128, count).tolist()))
+    return pairs
+
+
+@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier], ids=lambda c: c.__name__)
+def test_multiplier_products(cls):
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    pairs = _operand_pairs(np.random.default_rng(seed), 600)
+    dut = cls()
+    got = []
+
+    async def testbench(ctx):
+        for a, b in pairs + [(0, 0)] * MULTIPLIER_LATENCY:
+            ctx.set(dut.a, a)
+            ctx.set(dut.b, b)
+            await ctx.tick()
+            got.append(ctx.get(dut.p))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    # After tick i the product of the pair set before tick i - (latency - 1) shows.
+    products = got[MULTIPLIER_LATENCY - 1:][:len(pairs)]
+    wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
+    assert not wrong, f"{cls.__name__}: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
+
+
+def test_ecp5_multiplier_instantiates_registered_mult18x18d():
+    text = rtlil.convert(ECP5Multiplier())
+    assert "MULT18X18D" in text
+    for reg in ("INPUTA", "INPUTB", "OUTPUT"):
+        assert f'parameter \\REG_{reg}_CLK "CLK0"' in text
+    assert 'parameter \\REG_PIPELINE_CLK "NONE"' in text
+
+
+def test_multiplier_mix_places_hard_multipliers_first():
+    make = multiplier_mix(5, cols=4, hard_multiplier=lambda: "hard", soft_multiplier=lambda: "soft")
+    kinds = [[make(k, n) for n in range(4)] for k in range(3)]
+    assert kinds[0] == ["hard"] * 4
+    assert kinds[1] == ["hard"] + ["soft"] * 3
+    assert kinds[2] == ["soft"] * 4
+    with pytest.raises(ValueError, match="hard must be a non-negative int"):
+        multiplier_mix(-1, cols=4)
+
+
+def test_array_rejects_a_bad_multiplier():
+    with pytest.raises(TypeError, match="multiplier must be a callable"):
+        SystolicArray(rows=2, cols=2, multiplier=3)
+    with pytest.raises(TypeError, match=r"multiplier for PE\(0, 0\) must be a component"):
+        SystolicArray(rows=2, cols=2, multiplier=lambda k, n: object())
+
+
+def _schedule(rows, tiles, batches, rng):
+    """Per-cycle port values: each tile shifted in, captured and switched to
+    by the first row of its batch, as early as the array's rules allow (the
+    next tile's shifts overlap the batch), with random slack."""
+    steps = {}
+    shift_start, last_switch, free = 0, None, 0
+    for tile, (batch, unsigned) in zip(tiles, batches):
+        for i in range(rows):
+            steps.setdefault(shift_start + i, {})["shift"] = tile[i]
+        capture = shift_start + rows
+        if last_switch is not None:
+            capture = max(capture, last_switch + rows - 1)
+        steps.setdefault(capture, {})["capture"] = True
+        switch = max(capture + 1, free) + int(rng.integers(0, 2))
+        for r, row in enumerate(batch):
+            steps.setdefault(switch + r, {})["act"] = (row, unsigned, r == 0)
+        shift_start, last_switch, free = capture, switch, switch + len(batch)
+    return steps
+
+
+def _run_array(array, steps):
+    """Drive the array cycle by cycle from `steps`; return its output rows."""
+    outputs = []
+
+    async def testbench(ctx):
+        for c in range(max(steps) + array.latency + 2):
+            step = steps.get(c, {})
+            ctx.set(array.w_shift, "shift" in step)
+            if "shift" in step:
+                ctx.set(array.w_data, [int(x) for x in step["shift"]])
+            ctx.set(array.w_capture, step.get("capture", False))
+            row, unsigned, switch = step.get("act", (None, 0, 0))
+            ctx.set(array.act_valid, row is not None)
+            ctx.set(array.act_switch, switch)
+            ctx.set(array.act_unsigned, unsigned)
+            if row is not None:
+                ctx.set(array.act_data, [int(x) & 0xFF for x in row])
+            await ctx.tick()
+            if ctx.get(array.out_valid):
+                outputs.append([ctx.get(array.out_data[n]) for n in range(array.cols)])
+
+    sim = Simulator(array)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    return outputs
+
+
+def test_array_with_mixed_multipliers_matches_numpy():
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    rng = np.random.default_rng(seed)
+    rows, cols = 3, 4
+    make = multiplier_mix(5, cols=cols, hard_multiplier=Multiplier, soft_multiplier=LUTMultiplier)
+    array = SystolicArray(rows=rows, cols=cols, multiplier=make)
+    tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(4)]
+    batches = []
+    for t in range(4):
+        unsigned = t % 2
+        low, high = (0, 256) if unsigned else (-128, 128)
+        length = int(rng.integers(rows, rows + 3))
+        batches.append((rng.integers(low, high, (length, rows)), unsigned))
+    outputs = _run_array(array, _schedule(rows, tiles, batches, rng))
+    expected = np.concatenate([batch @ tile for tile, (batch, _) in zip(tiles, batches)])
+    assert np.array_equal(np.array(outputs), expected), f"array outputs differ (seed {seed})"
+
+
+# Reads a count, then that many "a b" lines; prints p after every clock edge.
+_PRIMITIVE_TESTBENCH = """
+module tb;
+    reg clk = 0, rst = 1;
+    reg signed [8:0] a = 0;
+    reg signed [7:0] b = 0;
+    wire signed [16:0] p;
+    top dut(.clk(clk), .rst(rst), .a(a), .b(b), .p(p));
+    integer i, n, file, status;
+    initial begin
+        file = $fopen("operands.txt", "r");
+        status = $fscanf(file, "%d", n);
+        #1 clk = 1; #1 clk = 0; rst = 0;
+        for (i = 0; i < n + 2; i = i + 1) begin
+            if (i < n) status = $fscanf(file, "%d %d", a, b);
+            else begin a = 0; b = 0; end
+            #1 clk = 1; #1 clk = 0;
+            $display("%0d", p);
+        end
+    end
+endmodule
+"""
+
+
+def test_ecp5_multiplier_on_the_primitive_model(tmp_path):
+    """The MULT18X18D instance (wiring, sign extension, register settings) on
+    a behavioural model of the primitive under Icarus."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from amaranth.back import verilog
+
+    import tpu.fpga
+    if shutil.which("iverilog") is None:
+        pytest.skip("Icarus Verilog (iverilog) is not installed")
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    pairs = _operand_pairs(np.random.default_rng(seed), 400)
+    dut = ECP5Multiplier()
+    (tmp_path / "top.v").write_text(verilog.convert(dut, name="top"))
+    (tmp_path / "tb.v").write_text(_PRIMITIVE_TESTBENCH)
+    operands = f"{len(pairs)}\n" + "".join(f"{a} {b}\n" for a, b in pairs)
+    (tmp_path / "operands.txt").write_text(operands)
+    model = Path(tpu.fpga.__file__).parent / "models" / "MULT18X18D.v"
+    subprocess.run(["iverilog", "-g2005", "-o", "sim", "tb.v", "top.v", str(model)],
+                   cwd=tmp_path, check=True, capture_output=True, text=True)
+    out = subprocess.run(["vvp", "-n", "sim"], cwd=tmp_path, check=True, capture_output=True,
+                         text=True).stdout.split()
+    products = [int(x) for x in out[MULTIPLIER_LATENCY - 1:][:len(pairs)]]
+    wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
+    assert len(products) == len(pairs), f"the simulation printed {len(out)} products"
+    assert not wrong, f"MULT18X18D: (a, b, p) wrong for {wrong[:5]} (seed {seed})"

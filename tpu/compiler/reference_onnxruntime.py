@@ -1,0 +1,128 @@
+"""ONNX Runtime's CPU kernels for the operators the host runs, value for value.
+
+The ONNX front end imports a softmax and the average pools whose result the
+chip's integer rounding cannot reproduce (windows of an even number of
+pixels tie; padded windows vary their count) as `ir.HostOp` layers naming
+these functions, so the host computes exactly what ONNX Runtime does, in
+the same float32 operations in the same order:
+
+* `qlinear_softmax` ("qlinear_softmax"): ``com.microsoft.QLinearSoftmax``:
+  a 256-entry table of ``exp((i - 255 + shift) * s_x)`` (double, stored as
+  float32, ``shift = max(0, ln(FLT_MAX / D) - 5) / s_x``), indexed by the
+  value's distance from the row's maximum, summed in float32 along the row;
+  each output ``nearbyint(e * floor(1 / s_y) / sum) + z_y`` in float32.
+* `qlinear_average_pool` ("qlinear_average_pool"):
+  ``com.microsoft.QLinearAveragePool`` (ONNX Runtime also runs QDQ's
+  DequantizeLinear -> AveragePool -> QuantizeLinear as it): each pixel
+  dequantized ``s_x * (q - z_x)`` in float32, summed in float32 row by row
+  over the window's real pixels, divided by their count, then
+  ``nearbyint(avg / s_y + z_y)`` (ties to even) and saturated; with
+  ``attrs["uint8"]`` an int8 pool is computed in uint8 as ONNX Runtime's
+  x86 QDQ int8 -> uint8 transformation leaves it.
+* `add_constant` ("add_constant"): an Add of a constant per channel (MatMul
+  + Add): dequantize, add the constant, quantize, in float32.
+"""
+
+import math
+
+import numpy as np
+
+from .ir import IRError
+
+
+__all__ = ["qlinear_softmax", "qlinear_average_pool", "add_constant", "ONNXRUNTIME_HOST_OPS"]
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def softmax_table(x_scale, reduce_len, unsigned):
+    """QLinearSoftmax's float32 table, indexed like ONNX Runtime's:
+    ``[255 - max + q]`` for uint8, ``[uint8(127 - max + q)]`` for int8."""
+    scale = float(np.float32(x_scale))
+    shift = max(0.0, math.log(_FLT_MAX / reduce_len) - 5.0) / scale
+    i = np.arange(256, dtype=np.float64)
+    values = np.exp((i - 255 + shift) * scale).astype(np.float32)
+    table = np.empty(256, np.float32)
+    index = i.astype(np.int64) if unsigned else (i.astype(np.int64) - 128) & 0xFF
+    table[index] = values
+    return table
+
+
+def qlinear_softmax(layer, inputs, in_quants, out_quants):
+    """QLinearSoftmax over the last axis of ``(batch, ..., C)`` integers."""
+    (x,), (in_q,), (out_q,) = inputs, in_quants, out_quants
+    x = np.asarray(x, dtype=np.int64)
+    if int(layer.attrs.get("axis", -1)) not in (-1, x.ndim - 1):
+        raise IRError(f"layer {layer.name!r}: qlinear_softmax runs over the last axis only")
+    if in_q.unsigned != out_q.unsigned:
+        raise IRError(f"layer {layer.name!r}: QLinearSoftmax maps within one type")
+    d = x.shape[-1]
+    table = softmax_table(in_q.scale, d, in_q.unsigned)
+    top = x.max(axis=-1, keepdims=True)
+    index = 255 - top + x if in_q.unsigned else (127 - top + x) & 0xFF
+    e = table[index]
+    total = np.zeros(x.shape[:-1] + (1,), np.float32)
+    for j in range(d):             # float32, in ONNX Runtime's order
+        total += e[..., j:j + 1]
+    y_scale = np.float32(math.floor(np.float32(1.0) / np.float32(out_q.scale)))
+    q = np.rint((e * y_scale) / total).astype(np.int64) + int(out_q.zero_point)
+    low, high = out_q.range
+    return np.clip(q, low, high).astype(out_q.dtype)
+
+
+def qlinear_average_pool(layer, inputs, in_quants, out_quants):
+    """QLinearAveragePool (``count_include_pad=0``) of ``(batch, H, W, C)``
+    integers with ``attrs`` kernel ``(kh, kw)``, stride ``(sh, sw)`` and
+    padding ``(top, left, bottom, right)``."""
+    (x,), (in_q,), (out_q,) = inputs, in_quants, out_quants
+    x = np.asarray(x, dtype=np.int64)
+    if x.ndim != 4:
+        raise IRError(f"layer {layer.name!r}: pooling needs (H, W, C) images, not {x.shape[1:]}")
+    kh, kw = layer.attrs["kernel"]
+    sh, sw = layer.attrs["stride"]
+    top, left, bottom, right = layer.attrs["padding"]
+    _, h, w, _ = x.shape
+    oh = (h + top + bottom - kh) // sh + 1
+    ow = (w + left + right - kw) // sw + 1
+    real = np.float32(in_q.scale) * (x - int(in_q.zero_point)).astype(np.float32)
+    out = np.empty((x.shape[0], oh, ow, x.shape[3]), np.float32)
+    for oy in range(oh):
+        y0, y1 = max(oy * sh - top, 0), min(oy * sh - top + kh, h)
+        for ox in range(ow):
+            x0, x1 = max(ox * sw - left, 0), min(ox * sw - left + kw, w)
+            if y1 <= y0 or x1 <= x0:
+                raise IRError(f"layer {layer.name!r}: a window covers only padding")
+            total = np.zeros((x.shape[0], x.shape[3]), np.float32)
+            for yy in range(y0, y1):
+                for xx in range(x0, x1):
+                    total += real[:, yy, xx, :]
+            out[:, oy, ox, :] = total / np.float32((y1 - y0) * (x1 - x0))
+    # ONNX Runtime adds the zero point before rounding, in float32 (which
+    # moves near-ties), and on x86 runs QDQ int8 pools in uint8 (zero point
+    # + 128): ``attrs["uint8"]``
+    shift = 128 if layer.attrs.get("uint8") and not out_q.unsigned else 0
+    q = np.rint(out / np.float32(out_q.scale) + np.float32(out_q.zero_point + shift)) - shift
+    low, high = out_q.range
+    return np.clip(q, low, high).astype(out_q.dtype)
+
+
+def add_constant(layer, inputs, in_quants, out_quants):
+    """An Add of a constant per channel (``attrs["constant"]``, real values,
+    as float32) to ``(batch, ..., C)`` integers: ONNX Runtime's
+    dequantize-add-quantize in float32, ties to even, saturated."""
+    (x,), (in_q,), (out_q,) = inputs, in_quants, out_quants
+    constant = np.asarray(layer.attrs["constant"], np.float64).astype(np.float32)
+    x = np.asarray(x, dtype=np.int64)
+    real = (x - int(in_q.zero_point)).astype(np.float32) * np.float32(in_q.scale)
+    q = np.rint((real + constant) / np.float32(out_q.scale)) + int(out_q.zero_point)
+    low, high = out_q.range
+    return np.clip(q, low, high).astype(out_q.dtype)
+
+
+#: op name -> function(layer, integer inputs, input quantizations, output
+#: quantizations) -> output array
+ONNXRUNTIME_HOST_OPS = {
+    "qlinear_softmax": lambda layer, xs, iq, oq: [qlinear_softmax(layer, xs, iq, oq)],
+    "qlinear_average_pool": lambda layer, xs, iq, oq: [qlinear_average_pool(layer, xs, iq, oq)],
+    "add_constant": lambda layer, xs, iq, oq: [add_constant(layer, xs, iq, oq)],
+}
