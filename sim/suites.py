@@ -63,7 +63,12 @@ def _core():
     cases += [Testcase(f"fault_{kind}", module, "random_programs",
                        f"a random program ending in the fault {kind}",
                        {"TPU_LENGTH": "20", "TPU_FAULT": kind}) for kind in FAULT_KINDS]
-    cases += [Testcase("host_windows", module, "host_windows", "HOST_RANGE against the DMA windows"),
+    cases += [Testcase("random_batch", module, "random_batch",
+                       "four random programs in one simulation, a reset between them",
+                       {"TPU_BATCH": "4"}),
+              Testcase("edge_programs", module, "edge_programs",
+                       "every interlocked pair of units, ranges sharing one row, the last UB row"),
+              Testcase("host_windows", module, "host_windows", "HOST_RANGE against the DMA windows"),
               Testcase("dma_error", module, "dma_error", "the DMA_ERROR input: code, index, halt")]
     cases += [Testcase(f"program_{name}", "tpu.sim.testbenches.tb_core_programs", name,
                        f"the fixed program {name!r} of tpu.sim.stimulus.programs against its expected results",

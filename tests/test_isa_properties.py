@@ -125,6 +125,8 @@ def test_any_text_assembles_or_names_its_line(text, config):
         program = parse(text, "any.s", config)
     except AsmError as error:
         assert error.filename == "any.s"
+        # A line 0 or past the end would be wrong (and line 0 would make the
+        # check below read the last line instead).
         assert 1 <= error.line <= _line_count(text), (error.line, text)
         assert str(error).startswith(f"any.s:{error.line}: ")
         assert "\n" not in str(error) and len(str(error)) < 400, str(error)

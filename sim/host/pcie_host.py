@@ -27,7 +27,7 @@ from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpType
 
 from ...hdl.tlp import LinkBeat
 from ...host_registers import BAR0_BYTES
-from ...driver.link import Link
+from ...driver.link import RamLink
 from .streams import pack_fields
 from .tlp_link import Beat, beats_to_tlp, tlp_to_beats, tlp_to_words, words_to_beats
 
@@ -365,7 +365,7 @@ class PcieBridge(Device):
             await self.send(tlp)
 
 
-class RtlLink(Link):
+class RtlLink(RamLink):
     """The driver's `Link` to the RTL through the root complex: MMIO through
     BAR0's window, host memory in a region of the root complex's memory, and
     interrupts from its MSI controller."""
@@ -379,9 +379,9 @@ class RtlLink(Link):
         self.pci = pci_device
         self.bridge = bridge
         self.bar = pci_device.bar_window[0]
-        self._base, self._memory = rc.alloc_region(memory_bytes + 4096)
+        base, memory = rc.alloc_region(memory_bytes + 4096)
         # Host address 0 means "no MSI" to the chip: keep buffers off it.
-        self._next = self._base + 4096
+        self._attach_ram(base, memory, first_free=base + 4096)
         self._interrupt = Event()
         pci_device.request_irq(0, self._on_msi)
 
@@ -393,33 +393,6 @@ class RtlLink(Link):
 
     async def write32(self, offset, value):
         await self.bar.write_dword(offset, value & 0xFFFFFFFF)
-
-    def alloc(self, nbytes, align=64):
-        addr = -(-self._next // align) * align
-        if addr + nbytes > self._base + len(self._memory):
-            raise MemoryError(f"host memory exhausted: {nbytes} bytes asked, "
-                              f"{self._base + len(self._memory) - addr} left")
-        self._next = addr + nbytes
-        return addr
-
-    def _offset(self, addr, nbytes):
-        offset = addr - self._base
-        if offset < 0 or offset + nbytes > len(self._memory):
-            raise ValueError(f"host bytes 0x{addr:x} + {nbytes} are outside the link's RAM "
-                             f"(0x{self._base:x} + {len(self._memory)})")
-        return offset
-
-    def write_memory(self, addr, data):
-        offset = self._offset(addr, len(data))
-        self._memory[offset:offset + len(data)] = bytes(data)
-
-    def read_memory(self, addr, nbytes):
-        offset = self._offset(addr, nbytes)
-        return bytes(self._memory[offset:offset + nbytes])
-
-    @property
-    def memory_range(self):
-        return self._base, len(self._memory)
 
     @property
     def msi_address(self):

@@ -248,6 +248,22 @@ async def random_programs(dut):
     await tb.check()
 
 
+async def _next_testbench(dut, previous, **options):
+    """A `TB` for the next program of a simulation that runs several: the
+    first resets the chip; later ones reset it again but keep the memories,
+    so the golden model starts from the previous program's (`previous`)."""
+    if previous is not None:
+        await RisingEdge(dut.clk)      # out of the read-only phase of the last check
+    tb = TB(dut, **options)
+    if previous is None:
+        await tb.reset()
+    else:
+        await _reset(dut)
+        tb.model.ub[:], tb.model.acc[:] = previous.ub, previous.acc
+        tb.model.channels.lut = previous.channels.lut
+    return tb
+
+
 @cocotb.test()
 async def edge_programs(dut):
     """The directed programs of `tpu.sim.stimulus.edge_programs` (interlocked
@@ -261,15 +277,7 @@ async def edge_programs(dut):
     report = os.environ.get("TPU_REPORT")
     previous = None
     for name, instructions in programs(config_from_env()):
-        if previous is not None:
-            await RisingEdge(dut.clk)
-        tb = TB(dut)
-        if previous is None:
-            await tb.reset()
-        else:
-            await _reset(dut)
-            tb.model.ub[:], tb.model.acc[:] = previous.ub, previous.acc
-            tb.model.channels.lut = previous.channels.lut
+        tb = await _next_testbench(dut, previous)
         previous = tb.model
         tb.host.stall = 0.6
         tb.instr.idle = 0.0
@@ -305,15 +313,7 @@ async def random_batch(dut):
     report = os.environ.get("TPU_REPORT")
     previous = None
     for k, seed in enumerate(seeds):
-        if previous is not None:
-            await RisingEdge(dut.clk)      # out of the read-only phase of the last check
-        tb = TB(dut, seed=seed)
-        if previous is None:
-            await tb.reset()
-        else:
-            await _reset(dut)
-            tb.model.ub[:], tb.model.acc[:] = previous.ub, previous.acc
-            tb.model.channels.lut = previous.channels.lut
+        tb = await _next_testbench(dut, previous, seed=seed)
         previous = tb.model
         await tb.load_memories()
         instructions, program, windows = seeded_program(tb.cfg, tb.seed)

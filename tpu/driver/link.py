@@ -74,7 +74,7 @@ the chip's ``irq_pending`` line) until the timeout, `sleep` with
 import abc
 
 
-__all__ = ["Link", "check_offset", "check_value"]
+__all__ = ["Link", "RamLink", "check_offset", "check_value"]
 
 
 def check_offset(offset, bar_bytes=4096):
@@ -158,3 +158,46 @@ class Link(abc.ABC):
 
     def __repr__(self):
         return f"<{type(self).__name__} backend={self.backend!r}>"
+
+
+class RamLink(Link):
+    """A `Link` whose host memory is one bytearray at a base address: the
+    memory half of the contract (`alloc`, `read_memory`, `write_memory`,
+    `memory_range`), for links that keep the host's RAM themselves. A
+    subclass calls `_attach_ram` before use."""
+
+    def _attach_ram(self, base, memory, first_free=None):
+        """Host RAM `memory` (a bytearray) at address `base`; `alloc` hands
+        out addresses from `first_free` (default `base`) up."""
+        self._base = base
+        self._memory = memory
+        self._next = base if first_free is None else first_free
+
+    def _inside(self, addr, nbytes):
+        return self._base <= addr and addr + nbytes <= self._base + len(self._memory)
+
+    def _offset(self, addr, nbytes):
+        if not self._inside(addr, nbytes):
+            raise ValueError(f"host bytes 0x{addr:x} + {nbytes} are outside the link's RAM "
+                             f"(0x{self._base:x} + {len(self._memory)})")
+        return addr - self._base
+
+    def alloc(self, nbytes, align=64):
+        addr = -(-self._next // align) * align
+        if addr + nbytes > self._base + len(self._memory):
+            raise MemoryError(f"host memory exhausted: {nbytes} bytes asked, "
+                              f"{self._base + len(self._memory) - addr} left")
+        self._next = addr + nbytes
+        return addr
+
+    def write_memory(self, addr, data):
+        offset = self._offset(addr, len(data))
+        self._memory[offset:offset + len(data)] = bytes(data)
+
+    def read_memory(self, addr, n):
+        offset = self._offset(addr, n)
+        return bytes(self._memory[offset:offset + n])
+
+    @property
+    def memory_range(self):
+        return self._base, len(self._memory)

@@ -27,7 +27,7 @@ import time
 from collections import deque
 
 from .errors import TpuError
-from .link import Link, check_offset, check_value
+from .link import RamLink, check_offset, check_value
 from .serial_framing import MAX_HEADER_BYTES, Deframer, Kind, encode_frame
 from .tlp_bytes import CPL_SC, CPL_UR, byte_range, completion, memory_read, memory_write, parse
 
@@ -86,7 +86,7 @@ class PySerialTransport:
         return f"serial port {self.port.name}"
 
 
-class SerialLink(Link):
+class SerialLink(RamLink):
     """The `Link` contract over a UART; see the module docstring.
 
     Parameters
@@ -140,9 +140,7 @@ class SerialLink(Link):
         self.read_timeout = read_timeout
         self.retries = retries
         self.completion_bytes = completion_bytes
-        self._base = ram_base
-        self._memory = bytearray(ram_bytes)
-        self._next = ram_base
+        self._attach_ram(ram_base, bytearray(ram_bytes))
         # The longest frame either side sends, stuffing aside: a header, a
         # payload, ctrl, length, CRC and SOF.
         self._max_frame = MAX_HEADER_BYTES + config.max_payload + 6
@@ -267,9 +265,6 @@ class SerialLink(Link):
         elif tlp.is_write:
             self._apply_write(tlp)
 
-    def _inside(self, addr, nbytes):
-        return self._base <= addr and addr + nbytes <= self._base + len(self._memory)
-
     def _answer_read(self, tlp):
         start, nbytes = byte_range(tlp)
         ids = dict(requester_id=tlp.requester_id, tag=tlp.tag)
@@ -324,32 +319,6 @@ class SerialLink(Link):
         check_offset(offset)
         check_value(value)
         await self._send(memory_write(offset, value.to_bytes(4, "little")), self.read_timeout)
-
-    def alloc(self, nbytes, align=64):
-        addr = -(-self._next // align) * align
-        if addr + nbytes > self._base + len(self._memory):
-            raise MemoryError(f"host memory exhausted: {nbytes} bytes asked, "
-                              f"{self._base + len(self._memory) - addr} left")
-        self._next = addr + nbytes
-        return addr
-
-    def _offset(self, addr, nbytes):
-        if not self._inside(addr, nbytes):
-            raise ValueError(f"host bytes 0x{addr:x} + {nbytes} are outside the link's RAM "
-                             f"(0x{self._base:x} + {len(self._memory)})")
-        return addr - self._base
-
-    def write_memory(self, addr, data):
-        offset = self._offset(addr, len(data))
-        self._memory[offset:offset + len(data)] = bytes(data)
-
-    def read_memory(self, addr, n):
-        offset = self._offset(addr, n)
-        return bytes(self._memory[offset:offset + n])
-
-    @property
-    def memory_range(self):
-        return self._base, len(self._memory)
 
     async def wait_interrupt(self, timeout):
         await self._sync()
