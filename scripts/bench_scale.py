@@ -27,6 +27,7 @@ Examples::
 import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -243,21 +244,73 @@ async def gemm_main(device):
             "run_seconds": done - loaded}
 
 
+class _PeakSampler:
+    """Samples the resident size of this process's descendants (not itself)
+    every half second while in its ``with`` block; the peak in `peak_kb`."""
+
+    def __init__(self):
+        import threading
+        self.peak_kb, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self):
+        me = os.getpid()
+        while not self._stop.wait(0.5):
+            self.peak_kb = max(self.peak_kb, _tree_rss_kb(me) - _tree_rss_kb_self(me))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _tree_rss_kb_self(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
 def gemm(config, *, seed):
     """Build (or reuse) the chip's Verilator model, run the GEMM on it and on
     the golden model; the measurements, with ``bit_exact``."""
+    import tpu.hdl.verilog
     from tpu.driver import run
-    from tpu.hdl.verilog import CHIP_NAME, generate_verilog
-    from tpu.sim.harness import build
+    from tpu.sim.harness import _hierarchical, build
     result = {"config": config.to_dict(), "k_tiles": K_TILES, "n_tiles": N_TILES,
-              "batch": BATCH or config.rows, "load_average": [round(os.getloadavg()[0], 1)]}
-    start = time.perf_counter()
-    source = generate_verilog(config, top="chip")
-    result["generate_seconds"] = round(time.perf_counter() - start, 1)
-    start = time.perf_counter()
-    build(config, "verilator", verilog_source=source, toplevel=CHIP_NAME)
-    result["build_seconds"] = round(time.perf_counter() - start, 1)   # 0 when reused
-    del source
+              "batch": BATCH or config.rows, "load_average": [round(os.getloadavg()[0], 1)],
+              "generate_seconds": 0}
+    # The model is built as the driver finds it (by configuration, so that
+    # its Verilog is generated once); the generation inside is timed apart.
+    generate = tpu.hdl.verilog.generate_verilog
+
+    def timed_generate(*args, **kwargs):
+        begin = time.perf_counter()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            result["generate_seconds"] = round(time.perf_counter() - begin, 1)
+
+    tpu.hdl.verilog.generate_verilog = timed_generate
+    sampler = _PeakSampler()
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        with sampler:
+            model = build(config, "verilator", top="chip")
+    finally:
+        tpu.hdl.verilog.generate_verilog = generate
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # 0 when reused
+    result["build_seconds"] = round(time.perf_counter() - start - result["generate_seconds"], 1)
+    if result["build_seconds"] > 1:
+        # Verilator and the compiler are child processes (as is Yosys, when
+        # the Verilog is generated): their CPU time and their peak together.
+        result["build_cpu_seconds"] = round(after.ru_utime + after.ru_stime
+                                            - before.ru_utime - before.ru_stime, 1)
+        result["build_peak_children_mib"] = sampler.peak_kb // 1024
+    result["hierarchical"] = _hierarchical(config)
+    result["cpp_mb"] = round(sum(f.stat().st_size for f in Path(model).rglob("*.cpp")) / 1e6, 1)
     start = time.perf_counter()
     rtl = run(gemm_main, backend="verilator", config=config, seed=seed)
     result["verilator_call_seconds"] = round(time.perf_counter() - start, 1)
@@ -275,6 +328,12 @@ def gemm(config, *, seed):
     return result
 
 
+def _build_cost(result):
+    if "build_cpu_seconds" not in result:
+        return ""
+    return f", {result['build_cpu_seconds']} s CPU, peak {result['build_peak_children_mib']} MiB"
+
+
 def print_gemm(result):
     cfg = result["config"]
     print(f"chip {cfg['rows']}x{cfg['cols']}: GEMM {result['batch']} x "
@@ -282,7 +341,9 @@ def print_gemm(result):
           f"({result['k_tiles'] * result['n_tiles']} tiles): "
           f"{'bit-exact with the golden model' if result['bit_exact'] else 'DIFFERS from the golden model'}"
           f" ({100 * result['saturated_fraction']:.1f} % of outputs saturated); "
-          f"Verilog {result['generate_seconds']} s, Verilator build {result['build_seconds']} s; "
+          f"Verilog {result['generate_seconds']} s, Verilator build {result['build_seconds']} s"
+          f"{' (hierarchical)' if result['hierarchical'] else ''}{_build_cost(result)}"
+          f", {result['cpp_mb']} MB of C++; "
           f"weights {result['load_cycles']} cycles in {result['load_seconds']:.1f} s, "
           f"program {result['run_cycles']} cycles in {result['run_seconds']:.1f} s: "
           f"{result['cycles_per_second']} cycles/s (load {result['load_average']})", flush=True)
