@@ -2,8 +2,9 @@
 
 from amaranth import *
 from amaranth.lib import data, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+
+from .ram import Ram
 
 
 __all__ = ["Accumulators", "AccReadSignature", "AccWriteSignature"]
@@ -52,7 +53,7 @@ class Accumulators(wiring.Component):
     def __init__(self, *, acc_rows, cols):
         self._acc_rows = acc_rows
         self._cols = cols
-        self._mem = Memory(shape=data.ArrayLayout(signed(32), cols), depth=acc_rows, init=[])
+        self._mem = Ram(shape=data.ArrayLayout(signed(32), cols), depth=acc_rows)
         super().__init__({
             "update":  In(AccWriteSignature(acc_rows=acc_rows, cols=cols)),
             "written": Out(AccWriteSignature(acc_rows=acc_rows, cols=cols)),

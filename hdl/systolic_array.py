@@ -1,13 +1,17 @@
 """The Matrix Multiply Unit: a weight-stationary systolic array."""
 
+import hashlib
+
 from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .module_library import ModuleLibrary, add_submodule
 from .multiplier import MULTIPLIER_LATENCY, Multiplier, MultiplierSignature
+from .staircase import Staircase
 
 
-__all__ = ["SystolicArray", "psum_width"]
+__all__ = ["SystolicArray", "SystolicRow", "psum_width"]
 
 
 # The extreme magnitude of one product: int8 weight x uint8-or-int8 activation.
@@ -161,69 +165,149 @@ class SystolicArray(wiring.Component):
                 value = reg
             return value
 
+        def staircase(name, values, width, first, step):
+            """`values` (lanes of `width` bits), lane k delayed first + k * step cycles."""
+            m.submodules[name] = stairs = Staircase(width=width, lanes=len(values), first=first,
+                                                    step=step)
+            m.d.comb += stairs.i.eq(Cat(values))
+            return [stairs.o[k * width:(k + 1) * width] for k in range(len(values))]
+
         # Left edge: widen each activation to 9-bit signed, so one datapath
         # serves int8 and uint8, then skew row k by k cycles: this is what
         # PE(k, 0) registers, into its multiplier and towards PE(k, 1).
-        lane_act, lane_switch = [], []
+        lane_in = []
         for k in range(rows):
             byte = self.act_data[k]
             wide = Signal(signed(9), name=f"act_in_{k}")
             m.d.comb += wide.eq(Mux(self.act_unsigned, byte, byte.as_signed()))
-            lane_act.append(delayed(wide, k, f"skew_act_{k}"))
-            lane_switch.append(delayed(self.act_switch, k, f"skew_switch_{k}"))
+            lane_in.append(wide)
+        lane_act = [v.as_signed() for v in staircase("skew_act", lane_in, 9, 0, 1)]
+        lane_switch = staircase("skew_switch", [self.act_switch] * rows, 1, 0, 1)
 
         # Top edge: weight controls and data reach column n n cycles late,
         # matching the activation wavefront.
-        col_shift, col_capture, col_wdata = [], [], []
-        for n in range(cols):
-            col_shift.append(delayed(self.w_shift, n, f"skew_wshift_{n}"))
-            col_capture.append(delayed(self.w_capture, n, f"skew_wcapture_{n}"))
-            col_wdata.append(delayed(self.w_data[n], n, f"skew_wdata_{n}"))
+        col_shift = staircase("skew_wshift", [self.w_shift] * cols, 1, 0, 1)
+        col_capture = staircase("skew_wcapture", [self.w_capture] * cols, 1, 0, 1)
+        col_wdata = staircase("skew_wdata", [self.w_data[n] for n in range(cols)], 8, 0, 1)
 
+        # The PEs, a row at a time: every row is the same module, so the
+        # Verilog holds it once (docs/verilog.md).
         width = psum_width(rows)
-        psum_in = [C(0, signed(width))] * cols
-
-        transit = [[Signal(signed(8), name=f"pe_{k}_{n}_transit") for n in range(cols)]
-                   for k in range(rows)]
-        for k in range(rows):
-            act, switch = lane_act[k], lane_switch[k]
-            for n in range(cols):
-                shadow = Signal(signed(8), name=f"pe_{k}_{n}_shadow")
-                active = Signal(signed(8), name=f"pe_{k}_{n}_active")
-                weight = Signal(signed(8), name=f"pe_{k}_{n}_weight")
-                psum = Signal(signed(width), name=f"pe_{k}_{n}_psum")
-
-                below = transit[k + 1][n] if k + 1 < rows else col_wdata[n]
-                # Plain multiplexers rather than `m.If`: at 256x256 the
-                # per-PE conditional processes are what exhausts Yosys.
-                m.d.comb += weight.eq(Mux(switch, shadow, active))
-                m.d.sync += [
-                    transit[k][n].eq(Mux(col_shift[n], below, transit[k][n])),
-                    shadow.eq(Mux(col_capture[n], transit[k][n], shadow)),
-                    active.eq(weight),
-                ]
-                # The multiplier registers `act` and `weight` as `active`
-                # does (for plain `*` synthesis merges the two), so the
-                # switch multiplexer sits in front of registers, not of the
-                # multiplication.
-                mul = self._multipliers[k][n]
-                m.submodules[f"pe_{k}_{n}_mul"] = mul
-                m.d.comb += [mul.a.eq(act), mul.b.eq(weight)]
-                m.d.sync += psum.eq(psum_in[n] + mul.p)
-                psum_in[n] = psum
-
-                if n + 1 < cols:
-                    next_act = Signal.like(act, name=f"pe_{k}_{n}_act")
-                    next_switch = Signal(name=f"pe_{k}_{n}_switch")
-                    m.d.sync += [next_act.eq(act), next_switch.eq(switch)]
-                    act, switch = next_act, next_switch
-
+        pe_rows = [SystolicRow(psum_width=width, multipliers=self._multipliers[k]) for k in range(rows)]
+        shift, capture = Cat(col_shift), Cat(col_capture)
+        for k, row in enumerate(pe_rows):
+            add_submodule(m, platform, f"row_{k}", row, row.module_name)
+            if isinstance(platform, ModuleLibrary):
+                # Only the row a module is converted from elaborates its
+                # multipliers; the other instances' are never used.
+                for mul in self._multipliers[k]:
+                    mul._MustUse__silence = True
+            m.d.comb += [
+                row.act.eq(lane_act[k]),
+                row.act_switch.eq(lane_switch[k]),
+                row.shift.eq(shift),
+                row.capture.eq(capture),
+                # Weights shift up the columns, entering at the bottom row.
+                row.below.eq(pe_rows[k + 1].transit if k + 1 < rows else Cat(col_wdata)),
+                Value.cast(row.psum_in).eq(pe_rows[k - 1].psum_out if k else 0),
+            ]
         # Bottom edge: column n is n cycles early; align all columns.
-        for n in range(cols):
-            m.d.comb += self.out_data[n].eq(delayed(psum_in[n], cols - 1 - n, f"deskew_{n}"))
+        psum_out = [pe_rows[-1].psum_out[n] for n in range(cols)]
+        for n, value in enumerate(staircase("deskew", psum_out, width, cols - 1, -1)):
+            m.d.comb += self.out_data[n].eq(value.as_signed())
 
         m.d.comb += [
             self.out_valid.eq(delayed(self.act_valid, self.latency, "valid")),
             self.out_tag.eq(delayed(self.act_tag, self.latency, "tag")),
         ]
+        return m
+
+
+
+class SystolicRow(wiring.Component):
+    """One row of ``cols`` processing elements of a :class:`SystolicArray`.
+
+    Rows with the same kinds of multiplier are the same circuit; only what
+    they are connected to differs, so Verilog generation emits such a row
+    once (as :attr:`module_name`) and instantiates it for each.
+
+    Members
+    -------
+    act : In(signed(9))
+        The row's activation, skewed, entering PE 0 and moving right.
+    act_switch : In(1)
+        The switch flag travelling with ``act``.
+    shift, capture : In(cols)
+        Each column's (skewed) weight shift and capture.
+    below : In(ArrayLayout(signed(8), cols))
+        The transit weights of the row below (the top edge's weight data for
+        the bottom row), taken on a shift.
+    transit : Out(ArrayLayout(signed(8), cols))
+        This row's transit weights.
+    psum_in : In(ArrayLayout(signed(psum_width), cols))
+        Partial sums from the row above (0 for the top row).
+    psum_out : Out(ArrayLayout(signed(psum_width), cols))
+        ``psum_in`` plus the products of the activations that entered
+        :data:`~tpu.hdl.multiplier.MULTIPLIER_LATENCY` cycles earlier.
+    """
+
+    def __init__(self, *, psum_width, multipliers):
+        cols = len(multipliers)
+        self._cols = cols
+        self._psum_width = psum_width
+        self._multipliers = list(multipliers)
+        super().__init__({
+            "act":      In(signed(9)),
+            "act_switch": In(1),
+            "shift":    In(cols),
+            "capture":  In(cols),
+            "below":    In(data.ArrayLayout(signed(8), cols)),
+            "transit":  Out(data.ArrayLayout(signed(8), cols)),
+            "psum_in":  In(data.ArrayLayout(signed(psum_width), cols)),
+            "psum_out": Out(data.ArrayLayout(signed(psum_width), cols)),
+        })
+
+    @property
+    def module_name(self):
+        """The Verilog module of this row: it names every parameter."""
+        kinds = [type(mul).__name__ for mul in self._multipliers]
+        name = f"tpu_systolic_row_{self._cols}x{self._psum_width}"
+        if any(kind != "Multiplier" for kind in kinds):
+            # Rows mixing multiplier kinds differ: name the mix.
+            name += "_" + hashlib.sha256(",".join(kinds).encode()).hexdigest()[:8]
+        return name
+
+    def elaborate(self, platform):
+        m = Module()
+        cols, width = self._cols, self._psum_width
+        act, switch = self.act, self.act_switch
+        for n in range(cols):
+            transit = self.transit[n]
+            shadow = Signal(signed(8), name=f"pe_{n}_shadow")
+            active = Signal(signed(8), name=f"pe_{n}_active")
+            weight = Signal(signed(8), name=f"pe_{n}_weight")
+            psum = Signal(signed(width), name=f"pe_{n}_psum")
+
+            # Plain multiplexers rather than `m.If`: at 256x256 the
+            # per-PE conditional processes are what exhausts Yosys.
+            m.d.comb += weight.eq(Mux(switch, shadow, active))
+            m.d.sync += [
+                transit.eq(Mux(self.shift[n], self.below[n], transit)),
+                shadow.eq(Mux(self.capture[n], transit, shadow)),
+                active.eq(weight),
+            ]
+            # The multiplier registers `act` and `weight` as `active` does
+            # (for plain `*` synthesis merges the two), so the switch
+            # multiplexer sits in front of registers, not of the multiplication.
+            mul = self._multipliers[n]
+            m.submodules[f"pe_{n}_mul"] = mul
+            m.d.comb += [mul.a.eq(act), mul.b.eq(weight)]
+            m.d.sync += psum.eq(self.psum_in[n] + mul.p)
+            m.d.comb += self.psum_out[n].eq(psum)
+
+            if n + 1 < cols:
+                next_act = Signal.like(act, name=f"pe_{n}_act")
+                next_switch = Signal(name=f"pe_{n}_switch")
+                m.d.sync += [next_act.eq(act), next_switch.eq(switch)]
+                act, switch = next_act, next_switch
         return m

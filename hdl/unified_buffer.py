@@ -2,10 +2,10 @@
 
 from amaranth import *
 from amaranth.lib import data, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
+from .ram import Ram
 
 
 __all__ = ["UnifiedBuffer", "UbReadSignature", "UbWriteSignature"]
@@ -58,7 +58,7 @@ class UnifiedBuffer(wiring.Component):
         if not isinstance(config, TPUConfig):
             raise TypeError(f"UnifiedBuffer needs a TPUConfig, not {config!r}")
         self._config = config
-        self._mem = Memory(shape=UbRow(config), depth=config.ub_rows, init=[])
+        self._mem = Ram(shape=UbRow(config), depth=config.ub_rows)
         super().__init__({
             "act_write":  In(UbWriteSignature(config)),
             "dma_write":  In(UbWriteSignature(config)),

@@ -5,6 +5,7 @@ from amaranth.hdl import Shape
 from amaranth.lib import data, wiring
 
 from ..config import TPUConfig
+from .module_library import ModuleLibrary
 
 
 __all__ = ["generate_verilog", "generate_with_ports", "port_map", "format_port_map", "design", "DEFAULT_TOP",
@@ -40,8 +41,7 @@ def design(config=TPUConfig(), top=DEFAULT_TOP):
 def generate_with_ports(config=TPUConfig(), *, top=DEFAULT_TOP):
     """(Verilog text, `port_map`) of `top` for `config`, from one elaboration."""
     component = design(config, top)
-    text = verilog.convert(component, name=TOPS[top], emit_src=False)
-    return text, port_map(component)
+    return _convert(component, TOPS[top]), port_map(component)
 
 
 def generate_verilog(config=TPUConfig(), *, top=DEFAULT_TOP, name=None):
@@ -50,9 +50,17 @@ def generate_verilog(config=TPUConfig(), *, top=DEFAULT_TOP, name=None):
 
     The top module is `name` (by default ``tpu_chip``, ``tpu_core`` or
     ``tpu_matrix_engine``), with a clock ``clk`` and a synchronous
-    active-high reset ``rst``.
+    active-high reset ``rst``. The file also holds the modules the design
+    instantiates many times or that are large (a row of the systolic array,
+    the big memories), each defined once after the top module's hierarchy.
     """
-    return verilog.convert(design(config, top), name=name or TOPS[top], emit_src=False)
+    return _convert(design(config, top), name or TOPS[top])
+
+
+def _convert(component, name):
+    library = ModuleLibrary()
+    text = verilog.convert(component, name=name, emit_src=False, platform=library)
+    return text + library.verilog()
 
 
 def _fields(shape, offset, path):

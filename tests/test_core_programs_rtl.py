@@ -12,10 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from amaranth.back import verilog
 
 from conftest import base_seed
-from tpu.hdl.core import TPUCore
+from tpu.hdl.verilog import generate_verilog
 from tpu.sim.models import activation_model
 from tpu.sim.models.chip_model import ChipModel
 from tpu.sim.harness import run
@@ -30,7 +29,7 @@ _SOURCES = {}
 
 def _source(config):
     if config not in _SOURCES:
-        _SOURCES[config] = verilog.convert(TPUCore(config), name=TOP, emit_src=False)
+        _SOURCES[config] = generate_verilog(config, top="core", name=TOP)
     return _SOURCES[config]
 
 

@@ -2,11 +2,10 @@
 random programs with every kind of hazard, and every fault kind."""
 
 import pytest
-from amaranth.back import verilog
 
 from conftest import base_seed
 from tpu import TPUConfig
-from tpu.hdl.core import TPUCore
+from tpu.hdl.verilog import generate_verilog
 from tpu.sim.harness import run
 from tpu.sim.stimulus.program_generator import FAULT_KINDS
 
@@ -23,7 +22,7 @@ _SOURCES = {}
 
 def _source(config):
     if config not in _SOURCES:
-        _SOURCES[config] = verilog.convert(TPUCore(config), name=TOP, emit_src=False)
+        _SOURCES[config] = generate_verilog(config, top="core", name=TOP)
     return _SOURCES[config]
 
 

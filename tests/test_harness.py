@@ -70,6 +70,27 @@ def test_ports_control_file_lists_the_top_level_ports(tmp_path):
         harness._ports_control_file(text, "other", tmp_path)
 
 
+def test_large_arrays_build_their_rows_as_hierarchical_blocks(tmp_path, monkeypatch):
+    """From 128x128 on, Verilator compiles each row module once
+    (--hierarchical, the row a hier_block); the multiplier modules inside a
+    row and smaller arrays are left alone, and TPU_VERILATOR_HIER decides."""
+    monkeypatch.delenv("TPU_VERILATOR_HIER", raising=False)
+    assert "--hierarchical" in harness._build_args("verilator", None, TPUConfig(rows=128, cols=128))
+    assert "--hierarchical" not in harness._build_args("verilator", None, TPUConfig(rows=64, cols=128))
+    assert "--hierarchical" not in harness._build_args("icarus", None, TPUConfig(rows=256, cols=256))
+    monkeypatch.setenv("TPU_VERILATOR_HIER", "1")
+    assert "--hierarchical" in harness._build_args("verilator", None, SMALL)
+    monkeypatch.setenv("TPU_VERILATOR_HIER", "yes")
+    with pytest.raises(ValueError, match="TPU_VERILATOR_HIER must be 0 or 1, not 'yes'"):
+        harness._build_args("verilator", None, SMALL)
+    text = ("module top(clk);\nendmodule\nmodule tpu_systolic_row_4x17(clk, act);\nendmodule\n"
+            "module \\tpu_systolic_row_4x17.pe_0.mul (a, b);\nendmodule\n")
+    lines = harness._ports_control_file(text, "top", tmp_path, hierarchical=True).read_text()
+    assert lines.splitlines()[1:] == ['public_flat_rw -module "top" -var "clk"',
+                                      'hier_block -module "tpu_systolic_row_4x17"']
+    assert "hier_block" not in harness._ports_control_file(text, "top", tmp_path).read_text()
+
+
 def _fst_hierarchy(data):
     """The decompressed hierarchy block of an FST file (scope and signal
     names), or None if it has none this reader knows."""

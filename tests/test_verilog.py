@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from tpu import TPUConfig
+from tpu.estimate import elaboration_memory
 from tpu.hdl.verilog import (DEFAULT_TOP, ENGINE_NAME, TOPS, design, format_port_map,
                              generate_verilog, port_map)
 from tpu.sim.harness import missing_simulator
@@ -96,8 +97,43 @@ def test_64x64_converts():
         "busy": ("output", 1),
     }
     assert ports["act__payload"][1] == 524 and ports["written__data"][1] == 2048
-    # One processing element per weight.
-    assert len(re.findall(r"^\s*reg \[7:0\] pe_\d+_\d+_active\b", text, re.M)) == 64 * 64
+    # One processing element per weight: a row of 64 PEs, instantiated 64 times.
+    row = _module(text, "tpu_systolic_row_64x")
+    assert len(re.findall(r"^\s*reg \[7:0\] pe_\d+_active\b", row, re.M)) == 64
+    assert len(re.findall(r"^\s*tpu_systolic_row_64x\d+ row_\d+ \(", text, re.M)) == 64
+
+
+def _module(text, prefix):
+    """The one module of `text` whose name starts with `prefix`."""
+    starts = [m.start() for m in re.finditer(rf"^module {prefix}", text, re.M)]
+    assert len(starts) == 1, f"{len(starts)} modules named {prefix}..."
+    return text[starts[0]:text.index("endmodule", starts[0])]
+
+
+def test_repeated_and_large_blocks_are_emitted_once():
+    """TPU v1's memory sizes on a small array convert in seconds to a small
+    file: each array row is one module, instantiated per row, and the
+    96K-row unified buffer and the 4096-row accumulators are modules whose
+    contents a loop clears, not a statement per word."""
+    config = TPUConfig(rows=4, cols=4, acc_rows=4096, ub_rows=98304)
+    text = generate_verilog(config, top="chip")
+    assert len(text) < 3_000_000
+    assert len(re.findall(r"^module tpu_systolic_row_", text, re.M)) == 1
+    assert len(re.findall(r"^\s*tpu_systolic_row_4x\d+ row_[0-3] \(", text, re.M)) == 4
+    ub = _module(text, "tpu_ram_98304x32_")
+    assert "reg [31:0] mem [98303:0];" in ub and "for (i = 0; i < 18'd98304;" in ub
+    assert "reg [127:0] mem [4095:0];" in _module(text, "tpu_ram_4096x128_")
+    assert not re.search(r"mem\[\d+\] = ", text)
+
+
+def test_the_estimate_admits_tpu_v1():
+    """The memory estimate lets TPU v1's sizes through on an 8 GiB machine
+    and still refuses what cannot fit."""
+    v1 = TPUConfig(rows=256, cols=256, acc_rows=4096, ub_rows=98304, weight_mem_tiles=64)
+    assert elaboration_memory(v1, "chip") < 8 << 30
+    assert elaboration_memory(TPUConfig(rows=256, cols=256), "engine") < 8 << 30
+    # Small memories still carry their contents word by word.
+    assert elaboration_memory(TPUConfig(rows=256, cols=256, pool_max_width=65535), "chip") > 32 << 30
 
 
 def _verilator():

@@ -2,32 +2,44 @@
 so that a command can refuse a configuration the machine cannot hold
 instead of dying of MemoryError minutes later.
 
-Measured (docs/verilog.md): Amaranth and Yosys together hold about 128 bytes
-per bit of memory contents (every RAM's initial value is a Python integer and
-an RTLIL constant) and about 300 KiB per processing element, on top of about
-160 MiB for Python, Amaranth and the Yosys runtime.
+Generated Verilog holds one row of the systolic array, the array's skews
+and the unified buffer, accumulators and weight memory each as one compact
+module (docs/verilog.md), so what still grows with the configuration is:
+the row's processing elements, converted once; the logic per column and
+per row around the array (activation pipeline, pooling lanes, row
+instances); and the smaller memories that Amaranth emits with their
+contents word by word (the weight FIFO and the pooling line buffers),
+about 128 bytes per bit (the initial value is a Python integer and an
+RTLIL constant). On top comes about 256 MiB for Python, Amaranth and the
+Yosys runtime. The constants are fitted to the measurements in
+docs/verilog.md.
 """
 
 __all__ = ["memory_bits", "elaboration_memory", "available_memory", "format_bytes"]
 
-BASE_BYTES = 160 << 20
+BASE_BYTES = 256 << 20
 BYTES_PER_MEMORY_BIT = 128
 BYTES_PER_PE = 300 << 10
+BYTES_PER_LANE = 5 << 20
+
+# Bits of one pooling line-buffer entry: 3 horizontal results of 11 bits
+# (tpu.hdl.pooling: H_WIDTH x (MAX_POOL_SIZE - 1)).
+_POOL_ENTRY_BITS = 33
 
 
 def memory_bits(config, top="chip"):
-    """Bits of RAM in `top` ("engine", "core" or "chip") of `config`."""
-    bits = config.acc_rows * config.cols * 32
-    if top != "engine":
-        bits += config.weight_mem_tiles * config.tile_bytes * 8
-        bits += config.weight_fifo_tiles * config.tile_bytes * 8
-        bits += config.ub_rows * config.rows * 8
-    return bits
+    """Bits of the memories of `top` ("engine", "core" or "chip") of `config`
+    that are emitted word by word."""
+    if top == "engine":
+        return 0
+    return (config.weight_fifo_tiles * config.tile_bytes * 8
+            + config.cols * config.pool_max_width * _POOL_ENTRY_BITS)
 
 
 def elaboration_memory(config, top="chip"):
     """Estimated peak bytes of generating the Verilog of `top` for `config`."""
-    return (BASE_BYTES + BYTES_PER_PE * config.rows * config.cols
+    lanes = config.rows + (config.cols if top == "engine" else 2 * config.cols)
+    return (BASE_BYTES + BYTES_PER_PE * config.cols + BYTES_PER_LANE * lanes
             + BYTES_PER_MEMORY_BIT * memory_bits(config, top))
 
 
