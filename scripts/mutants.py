@@ -100,6 +100,9 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1, help="TPU_SEED of the tests (default 1)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per mutant (default 1800)")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "mutants", help="report directory")
+    parser.add_argument("--tests", nargs="+", metavar="TEST",
+                        help="run these tests (pytest arguments) instead of each block's; e.g. whole "
+                             "test files, to confirm a survivor of a block's narrowed selection")
     args = parser.parse_args(argv)
     blocks, mutants = load()
     if args.list:
@@ -121,7 +124,8 @@ def main(argv=None):
         if m.get("equivalent"):
             outcome, seconds, tail = "equivalent", 0.0, m["equivalent"]
         else:
-            outcome, seconds, tail = run_mutant(m, blocks[m["block"]], seed=args.seed, timeout=args.timeout)
+            tests = args.tests or blocks[m["block"]]
+            outcome, seconds, tail = run_mutant(m, tests, seed=args.seed, timeout=args.timeout)
         results.append({**m, "outcome": outcome, "seconds": seconds, "tail": tail})
         print(f"{m['id']:32} {outcome:18} {seconds:6.0f} s  {m['description']}", flush=True)
         (args.out / "report.json").write_text(json.dumps(results, indent=1))
