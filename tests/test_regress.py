@@ -8,7 +8,7 @@ every coverage bin (checked below, on the golden model). ``make regress SEEDS=N`
 
 - ``TPU_REGRESS_PROGRAMS``: programs per configuration (N),
 - ``TPU_REGRESS_CONFIGS``: configurations, by name (`tpu.sim.regress.CONFIGS`),
-- ``TPU_REGRESS_BATCH``: programs per simulation (25),
+- ``TPU_REGRESS_BATCH``: programs per simulation (100),
 - ``TPU_REGRESS_SIM``: the simulator (verilator),
 - ``TPU_REGRESS_DIR``: where the reports go (``build/regress``),
 
@@ -42,7 +42,7 @@ CI_SEEDS = (2, 10, 17, 23, 81, 136, 363, 489, 610, 975)
 _ENV = os.environ.get
 FULL = _ENV("TPU_REGRESS_PROGRAMS") is not None
 PROGRAMS = int(_ENV("TPU_REGRESS_PROGRAMS", "0"))
-BATCH = int(_ENV("TPU_REGRESS_BATCH", "25"))
+BATCH = int(_ENV("TPU_REGRESS_BATCH", "100"))
 NAMES = _ENV("TPU_REGRESS_CONFIGS", "4x4,8x8,16x16").split(",")
 SIM = _ENV("TPU_REGRESS_SIM", "verilator")
 DIRECTORY = Path(_ENV("TPU_REGRESS_DIR", "build/regress")).resolve()
