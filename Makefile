@@ -32,10 +32,13 @@ SEEDS       ?= 1000
 CONFIGS     ?= 4x4,8x8,16x16
 REGRESS_DIR ?= build/regress
 REGRESS_SIM ?= verilator
+# Programs per simulation: a simulator start costs as much CPU as about 30
+# programs (docs/regress.md), so batches are long; a failure ends its batch.
+BATCH       ?= 100
 regress: $(STAMP)
 	rm -rf $(REGRESS_DIR)
 	-TPU_REGRESS_PROGRAMS=$(SEEDS) TPU_REGRESS_CONFIGS=$(CONFIGS) TPU_REGRESS_DIR=$(REGRESS_DIR) \
-	  TPU_REGRESS_SIM=$(REGRESS_SIM) PYTHONWARNINGS=error \
+	  TPU_REGRESS_SIM=$(REGRESS_SIM) TPU_REGRESS_BATCH=$(BATCH) PYTHONWARNINGS=error \
 	  $(BIN)/python -m pytest -n $(JOBS) -q tests/test_regress.py -k 'core_batch or dma_batch' $(PYTEST_ARGS)
 	$(BIN)/python -m tpu.sim.regress $(REGRESS_DIR)
 

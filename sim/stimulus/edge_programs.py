@@ -110,4 +110,14 @@ def edge_programs(cfg):
             programs.append((f"{name} {what} row",
                              [Rhm(0, 4, HOST_INPUT), Mmc(0, 4, 0), make(past),
                               Whm(0, 4, HOST_OUTPUT + 64 * R), Halt()]))
+    # An MMC waiting for its weight tile backs its rows up into the UB
+    # reader, so the next MMC is ready before the last row is read: one pair
+    # for each length from 1 to 6 rows, so that one of them fills the reader
+    # exactly when its last row is due, whatever the reader's depth.
+    pairs = []
+    for rows in range(1, 7):
+        acc = (rows - 1) * 12 % max(1, cfg.acc_rows - 12)
+        pairs += [Rw(rows % cfg.weight_mem_tiles, 1), Mmc(0, rows, acc, switch=True),
+                  Mmc(6, rows, acc + 6)]
+    programs.append(("MMC right behind an MMC waiting for its weights", [*pairs, Halt()]))
     return programs

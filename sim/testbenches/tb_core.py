@@ -29,34 +29,49 @@ from ..host.streams import CycleLoop, StreamSource, pack_array, start_clock_and_
 
 class HostModel:
     """Serves the core's host DMA ports from a byte dictionary, with random
-    waits on every stream."""
+    waits on every stream.
+
+    Every cycle costs Python time in a simulation that is mostly waiting, so
+    the model writes a signal only when its value changes and reads the
+    design's side of a handshake only when its own side allows a transfer.
+    """
+
+    _READY = ("host_read_req", "host_write_req", "host_write_data")
 
     def __init__(self, dut, config, rng, *, stall):
         self.dut, self.cfg, self.rng, self.stall = dut, config, rng, stall
         self.memory = {}
         self.reads = []          # [addr, rows left, next row]
         self.writes = []
-        for prefix in ("host_read_req", "host_write_req", "host_write_data"):
-            getattr(dut, f"{prefix}__ready").value = 0
+        self._ready_handles = [getattr(dut, f"{prefix}__ready") for prefix in self._READY]
+        self._ready = [0, 0, 0]
+        for handle in self._ready_handles:
+            handle.value = 0
         dut.host_read_data__valid.value = 0
+        self._valid = 0
         self._offered = None
 
     def drive(self, cycle):
         dut = self.dut
-        for prefix in ("host_read_req", "host_write_req", "host_write_data"):
-            getattr(dut, f"{prefix}__ready").value = int(self.rng.random() >= self.stall)
+        for i, handle in enumerate(self._ready_handles):
+            ready = int(self.rng.random() >= self.stall)
+            if ready != self._ready[i]:
+                handle.value = self._ready[i] = ready
         if self._offered is None and self.reads and self.rng.random() >= self.stall:
             addr, left, row = self.reads[0]
             base = addr + row * self.cfg.rows
             data = [self.memory.get(base + i, 0) for i in range(self.cfg.rows)]
             self._offered = True
             dut.host_read_data__payload.value = pack_array(data, 8)
-        dut.host_read_data__valid.value = int(self._offered is not None)
+        valid = int(self._offered is not None)
+        if valid != self._valid:
+            dut.host_read_data__valid.value = self._valid = valid
 
     def sample(self, cycle):
         dut = self.dut
         R = self.cfg.rows
-        if int(dut.host_read_req__valid.value) and int(dut.host_read_req__ready.value):
+        read_ready, write_ready, data_ready = self._ready
+        if read_ready and int(dut.host_read_req__valid.value):
             word = dut.host_read_req__payload.value.to_unsigned()
             self.reads.append([word & ((1 << 64) - 1), word >> 64, 0])
         if self._offered is not None and int(dut.host_read_data__ready.value):
@@ -64,10 +79,10 @@ class HostModel:
             self.reads[0][2] += 1
             if self.reads[0][2] == self.reads[0][1]:
                 self.reads.pop(0)
-        if int(dut.host_write_req__valid.value) and int(dut.host_write_req__ready.value):
+        if write_ready and int(dut.host_write_req__valid.value):
             word = dut.host_write_req__payload.value.to_unsigned()
             self.writes.append([word & ((1 << 64) - 1), word >> 64, 0])
-        if int(dut.host_write_data__valid.value) and int(dut.host_write_data__ready.value):
+        if data_ready and int(dut.host_write_data__valid.value):
             assert self.writes, "host write data without a request"
             addr, left, row = self.writes[0]
             word = dut.host_write_data__payload.value.to_unsigned()
@@ -110,7 +125,10 @@ class TB:
     def _monitor(self, cycle):
         if int(self.dut.irq.value):
             self.interrupts.append((cycle, int(self.dut.irq_code.value)))
-        if int(self.dut.instr__valid.value) and not int(self.dut.instr__ready.value):
+        # Once the queue has filled, or the program has all gone in, there is
+        # nothing left to learn: skip the reads.
+        if (not self.queue_full and not self.instr.done and int(self.dut.instr__valid.value)
+                and not int(self.dut.instr__ready.value)):
             self.queue_full = True
 
     queue_full = False
@@ -151,8 +169,8 @@ class TB:
         for i in range(len(program) // INSTRUCTION_BYTES):
             self.instr.send(int.from_bytes(program[i * 16:(i + 1) * 16], "little"))
         timeout = timeout or 4000 + 400 * (len(program) // 16) * self.cfg.rows
-        await self.loop.run_until(lambda: int(self.dut.halted.value) and not int(self.dut.busy.value)
-                                  or (int(self.dut.halted.value) and self.dut.fault.value != 0),
+        await self.loop.run_until(lambda: int(self.dut.halted.value) and (
+                                      not int(self.dut.busy.value) or self.dut.fault.value != 0),
                                   timeout=timeout, what="the core to halt")
         # Let the last writes land.
         for _ in range(self.cfg.rows + self.cfg.cols + 40):

@@ -60,6 +60,21 @@ async def _setup(dut, stall, idle):
     return cfg, seed, rng, memory, source, sink, loop
 
 
+def check_refill_latency(cfg, sink, seed):
+    """A tile is requested only once the FIFO has room for all of it: when
+    the last row of the tile ``weight_fifo_tiles`` earlier has left. So its
+    first row leaves at least the memory latency (plus the 5 cycles of the
+    request queue, the read and the FIFOs) after that row, however long it
+    had to wait; a FIFO that requested early would hide the latency."""
+    depth, latency = cfg.weight_fifo_tiles, max(cfg.weight_mem_latency, 1) + 5
+    for tile in range(depth, len(sink.cycles) // cfg.rows):
+        made_room = sink.cycles[(tile - depth + 1) * cfg.rows - 1]
+        first = sink.cycles[tile * cfg.rows]
+        assert first - made_room >= latency, (
+            f"tile {tile} of the stream: first row {first - made_room} cycles after the last row of "
+            f"tile {tile - depth} made room for it, expected at least {latency} [seed {seed}]")
+
+
 @cocotb.test()
 async def random_loads(dut):
     """Random commands, random idle and back-pressure; every row in order."""
@@ -82,6 +97,7 @@ async def random_loads(dut):
         f"{len(sink.rows)} rows, expected {len(expected)} [seed {seed}]"
     for i, (got, want) in enumerate(zip(sink.rows, expected)):
         assert got == want, f"row {i}: {got} != {want} [seed {seed}]"
+    check_refill_latency(cfg, sink, seed)
     assert int(dut.idle.value) == 1
 
 
@@ -99,6 +115,7 @@ async def bandwidth(dut):
     span = sink.cycles[-1] - sink.cycles[0]
     dut._log.info("first row %d cycles after the command, %d rows in %d cycles",
                   first, len(sink.rows), span + 1)
+    check_refill_latency(cfg, sink, seed)
     # The memory answers `latency` cycles (at least one) after a request,
     # plus 5 cycles through the request queue, the memory read and the FIFOs.
     assert first == max(cfg.weight_mem_latency, 1) + 5, f"first row after {first} cycles"

@@ -437,7 +437,8 @@ async def check_host_errors(device):
 
 async def check_refused_doorbell(device):
     """START or WFILL while a program runs is ignored and counted in
-    BAD_REQUESTS; the running program ends normally."""
+    BAD_REQUESTS; the running program ends normally. So are they while the
+    chip is stopped with an error, until the error is cleared."""
     program = long_program(device.config, 3000)
     job = await device.start(program)
     before = await device.read_register("BAD_REQUESTS")
@@ -447,6 +448,17 @@ async def check_refused_doorbell(device):
     assert (await device.status()).busy
     result = await device.wait(job, timeout=10 * _seconds(device, program) + 1e-3)
     assert result.halted, result
+    await _assert_idle(device)
+    job = await device.submit(device.arena.end, 1)      # FETCH_RANGE
+    for _ in range(100):
+        if (await device.status()).error:
+            break
+    assert (await device.status()).error, "a program outside the window did not stop the chip"
+    before = await device.read_register("BAD_REQUESTS")
+    await device.write_register("CONTROL", Control.START)
+    await device.write_register("CONTROL", Control.WFILL)
+    assert await device.read_register("BAD_REQUESTS") == before + 2, "a doorbell was taken in an error"
+    await _expect_fault(device.wait(job, 1e-3), HostError.FETCH_RANGE, None)
     await _assert_idle(device)
 
 
