@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from tpu import TPUConfig
+from tpu.bench.mxu import process_tree
 from tpu.sim.harness import BUILD_ROOT
 
 
@@ -83,23 +84,7 @@ print(json.dumps({"generate_seconds": done - start,
 
 def _tree_rss_kb(pid):
     """Resident KiB of `pid` and all its descendants."""
-    total, stack, seen = 0, [pid], set()
-    while stack:
-        p = stack.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    stack.extend(int(c) for c in f.read().split())
-        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
-            continue
-    return total
+    return sum(rss for rss, _ in process_tree(pid).values())
 
 
 def convert(config, top, *, timeout, max_gib, keep):

@@ -139,7 +139,7 @@ print(json.dumps({
 """
 
 
-def _process_tree(pid):
+def process_tree(pid):
     """{pid: (VmRSS, VmHWM)} in KiB for `pid` and all its descendants."""
     found, stack = {}, [pid]
     while stack:
@@ -181,7 +181,7 @@ def elaborate(rows, cols, *, timeout, max_rss_gb, keep_verilog):
             pid, status, usage = os.wait4(child.pid, os.WNOHANG)
             if pid == child.pid:
                 break
-            tree = _process_tree(child.pid)
+            tree = process_tree(child.pid)
             peak_kb = max(peak_kb, sum(rss for rss, _ in tree.values()))
             python_hwm_kb = max(python_hwm_kb, tree.get(child.pid, (0, 0))[1])
             yosys_hwm_kb = max([yosys_hwm_kb] + [hwm for p, (_, hwm) in tree.items()
