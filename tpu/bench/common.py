@@ -9,7 +9,7 @@ from ..compiler import ir
 
 
 __all__ = ["progress", "dense_graph", "random_feed", "run_compiled", "run_session", "plot_file", "percent",
-           "BREAKDOWN"]
+           "percent_column", "BREAKDOWN"]
 
 #: TPU v1's counter breakdown (Table 3), in the chip's counter names
 BREAKDOWN = ("mxu_active", "weight_stall", "weight_shift", "non_matrix", "raw_stall", "host_stall")
@@ -77,3 +77,8 @@ def plot_file(out_dir, name):
 
 def percent(value):
     return f"{100 * value:.1f}%"
+
+
+def percent_column(value):
+    """`value` as a percentage for a fixed-width text table column."""
+    return f"{100 * value:6.2f}%"

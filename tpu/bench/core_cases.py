@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..sim.bench.bench_core import CASE_NAMES, TOP, cases
 from ..sim.harness import BUILD_ROOT, missing_simulator, run
-from .common import progress
+from .common import percent_column as _pct, progress
 
 
 __all__ = ["run_cases", "format_table", "BENCH_MODULE"]
@@ -72,10 +72,6 @@ def run_cases(configs, simulators, names=CASE_NAMES, compute_tiles=128, seed=1, 
                 if failures:
                     progress(f"{key}: FAILED (the RTL disagreed with the golden model)")
     return results
-
-
-def _pct(value):
-    return f"{100 * value:6.2f}%"
 
 
 def format_table(results):

@@ -14,7 +14,7 @@ import time
 
 from ..config import TPUConfig
 from ..sim.harness import BUILD_ROOT, missing_simulator, run
-from .common import progress
+from .common import percent_column as _pct, progress
 
 
 __all__ = ["run_simulation", "simulation_table", "elaborate", "elaboration_text", "BENCH_TESTS"]
@@ -74,10 +74,6 @@ def run_simulation(configs, simulators, *, acc_rows=512, tests=BENCH_TESTS, tile
             if failures:
                 progress(f"{key}: {failures} of {ran_total} benchmark tests FAILED")
     return results
-
-
-def _pct(value):
-    return f"{100 * value:6.2f}%"
 
 
 def simulation_table(results):
