@@ -23,6 +23,7 @@ from xml.etree import ElementTree
 from filelock import FileLock
 
 from ..config import TPUConfig
+from .flop_resets import move_resets_into_flops
 
 
 __all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "missing_simulator", "build", "run",
@@ -201,9 +202,10 @@ def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, wa
     return found
 
 
-# Verilator models keep internal signals private (`_PortsOnlyVerilator`):
-# part of the key, so that models built before that are not reused.
-_VERILATOR_FORMAT = ["ports-public"]
+# Verilator models keep internal signals private (`_PortsOnlyVerilator`) and
+# have their resets in the flip-flops (`move_resets_into_flops`): part of the
+# key, so that models built before that are not reused.
+_VERILATOR_FORMAT = ["ports-public", "flop-resets"]
 
 
 def _digest(*parts):
@@ -348,7 +350,7 @@ def _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_o
     stamp = build_dir / "built.stamp"
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{toplevel}.v"
-    source.write_text(text)
+    source.write_text(move_resets_into_flops(text) if simulator == "verilator" else text)
     runner = _runner(simulator)
     sources = [source]
     if simulator == "verilator":
