@@ -248,7 +248,13 @@ def _cells(utilisation, names):
 #: ``build_mxu(..., multipliers="mix")``.
 _HARD_MULTIPLIERS = {"ulx3s-85f": ("ECP5Multiplier", 156)}
 
-MULTIPLIER_CHOICES = ("auto", "mix")
+#: The mixes: choice -> (hard multiplier suffix, soft multiplier). "mix3"
+#: takes three cycles a multiply: the DSP blocks' products registered once
+#: more in logic, the logic ones one adder level a cycle.
+_MIXES = {"mix": ("Multiplier", "SplitLUTMultiplier"),
+          "mix3": ("PipelinedMultiplier", "PipelinedLUTMultiplier")}
+
+MULTIPLIER_CHOICES = ("auto", *_MIXES)
 
 
 def _multiplier_for(board, rows, cols, multipliers):
@@ -260,17 +266,19 @@ def _multiplier_for(board, rows, cols, multipliers):
     if multipliers == "auto":
         return multiplier.Multiplier
     if board not in _HARD_MULTIPLIERS:
-        raise ValueError(f"multipliers='mix' needs a board with a hard multiplier primitive "
-                         f"({', '.join(_HARD_MULTIPLIERS)}), not {board!r}")
+        raise ValueError(f"multipliers={multipliers!r} needs a board with a hard multiplier "
+                         f"primitive ({', '.join(_HARD_MULTIPLIERS)}), not {board!r}")
     name, count = _HARD_MULTIPLIERS[board]
-    # The soft multipliers split their work over their two cycles: on the
+    hard_suffix, soft = _MIXES[multipliers]
+    # The soft multipliers split their work over their cycles: on the
     # ECP5 a whole 9x8 multiply in logic is the slowest path of a PE, and
     # the split one also takes fewer LUTs than plain `*` mapped to logic.
-    return multiplier.multiplier_mix(count, cols=cols, hard_multiplier=getattr(multiplier, name),
-                                     soft_multiplier=multiplier.SplitLUTMultiplier)
+    hard = getattr(multiplier, name.removesuffix("Multiplier") + hard_suffix)
+    return multiplier.multiplier_mix(count, cols=cols, hard_multiplier=hard,
+                                     soft_multiplier=getattr(multiplier, soft))
 
 
-def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
+def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", router=None):
     """Synthesise, place and route ``MxuBenchTop(rows, cols)`` for `board`.
 
     Parameters
@@ -295,7 +303,12 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
         after reading the design, before ``synth_ecp5`` maps multiplies to
         DSP blocks). On the ECP5 the LUTs are mapped with
         classic ``abc`` (:func:`synth_overrides`): Yosys 0.70's ``abc9``
-        fails an assertion on the 16x16 mix.
+        fails an assertion on the 16x16 mix. ``"mix3"``: the same with
+        three-cycle multipliers (:class:`~tpu.hdl.multiplier.ECP5PipelinedMultiplier`,
+        :class:`~tpu.hdl.multiplier.PipelinedLUTMultiplier`).
+    router : str or None
+        nextpnr's router (``"router1"``, its default, or ``"router2"``,
+        much faster on a large, crowded design).
 
     Returns
     -------
@@ -329,6 +342,8 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
         raise FPGAToolMissing(reason)
     if not isinstance(dsp, bool):
         raise TypeError(f"dsp must be a bool, not {dsp!r}")
+    if router not in (None, "router1", "router2"):
+        raise ValueError(f"router must be router1 or router2, not {router!r}")
     multiplier = _multiplier_for(board, rows, cols, multipliers)
     top = MxuBenchTop(rows=rows, cols=cols, multiplier=multiplier)
 
@@ -343,14 +358,16 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto"):
     platform = _platform(spec)
     synth_opts = spec.dsp_opt if dsp else spec.nodsp_opt
     overrides = synth_overrides(board, name, synth_opts)
-    if multipliers == "mix":
+    if multipliers != "auto":
         overrides["script_after_read"] = "techmap t:$mul"
+    if router is not None:
+        overrides["nextpnr_opts"] += f" --router {router}"
     plan = platform.prepare(top, name, **overrides)
     plan.extract(build_dir)
 
     result = {
         "board": board, "device": spec.device, "rows": rows, "cols": cols, "dsp": dsp,
-        "multipliers": multipliers,
+        "multipliers": multipliers, "router": router or "router1",
         "dsp_primitive": spec.dsp_primitive, "synth_opts": synth_opts,
         "build_dir": str(build_dir), "tools": tool_versions(board),
     }

@@ -15,6 +15,15 @@ registers, whatever implements it. Three implementations:
   directly with its input and output registers in use, so the whole
   multiplication is timed inside the DSP block.
 
+Two take three cycles instead of two (their :attr:`~Multiplier.latency`),
+for clocks at which the two-cycle ones are the slowest path of a PE; an
+array's multipliers must all take the same number of cycles:
+
+* :class:`PipelinedLUTMultiplier`: in logic, one adder level a cycle.
+* :class:`ECP5PipelinedMultiplier`: :class:`ECP5Multiplier` and a register
+  in logic after it, so the route from the DSP block to the partial-sum
+  adder has a cycle of its own.
+
 :func:`multiplier_mix` spreads a number of hard multipliers over an array and
 gives the rest to logic.
 """
@@ -25,10 +34,11 @@ from amaranth.lib.wiring import In, Out
 
 
 __all__ = ["MultiplierSignature", "Multiplier", "LUTMultiplier", "SplitLUTMultiplier", "ECP5Multiplier",
-           "multiplier_mix", "MULTIPLIER_LATENCY"]
+           "PipelinedLUTMultiplier", "ECP5PipelinedMultiplier", "multiplier_mix", "MULTIPLIER_LATENCY"]
 
 
-#: Cycles from an operand at ``a``/``b`` to its product at ``p``.
+#: Cycles from an operand at ``a``/``b`` to its product at ``p``, unless a
+#: multiplier's ``latency`` says otherwise.
 MULTIPLIER_LATENCY = 2
 
 
@@ -56,6 +66,9 @@ class Multiplier(wiring.Component):
     p : Out(signed(17))
         The product of the ``a`` and ``b`` presented two cycles earlier.
     """
+
+    #: Cycles from ``a`` and ``b`` to their product at ``p``.
+    latency = MULTIPLIER_LATENCY
 
     def __init__(self):
         super().__init__(MultiplierSignature())
@@ -168,6 +181,55 @@ class ECP5Multiplier(Multiplier):
             params[f"p_REG_{reg}_CLK"] = "NONE"
         m.submodules.mult = Instance("MULT18X18D", **params, **ports)
         m.d.comb += self.p.eq(product[:17])
+        return m
+
+
+class PipelinedLUTMultiplier(Multiplier):
+    """:class:`LUTMultiplier` over three cycles, one adder level each, for
+    clocks at which :class:`SplitLUTMultiplier`'s first cycle (partial
+    products and two adder levels) does not fit.
+
+    Cycle 1 registers the four 9x2 quarters of the product, ``q[j] = a *
+    b[2j:2j+2]`` (the top quarter's ``b`` bits signed, as ``a * b[6] + ~a *
+    b[7] * 2`` with the ``b[7] * 2`` that completes ``-a`` registered
+    apart); cycle 2 the halves ``lo = q[0] + (q[1] << 2)`` and ``hi = q[2] +
+    (q[3] << 2) + b[7] * 8``; cycle 3 the product ``lo + (hi << 4)``.
+    """
+
+    latency = 3
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b = self.a, self.b
+        quarters = [Signal(signed(11), name=f"q{j}") for j in range(4)]
+        top = Signal()
+        m.d.sync += [quarters[j].eq(Mux(b[2 * j], a, 0) + (Mux(b[2 * j + 1], a, 0) << 1))
+                     for j in range(3)]
+        m.d.sync += [quarters[3].eq(Mux(b[6], a, 0) + (Mux(b[7], ~a, 0) << 1)), top.eq(b[7])]
+        lo = Signal(signed(14))
+        hi = Signal(signed(13))
+        m.d.sync += [
+            lo.eq(quarters[0] + (quarters[1] << 2)),
+            hi.eq(quarters[2] + (quarters[3] << 2) + (top << 3)),
+            self.p.eq(lo + (hi << 4)),
+        ]
+        return m
+
+
+class ECP5PipelinedMultiplier(Multiplier):
+    """:class:`ECP5Multiplier` with its product registered once more, in
+    logic: the net from the DSP block to the partial-sum adder, the slowest
+    path of a PE on a ``MULT18X18D``, gets a cycle to itself (the placer puts
+    the register between the two). Three cycles; an ECP5 primitive, so
+    synthesis for an ECP5 alone can elaborate it."""
+
+    latency = 3
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dsp = dsp = ECP5Multiplier()
+        m.d.comb += [dsp.a.eq(self.a), dsp.b.eq(self.b)]
+        m.d.sync += self.p.eq(dsp.p)
         return m
 
 

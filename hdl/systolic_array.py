@@ -70,8 +70,9 @@ class SystolicArray(wiring.Component):
         address).
     multiplier : callable
         Makes each PE's multiplier, a component with
-        :class:`~tpu.hdl.multiplier.MultiplierSignature` and its two-cycle
-        timing: a class called with no arguments (default
+        :class:`~tpu.hdl.multiplier.MultiplierSignature` taking its
+        ``latency`` cycles (two unless it says otherwise; the same for every
+        PE, and :attr:`latency` grows with it): a class called with no arguments (default
         :class:`~tpu.hdl.multiplier.Multiplier`, plain ``*``) or a function
         of the PE's row and column (e.g.
         :func:`~tpu.hdl.multiplier.multiplier_mix`, DSP blocks for some PEs
@@ -115,6 +116,7 @@ class SystolicArray(wiring.Component):
         # Made now, so that a bad multiplier fails here, not at elaboration.
         self._multipliers = [[self._make_multiplier(multiplier, k, n) for n in range(cols)]
                              for k in range(rows)]
+        self._multiplier_latency = self._common_latency(self._multipliers)
         super().__init__({
             "act_valid":    In(1),
             "act_data":     In(data.ArrayLayout(unsigned(8), rows)),
@@ -138,11 +140,38 @@ class SystolicArray(wiring.Component):
         return self._cols
 
     @property
+    def multiplier_latency(self):
+        """Cycles each PE's multiplier takes (all take the same)."""
+        return self._multiplier_latency
+
+    @property
     def latency(self):
         """Cycles from a row at the inputs to its sums at the outputs."""
         # The wavefront's walk to the last row and (with the deskew) the last
         # column, the multiplier, and the last row's partial-sum register.
-        return (self._rows - 1) + (self._cols - 1) + MULTIPLIER_LATENCY + 1
+        return (self._rows - 1) + (self._cols - 1) + self._multiplier_latency + 1
+
+    @staticmethod
+    def _common_latency(multipliers):
+        # A partial sum meets the product of the row below one cycle after
+        # its own PE's, whatever the multipliers take, as long as every PE
+        # takes the same: a slower multiplier only lengthens the latency.
+        latencies = {}
+        for k, row in enumerate(multipliers):
+            for n, mul in enumerate(row):
+                cycles = getattr(mul, "latency", MULTIPLIER_LATENCY)
+                if not isinstance(cycles, int) or cycles < 1:
+                    raise ValueError(f"SystolicArray multiplier for PE({k}, {n}) has latency "
+                                     f"{cycles!r}: it must be a positive int")
+                latencies.setdefault(cycles, (k, n))
+        if len(latencies) > 1:
+            for row in multipliers:
+                for mul in row:
+                    mul._MustUse__silence = True    # refused, so never elaborated
+            (a, pe_a), (b, pe_b) = list(latencies.items())[:2]
+            raise ValueError(f"SystolicArray multipliers must all take the same number of cycles: "
+                             f"PE{pe_a} takes {a}, PE{pe_b} takes {b}")
+        return next(iter(latencies))
 
     @staticmethod
     def _make_multiplier(make, row, col):
@@ -247,8 +276,8 @@ class SystolicRow(wiring.Component):
     psum_in : In(ArrayLayout(signed(psum_width), cols))
         Partial sums from the row above (0 for the top row).
     psum_out : Out(ArrayLayout(signed(psum_width), cols))
-        ``psum_in`` plus the products of the activations that entered
-        :data:`~tpu.hdl.multiplier.MULTIPLIER_LATENCY` cycles earlier.
+        ``psum_in`` plus the products of the activations that entered the
+        multipliers' latency cycles earlier.
     """
 
     def __init__(self, *, psum_width, multipliers):

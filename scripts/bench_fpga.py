@@ -9,8 +9,10 @@ and without DSP blocks. Choose others with --run, e.g.
     python scripts/bench_fpga.py --run icebreaker:2x2 --run ulx3s-85f:12x12:nodsp
 
 The last field says where the multipliers go: "dsp" (plain `*`, which
-synthesis maps to DSP blocks), "nodsp" (logic) or "mix" (ECP5: the 156
-MULT18X18D instantiated with their registers, logic for the other PEs).
+synthesis maps to DSP blocks), "nodsp" (logic), "mix" (ECP5: the 156
+MULT18X18D instantiated with their registers, logic for the other PEs) or
+"mix3" (the same with three-cycle multipliers). --router router2 picks
+nextpnr's faster router for large arrays.
 
 Results are printed as a table and saved as JSON (build/bench/fpga.json by
 default); --markdown prints the table for docs/fpga.md (with each critical
@@ -40,10 +42,10 @@ DEFAULT_RUNS = ["icebreaker:4x4:dsp", "icebreaker:4x4:nodsp",
 
 
 def parse_run(text):
-    """'board:RxC[:dsp|nodsp|mix]' -> (board, rows, cols, kind)."""
-    match = re.fullmatch(r"([\w-]+):(\d+)x(\d+)(?::(dsp|nodsp|mix))?", text)
+    """'board:RxC[:dsp|nodsp|mix|mix3]' -> (board, rows, cols, kind)."""
+    match = re.fullmatch(r"([\w-]+):(\d+)x(\d+)(?::(dsp|nodsp|mix3|mix))?", text)
     if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not BOARD:ROWSxCOLS[:dsp|nodsp|mix]")
+        raise argparse.ArgumentTypeError(f"{text!r} is not BOARD:ROWSxCOLS[:dsp|nodsp|mix|mix3]")
     board, rows, cols, dsp = match.groups()
     if board not in BOARDS:
         raise argparse.ArgumentTypeError(f"unknown board {board!r}: "
@@ -59,8 +61,8 @@ def _count(cells):
 
 
 def _kind(result):
-    if result.get("multipliers") == "mix":
-        return "mix"
+    if result.get("multipliers", "auto") != "auto":
+        return result["multipliers"]
     return "dsp" if result["dsp"] else "nodsp"
 
 
@@ -100,9 +102,11 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--run", action="append", type=parse_run,
-                        metavar="BOARD:RxC[:dsp|nodsp|mix]",
+                        metavar="BOARD:RxC[:dsp|nodsp|mix|mix3]",
                         help=f"a build to run; repeatable (default: {' '.join(DEFAULT_RUNS)}); "
                              f"boards: {', '.join(BOARDS)}")
+    parser.add_argument("--router", choices=("router1", "router2"),
+                        help="nextpnr's router (default: nextpnr's own, router1)")
     parser.add_argument("--build-dir", type=Path, default=Path("build/bench/fpga"),
                         help="parent of the per-build directories (default: %(default)s)")
     parser.add_argument("--json", type=Path, default=Path("build/bench/fpga.json"),
@@ -137,7 +141,9 @@ def main(argv=None):
         print(f"building {tag} ...", flush=True)
         try:
             result = build_mxu(board, rows, cols, build_dir=args.build_dir / tag,
-                               dsp=kind != "nodsp", multipliers="mix" if kind == "mix" else "auto")
+                               dsp=kind != "nodsp",
+                               multipliers=kind if kind.startswith("mix") else "auto",
+                               router=args.router)
         except (FPGAToolMissing, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 1

@@ -36,3 +36,9 @@ def test_row_of_a_build_that_does_not_fit():
     cells = [c.strip() for c in mxu_table([_DOES_NOT_FIT]).splitlines()[2].strip("|").split("|")]
     assert cells[2:4] == ["DSP", "NO"] and cells[6] == "256/156"
     assert "no BELs remaining" in cells[11]
+
+
+def test_row_names_the_three_cycle_mix():
+    cells = [c.strip() for c in mxu_table([{**_FITS, "multipliers": "mix3"}]).splitlines()[2]
+             .strip("|").split("|")]
+    assert cells[2] == "mix3"

@@ -5,14 +5,16 @@ import pytest
 from tpu.fpga.build import build_mxu, missing_fpga_tools
 
 
-@pytest.mark.parametrize("board, multipliers, message", [
-    ("ulx3s-85f", "dsp48", "multipliers must be one of auto, mix, not 'dsp48'"),
-    ("icebreaker", "mix", "multipliers='mix' needs a board with a hard multiplier primitive"),
+@pytest.mark.parametrize("board, multipliers, router, message", [
+    ("ulx3s-85f", "dsp48", None, "multipliers must be one of auto, mix, mix3, not 'dsp48'"),
+    ("icebreaker", "mix", None, "multipliers='mix' needs a board with a hard multiplier primitive"),
+    ("icebreaker", "mix3", None, "multipliers='mix3' needs a board with a hard multiplier"),
+    ("ulx3s-85f", "mix3", "router3", "router must be router1 or router2, not 'router3'"),
 ])
-def test_bad_multipliers(board, multipliers, message, tmp_path):
+def test_bad_multipliers(board, multipliers, router, message, tmp_path):
     reason = missing_fpga_tools(board)
     if reason:
         pytest.skip(reason)
     with pytest.raises(ValueError, match=message):
-        build_mxu(board, 2, 2, build_dir=tmp_path, multipliers=multipliers)
+        build_mxu(board, 2, 2, build_dir=tmp_path, multipliers=multipliers, router=router)
     assert not any(tmp_path.iterdir()), "nothing is built for a bad choice"

@@ -1,14 +1,17 @@
 # amaranth: UnusedElaboratable=no
-"""The PE multipliers: each implementation's products and two-cycle timing, and
-the systolic array with a mix of them, against numpy (Amaranth's simulator)."""
+"""The PE multipliers: each implementation's products and timing (two or three
+cycles), and the systolic array with a mix of them, against numpy (Amaranth's
+simulator)."""
 
 import numpy as np
 import pytest
+from amaranth import Module, Signal, signed
 from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
 from conftest import base_seed
-from tpu.hdl.multiplier import (ECP5Multiplier, LUTMultiplier, MULTIPLIER_LATENCY, Multiplier,
+from tpu.hdl.multiplier import (ECP5Multiplier, ECP5PipelinedMultiplier, LUTMultiplier,
+                                MULTIPLIER_LATENCY, Multiplier, PipelinedLUTMultiplier,
                                 SplitLUTMultiplier, multiplier_mix)
 from tpu.hdl.systolic_array import SystolicArray
 
@@ -23,16 +26,31 @@ def _operand_pairs(rng, count):
     return pairs
 
 
-@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier, SplitLUTMultiplier], ids=lambda c: c.__name__)
+class _ThreeCycleMultiplier(Multiplier):
+    """Plain `*` with one more product register: a three-cycle hard multiplier
+    that Amaranth's simulator can run (ECP5PipelinedMultiplier cannot)."""
+
+    latency = 3
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b, product = Signal(signed(9)), Signal(signed(8)), Signal(signed(17))
+        m.d.sync += [a.eq(self.a), b.eq(self.b), product.eq(a * b), self.p.eq(product)]
+        return m
+
+
+@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier, SplitLUTMultiplier, PipelinedLUTMultiplier],
+                         ids=lambda c: c.__name__)
 def test_multiplier_products(cls):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     pairs = _operand_pairs(np.random.default_rng(seed), 600)
     dut = cls()
+    assert dut.latency == (3 if cls is PipelinedLUTMultiplier else MULTIPLIER_LATENCY)
     got = []
 
     async def testbench(ctx):
-        for a, b in pairs + [(0, 0)] * MULTIPLIER_LATENCY:
+        for a, b in pairs + [(0, 0)] * dut.latency:
             ctx.set(dut.a, a)
             ctx.set(dut.b, b)
             await ctx.tick()
@@ -43,9 +61,13 @@ def test_multiplier_products(cls):
     sim.add_testbench(testbench)
     sim.run()
     # After tick i the product of the pair set before tick i - (latency - 1) shows.
-    products = got[MULTIPLIER_LATENCY - 1:][:len(pairs)]
+    products = got[dut.latency - 1:][:len(pairs)]
     wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
     assert not wrong, f"{cls.__name__}: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
+    # One cycle earlier than its latency no product may show yet, so the
+    # latency is exact, not only an upper bound.
+    early = got[dut.latency - 2:][:len(pairs)]
+    assert any(p != a * b for (a, b), p in zip(pairs, early))
 
 
 def test_ecp5_multiplier_instantiates_registered_mult18x18d():
@@ -54,6 +76,14 @@ def test_ecp5_multiplier_instantiates_registered_mult18x18d():
     for reg in ("INPUTA", "INPUTB", "OUTPUT"):
         assert f'parameter \\REG_{reg}_CLK "CLK0"' in text
     assert 'parameter \\REG_PIPELINE_CLK "NONE"' in text
+
+
+def test_ecp5_pipelined_multiplier_registers_the_dsp_product_in_logic():
+    dut = ECP5PipelinedMultiplier()
+    assert dut.latency == ECP5Multiplier.latency + 1
+    text = rtlil.convert(dut)
+    assert text.count("cell \\MULT18X18D") == 1
+    assert "cell $dff" in text
 
 
 def test_multiplier_mix_places_hard_multipliers_first():
@@ -71,6 +101,19 @@ def test_array_rejects_a_bad_multiplier():
         SystolicArray(rows=2, cols=2, multiplier=3)
     with pytest.raises(TypeError, match=r"multiplier for PE\(0, 0\) must be a component"):
         SystolicArray(rows=2, cols=2, multiplier=lambda k, n: object())
+    # Made here (lambdas), so that this file's UnusedElaboratable=no covers them.
+    mixed = multiplier_mix(3, cols=2, hard_multiplier=lambda: Multiplier(),
+                           soft_multiplier=lambda: PipelinedLUTMultiplier())
+    with pytest.raises(ValueError, match=r"same number of cycles: PE\(0, 0\) takes 2, "
+                                         r"PE\(1, 1\) takes 3"):
+        SystolicArray(rows=2, cols=2, multiplier=mixed)
+
+
+def test_array_latency_follows_its_multipliers():
+    assert SystolicArray(rows=3, cols=4, multiplier=lambda k, n: Multiplier()).latency == \
+        3 + 4 + MULTIPLIER_LATENCY - 1
+    slow = SystolicArray(rows=3, cols=4, multiplier=lambda k, n: PipelinedLUTMultiplier())
+    assert (slow.multiplier_latency, slow.latency) == (3, 3 + 4 + 3 - 1)
 
 
 def _schedule(rows, tiles, batches, rng):
@@ -121,13 +164,15 @@ def _run_array(array, steps):
     return outputs
 
 
-@pytest.mark.parametrize("soft", [LUTMultiplier, SplitLUTMultiplier], ids=lambda c: c.__name__)
-def test_array_with_mixed_multipliers_matches_numpy(soft):
+@pytest.mark.parametrize("hard, soft", [(Multiplier, LUTMultiplier), (Multiplier, SplitLUTMultiplier),
+                                        (_ThreeCycleMultiplier, PipelinedLUTMultiplier)],
+                         ids=lambda c: c.__name__)
+def test_array_with_mixed_multipliers_matches_numpy(hard, soft):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     rng = np.random.default_rng(seed)
     rows, cols = 3, 4
-    make = multiplier_mix(5, cols=cols, hard_multiplier=Multiplier, soft_multiplier=soft)
+    make = multiplier_mix(5, cols=cols, hard_multiplier=hard, soft_multiplier=soft)
     array = SystolicArray(rows=rows, cols=cols, multiplier=make)
     tiles = [rng.integers(-128, 128, (rows, cols)) for _ in range(4)]
     batches = []
@@ -154,7 +199,7 @@ module tb;
         file = $fopen("operands.txt", "r");
         status = $fscanf(file, "%d", n);
         #1 clk = 1; #1 clk = 0; rst = 0;
-        for (i = 0; i < n + 2; i = i + 1) begin
+        for (i = 0; i < n + 3; i = i + 1) begin
             if (i < n) status = $fscanf(file, "%d %d", a, b);
             else begin a = 0; b = 0; end
             #1 clk = 1; #1 clk = 0;
@@ -195,14 +240,16 @@ def _simulated_products(dut, tmp_path, pairs, sources=(), simulator="icarus"):
                          timeout=60).stdout
     # Verilator adds a report after the products.
     values = re.findall(r"^(-?\d+)$", out, re.M)
-    products = [int(x) for x in values[MULTIPLIER_LATENCY - 1:][:len(pairs)]]
+    products = [int(x) for x in values[dut.latency - 1:][:len(pairs)]]
     assert len(products) == len(pairs), f"the simulation printed {len(values)} products"
     return products
 
 
-def test_ecp5_multiplier_on_the_primitive_model(tmp_path):
+@pytest.mark.parametrize("cls", [ECP5Multiplier, ECP5PipelinedMultiplier], ids=lambda c: c.__name__)
+def test_ecp5_multiplier_on_the_primitive_model(cls, tmp_path):
     """The MULT18X18D instance (wiring, sign extension, register settings) on
-    a behavioural model of the primitive under Icarus."""
+    a behavioural model of the primitive under Icarus, with and without the
+    product register in logic after it."""
     from pathlib import Path
 
     import tpu.fpga
@@ -210,18 +257,20 @@ def test_ecp5_multiplier_on_the_primitive_model(tmp_path):
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     pairs = _operand_pairs(np.random.default_rng(seed), 400)
     model = Path(tpu.fpga.__file__).parent / "models" / "MULT18X18D.v"
-    products = _simulated_products(ECP5Multiplier(), tmp_path, pairs, [model])
+    products = _simulated_products(cls(), tmp_path, pairs, [model])
     wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
-    assert not wrong, f"MULT18X18D: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
+    assert not wrong, f"{cls.__name__}: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
 
 
+@pytest.mark.parametrize("cls", [SplitLUTMultiplier, PipelinedLUTMultiplier], ids=lambda c: c.__name__)
 @pytest.mark.parametrize("simulator", ["icarus", "verilator"])
-def test_split_lut_multiplier_as_verilog(simulator, tmp_path):
-    """SplitLUTMultiplier's Verilog under Icarus and Verilator: the sign
-    handling of the two halves survives Amaranth's Verilog back end."""
+def test_split_lut_multiplier_as_verilog(simulator, cls, tmp_path):
+    """The split and pipelined LUT multipliers' Verilog under Icarus and
+    Verilator: the sign handling of their parts survives Amaranth's Verilog
+    back end."""
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     pairs = _operand_pairs(np.random.default_rng(seed), 400)
-    products = _simulated_products(SplitLUTMultiplier(), tmp_path, pairs, simulator=simulator)
+    products = _simulated_products(cls(), tmp_path, pairs, simulator=simulator)
     wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
-    assert not wrong, f"SplitLUTMultiplier: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
+    assert not wrong, f"{cls.__name__}: (a, b, p) wrong for {wrong[:5]} (seed {seed})"

@@ -78,7 +78,8 @@ def mxu_table(results):
             "peak GOPS", "build time", "critical path start", "critical path end"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 4 + "---:|" * 7 + "---|" * 2]
     for r in results:
-        kind = ("mix" if r.get("multipliers") == "mix" else "DSP" if r.get("dsp") else "logic")
+        kind = (r["multipliers"] if r.get("multipliers", "auto") != "auto"
+                else "DSP" if r.get("dsp") else "logic")
         minutes = f"{r['seconds'] / 60:.0f} min" if r.get("seconds") is not None else "-"
         if r.get("fits"):
             path = r.get("critical_path") or {}
