@@ -59,7 +59,7 @@ class ProgramFetcher(wiring.Component):
         # On a one-word link the queue holds link words and the packer
         # follows it: a 32-bit queue takes a quarter of the block RAM of an
         # instruction-wide one (2 EBR on the iCE40 where it took 8).
-        words = beat_bytes < INSTRUCTION_BYTES and self._config.link_dw == 1
+        words = self._config.link_dw == 1
         per_instruction = INSTRUCTION_BYTES // beat_bytes if words else 1
 
         # Jobs are whole instructions, as a `BeatShifter` needs.
@@ -77,8 +77,6 @@ class ProgramFetcher(wiring.Component):
                 packer.i.payload.count.eq(beat_bytes),
                 packer.i.valid.eq(queue.r_rdy),
                 queue.r_en.eq(packer.i.ready),
-            ]
-            m.d.comb += [
                 self.instr.payload.eq(packer.o.payload.data),
                 self.instr.valid.eq(packer.o.valid),
                 packer.o.ready.eq(self.instr.ready),
