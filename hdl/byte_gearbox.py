@@ -11,7 +11,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 
-__all__ = ["ByteBeat", "byte_stream", "ByteGearbox", "BeatShifter", "gearbox", "append_bytes"]
+__all__ = ["ByteBeat", "byte_stream", "ByteGearbox", "ByteAligner", "BeatShifter", "gearbox",
+           "append_bytes"]
 
 
 def ByteBeat(n, **extra):
@@ -102,6 +103,96 @@ class ByteGearbox(wiring.Component):
             m.d.sync += ending.eq(0)
         with m.If(in_fire & self.i.payload.last):
             m.d.sync += ending.eq(1)
+        return m
+
+
+class ByteAligner(wiring.Component):
+    """The cheap `ByteGearbox` for equal beat widths (`n` bytes both sides)
+    on a stream where, within a job, every beat but the first and the last
+    is full (the DMA reader's: only a transfer's first TLP starts unaligned).
+
+    A beat's bytes may start at any lane (``lane``) instead of byte 0, so
+    the sender need not shift them down. Such a job's bytes keep one
+    alignment from its first beat on, so the byte queue is held as whole
+    `n`-byte slots with the job's first byte at a fixed offset ``d`` of the
+    first slot, and an output beat is the two lowest slots read from ``d``:
+    one `n`-way multiplexer, where `ByteGearbox` has two barrel shifters over
+    ``3 n - 1`` bytes. A beat that comes into an empty queue sets ``d`` to
+    its lane.
+
+    Members
+    -------
+    i : In(byte_stream(n, lane=range(n)))
+        Bytes ``lane .. lane + count - 1`` of ``data`` are the beat's.
+    o : Out(byte_stream(n))
+    idle : Out(1)
+
+    Handshakes, cycle timing and output beats are ``ByteGearbox(n, n)``'s
+    on such streams (its input's bytes shifted down by ``lane``), except
+    that output bytes past ``count`` are undefined.
+    """
+
+    def __init__(self, n):
+        if not n >= 1:
+            raise ValueError(f"ByteAligner needs at least one byte per beat, not {n}")
+        self._n = n
+        super().__init__({
+            "i":    In(byte_stream(n, lane=range(n))),
+            "o":    Out(byte_stream(n)),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._n
+        # Handshakes and byte counts exactly as ByteGearbox(n, n).
+        size = 3 * n - 1
+        fill = Signal(range(size + 1))
+        ending = Signal()
+        full = fill >= n
+        m.d.comb += [
+            self.i.ready.eq(~ending & (fill <= size - n)),
+            self.o.valid.eq(full | ending),
+            self.o.payload.count.eq(Mux(full, n, fill)),
+            self.o.payload.last.eq(ending & (fill <= n)),
+            self.idle.eq((fill == 0) & ~ending),
+        ]
+        out_fire = self.o.valid & self.o.ready
+        in_fire = self.i.valid & self.i.ready
+        take = Mux(out_fire, self.o.payload.count, 0)
+        kept = Signal(range(size + 1))
+        m.d.comb += kept.eq(fill - take)
+        m.d.sync += fill.eq(kept + Mux(in_fire, self.i.payload.count, 0))
+        with m.If(out_fire & self.o.payload.last):
+            m.d.sync += ending.eq(0)
+        with m.If(in_fire & self.i.payload.last):
+            m.d.sync += ending.eq(1)
+
+        # The queue is bytes d .. d + fill - 1 of the slots. While a job's
+        # beats still come in it ends on a slot boundary, so a beat into a
+        # non-empty queue fills slot (d + kept) / n: 1 or 2, since input
+        # waits above 2 n - 1 bytes.
+        slots = [Signal(8 * n, name=f"slot{k}") for k in range(3)]
+        d = Signal(range(n))
+        with m.Switch(d):
+            for offset in range(n):
+                with m.Case(offset):
+                    m.d.comb += self.o.payload.data.eq(
+                        Cat(slots[0][8 * offset:], slots[1][:8 * offset]))
+        data = self.i.payload.data
+        realign = in_fire & (kept == 0)
+        into_first = d + kept == n
+        popped = out_fire & full & (kept != 0)      # a whole slot left and bytes stay: shift down
+        with m.If(realign):
+            m.d.sync += [d.eq(self.i.payload.lane), slots[0].eq(data)]
+        with m.Elif(popped):
+            m.d.sync += slots[0].eq(slots[1])
+        with m.If(in_fire & ~realign & into_first):
+            m.d.sync += slots[1].eq(data)
+        with m.Elif(popped):
+            m.d.sync += slots[1].eq(slots[2])
+        with m.If(in_fire & ~realign & ~into_first):
+            m.d.sync += slots[2].eq(data)
         return m
 
 

@@ -7,7 +7,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..host_registers import HostError
-from .byte_gearbox import ByteGearbox, byte_stream
+from .byte_gearbox import ByteAligner, byte_stream
 from .dma_split import request_header, split_request
 from .tlp import CplStatus, FmtType, tlp_stream
 
@@ -299,7 +299,7 @@ class DmaReader(wiring.Component):
         ]
         arrived = ~outstanding.bit_select(head, 1) | (((abs_row + 1) << _log2(beat)) <= next_off[head])
 
-        m.submodules.pack = pack = ResetInserter(flush)(ByteGearbox(beat, beat))
+        m.submodules.pack = pack = ResetInserter(flush)(ByteAligner(beat))
         r_valid = Signal()          # a read's data is on the banks' outputs
         r_lane = Signal(range(beat))
         r_count = Signal(range(beat + 1))
@@ -327,7 +327,8 @@ class DmaReader(wiring.Component):
         out_channel = Signal(2)     # the gearbox holds one job at a time
         m.d.comb += [
             pack.i.valid.eq(r_valid),
-            pack.i.payload.data.eq(Cat(rd.data for rd in banks) >> (r_lane * 8)),
+            pack.i.payload.data.eq(Cat(rd.data for rd in banks)),
+            pack.i.payload.lane.eq(r_lane),
             pack.i.payload.count.eq(r_count),
             pack.i.payload.last.eq(r_last),
             self.data.valid.eq(pack.o.valid & ok & ~flush),

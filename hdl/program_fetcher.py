@@ -55,42 +55,67 @@ class ProgramFetcher(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         depth, chunk = self._depth, self._chunk
+        beat_bytes = 4 * self._config.link_dw
+        # On a one-word link the queue holds link words and the packer
+        # follows it: a 32-bit queue takes a quarter of the block RAM of an
+        # instruction-wide one (2 EBR on the iCE40 where it took 8).
+        words = self._config.link_dw == 1
+        per_instruction = INSTRUCTION_BYTES // beat_bytes if words else 1
 
         # Jobs are whole instructions, as a `BeatShifter` needs.
         m.submodules.gearbox = packer = ResetInserter(self.flush)(
-            gearbox(4 * self._config.link_dw, INSTRUCTION_BYTES, whole=True))
+            gearbox(beat_bytes, INSTRUCTION_BYTES, whole=True))
         m.submodules.queue = queue = ResetInserter(self.flush)(
-            fifo.SyncFIFOBuffered(width=INSTRUCTION_BITS, depth=depth))
-        wiring.connect(m, wiring.flipped(self.data), packer.i)
-        m.d.comb += [
-            queue.w_data.eq(packer.o.payload.data),
-            queue.w_en.eq(packer.o.valid),
-            packer.o.ready.eq(queue.w_rdy),
-            self.instr.payload.eq(queue.r_data),
-            self.instr.valid.eq(queue.r_rdy),
-            queue.r_en.eq(self.instr.ready),
-        ]
+            fifo.SyncFIFOBuffered(width=8 * beat_bytes if words else INSTRUCTION_BITS,
+                                  depth=depth * per_instruction))
+        if words:
+            m.d.comb += [
+                queue.w_data.eq(self.data.payload.data),
+                queue.w_en.eq(self.data.valid),
+                self.data.ready.eq(queue.w_rdy),
+                packer.i.payload.data.eq(queue.r_data),
+                packer.i.payload.count.eq(beat_bytes),
+                packer.i.valid.eq(queue.r_rdy),
+                queue.r_en.eq(packer.i.ready),
+                self.instr.payload.eq(packer.o.payload.data),
+                self.instr.valid.eq(packer.o.valid),
+                packer.o.ready.eq(self.instr.ready),
+            ]
+            arrived = self.data.valid & self.data.ready
+        else:
+            wiring.connect(m, wiring.flipped(self.data), packer.i)
+            m.d.comb += [
+                queue.w_data.eq(packer.o.payload.data),
+                queue.w_en.eq(packer.o.valid),
+                packer.o.ready.eq(queue.w_rdy),
+                self.instr.payload.eq(queue.r_data),
+                self.instr.valid.eq(queue.r_rdy),
+                queue.r_en.eq(self.instr.ready),
+            ]
+            arrived = packer.o.valid & packer.o.ready
 
         addr = Signal(self._config.host_addr_bits)
         left = Signal(32)          # instructions not yet asked for
-        outstanding = Signal(range(depth + 1))   # asked for, not yet queued
+        # Queue entries asked for and not yet queued.
+        outstanding = Signal(range(depth * per_instruction + 1))
         take = Signal(range(chunk + 1))
         m.d.comb += take.eq(Mux(left > chunk, chunk, left))
-        arrived = packer.o.valid & packer.o.ready
         asked = self.job.valid & self.job.ready
 
         m.d.comb += [
-            self.job.valid.eq((left != 0) & (queue.level + outstanding + take <= depth)),
+            self.job.valid.eq((left != 0) & (queue.level + outstanding + take * per_instruction
+                                             <= depth * per_instruction)),
             self.job.payload.addr.eq(addr),
             self.job.payload.length.eq(take * INSTRUCTION_BYTES),
         ]
-        m.d.sync += outstanding.eq(outstanding + Mux(asked, take, 0) - arrived)
+        m.d.sync += outstanding.eq(outstanding + Mux(asked, take * per_instruction, 0) - arrived)
         with m.If(asked):
             m.d.sync += [addr.eq(addr + take * INSTRUCTION_BYTES), left.eq(left - take)]
         with m.If(self.start):
             m.d.sync += [addr.eq(self.addr), left.eq(self.length)]
 
-        m.d.comb += self.busy.eq((left != 0) | (outstanding != 0) | queue.r_rdy)
+        m.d.comb += self.busy.eq((left != 0) | (outstanding != 0) | queue.r_rdy
+                                 | (~packer.idle if words else 0))
         with m.If(self.flush):
             m.d.sync += [left.eq(0), outstanding.eq(0)]
         return m

@@ -43,20 +43,28 @@ class TlpArbiter(wiring.Component):
 
         # Next grant: the first valid input after the current one.
         choice = Signal.like(grant)
-        with m.If(locked):
-            m.d.comb += choice.eq(grant)
-        with m.Else():
-            m.d.comb += choice.eq(grant)
-            for offset in reversed(range(1, self._count + 1)):
-                n = (grant + offset) % self._count
-                with m.If(Array(s.valid for s in inputs)[n]):
-                    m.d.comb += choice.eq(n)
+        m.d.comb += choice.eq(grant)
+        with m.If(~locked):
+            with m.Switch(grant):
+                for g in range(self._count):
+                    with m.Case(g):
+                        for offset in reversed(range(1, self._count + 1)):
+                            n = (g + offset) % self._count
+                            with m.If(inputs[n].valid):
+                                m.d.comb += choice.eq(n)
 
-        valid = Array(s.valid for s in inputs)[choice]
-        payload = Array(s.payload.as_value() for s in inputs)[choice]
+        # The output is an OR of the inputs gated by a one-hot select: two
+        # LUT4s a bit for three inputs, where a multiplexer indexed by
+        # `choice` took three.
+        chosen = [Signal(name=f"chosen{n}") for n in range(self._count)]
+        m.d.comb += [c.eq(choice == n) for n, c in enumerate(chosen)]
+        valid = Cat(c & s.valid for c, s in zip(chosen, inputs)).any()
+        payload = 0
+        for c, s in zip(chosen, inputs):
+            payload = payload | (s.payload.as_value() & c.replicate(len(s.payload.as_value())))
         m.d.comb += [self.o.valid.eq(valid), self.o.payload.eq(payload)]
         for n, s in enumerate(inputs):
-            m.d.comb += s.ready.eq((choice == n) & self.o.ready)
+            m.d.comb += s.ready.eq(chosen[n] & self.o.ready)
 
         # Locked from the first cycle a packet is offered, not from its first
         # accepted beat: the transmitter sends header-only link beats before

@@ -268,10 +268,16 @@ class TlpReceiver(wiring.Component):
                 m.d.comb += end.eq(wr_ptr + commit_write)
                 m.d.sync += [wr_ptr.eq(end), commit_ptr.eq(end)]
                 tail_data = Signal(32 * L)
-                for hdw, branch in ((4, m.If(commit_four)), (3, m.Else())):
-                    _, s = _realignment(L, hdw)
-                    with branch:
-                        m.d.comb += tail_data.eq(held[32 * s:])
+                if any(_realignment(L, hdw)[1] for hdw in (3, 4)):
+                    for hdw, branch in ((4, m.If(commit_four)), (3, m.Else())):
+                        _, s = _realignment(L, hdw)
+                        with branch:
+                            m.d.comb += tail_data.eq(held[32 * s:])
+                else:
+                    # Headers fill whole beats (link_dw 1): a commit writes
+                    # only the empty entry of a header-only packet, whose
+                    # data no one reads; the write port's data stays pdata.
+                    m.d.comb += tail_data.eq(pdata)
                 m.d.comb += [
                     wp.en.eq(commit_write),
                     wp.addr.eq(wr_ptr[:abits]),

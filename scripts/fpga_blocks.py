@@ -14,6 +14,7 @@ away from it: the total differs a little from the chip synthesised whole
 
     python scripts/fpga_blocks.py                      # the small 2x2 chip of docs/fpga.md
     python scripts/fpga_blocks.py --rows 4 --cols 4 --depth 3 --json build/blocks.json
+    python scripts/fpga_blocks.py --within host --skip host.core   # the host interface alone
 
 The configuration options are those of ``tpu verilog``; the defaults are the
 small 2x2 chip of docs/fpga.md. It prints a table (Markdown with --markdown)
@@ -71,23 +72,49 @@ def blocks(verilog_text, depth):
                    and child.count(".") == name.count(".") + 1] for name in names}
 
 
-def synthesise(config, build_dir, depth):
-    """{block: {column: n}} for the blocks of the serial chip of `config`."""
+def _inside(name, block):
+    return name == block or name.startswith(block + ".")
+
+
+def select(tree, within=None, skip=()):
+    """The part of `tree` (as `blocks` gives it) to synthesise: with `within`,
+    only that block and the blocks inside it; none inside one of `skip`.
+    Returns ``(selected, hidden)``: the selected blocks with their selected
+    sub-blocks, and each one's left-out sub-blocks (black boxes counted as
+    nothing). An unknown block name is a one-line error."""
+    for name in [within, *skip]:
+        if name is not None and name not in tree:
+            raise ValueError(f"no block {name}; the blocks are " + ", ".join(tree))
+    selected = {name: [child for child in children if not any(_inside(child, s) for s in skip)]
+                for name, children in tree.items()
+                if (within is None or _inside(name, within)) and not any(_inside(name, s) for s in skip)}
+    hidden = {name: [child for child in tree[name] if child not in selected[name]] for name in selected}
+    return selected, hidden
+
+
+def synthesise(config, build_dir, depth, within=None, skip=()):
+    """{block: {column: n}} for the blocks of the serial chip of `config`;
+    with `within` (a block's full name), only it and the blocks inside it;
+    blocks inside one of `skip` are black boxes counted as nothing."""
     yosys = _yosys()
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{SERIAL_NAME}.v"
     text = generate_verilog(config, top="serial")
     source.write_text(text)
-    tree = blocks(text, depth)
+    try:
+        tree, hidden = select(blocks(text, depth), within, skip)
+    except ValueError as error:
+        sys.exit(f"fpga_blocks: {error} (at --depth {depth})")
     # One yosys process: the source is read once, and each block synthesised
     # from a fresh copy of it, its sub-blocks black boxes.
     script = [f"read_verilog {source.name}", "design -save source"]
     for n, (name, children) in enumerate(tree.items()):
         script.append("design -load source")
-        if children:
+        if children or hidden[name]:
             # Private names for every wire and cell: with public ones, ABC9
             # (Yosys 0.70) stops on a name clash in a module with black boxes.
-            script += ["blackbox " + " ".join(children), f"hierarchy -top {name}", "rename -hide"]
+            script += ["blackbox " + " ".join(children + hidden[name]), f"hierarchy -top {name}",
+                       "rename -hide"]
         script += [f"synth_ice40 -dsp -top {name}", f"tee -q -o stat{n}.json stat -json"]
     (build_dir / "blocks.ys").write_text("\n".join(script) + "\n")
     run = subprocess.run([yosys, "-q", "-l", "yosys.log", "-s", "blocks.ys"], cwd=build_dir,
@@ -136,6 +163,10 @@ def main(argv=None):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=SMALL_CHIP.get(name),
                             metavar="N", help=TPUConfig.describe(name))
     parser.add_argument("--depth", type=int, default=5, help="levels of blocks to list (default 5)")
+    parser.add_argument("--within", metavar="BLOCK",
+                        help="only this block and the blocks inside it (e.g. host)")
+    parser.add_argument("--skip", metavar="BLOCK", action="append", default=[],
+                        help="leave this block out: a black box counted as nothing (e.g. host.core)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--build-dir", type=Path, default=Path("build/bench/fpga_blocks"))
     parser.add_argument("--json", type=Path, default=Path("build/bench/fpga_blocks.json"))
@@ -148,7 +179,10 @@ def main(argv=None):
         parser.error(str(error))
 
     start = time.monotonic()
-    totals = synthesise(config, args.build_dir, args.depth)
+    full = lambda name: name if name.startswith(SERIAL_NAME) else f"{SERIAL_NAME}.{name}"
+    totals = synthesise(config, args.build_dir, args.depth,
+                        within=full(args.within) if args.within else None,
+                        skip=[full(name) for name in args.skip])
     seconds = round(time.monotonic() - start, 1)
     print(format_rows(totals, args.markdown))
     print(f"(synth_ice40 -dsp of each block of {config.name}, {seconds} s)")

@@ -102,3 +102,8 @@ def test_host_widths_default_to_64_bits_and_up5k_fields_are_valid():
     small = TPUConfig(**UP5K_HOST_FIELDS)
     assert (small.host_addr_bits, small.counter_bits, small.link_dw, small.read_tags) == (32, 32, 1, 1)
 
+
+def test_up5k_profile_has_the_uart_sized_host_interface():
+    from tpu.config import UP5K_HOST_FIELDS, UP5K_PROFILE
+    assert all(getattr(UP5K_PROFILE, name) == value for name, value in UP5K_HOST_FIELDS.items())
+    assert (UP5K_PROFILE.host_addr_bits, UP5K_PROFILE.counter_bits) == (32, 32)

@@ -5,6 +5,7 @@ import pytest
 
 from conftest import base_seed
 from tpu import TPUConfig
+from tpu.config import UP5K_PROFILE
 from tpu.hdl.verilog import generate_verilog
 from tpu.sim.harness import run
 from tpu.sim.stimulus.program_generator import FAULT_KINDS
@@ -59,4 +60,18 @@ def test_dma_windows_and_errors(simulator, testcase):
     seed = base_seed()
     tests, failures = run(CONFIGS[0], simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
                           seed=seed, toplevel=TOP, verilog_source=_source(CONFIGS[0]))
+    assert tests == 1 and failures == 0, f"failed with seed {seed} (replay with TPU_SEED={seed})"
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("testcase", ["host_windows", "random_programs"])
+def test_up5k_profile_32_bit_host(simulator, testcase):
+    """The UP5K profile's core (32-bit windows and counters, one window):
+    HOST_RANGE at the window's edges and past 2**32, and a random program
+    that faults with HOST_RANGE, against the golden model."""
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    tests, failures = run(UP5K_PROFILE, simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
+                          seed=seed, toplevel=TOP, verilog_source=_source(UP5K_PROFILE),
+                          extra_env={"TPU_FAULT": "host_range", "TPU_LENGTH": "30"})
     assert tests == 1 and failures == 0, f"failed with seed {seed} (replay with TPU_SEED={seed})"

@@ -230,11 +230,8 @@ PROFILES = {
     # iCE40 UP5K (iCEBreaker): a 2x2 array, small memories, a host interface
     # for a UART, one requantizer with a 16 x 16-bit multiplier (ACT takes
     # 8 cycles a row).
-    # The 32-bit host fields of UP5K_HOST_FIELDS are not in it yet: the
-    # core's testbench keeps its host memory above 4 GiB.
     "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
-                 link_dw=1, max_payload=128, max_read_request=128, read_tags=1, dma_windows=1,
-                 cpl_timeout=16000000,
+                 cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                  requantizers=1, requantizer_multiplier_width=16),
 }
 

@@ -37,7 +37,7 @@ from ...hdl.core import COUNTERS
 from ...isa import Act, Func, Halt, Mmc, Rhm, Rw, Whm, encode_program
 from ..models.cycle_model import estimate_cycles
 from ..stimulus.program_generator import random_program
-from ..testbenches.tb_core import TB
+from ..testbenches.tb_core import TB, counter_values
 
 
 __all__ = ["PROGRAMS", "CASE_NAMES", "TOP", "stream_program", "layer_program", "random_case",
@@ -199,9 +199,8 @@ def build_case(config, case):
 
 # The benchmark ---------------------------------------------------------------
 
-def _counters(dut):
-    word = dut.counters.value.to_unsigned()
-    return {name: (word >> (64 * i)) & ((1 << 64) - 1) for i, name in enumerate(COUNTERS)}
+def _counters(dut, config):
+    return counter_values(dut.counters.value.to_unsigned(), config)
 
 
 class _Trace:
@@ -267,17 +266,16 @@ async def bench_program(dut):
     # Run: cycle 0 is the cycle the first instruction is offered, and the
     # counters' values seen in it count everything before it.
     start = tb.loop.cycle + 1
-    index = list(COUNTERS).index("mxu_active")
+    index, width = list(COUNTERS).index("mxu_active"), cfg.counter_bits
     seen = {"before": None, "first": None, "last": None, "previous": None}
 
     def watch(cycle):
         word = dut.counters.value.to_unsigned()
         if seen["before"] is None:
-            seen["before"] = {name: (word >> (64 * i)) & ((1 << 64) - 1)
-                              for i, name in enumerate(COUNTERS)}
+            seen["before"] = counter_values(word, cfg)
             seen["previous"] = seen["before"]["mxu_active"]
         # A row shows in the counter one cycle after it entered the array.
-        value = (word >> (64 * index)) & ((1 << 64) - 1)
+        value = (word >> (width * index)) & ((1 << width) - 1)
         if value != seen["previous"]:
             if seen["first"] is None:
                 seen["first"] = cycle - 1
@@ -288,7 +286,7 @@ async def bench_program(dut):
     if trace:
         tb.loop.monitors.append(trace)
     await tb.run_program(program)
-    after = _counters(dut)
+    after = _counters(dut, cfg)
     before = seen["before"]
     counters = {name: after[name] - before[name] for name in COUNTERS}
     tb.check_counters()

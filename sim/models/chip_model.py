@@ -30,12 +30,13 @@ def _saturate(value, width):
     return max(low, min(high, int(value)))
 
 
-def in_window(windows, host, nbytes):
+def in_window(windows, host, nbytes, addr_bits=64):
     """Whether host bytes ``[host, host + nbytes)`` lie inside one of `windows`
     (``(base, size)`` pairs, bytes ``[base, base + size)``; size 0: closed).
-    Addresses do not wrap: a window ends at 2**64 at the latest."""
+    Addresses do not wrap, and no DMA reaches past ``2**addr_bits`` (the
+    chip's ``host_addr_bits``), whatever a window says."""
     end = host + nbytes
-    return end <= 1 << 64 and any(
+    return end <= 1 << addr_bits and any(
         size and base <= host and end <= base + size for base, size in windows)
 
 
@@ -143,7 +144,7 @@ class ChipModel:
             raise ChipFault(fault, index)
         cfg = self.config
         if isinstance(instruction, (Rhm, Whm)) and instruction.rows and not in_window(
-                self.windows, instruction.host, instruction.rows * cfg.rows):
+                self.windows, instruction.host, instruction.rows * cfg.rows, cfg.host_addr_bits):
             raise ChipFault(Fault.HOST_RANGE, index, "outside the DMA windows")
         match instruction:
             case Nop() | Sync():

@@ -9,7 +9,7 @@ from ..models.chip_model import ALL_HOST_MEMORY, in_window
 
 
 __all__ = ["random_program", "random_windows", "seeded_program", "HOST_INPUT", "HOST_OUTPUT", "FAULT_KINDS",
-           "OPEN_WINDOW"]
+           "OPEN_WINDOW", "open_window"]
 
 #: Host addresses of the random input data and of the output area.
 HOST_INPUT = 0x10000
@@ -18,8 +18,15 @@ HOST_OUTPUT = 0x80000
 FAULT_KINDS = ("illegal_opcode", "illegal_field", "ub_range", "acc_range", "weight_mem_range",
                "underflow", "overflow", "host_range")
 
-#: The widest window the chip's registers hold: every host byte but the last.
+#: The widest window the chip's registers hold with 64-bit host addresses:
+#: every host byte but the last.
 OPEN_WINDOW = (0, (1 << 64) - 1)
+
+
+def open_window(config):
+    """The widest window `config`'s registers hold: every byte below
+    ``2**host_addr_bits`` but the last (`OPEN_WINDOW` for 64 bits)."""
+    return (0, (1 << config.host_addr_bits) - 1)
 
 # Host bytes the random programs' RHMs and WHMs can touch (see random_program).
 _OUTPUT_ROWS = 256 + 8
@@ -31,13 +38,15 @@ def random_windows(config, rng, *, input_rows=64):
     (almost) all host memory; windows exactly on its input and output areas;
     the input area split between two adjacent windows at a random byte (a DMA
     across the split is in neither window alone: HOST_RANGE); or only part of
-    the input area open. Unused windows are closed or open far away."""
+    the input area open. Unused windows are closed or open far away, all
+    below ``2**host_addr_bits``."""
     R = config.rows
+    top = 1 << config.host_addr_bits
     inputs = (HOST_INPUT, input_rows * R)
     outputs = (HOST_OUTPUT, _OUTPUT_ROWS * R)
     kind = rng.choices(["open", "exact", "split", "partial"], weights=[4, 3, 2, 1])[0]
     if kind == "open" or config.dma_windows < 2:
-        windows = [OPEN_WINDOW]
+        windows = [open_window(config)]
     elif kind == "exact":
         windows = [inputs, outputs]
     elif kind == "split" and config.dma_windows >= 3:
@@ -47,9 +56,10 @@ def random_windows(config, rng, *, input_rows=64):
         windows = [(inputs[0] + rng.randrange(0, inputs[1] // 2), rng.randrange(1, inputs[1])),
                    outputs]
     while len(windows) < config.dma_windows:
-        far = rng.randrange(1 << 40, 1 << 64)
-        windows.append(rng.choice([(0, 0), (rng.getrandbits(64), 0),
-                                   (far, rng.randrange(0, (1 << 64) - far))]))
+        # Far: above the input and output areas (2**40 with 64-bit addresses).
+        far = rng.randrange(max(top >> 24, 1 << 24), top)
+        windows.append(rng.choice([(0, 0), (rng.getrandbits(config.host_addr_bits), 0),
+                                   (far, rng.randrange(0, top - far))]))
     rng.shuffle(windows)
     return windows
 
@@ -235,7 +245,7 @@ def _outside(cfg, rng, windows):
     candidates += [rng.getrandbits(64) for _ in range(4)]
     rng.shuffle(candidates)
     for host in candidates:
-        if 0 <= host < 1 << 64 and not in_window(windows, host, nbytes):
+        if 0 <= host < 1 << 64 and not in_window(windows, host, nbytes, cfg.host_addr_bits):
             return op(ub, n, host)
     # Past the end of the address space: no window holds it.
     return op(ub, n, (1 << 64) - nbytes + 1)

@@ -22,9 +22,16 @@ from ...isa import Fault, INSTRUCTION_BYTES
 from ..models.chip_model import ChipModel
 from ..harness import config_from_env
 from ..stimulus.coverage import program_bins
-from ..stimulus.program_generator import (FAULT_KINDS, HOST_INPUT, OPEN_WINDOW, random_program, random_windows,
+from ..stimulus.program_generator import (FAULT_KINDS, HOST_INPUT, open_window, random_program, random_windows,
                                           seeded_program)
 from ..host.streams import CycleLoop, StreamSource, pack_array, start_clock_and_reset, unpack_array
+
+
+def counter_values(word, config):
+    """{counter name: value} of the core's ``counters`` port value `word`
+    (``config.counter_bits`` bits each, in `COUNTERS` order)."""
+    width = config.counter_bits
+    return {name: (word >> (width * i)) & ((1 << width) - 1) for i, name in enumerate(COUNTERS)}
 
 
 class HostModel:
@@ -113,13 +120,14 @@ class TB:
                      "debug_ub__addr", "debug_acc__en", "debug_acc__addr", "instr__payload",
                      "host_read_data__payload", "dma_error"):
             getattr(dut, name).value = 0
-        self.set_windows([OPEN_WINDOW])
+        self.set_windows([open_window(self.cfg)])
 
     def set_windows(self, windows):
         """Open the DMA `windows` (``(base, size)`` pairs; the rest closed), in
         the RTL and in the golden model."""
         windows = list(windows) + [(0, 0)] * (self.cfg.dma_windows - len(windows))
-        self.dut.windows.value = pack_array([base | size << 64 for base, size in windows], 128)
+        width = self.cfg.host_addr_bits
+        self.dut.windows.value = pack_array([base | size << width for base, size in windows], 2 * width)
         self.model.windows = tuple(windows)
 
     def _monitor(self, cycle):
@@ -217,8 +225,7 @@ class TB:
 
     def check_counters(self):
         cfg, model = self.cfg, self.model
-        counters = self.dut.counters.value.to_unsigned()
-        got = {name: (counters >> (64 * i)) & ((1 << 64) - 1) for i, name in enumerate(COUNTERS)}
+        got = counter_values(self.dut.counters.value.to_unsigned(), cfg)
         # Tiles shift in ahead of use: all that were switched to, plus the
         # ones waiting in the transit and shadow registers.
         shifted = min(model.tiles_requested, model.tiles_switched + 2)
@@ -360,12 +367,14 @@ async def random_batch(dut):
 
 _AUX = (0x40000, 0x1000)        # a window for the DMAs around the one under test
 _WIN = 0x10000                  # where the window under test opens
-_TOP = 1 << 64
 
 
-def _window_cases(R):
-    """``(name, windows, the DMA at index 2, expected fault)``."""
+def _window_cases(config):
+    """``(name, windows, the DMA at index 2, expected fault)``; the top of
+    host memory is ``2**host_addr_bits``."""
     from ...isa import Rhm, Whm
+    R, bits = config.rows, config.host_addr_bits
+    top = 1 << bits
     n = 2 * R                    # bytes of a 2-row DMA
     return [
         ("crosses the end", [(_WIN, 16 * R)], Rhm(8, 2, _WIN + 16 * R - R), Fault.HOST_RANGE),
@@ -375,8 +384,8 @@ def _window_cases(R):
         ("closed window", [(_WIN, 0)], Rhm(8, 1, _WIN), Fault.HOST_RANGE),
         ("two adjacent windows (RHM)", [(_WIN, R), (_WIN + R, R)], Rhm(8, 2, _WIN), Fault.HOST_RANGE),
         ("two adjacent windows (WHM)", [(_WIN + R, R), (_WIN, R)], Whm(0, 2, _WIN), Fault.HOST_RANGE),
-        ("window past 2**64", [(_TOP - n, _TOP - 1)], Rhm(8, 2, _TOP - n), Fault.NONE),
-        ("DMA past 2**64", [(_TOP - n, _TOP - 1)], Rhm(8, 2, _TOP - R), Fault.HOST_RANGE),
+        (f"window past 2**{bits}", [(top - n, top - 1)], Rhm(8, 2, top - n), Fault.NONE),
+        (f"DMA past 2**{bits}", [(top - n, top - 1)], Rhm(8, 2, top - R), Fault.HOST_RANGE),
         ("no rows, no window", [], Rhm(8, 0, _WIN), Fault.NONE),
     ]
 
@@ -393,12 +402,19 @@ async def host_windows(dut):
     """An RHM or WHM outside the DMA windows faults with HOST_RANGE before it
     starts, like the golden model: spans across either end of a window, a
     closed window, two adjacent windows that only together hold the span, a
-    window ending beyond 2**64; and spans that fit exactly do not fault."""
-    from ...isa import Halt, Mmc, Rhm, Whm, encode_program
+    window ending beyond 2**host_addr_bits; and spans that fit exactly do not
+    fault. A case needing more windows than the chip has is skipped; one
+    leaving no window for the DMAs around the one under test has NOPs there."""
+    from ...isa import Halt, Mmc, Nop, Rhm, Whm, encode_program
+    cfg = config_from_env()
     first = True
-    R = config_from_env().rows
     previous = None
-    for name, windows, dma, fault in _window_cases(R):
+    for name, windows, dma, fault in _window_cases(cfg):
+        if len(windows) > cfg.dma_windows:
+            dut._log.info("case %s: skipped (%d windows, the chip has %d)", name, len(windows),
+                          cfg.dma_windows)
+            continue
+        aux = len(windows) < cfg.dma_windows
         if not first:
             await RisingEdge(dut.clk)      # out of the read-only phase of the last check
         tb = TB(dut)
@@ -414,9 +430,9 @@ async def host_windows(dut):
         dut._log.info("case %s: %s", name, dma)
         await tb.load_memories()
         tb.host.stall = 0.0
-        tb.set_windows([_AUX] + windows)
-        program = encode_program([Rhm(0, 4, _AUX[0]), Mmc(0, 4, 0), dma,
-                                  Whm(0, 4, _AUX[0] + 0x800), Halt()])
+        tb.set_windows(([_AUX] if aux else []) + windows)
+        before, after = (Rhm(0, 4, _AUX[0]), Whm(0, 4, _AUX[0] + 0x800)) if aux else (Nop(), Nop())
+        program = encode_program([before, Mmc(0, 4, 0), dma, after, Halt()])
         await tb.run_program(program)
         if tb.model.fault != fault or (fault and tb.model.fault_index != 2):
             tb.fail(f"{name}: the golden model says {tb.model.fault.name} at "
