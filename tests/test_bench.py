@@ -17,6 +17,8 @@ def test_tiny_bench_writes_consistent_report(tmp_path):
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     saved = json.loads((tmp_path / "results.json").read_text())
     assert len(saved["gemms"]) == 2
+    assert saved["cpu_seconds"] > 0 and len(saved["load_average"]) == 2
+    assert "s CPU (the suite's process" in (tmp_path / "report.md").read_text()
     for g in saved["gemms"]:
         assert 0 < g["utilisation"] <= g["ideal_utilisation"] <= 1
         assert g["ideal_cycles"] <= g["cycles"] == g["estimate"]
@@ -201,3 +203,14 @@ def test_large_gemms_take_the_golden_counters_from_the_cycle_model():
             "non_matrix", "raw_stall", "host_stall", "weight_stall_hoisted")
     for a, b in zip(golden, mixed):
         assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+
+
+def test_report_states_wall_and_cpu_time_and_load():
+    """The report's header says what the run cost and what else ran; a run saved
+    before the suite recorded CPU time and load says they were not recorded."""
+    from tpu.bench.report import _run_time
+    text = _run_time({"seconds": 3000.4, "cpu_seconds": 2710.6, "load_average": [3.5, 6.25]})
+    assert text == ("3000 s wall, 2711 s CPU (the suite's process and its simulators and "
+                    "builds); load average 3.5 at the start, 6.25 at the end.")
+    assert _run_time({"seconds": 60}) == ("60 s wall, CPU time not recorded; "
+                                          "load average not recorded.")
