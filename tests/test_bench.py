@@ -42,6 +42,16 @@ def test_tiny_bench_writes_consistent_report(tmp_path):
     assert "old numbers" not in text and text.endswith(f"{END}\n\n## Kept\n")
     assert f"`{saved['command']}`" in text and saved["date"] in text
     assert "](img/bench_design_space.png)" in text and "](bench.md)" in text
+    # a run that did not record its CPU time, published with /usr/bin/time -v's
+    from tpu.bench.report import publish_run
+    del saved["cpu_seconds"]
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    log = tmp_path / "time.log"
+    log.write_text("\tCommand being timed: \"tpu bench\"\n\tUser time (seconds): 1500.25\n"
+                   "\tSystem time (seconds): 99.5\n")
+    page.write_text(f"# Benchmarks\n\n{BEGIN}\n{END}\n")
+    doc = publish_run(tmp_path, log, docs=tmp_path / "docs")
+    assert "1600 s CPU" in doc.read_text() and "1600 s CPU" in page.read_text()
 
 
 def test_bench_command_parses():
@@ -214,3 +224,16 @@ def test_report_states_wall_and_cpu_time_and_load():
                     "builds); load average 3.5 at the start, 6.25 at the end.")
     assert _run_time({"seconds": 60}) == ("60 s wall, CPU time not recorded; "
                                           "load average not recorded.")
+
+
+def test_publish_command_errors(tmp_path, capsys):
+    """`tpu bench --publish` refuses a directory without a run and a time log that is
+    not one, each in one line."""
+    from tpu.bench.report import time_log_cpu_seconds
+    from tpu.cli import main
+    assert main(["bench", "--publish", str(tmp_path)]) != 0
+    assert "no results.json of a tpu bench run" in capsys.readouterr().err
+    assert main(["bench", "--time-log", "x.log"]) != 0
+    assert "--time-log goes with --publish DIR" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no 'System time"):
+        time_log_cpu_seconds("\tUser time (seconds): 3.0\n")
