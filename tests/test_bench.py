@@ -17,6 +17,8 @@ def test_tiny_bench_writes_consistent_report(tmp_path):
         assert (tmp_path / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     saved = json.loads((tmp_path / "results.json").read_text())
     assert len(saved["gemms"]) == 2
+    assert saved["cpu_seconds"] > 0 and len(saved["load_average"]) == 2
+    assert "s CPU (the suite's process" in (tmp_path / "report.md").read_text()
     for g in saved["gemms"]:
         assert 0 < g["utilisation"] <= g["ideal_utilisation"] <= 1
         assert g["ideal_cycles"] <= g["cycles"] == g["estimate"]
@@ -40,6 +42,16 @@ def test_tiny_bench_writes_consistent_report(tmp_path):
     assert "old numbers" not in text and text.endswith(f"{END}\n\n## Kept\n")
     assert f"`{saved['command']}`" in text and saved["date"] in text
     assert "](img/bench_design_space.png)" in text and "](bench.md)" in text
+    # a run that did not record its CPU time, published with /usr/bin/time -v's
+    from tpu.bench.report import publish_run
+    del saved["cpu_seconds"]
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    log = tmp_path / "time.log"
+    log.write_text("\tCommand being timed: \"tpu bench\"\n\tUser time (seconds): 1500.25\n"
+                   "\tSystem time (seconds): 99.5\n")
+    page.write_text(f"# Benchmarks\n\n{BEGIN}\n{END}\n")
+    doc = publish_run(tmp_path, log, docs=tmp_path / "docs")
+    assert "1600 s CPU" in doc.read_text() and "1600 s CPU" in page.read_text()
 
 
 def test_bench_command_parses():
@@ -201,3 +213,27 @@ def test_large_gemms_take_the_golden_counters_from_the_cycle_model():
             "non_matrix", "raw_stall", "host_stall", "weight_stall_hoisted")
     for a, b in zip(golden, mixed):
         assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+
+
+def test_report_states_wall_and_cpu_time_and_load():
+    """The report's header says what the run cost and what else ran; a run saved
+    before the suite recorded CPU time and load says they were not recorded."""
+    from tpu.bench.report import _run_time
+    text = _run_time({"seconds": 3000.4, "cpu_seconds": 2710.6, "load_average": [3.5, 6.25]})
+    assert text == ("3000 s wall, 2711 s CPU (the suite's process and its simulators and "
+                    "builds); load average 3.5 at the start, 6.25 at the end.")
+    assert _run_time({"seconds": 60}) == ("60 s wall, CPU time not recorded; "
+                                          "load average not recorded.")
+
+
+def test_publish_command_errors(tmp_path, capsys):
+    """`tpu bench --publish` refuses a directory without a run and a time log that is
+    not one, each in one line."""
+    from tpu.bench.report import time_log_cpu_seconds
+    from tpu.cli import main
+    assert main(["bench", "--publish", str(tmp_path)]) != 0
+    assert "no results.json of a tpu bench run" in capsys.readouterr().err
+    assert main(["bench", "--time-log", "x.log"]) != 0
+    assert "--time-log goes with --publish DIR" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="no 'System time"):
+        time_log_cpu_seconds("\tUser time (seconds): 3.0\n")

@@ -7,6 +7,8 @@ import pytest
 from tpu.bench.common import dense_graph, random_feed
 from tpu.compiler.backend import compile_graph
 from tpu.config import TPUConfig
+from tpu.driver.checks import relocate
+from tpu.isa import Halt, Nop, Rhm, Whm
 from tpu.sim.models.cycle_model import HostLink, _rhm_link_end, estimate_cycles
 from tpu.sim.models.link_model import LinkTiming
 
@@ -93,3 +95,116 @@ def test_rhm_host_stall_counts_cycles_without_a_row_not_rows_waiting_for_the_ub(
     port until 13 (offered, so no stall), and only cycle 14 has no row."""
     assert _rhm_link_end(5, [10, 11, 15], []) == (16, 4 + 3)
     assert _rhm_link_end(5, [10, 11, 15], [(11, 11), (12, 12)]) == (16, 4 + 1)
+
+
+# -- the link off its defaults ------------------------------------------------
+#
+# Hand-written programs that each lean on one rule of the link model, with the
+# cycles the RTL took (Icarus and Verilator agree; test_link_off_its_defaults_on_the_rtl
+# runs them on the chips the suite builds anyway).
+
+def _nops(count):
+    return [Nop()] * count + [Halt()]
+
+
+def _rhm(rows):
+    return [Rhm(0, rows, 0), Halt()]
+
+
+def _whm(rows):
+    return [Whm(0, rows, 0), Halt()]
+
+
+def _rhm_whm_pairs(pairs):
+    return [Rhm(0, 4, 0), Whm(0, 4, 0)] * pairs + [Halt()]
+
+
+#: name -> (TPUConfig fields, host latency, program, the RTL's cycles)
+HAND_WRITTEN = {
+    # a short second fetch job: its first beat 2 cycles after the first job's last
+    "17 instructions": ({}, 0, _nops(16), 116),
+    "41 instructions": ({}, 0, _nops(40), 166),
+    # four 512-byte reads on one tag, each free the cycle before its last beat
+    "1 tag, 2 KiB RHM": ({"read_tags": 1}, 0, _rhm(256), 580),
+    "1 tag, 41 instructions": ({"read_tags": 1}, 0, _nops(40), 277),
+    # a 1-word link: rows of two beats through the WHM gearbox, headers of three
+    "1-word link, 3-row WHM": ({"link_dw": 1}, 0, _whm(3), 49),
+    "1-word link, 64-row WHM": ({"link_dw": 1}, 0, _whm(64), 174),
+    "1-word link, RHMs and WHMs": ({"link_dw": 1}, 0, _rhm_whm_pairs(3), 234),
+    "1-word link, 1 KiB RHM": ({"link_dw": 1}, 0, _rhm(128), 446),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HAND_WRITTEN))
+def test_link_model_off_its_defaults(case):
+    fields, latency, program, cycles = HAND_WRITTEN[case]
+    config = CONFIG.replace(**fields)
+    assert estimate_cycles(config, program, host=HostLink.of(config, latency))["cycles"] == cycles
+
+
+#: The programs the RTL test runs on each chip, by name.
+PROBES = {"17 instructions": _nops(16), "41 instructions": _nops(40), "1 KiB RHM": _rhm(128),
+          "3-row WHM": _whm(3), "64-row WHM": _whm(64), "RHMs and WHMs": _rhm_whm_pairs(3)}
+
+
+async def _probe_main(device):
+    """Every program of PROBES, its host addresses in a 4 KiB-aligned buffer (as the
+    model takes them); their counters by name."""
+    buffer = device.alloc(1 << 16, 4096)
+    counters = {}
+    for name, program in PROBES.items():
+        result = await device.run(relocate(program, [(0, 1 << 16, buffer)]), timeout=1.0)
+        assert result.halted, f"{name}: {result}"
+        counters[name] = dict(result.counters)
+    return counters
+
+
+def _link_chips():
+    from test_host_interface_rtl import NARROW, WIDE
+    # (what it is, config, host latency): a slower host on the default chip, and the
+    # narrow (1 word, 128-byte TLPs, 2 tags) and wide (4 words) chips the suite builds
+    return [("default chip, host latency 37", CONFIG, 37),
+            ("default chip, host latency 200", CONFIG, 200),
+            ("1-word link, 128-byte TLPs, 2 tags", NARROW, 0),
+            ("1-word link, 128-byte TLPs, 2 tags, host latency 37", NARROW, 37),
+            ("4-word link", WIDE, 0)]
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("chip", range(5), ids=lambda i: _link_chips()[i][0])
+def test_link_off_its_defaults_on_the_rtl(simulator, chip):
+    from tpu.driver import run
+    _, config, latency = _link_chips()[chip]
+    measured = run(_probe_main, backend=simulator, config=config, host_latency=latency)
+    link = HostLink.of(config, latency)
+    for name, program in PROBES.items():
+        estimate = estimate_cycles(config, program, host=link)["counters"]
+        assert {c: measured[name][c] for c in estimate} == estimate, name
+
+
+#: Compiled GEMMs off the default link: (chip, K, N, batch). Each is exact in cycles;
+#: on the 1-word link the model counts one RAW-stall cycle more than the RTL (a stall
+#: it places on another instruction than the RTL does, not yet found), which the
+#: test allows.
+COMPILED_OFF_DEFAULTS = {"host latency 37": (0, 16, 8, 16), "1-word link": (2, 16, 8, 16),
+                         "4-word link": (4, 16, 8, 16)}
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("case", sorted(COMPILED_OFF_DEFAULTS))
+def test_compiled_gemm_off_the_default_link(simulator, case):
+    from tpu.compiler.session import InferenceSession
+    chip, k, n, batch = COMPILED_OFF_DEFAULTS[case]
+    _, config, latency = _link_chips()[chip]
+    graph = dense_graph(k, n, seed=7)
+    session = InferenceSession(graph, backend=simulator, config=config, batch=batch,
+                               host_latency=latency)
+    session.run(None, random_feed(graph, batch))
+    compiled = compile_graph(graph, config, batch)
+    [step] = [s for s in compiled.steps if getattr(s, "program", None) is not None]
+    [part] = [p for p in session.last_profile[0] if p["name"] == step.name]
+    measured = {c: int(v) for c, v in part["counters"].items()}
+    estimate = estimate_cycles(config, bytes(step.program), host=HostLink.of(config, latency))
+    assert measured["cycles"] == estimate["cycles"]
+    off = {c: (measured[c], v) for c, v in estimate["counters"].items() if measured[c] != v}
+    assert all(abs(a - b) <= 1 for a, b in off.values()) and set(off) <= {"raw_stall", "host_stall"}, off

@@ -14,6 +14,10 @@ __all__ = ["add_bench_commands", "cmd_bench"]
 def cmd_bench(args):
     from .bench import run_bench
     from .cli import CommandError, _config_from
+    if args.publish:
+        return _publish(args)
+    if args.time_log:
+        raise CommandError("--time-log goes with --publish DIR")
     config = _config_from(args)
     if not args.out:
         raise CommandError("--out: the output directory is empty")
@@ -30,6 +34,22 @@ def cmd_bench(args):
     print(f"{args.out}/report.md, {args.out}/results.json and plots written")
 
 
+def _publish(args):
+    from .bench.report import publish_run
+    from .cli import CommandError
+    run = Path(args.publish)
+    if not (run / "results.json").is_file():
+        raise CommandError(f"--publish {run}: no results.json of a tpu bench run there")
+    if args.time_log and not Path(args.time_log).is_file():
+        raise CommandError(f"--time-log {args.time_log}: no such file")
+    try:
+        doc = publish_run(run, args.time_log)
+    except ValueError as error:
+        raise CommandError(f"--publish {run}: {error}") from None
+    print(f"{doc}, docs/img/bench_* and the generated section of docs/benchmarks.md written "
+          f"from {run}")
+
+
 def add_bench_commands(subparsers, add_config_options):
     """Add ``bench`` to the ``tpu`` parser's `subparsers`."""
     p = subparsers.add_parser(
@@ -42,5 +62,11 @@ def add_bench_commands(subparsers, add_config_options):
     p.add_argument("--out", default="build/bench/report", metavar="DIR",
                    help="output directory (default build/bench/report)")
     p.add_argument("--golden-only", action="store_true", help="no RTL simulation")
+    p.add_argument("--publish", metavar="DIR",
+                   help="measure nothing: render the run in DIR again and publish it into "
+                        "docs/ (bench_report.md, img/bench_*, benchmarks.md's generated section)")
+    p.add_argument("--time-log", metavar="FILE",
+                   help="with --publish: /usr/bin/time -v output of the run, for its CPU time "
+                        "when the run did not record it")
     add_config_options(p)
     p.set_defaults(func=cmd_bench)

@@ -69,6 +69,8 @@ behaves as HALT (the chip halts when the earlier ones are done). Without a
 HALT the estimate ends when everything is idle.
 """
 
+import bisect
+import itertools
 from dataclasses import dataclass, field
 
 from ...config import TPUConfig
@@ -186,10 +188,12 @@ def _completing_rows(act):
 
 def _rhm_end(first, rows, writes):
     """The cycle an RHM whose rows could be written one per cycle from `first`
-    is idle, when the UB write port is taken in the `writes` cycles (intervals)
-    by the activation unit, which has priority."""
+    is idle, when the UB write port is taken in the `writes` cycles (one-cycle
+    intervals, sorted: `_add_writes`) by the activation unit, which has priority."""
     t, left = first, rows
-    for a, b in sorted(writes):
+    # Only writes from `first` on can hold a row back; a long program has many
+    # before it (the search keeps a model's estimate linear in its ACTs).
+    for a, b in itertools.islice(writes, bisect.bisect_left(writes, (first, first)), None):
         if b < t:
             continue
         if a > t:
@@ -202,12 +206,24 @@ def _rhm_end(first, rows, writes):
     return t + left
 
 
+def _add_writes(writes, cycles):
+    """Add the one-cycle UB writes in `cycles` to `writes`, kept sorted (an ACT's
+    come after the previous one's, so they are appended)."""
+    for c in cycles:
+        if writes and (c, c) < writes[-1]:
+            bisect.insort(writes, (c, c))
+        else:
+            writes.append((c, c))
+
+
 def _rhm_link_end(issue, arrivals, writes):
     """``(idle cycle, host stall cycles)`` of an RHM issued in `issue` whose rows
     arrive from the link in the cycles `arrivals`, when the UB write port is taken
     in the `writes` cycles (intervals) by the activation unit. The RTL counts a
     stall in a cycle with no row offered, not one whose row waits for the port."""
-    blocked = {t for a, b in writes if b >= arrivals[0] for t in range(a, b + 1)}
+    blocked = {t for a, b in itertools.islice(
+        writes, bisect.bisect_left(writes, (arrivals[0], arrivals[0])), None)
+        for t in range(a, b + 1)}
     written, stall = issue, 0
     for arrival in arrivals:
         stall += max(0, arrival - (written + 1))
@@ -648,8 +664,7 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
                            start + completing * step + TIMING["act_last_write"] + step - 1)
                 pipe_free = start + ins.rows * step + TIMING["act_pipeline_free"]
                 first_write = start + TIMING["act_first_write"] + step - 1
-                act_writes.extend((first_write + j * step, first_write + j * step)
-                                  for j in _completing_rows(ins))
+                _add_writes(act_writes, (first_write + j * step for j in _completing_rows(ins)))
                 # An RHM still running loses a cycle for every UB write of this ACT.
                 r = units["rhm"]
                 if rhm_rows is not None and r.idle > first_write:

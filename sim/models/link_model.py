@@ -14,8 +14,9 @@ RTL, `tests/test_cycle_model_chip.py` holds them):
 
 * a read job is taken when the reader has issued the previous job's last
   request; its requests issue from the next cycle, one per MRd's beats on
-  ``tx`` (``ceil(3 / link_dw)``), each when its tag is free (tags are freed
-  as the request's last byte is delivered);
+  ``tx`` (``ceil(3 / link_dw)``), each when its tag is free (a tag is free
+  from the cycle before the beat holding its request's last byte leaves the
+  reader: the reader lets it go as it reads that beat from its buffer);
 * an MRd's beats leave on ``tx`` from the cycle after it issues; the host's
   first completion starts on ``rx`` 2 cycles after the MRd's last beat (with
   added latency, ``latency - 1`` more); completions are cut at
@@ -25,7 +26,8 @@ RTL, `tests/test_cycle_model_chip.py` holds them):
   beat of ``link_dw`` words per cycle, and the reader delivers its bytes from
   2 cycles after the forwarded last beat, one beat of ``4 x link_dw`` bytes
   per cycle, in job order (a job's bytes leave the reader's gearbox before
-  the next job's enter it, docs/dma.md);
+  the next job's enter it, docs/dma.md: a program fetch's first beat leaves
+  2 cycles after the previous job's last at the earliest, an RHM's 3);
 * the RHM unit has a UB row 1 cycle, the core an instruction 3 cycles, after
   the beat holding its last byte leaves the reader;
 * the fetcher asks for 16 instructions at a time (with priority over RHMs)
@@ -34,9 +36,14 @@ RTL, `tests/test_cycle_model_chip.py` holds them):
   was loaded into the decoder;
 * a WHM's rows leave the core from ``issue + 3`` as on the ideal host, but
   not before the previous WHM's last MWr beat is 2 cycles past (the writer
-  takes one job at a time); a row then waits for room in the 5 beats the
-  writer and its gearbox hold, which a beat on ``tx`` frees 2 cycles later;
-  an MWr's header beats and its last beat of leftover words take no data.
+  takes one job at a time), into the WHM gearbox, which takes a row that
+  starts a beat only as it passes its last beat on to the writer; the writer
+  takes a beat the cycle after the gearbox has its last byte, holds 3 beats
+  not yet on ``tx`` (a beat on ``tx`` makes room from the next cycle) and
+  puts a beat on ``tx`` 2 cycles after taking it; it offers an MWr the cycle
+  after taking its first beat, and the MWr's header words go first (whole
+  beats of them on a narrow link); an MWr's header beats and its last beat
+  of leftover words take no data.
 """
 
 from dataclasses import dataclass
@@ -54,12 +61,15 @@ LINK_TIMING = {
     "host_turnaround": 2,    # MRd's last beat on tx -> first completion beat on rx (latency 0)
     "rx_to_tlp": 3,          # completion's last beat on rx -> its first beat forwarded
     "tlp_to_data": 2,        # forwarded last beat -> the first data beat out of the reader
-    "data_job_gap": 2,       # a job's last beat out -> the next job's first, beyond 1
+    "data_job_gap": 1,       # a job's last beat out -> the next job's first, beyond 1
+    "data_job_gap_rhm": 2,   # the same when the next job is an RHM's
+    "tag_reuse": -1,         # the beat with a request's last byte out -> its tag free
     "data_to_row": 1,        # reader beat -> UB row at the RHM unit
     "data_to_instruction": 3,  # reader beat -> instruction handed to the core
-    "whm_buffer_beats": 5,   # beats the writer and its gearbox hold ahead of tx
-    "whm_refill": 2,         # a beat sent -> a row taken into the room it left
-    "whm_row_to_tx": 3,      # WHM row out of the core -> the MWr beat carrying it
+    "whm_writer_beats": 3,   # beats the writer holds ahead of tx
+    "whm_refill": 1,         # a beat sent -> the writer takes one into the room it left
+    "whm_beat_to_tx": 2,     # the writer takes a beat -> the MWr beat carrying it on tx
+    "whm_offer": 1,          # the writer takes an MWr's first beat -> its header on tx
     "whm_next_job": 2,       # last MWr beat -> the next WHM's first row
     "fetch_chunk": 16,       # instructions per fetch job
     "fetch_queue": 32,       # the fetcher's instruction queue
@@ -118,17 +128,21 @@ class LinkTiming:
         self.writer_free = 0                # the next WHM's first row, at the earliest
         self.tags = [0] * link.read_tags    # each tag free from this cycle
         self.next_tag = 0
+        self.last_beat = None               # the last beat of the last read job out of the reader
 
     # -- reads -------------------------------------------------------------
-    def read(self, valid, addr, nbytes):
-        """A read job offered from cycle `valid`; the cycles in which its
-        delivered beats (``4 x link_dw`` bytes, the job's first byte in lane 0)
-        leave the reader."""
+    def read(self, valid, addr, nbytes, rhm=False):
+        """A read job (an RHM's if `rhm`, else a program fetch's) offered from
+        cycle `valid`; the cycles in which its delivered beats (``4 x link_dw``
+        bytes, the job's first byte in lane 0) leave the reader."""
         L, T = self.link, LINK_TIMING
         B = L.beat_bytes
         hdr_beats = _ceil_div(3 if addr + nbytes <= 1 << 32 else 4, L.link_dw)
         taken = max(valid, self.reader_free)
         issue = taken + T["job_to_request"]
+        if self.last_beat is not None:
+            self.data_free = max(self.data_free, self.last_beat + 1
+                                 + T["data_job_gap_rhm" if rhm else "data_job_gap"])
         beats = []
         pos, end = addr, addr + nbytes
         out_bytes = 0           # job bytes delivered so far (beats are re-packed from lane 0)
@@ -172,19 +186,19 @@ class LinkTiming:
                 left -= cbytes
             beats += request_beats
             last = request_beats[-1] if request_beats else self.data_free
-            self.tags[tag] = last + 1
+            self.tags[tag] = last + T["tag_reuse"]
             issue += hdr_beats
             pos += size
         # The reader takes the next job once this job's last request issued;
         # its bytes leave the reader's gearbox before the next job's enter.
         self.reader_free = issue - hdr_beats + 1
         if beats:
-            self.data_free = max(self.data_free, beats[-1] + 1 + T["data_job_gap"])
+            self.last_beat = beats[-1]
         return beats
 
     def rhm_rows(self, valid, addr, rows):
         """Cycles in which an RHM's UB rows reach the core (its read job offered at `valid`)."""
-        beats = self.read(valid, addr, rows * self.rows)
+        beats = self.read(valid, addr, rows * self.rows, rhm=True)
         B = self.link.beat_bytes
         out = []
         for r in range(rows):
@@ -195,31 +209,52 @@ class LinkTiming:
     # -- writes ------------------------------------------------------------
     def whm_rows(self, first, addr, rows):
         """Cycles in which a WHM's rows leave the core, offered from cycle
-        `first` (``issue + 3``) one a cycle, as the writer takes them: it
-        takes a job once the previous one's last MWr beat is on ``tx``, and
-        holds a few beats ahead of ``tx``, where each MWr spends the beats of
-        its header (and a last beat of leftover words) without taking data."""
+        `first` (``issue + 3``) one a cycle, as the WHM gearbox takes them
+        (`tpu.hdl.byte_gearbox.BeatShifter` from rows to beats of ``4 x
+        link_dw`` bytes) and passes them to the writer: it takes a job once the
+        previous one's last MWr beat is on ``tx``, and holds a few beats ahead
+        of ``tx``, where each MWr spends the beats of its header (and a last
+        beat of leftover words) without taking data."""
         L, T = self.link, LINK_TIMING
         B, R = L.beat_bytes, self.rows
         first = max(first, self.writer_free)
         nbytes = rows * R
-        cap = T["whm_buffer_beats"]
-        taken = []                  # row -> cycle it left the core
-        consumed = []               # input beat -> tx cycle it went out
+        beats = _ceil_div(nbytes, B)
+        taken = []                  # row -> cycle the gearbox took it from the core
+        entered = []                # beat -> cycle the writer took it from the gearbox
+        consumed = []               # beat -> tx cycle it went out
         t = None                    # the next tx beat
-        beat_index = 0
 
-        def row_time(r):
+        def row_of(byte):
+            return min(byte, nbytes - 1) // R
+
+        def take(r):
+            """The gearbox takes a row when it has room: once it has passed on
+            the beat(s) it holds (the same cycle they leave)."""
             while len(taken) <= r:
                 k = len(taken)
                 c = first + k if not taken else max(first + k, taken[-1] + 1)
-                held = (k * R) // B - cap   # the writer holds `cap` beats not yet sent
-                if held >= 0:
-                    if held >= len(consumed):
-                        return None
-                    c = max(c, consumed[held] + T["whm_refill"])
+                if k * R % B == 0 and k:            # the row starts a beat
+                    c = max(c, enter(k * R // B - 1))
                 taken.append(c)
             return taken[r]
+
+        def enter(j):
+            """The writer takes beat `j` the cycle after the gearbox has its last
+            byte, one a cycle, and while it holds ``whm_writer_beats`` not yet on
+            ``tx`` it waits for the oldest's cycle there."""
+            while len(entered) <= j:
+                k = len(entered)
+                c = take(row_of((k + 1) * B - 1)) + 1
+                if entered:
+                    c = max(c, entered[-1] + 1)
+                held = k - T["whm_writer_beats"]
+                if held >= 0:
+                    if held >= len(consumed):
+                        raise AssertionError("the WHM model's writer buffer holds no beat")
+                    c = max(c, consumed[held] + T["whm_refill"])
+                entered.append(c)
+            return entered[j]
 
         pos, end = addr, addr + nbytes
         last_beat = None
@@ -230,25 +265,22 @@ class LinkTiming:
             total = _ceil_div(hdr + words, L.link_dw)
             header_only = hdr // L.link_dw
             data_beats = _ceil_div(words, L.link_dw)
+            # The writer offers an MWr once it holds the MWr's first beat; the
+            # transmitter then sends the header words (on a narrow link, beats
+            # of them) before it takes that beat.
+            offered = enter(len(consumed)) + T["whm_offer"]
+            t = offered if t is None else max(t, offered)
             for b in range(total):
                 if header_only <= b < header_only + data_beats:
-                    last_byte = min((beat_index + 1) * B, nbytes) - 1
-                    r = last_byte // R
-                    if row_time(r) is None:     # a row behind a beat not yet sent
-                        raise AssertionError("the WHM model's writer buffer holds no beat")
-                    ready = taken[r] + T["whm_row_to_tx"]
-                    t = ready if t is None else max(t, ready)
+                    t = max(t, enter(len(consumed)) + T["whm_beat_to_tx"])
                     consumed.append(t)
-                    beat_index += 1
-                elif t is None:
-                    t = max(self.tx_free, first + T["whm_row_to_tx"] - header_only)
                 t = max(t, self.tx_free)
                 last_beat = t
                 t += 1
             self.tx_free = t
             pos += size
-        for r in range(rows):
-            row_time(r)
+        assert len(consumed) == beats, "the WHM model sent a beat count other than the job's"
+        take(rows - 1)
         self.writer_free = last_beat + T["whm_next_job"]
         return taken
 

@@ -44,39 +44,90 @@ def _versions():
     return ", ".join(out)
 
 
+def _cpu_seconds():
+    """User and system CPU seconds of this process and its finished children (the
+    simulators, the Verilator builds): the suite's CPU time, whatever else runs."""
+    import resource
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def _load_average():
+    """The machine's 1-minute load average (how much else ran beside the suite)."""
+    return round(os.getloadavg()[0], 2)
+
+
 def _machine():
     return f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
 
 
-def _design_summary(points, config):
-    bw = [p for p in points if p["parameter"] == "weight bandwidth" and p["factor"] == 4
-          and p["speedup"]]
-    low = [p for p in points if p["parameter"] == "weight bandwidth" and p["factor"] == 0.25
-           and p["speedup"]]
+def _design_summary(points, config, models=()):
+    """Whether the workloads are memory-bound like the TPU v1 paper's (4x the
+    weight bandwidth gave its applications about 3x) and why, from the sweep's
+    `points` and the models' counters at the reference (`models`: the suite's
+    model results)."""
+    def at(factor):
+        return [p for p in points if p["parameter"] == "weight bandwidth"
+                and p["factor"] == factor and p["speedup"]]
+
+    def listed(sel):
+        return ", ".join(f"{p['workload']} {p['speedup']:.2f}x" for p in sel)
+
+    bw = at(4)
     if not bw:
         return "No bandwidth points."
-    text = ", ".join(f"{p['workload']} {p['speedup']:.2f}x" for p in bw)
-    lows = ", ".join(f"{p['workload']} {p['speedup']:.2f}x" for p in low)
     bound = [p for p in bw if p["speedup"] >= 1.5]
     if bound:
-        verdict = ("Memory-bound like the paper's applications (4x bandwidth gave it about 3x): "
-                   + ", ".join(p["workload"] for p in bound) + ".")
+        verdict = ("Memory-bound like the paper's applications (4x bandwidth gave them about "
+                   "3x): " + ", ".join(p["workload"] for p in bound) + ".")
     else:
-        verdict = (
-            "Unlike the paper's applications, none is memory-bound. The reference weight "
-            f"memory ({config.weight_mem_bytes_per_cycle} B/cycle) already delivers one row of "
-            f"weights ({config.cols} bytes) per cycle, as fast as the array can shift a tile in, "
-            "so more bandwidth cannot help. TPU v1's DDR3 delivered far less than its array "
-            "could take. At batch 64 each weight tile is reused over many rows and the "
-            "compiler prefetches tiles into the weight FIFO during the previous tile's rows. "
-            "So weight loads hide behind the matrix work, and what limits these layers is "
-            "instruction and DMA overhead (non-matrix and RAW-stall cycles). At batch 1 the "
-            "models do depend on weight bandwidth below the reference: 0.25x gives " + lows + ".")
+        best = max(bw, key=lambda p: p["speedup"])
+        verdict = ("Unlike the paper's applications (4x bandwidth gave them about 3x), none is "
+                   f"memory-bound: the most that 4x gives is {best['speedup']:.2f}x "
+                   f"({best['workload']}).")
+    B, cols, rows = config.weight_mem_bytes_per_cycle, config.cols, config.rows
+    why = (f"The reference weight memory delivers {B} B/cycle, "
+           + (f"at least one row of weights ({cols} bytes) per cycle, as fast as the array "
+              "shifts a tile in, so more bandwidth cannot shorten a weight load"
+              if B >= cols else f"less than one row of weights ({cols} bytes) per cycle")
+           + f"; a tile of {rows * cols} bytes is then used for as many cycles as the batch "
+           "has rows, and the compiler fetches the next tile into the weight FIFO while the "
+           "array works on the current one. TPU v1's DDR3 delivered far less per cycle than "
+           "its array could take.")
+    shares = []
+    for batch in (64, 1):
+        sel = [m for m in models if m.get("batch") == batch and m.get("cycles")]
+        if sel:
+            shares.append(f"at batch {batch} " + ", ".join(
+                f"{m['model']} {100 * m['weight_stall'] / m['cycles']:.1f}%" for m in sel))
+    if shares:
+        why += (" Weight-stall cycles (the MMC waiting for its tile) at the reference: "
+                + "; ".join(shares) + ".")
+    at64 = [m for m in models if m.get("batch") == 64 and m.get("cycles")]
+    if at64:
+        total = sum(m["cycles"] for m in at64)
+
+        def share(name):
+            return 100 * sum(m[name] for m in at64) / total
+        why += (f" At batch 64 the models spend {share('non_matrix'):.0f}% of their cycles "
+                f"without matrix work; weight stalls are {share('weight_stall'):.1f}% of all "
+                f"cycles, RAW stalls {share('raw_stall'):.0f}% and host stalls "
+                f"{share('host_stall'):.0f}% (each counted apart: they can overlap). More "
+                "bandwidth could shorten at most the weight stalls.")
+    low = at(0.25)
+    slow = [p for p in low if p["speedup"] < 0.95]
+    if slow:
+        why += (" Below the reference bandwidth the workloads with little weight reuse slow "
+                f"down: 0.25x gives {listed(low)}.")
+    elif low:
+        why += (" Even at 0.25x the reference bandwidth no workload slows by more than 5%: "
+                f"{listed(low)}.")
     from .report import geomean_speedups
     means = "; ".join(f"{param}: " + ", ".join(f"{f:g}x -> {u:.2f}" for f, u in line)
                       for param, line in geomean_speedups(points).items())
-    return (f"4x the weight-memory bandwidth gives: {text}. {verdict} Geometric mean over "
-            f"the workloads (the first panel of the plot, like the paper's Figure 11): {means}.")
+    return (f"4x the weight-memory bandwidth gives: {listed(bw)}. {verdict} {why} Geometric "
+            f"mean over the workloads (the first panel of the plot, like the paper's Figure "
+            f"11): {means}.")
 
 
 def _core_programs(config, graphs, gemm_program, batches):
@@ -150,6 +201,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
     from .common import dense_graph
     from .rtl_core import run_core
     started = time.monotonic()
+    load_start = _load_average()
     config = config or TPUConfig()
     if not isinstance(config, TPUConfig):
         raise TypeError(f"config must be a TPUConfig, not {config!r}")
@@ -214,7 +266,8 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
     laps.lap("cycle model against the RTL core (builds the core models)")
 
     # the cycle model with its link model against the whole chip: the demo models'
-    # parts (the simulation-speed GEMM is already one such run)
+    # parts (the simulation-speed GEMM is already one such run) and, in the full run,
+    # that GEMM again behind a host 200 cycles late (the link model off its default)
     chip_models = []
     if backends:
         from .rtl_chip import run_chip
@@ -222,6 +275,10 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
             if name.startswith("demo"):
                 for batch in (core_batches if core_batches is not None else (8,)):
                     chip_models += run_chip(config, backends[0], name, graph, batch)
+        if not quick:
+            m, k, n = rtl_size
+            chip_models += run_chip(config, backends[0], f"GEMM {m}x{k}x{n}, host latency 200",
+                                    dense_graph(k, n, seed=7), m, latency=200)
     laps.lap("cycle model against the whole chip (demo models)")
 
     # host link (DMA throughput, the host's share of run time) on the whole chip
@@ -286,7 +343,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         "core_runs": core_runs, "chip_runs": chip_runs, "host": host_results,
         "conv_layers": conv, "conv_batch": conv_batch, "tflite": tflite,
         "host_summary": host_link.summary(host_results), "fpga": fpga_rows,
-        "design_space": design, "design_summary": _design_summary(design, config),
+        "design_space": design, "design_summary": _design_summary(design, config, model_results),
         "not_included": NOT_INCLUDED + (["Icarus and 16x16 simulation speed (full run only)"]
                                         if quick else []),
         "plots": plots, "traces": traces,
@@ -296,6 +353,8 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
     laps.lap("report and plots")
     results["timings"] = laps.seconds
     results["seconds"] = time.monotonic() - started
+    results["cpu_seconds"] = _cpu_seconds()
+    results["load_average"] = [load_start, _load_average()]
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     (out / "report.md").write_text(report.write_markdown(results, plots) + "\n")
     progress(f"done in {results['seconds']:.0f} s: {out / 'report.md'}")

@@ -1,13 +1,25 @@
 """The FPGA table: the last `tpu build` of each board (``build/fpga/BOARD/build.json``,
 written by `tpu.cli_fpga`) and the last `scripts/bench_fpga.py` run of the
-matrix unit alone (``build/bench/fpga.json``). Nothing is built here: a build
-takes minutes to an hour, so the suite reports the ones already made."""
+matrix unit alone (``build/bench/fpga.json``). The suite builds nothing (a build
+takes minutes to an hour) and reports the ones already made; `build_mxus` is
+what scripts/bench_fpga.py runs to make the matrix unit's."""
 
+import datetime
 import json
+import re
 from pathlib import Path
 
 
-__all__ = ["find_builds", "table", "mxu_table"]
+__all__ = ["find_builds", "table", "mxu_table", "DEFAULT_RUNS", "parse_run", "text_table",
+           "build_mxus", "save_mxus", "load_mxus"]
+
+# The UP5K has 8 DSPs and yosys gives each 8x8 multiply a whole SB_MAC16, so
+# a 4x4 array (16 multiplies) is tried both ways; likewise the ECP5-85F has
+# 156 MULT18X18D and a 16x16 array has 256 multiplies.
+#: The reference measurements of the matrix unit alone, ``BOARD:ROWSxCOLS:MULTIPLIERS``.
+DEFAULT_RUNS = ["icebreaker:4x4:dsp", "icebreaker:4x4:nodsp",
+                "ulx3s-85f:8x8:dsp", "ulx3s-85f:8x8:nodsp",
+                "ulx3s-85f:16x16:dsp", "ulx3s-85f:16x16:nodsp"]
 
 
 def _usage(entry):
@@ -96,3 +108,112 @@ def mxu_table(results):
         lines.append("| " + " | ".join([r.get("device", r["board"]), f"{r['rows']}x{r['cols']}",
                                          kind, *cells]) + " |")
     return "\n".join(lines)
+
+
+# -- the matrix unit alone on a board (scripts/bench_fpga.py) ----------------
+
+def parse_run(text):
+    """'board:RxC[:dsp|nodsp|mix|mix3]' -> (board, rows, cols, kind); ValueError naming
+    what is wrong."""
+    from ..fpga.build import BOARDS
+    match = re.fullmatch(r"([\w-]+):(\d+)x(\d+)(?::(dsp|nodsp|mix3|mix))?", text)
+    if not match:
+        raise ValueError(f"{text!r} is not BOARD:ROWSxCOLS[:dsp|nodsp|mix|mix3]")
+    board, rows, cols, dsp = match.groups()
+    if board not in BOARDS:
+        raise ValueError(f"unknown board {board!r}: choose one of {', '.join(BOARDS)}")
+    rows, cols = int(rows), int(cols)
+    if not (1 <= rows <= 256 and 1 <= cols <= 256):
+        raise ValueError(f"{text!r}: rows and cols must be in 1..256")
+    return board, rows, cols, dsp or "dsp"
+
+
+def _kind(result):
+    if result.get("multipliers", "auto") != "auto":
+        return result["multipliers"]
+    return "dsp" if result["dsp"] else "nodsp"
+
+
+def _gops(result):
+    return 2 * result["rows"] * result["cols"] * result["fmax_mhz"] / 1000
+
+
+def text_table(results):
+    """The plain-text table of `build_mxus` results, with why each one that does not
+    fit does not."""
+    header = ["board", "array", "mult", "fits", "logic", "FFs", "DSP blocks", "RAM", "Fmax MHz",
+              "GOPS", "time s"]
+    rows = []
+    for r in results:
+        if r["fits"]:
+            rows.append([r["board"], f"{r['rows']}x{r['cols']}", _kind(r), "yes",
+                         _usage(r["logic"]), _usage(r["ffs"]), _usage(r["dsp_blocks"]),
+                         _usage(r["ram_blocks"]), f"{r['fmax_mhz']:.1f}", f"{_gops(r):.1f}",
+                         f"{r['seconds']:.0f}"])
+        else:
+            needed = r.get("needed", {})
+            dsp_cell = {"icebreaker": "ICESTORM_DSP", "ulx3s-85f": "MULT18X18D"}.get(r["board"])
+            logic_cell = {"icebreaker": "ICESTORM_LC", "ulx3s-85f": "TRELLIS_COMB"}.get(r["board"])
+            rows.append([r["board"], f"{r['rows']}x{r['cols']}", _kind(r), "NO",
+                         _usage(needed.get(logic_cell)), "-", _usage(needed.get(dsp_cell)),
+                         "-", "-", "-", f"{r['seconds']:.0f}"])
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for r in results:
+        if not r["fits"]:
+            lines.append(f"{r['board']} {r['rows']}x{r['cols']} dsp={r['dsp']} "
+                         f"does not fit: {r['reason']}")
+    return "\n".join(lines)
+
+
+def build_mxus(runs, build_dir, log=print, router=None):
+    """Synthesise, place and route the matrix unit for each ``(board, rows, cols,
+    kind)`` of `runs` (under ``build_dir/BOARD_RxC_KIND``) with nextpnr's `router`
+    (None: its default); the `build_mxu` results.
+    A design that does not fit is a result; a missing tool raises FPGAToolMissing
+    before anything is built."""
+    from ..fpga.build import FPGAToolMissing, build_mxu, missing_fpga_tools
+    for board in dict.fromkeys(board for board, *_ in runs):
+        reason = missing_fpga_tools(board)
+        if reason:
+            raise FPGAToolMissing(reason)
+    results = []
+    for board, rows, cols, kind in runs:
+        tag = f"{board}_{rows}x{cols}_{kind}"
+        log(f"building {tag} ...")
+        result = build_mxu(board, rows, cols, build_dir=Path(build_dir) / tag,
+                           dsp=kind != "nodsp",
+                           multipliers=kind if kind.startswith("mix") else "auto", router=router)
+        if result["fits"]:
+            log(f"  fits: {result['fmax_mhz']:.1f} MHz ({_gops(result):.1f} GOPS), "
+                f"logic {_usage(result['logic'])}, DSP {_usage(result['dsp_blocks'])} "
+                f"({result['seconds']:.0f} s)")
+        else:
+            log(f"  does not fit: {result['reason']} ({result['seconds']:.0f} s)")
+        results.append(result)
+    return results
+
+
+def save_mxus(results, path):
+    """Write `build_mxus` results to `path` with the date and the tools' versions."""
+    from ..fpga.build import tool_versions
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "date": datetime.date.today().isoformat(),
+        "tools": tool_versions(),
+        "results": results,
+    }, indent=2) + "\n")
+
+
+def load_mxus(paths):
+    """The results saved by `save_mxus` in each of `paths`, one list; ValueError
+    naming a file that is not such a result."""
+    results = []
+    for path in paths:
+        try:
+            results += json.loads(Path(path).read_text())["results"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path}: not a saved bench_fpga result ({error})") from None
+    return results

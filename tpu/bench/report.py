@@ -260,7 +260,8 @@ def _cycle_model_section(results):
     if chip:
         text.append("\nThrough the whole chip (`tpu.driver` over the PCIe-style link, the "
                     "deterministic host of `open_bench_link`: completions of max_payload bytes, "
-                    "in order, answering at once) a program takes longer: it is fetched over "
+                    "in order, answering at once unless the row names a host latency) a program "
+                    "takes longer: it is fetched over "
                     "the link before its first instruction, instructions then arrive at link "
                     "speed, RHMs wait for their completions and WHMs for the link. "
                     "`estimate_cycles(..., host=HostLink.of(config))` models that link "
@@ -312,6 +313,18 @@ def _fpga_section(results):
     return "\n".join(text) + "\n"
 
 
+def _run_time(results):
+    """Wall and CPU time of a run and the load beside it, as far as the run recorded them."""
+    text = f"{results['seconds']:.0f} s wall"
+    cpu = results.get("cpu_seconds")
+    text += (f", {cpu:.0f} s CPU (the suite's process and its simulators and builds)"
+             if cpu is not None else ", CPU time not recorded")
+    load = results.get("load_average")
+    text += (f"; load average {load[0]:g} at the start, {load[1]:g} at the end"
+             if load else "; load average not recorded")
+    return text + "."
+
+
 def write_markdown(results, plots):
     """The report as Markdown text."""
     cfg = results["config"]
@@ -323,7 +336,8 @@ def write_markdown(results, plots):
            f"Chip: {cfg['rows']}x{cfg['cols']} array, {cfg['acc_rows']} accumulator rows, "
            f"weight memory {cfg['weight_mem_bytes_per_cycle']} B/cycle "
            f"(latency {cfg['weight_mem_latency']}), clock stated as "
-           f"{results['clock_hz'] / 1e6:g} MHz. Suite run time {results['seconds']:.0f} s.\n",
+           f"{results['clock_hz'] / 1e6:g} MHz.  ",
+           f"Run time: {_run_time(results)}\n",
            "## Targets\n"]
     out.append(_table(["target", "result", "detail"],
                       [(t[0], "n/a" if t[1] is None else _ok(t[1]), t[2]) for t in results["targets"]]))
@@ -473,7 +487,8 @@ def summary_markdown(results, report_link, img_prefix):
     out = [f"Generated from `results.json` of the run below, not retyped. The full report: "
            f"[{report_link}]({report_link}).\n",
            f"* Command: `{results['command']}`",
-           f"* Date: {results['date']}; suite run time {results['seconds'] / 60:.1f} minutes",
+           f"* Date: {results['date']}",
+           f"* Run time: {_run_time(results)}",
            f"* Machine: {results['machine']}",
            f"* Versions: {results['versions']}",
            f"* Chip: {cfg['rows']}x{cfg['cols']} array, {cfg['acc_rows']} accumulator rows, "
@@ -550,7 +565,40 @@ def render(out_dir):
                                                    results["core_runs"], results["chip_runs"])]
     results["host_summary"] = summary(results["host"])
     from . import _design_summary
-    results["design_summary"] = _design_summary(results["design_space"], config)
+    results["design_summary"] = _design_summary(results["design_space"], config,
+                                                results["models"])
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     (out / "report.md").write_text(write_markdown(results, plots) + "\n")
     return results
+
+
+def time_log_cpu_seconds(text):
+    """User plus system seconds from the output of ``/usr/bin/time -v`` (the
+    CPU time of a run saved before the suite recorded its own); ValueError
+    naming what is missing."""
+    import re
+    found = {}
+    for what in ("User", "System"):
+        match = re.search(rf"^\s*{what} time \(seconds\):\s*([0-9.]+)\s*$", text, re.M)
+        if not match:
+            raise ValueError(f"no '{what} time (seconds)' line of /usr/bin/time -v in the log")
+        found[what] = float(match.group(1))
+    return found["User"] + found["System"]
+
+
+def publish_run(out_dir, time_log=None, docs="docs"):
+    """Render a run again with this code's targets and summaries, then `publish` it
+    into `docs` (``bench_report.md``, ``img/bench_*``, the section of
+    ``benchmarks.md``). `time_log`: the ``/usr/bin/time -v`` output the run was
+    measured with, for its CPU time when the run did not record it."""
+    import json
+    from pathlib import Path
+    out = Path(out_dir)
+    if time_log is not None:
+        results = json.loads((out / "results.json").read_text())
+        if results.get("cpu_seconds") is None:
+            results["cpu_seconds"] = time_log_cpu_seconds(Path(time_log).read_text())
+            (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
+    render(out)
+    docs = Path(docs)
+    return publish(out, docs / "bench_report.md", docs / "img", docs / "benchmarks.md")
