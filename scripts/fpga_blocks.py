@@ -3,8 +3,9 @@
 SB_MAC16s, EBRs and SPRAMs per block.
 
 The chip behind its UART bridge (``SerialChip``, ``tpu verilog --top serial``)
-is written as Verilog, one module per Amaranth submodule, named by its path
-(``tpu_serial_chip.host.core.engine``). Each block down to `depth` levels is
+is written as Verilog for the iCE40 (its primitives instantiated where the
+board build instantiates them), one module per Amaranth submodule, named by
+its path (``tpu_serial_chip.host.core.engine``). Each block down to `depth` levels is
 synthesised with ``synth_ice40 -dsp``, as the board build synthesises the
 whole chip, with its listed sub-blocks as black boxes: that gives its own
 logic, and a block's count is its own logic and its sub-blocks' counts. A
@@ -76,7 +77,7 @@ def synthesise(config, build_dir, depth):
     yosys = _yosys()
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{SERIAL_NAME}.v"
-    text = generate_verilog(config, top="serial")
+    text = generate_verilog(config, top="serial", family="ice40")
     source.write_text(text)
     tree = blocks(text, depth)
     # One yosys process: the source is read once, and each block synthesised
