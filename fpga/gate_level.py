@@ -19,6 +19,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from .ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
+
 
 __all__ = ["ice40_netlist", "ice40_cell_models", "ice40_primitive_models", "gate_level_source"]
 
@@ -62,8 +64,8 @@ def ice40_netlist(verilog_text, top, build_dir):
     with FileLock(work.with_name(work.name + ".lock")):
         if not netlist.exists():
             (work / f"{top}.v").write_text(verilog_text)
-            script = (f"read_verilog {top}.v; synth_ice40 -dsp -top {top}; "
-                      f"write_verilog -noattr {netlist.name}.tmp")
+            script = "; ".join([f"read_verilog {top}.v", *BEFORE_SYNTH, f"synth_ice40 -dsp -top {top}",
+                                *AFTER_SYNTH, f"write_verilog -noattr {netlist.name}.tmp"])
             run = subprocess.run([yosys, "-q", "-l", "yosys.log", "-p", script], cwd=work,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if run.returncode != 0:

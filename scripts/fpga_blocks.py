@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from tpu.config import ConfigError, TPUConfig
+from tpu.fpga.ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
 from tpu.hdl.verilog import SERIAL_NAME, generate_verilog
 
 
@@ -89,7 +90,9 @@ def synthesise(config, build_dir, depth):
             # Private names for every wire and cell: with public ones, ABC9
             # (Yosys 0.70) stops on a name clash in a module with black boxes.
             script += ["blackbox " + " ".join(children), f"hierarchy -top {name}", "rename -hide"]
-        script += [f"synth_ice40 -dsp -top {name}", f"tee -q -o stat{n}.json stat -json"]
+        # The array's SB_MAC16s stay in their dual 8 x 8 mode (tpu.fpga.ice40_dsp_guard).
+        script += [*BEFORE_SYNTH, f"synth_ice40 -dsp -top {name}", *AFTER_SYNTH,
+                   f"tee -q -o stat{n}.json stat -json"]
     (build_dir / "blocks.ys").write_text("\n".join(script) + "\n")
     run = subprocess.run([yosys, "-q", "-l", "yosys.log", "-s", "blocks.ys"], cwd=build_dir,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
