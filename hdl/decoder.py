@@ -6,6 +6,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
 from ..isa import LAYOUTS, MAX_POOL_COUNT, Fault, Opcode, Pool, ldl_rows, ldq_rows, INSTRUCTION_BITS
+from .bounded_product import bounded_product
+from .device_family import is_ice40
 from .serial_divider import SerialDivider
 from .window import DmaWindows, inside_a_window
 
@@ -183,6 +185,21 @@ class InstructionDecoder(wiring.Component):
                     m.d.sync += [out_w.eq(div.quotient + 1), geometry_done.eq(1)]
                     m.next = "IDLE"
 
+        # The geometry's products only matter below the UB's size (at or above
+        # it the instruction faults): on an iCE40, whose 8 DSP blocks the
+        # array needs, they are bounded products in logic.
+        if is_ice40(platform):
+            ub_bits = cfg.ub_rows.bit_length()
+
+            def product(a, b):
+                # `conv_y - 1` and `out_w - 1` are signed, and used only
+                # where they are not negative: their unsigned bits.
+                a = Value.cast(a)
+                return bounded_product(a[:-1] if a.shape().signed else a, b, ub_bits)
+        else:
+            def product(a, b):
+                return a * b
+
         # ACT output rows.
         out_rows = Signal(24)
         with m.If(act["rows"] == 0):
@@ -190,15 +207,25 @@ class InstructionDecoder(wiring.Component):
         with m.Elif(act["pool"] == Pool.GLOBAL_AVG):
             m.d.comb += out_rows.eq(1)
         with m.Elif(windowed):
-            m.d.comb += out_rows.eq(out_h * out_w)
+            m.d.comb += out_rows.eq(product(out_h, out_w))
         with m.Else():
             m.d.comb += out_rows.eq(act["rows"])
 
         # MMC: the largest UB row read.
         mmc_last = Signal(48)
         with m.If(conv):
-            tail = conv_y * mmc["row_step"] + conv_x * mmc["col_step"]
-            full = (conv_y - 1) * mmc["row_step"] + (mmc["out_w"] - 1) * mmc["col_step"]
+            if is_ice40(platform):
+                # (conv_y - 1) * row_step as one product less; the bounded
+                # one stays exact or at least the UB's size (an operand
+                # clamped at 2**ub_bits: (2**ub_bits - 1) * row_step).
+                rows_part = product(conv_y, mmc["row_step"])
+                row_step = Mux(mmc["row_step"] >> ub_bits, 1 << ub_bits, mmc["row_step"])
+                full_rows_part = rows_part - row_step
+            else:
+                rows_part = conv_y * mmc["row_step"]
+                full_rows_part = (conv_y - 1) * mmc["row_step"]
+            tail = rows_part + product(conv_x, mmc["col_step"])
+            full = full_rows_part + product(mmc["out_w"] - 1, mmc["col_step"])
             with m.If((conv_y != 0) & (full > tail)):
                 m.d.comb += mmc_last.eq(mmc["ub"] + full)
             with m.Else():

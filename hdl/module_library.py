@@ -19,10 +19,12 @@ __all__ = ["ModuleLibrary", "add_submodule", "instance_of"]
 
 class ModuleLibrary:
     """The elaboration platform of `generate_verilog`: the Verilog text of
-    every module emitted once, by module name."""
+    every module emitted once, by module name. `family` names the FPGA
+    family the Verilog is for (`tpu.hdl.device_family`), None for any."""
 
-    def __init__(self):
+    def __init__(self, family=None):
         self._modules = {}
+        self.family = family
 
     def define(self, module, text):
         """Add Verilog `text` defining `module`, unless `module` is defined already.

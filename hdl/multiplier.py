@@ -14,6 +14,9 @@ registers, whatever implements it. Three implementations:
 * :class:`ECP5Multiplier`: a Lattice ECP5 ``MULT18X18D`` instantiated
   directly with its input and output registers in use, so the whole
   multiplication is timed inside the DSP block.
+* :class:`ICE40DualMultiplier`: half of an iCE40 ``SB_MAC16`` in its dual
+  8 x 8 mode, two PEs to a block (:func:`ice40_dual_multipliers`); the
+  array takes it by itself when it is built for an iCE40.
 
 Two take three cycles instead of two (their :attr:`~Multiplier.latency`),
 for clocks at which the two-cycle ones are the slowest path of a PE; an
@@ -34,7 +37,8 @@ from amaranth.lib.wiring import In, Out
 
 
 __all__ = ["MultiplierSignature", "Multiplier", "LUTMultiplier", "SplitLUTMultiplier", "ECP5Multiplier",
-           "PipelinedLUTMultiplier", "ECP5PipelinedMultiplier", "multiplier_mix", "MULTIPLIER_LATENCY"]
+           "PipelinedLUTMultiplier", "ECP5PipelinedMultiplier", "multiplier_mix", "MULTIPLIER_LATENCY",
+           "ICE40DualMultiplier", "ice40_dual_multipliers"]
 
 
 #: Cycles from an operand at ``a``/``b`` to its product at ``p``, unless a
@@ -244,4 +248,101 @@ def multiplier_mix(hard, *, cols, hard_multiplier=ECP5Multiplier, soft_multiplie
 
     def make(row, col):
         return hard_multiplier() if row * cols + col < hard else soft_multiplier()
+    return make
+
+
+class ICE40DualMultiplier(Multiplier):
+    """One of the two 8 x 8 multipliers of an iCE40 ``SB_MAC16`` in its dual
+    8 x 8 mode (``MODE_8x8``), so that two PEs share one block: 8 SB_MAC16
+    give 16 multipliers. Made in pairs by :func:`ice40_dual_multipliers`; the
+    first of a pair (the block's bottom half) instantiates the block, the
+    second (its top half, or none) only takes its product.
+
+    Both operands are taken as signed bytes (``A_SIGNED``, ``B_SIGNED``).
+    ``a`` is an int8 or uint8 activation, -128..255: its low byte is
+    ``s8 = a - 256 * f`` with ``f = a[7] & ~a[8]`` (a uint8 of 128 or more),
+    so ``a * b = s8 * b + 256 * f * b``, and the block's output adder adds the
+    second term (``C`` for the top, ``D`` for the bottom). Every such product
+    fits the 16-bit output (-32640..32385), sign-extended to ``p``; a = -256,
+    outside the array's activations, is not supported.
+
+    The operands are registered inside the block (``A_REG``, ``B_REG``,
+    ``C_REG``, ``D_REG``) and the sums in its output registers, the two
+    cycles of :data:`MULTIPLIER_LATENCY`, so the multiplier takes no
+    flip-flops of the fabric. The block's resets are asynchronous and left
+    off: a product only ever reaches the partial sum of its own wavefront.
+
+    Only iCE40 synthesis, or a simulator given yosys's model of the block
+    (``cells_sim.v``), can run it.
+    """
+
+    def __init__(self, bottom=None):
+        super().__init__()
+        self._bottom = bottom       # the other half, which instantiates the block
+        self._top = None            # the half that takes the block's top product
+        if bottom is not None:
+            bottom._top = self
+        self._top_product = Signal(signed(16))
+
+    @staticmethod
+    def _operands(a, b):
+        """The block's (A, B, C or D) bytes of one product ``a * b``."""
+        upper = a[7] & ~a[8]
+        return a[:8], b, Cat(C(0, 8), Mux(upper, b, 0))
+
+    def elaborate(self, platform):
+        m = Module()
+        if self._bottom is not None:
+            m.d.comb += self.p.eq(self._bottom._top_product)
+            return m
+        top = self._top
+        a_bot, b_bot, d = self._operands(self.a, self.b)
+        if top is not None:
+            a_top, b_top, c = self._operands(top.a, top.b)
+        else:
+            a_top, b_top, c = C(0, 8), C(0, 8), C(0, 16)
+        product = Signal(32)
+        params = {
+            "p_NEG_TRIGGER": C(0, 1), "p_A_REG": C(1, 1), "p_B_REG": C(1, 1),
+            "p_C_REG": C(1, 1), "p_D_REG": C(1, 1),
+            "p_TOP_8x8_MULT_REG": C(0, 1), "p_BOT_8x8_MULT_REG": C(0, 1),
+            "p_PIPELINE_16x16_MULT_REG1": C(0, 1), "p_PIPELINE_16x16_MULT_REG2": C(0, 1),
+            # Output = the registered sum (1) of the 8x8 product (lower
+            # input 1) and C or D (upper input 1), carry in 0.
+            "p_TOPOUTPUT_SELECT": C(1, 2), "p_TOPADDSUB_LOWERINPUT": C(1, 2),
+            "p_TOPADDSUB_UPPERINPUT": C(1, 1), "p_TOPADDSUB_CARRYSELECT": C(0, 2),
+            "p_BOTOUTPUT_SELECT": C(1, 2), "p_BOTADDSUB_LOWERINPUT": C(1, 2),
+            "p_BOTADDSUB_UPPERINPUT": C(1, 1), "p_BOTADDSUB_CARRYSELECT": C(0, 2),
+            "p_MODE_8x8": C(1, 1), "p_A_SIGNED": C(1, 1), "p_B_SIGNED": C(1, 1),
+        }
+        ports = {
+            "i_CLK": ClockSignal("sync"), "i_CE": C(1),
+            "i_A": Cat(a_bot, a_top), "i_B": Cat(b_bot, b_top), "i_C": c, "i_D": d,
+            "o_O": product,
+        }
+        for name in ("AHOLD", "BHOLD", "CHOLD", "DHOLD", "IRSTTOP", "IRSTBOT", "ORSTTOP",
+                     "ORSTBOT", "OLOADTOP", "OLOADBOT", "ADDSUBTOP", "ADDSUBBOT", "OHOLDTOP",
+                     "OHOLDBOT", "CI", "ACCUMCI", "SIGNEXTIN"):
+            ports[f"i_{name}"] = C(0)
+        m.submodules.mac = Instance("SB_MAC16", **params, **ports)
+        m.d.comb += [
+            self.p.eq(product[:16].as_signed()),
+            self._top_product.eq(product[16:].as_signed()),
+        ]
+        return m
+
+
+def ice40_dual_multipliers():
+    """A ``multiplier`` for :class:`~tpu.hdl.systolic_array.SystolicArray`
+    that pairs the PEs of each row, columns 2j and 2j + 1, on one iCE40
+    SB_MAC16 (:class:`ICE40DualMultiplier`); an odd last column has a block
+    of its own. It must be called row by row, column by column, as the
+    array does."""
+    bottoms = {}
+
+    def make(row, col):
+        if col % 2 == 0:
+            bottoms[row, col] = mul = ICE40DualMultiplier()
+            return mul
+        return ICE40DualMultiplier(bottom=bottoms.pop((row, col - 1)))
     return make

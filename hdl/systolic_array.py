@@ -6,8 +6,9 @@ from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .device_family import is_ice40
 from .module_library import ModuleLibrary, add_submodule
-from .multiplier import MULTIPLIER_LATENCY, Multiplier, MultiplierSignature
+from .multiplier import MULTIPLIER_LATENCY, Multiplier, MultiplierSignature, ice40_dual_multipliers
 from .staircase import Staircase
 
 
@@ -72,11 +73,14 @@ class SystolicArray(wiring.Component):
         Makes each PE's multiplier, a component with
         :class:`~tpu.hdl.multiplier.MultiplierSignature` taking its
         ``latency`` cycles (two unless it says otherwise; the same for every
-        PE, and :attr:`latency` grows with it): a class called with no arguments (default
+        PE, and :attr:`latency` grows with it): a class called with no arguments (e.g.
         :class:`~tpu.hdl.multiplier.Multiplier`, plain ``*``) or a function
         of the PE's row and column (e.g.
         :func:`~tpu.hdl.multiplier.multiplier_mix`, DSP blocks for some PEs
-        and logic for the rest).
+        and logic for the rest). None (the default) chooses by the
+        platform (`tpu.hdl.device_family`): for an iCE40
+        :func:`~tpu.hdl.multiplier.ice40_dual_multipliers`, two PEs to an
+        SB_MAC16, else :class:`~tpu.hdl.multiplier.Multiplier`.
 
     Members
     -------
@@ -102,12 +106,14 @@ class SystolicArray(wiring.Component):
     out_tag : Out(tag_width)
     """
 
-    def __init__(self, *, rows, cols, tag_width=1, multiplier=Multiplier):
+    def __init__(self, *, rows, cols, tag_width=1, multiplier=None):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or not 1 <= value <= 256:
                 raise ValueError(f"SystolicArray {name} must be an int in 1..256, not {value!r}")
         if not isinstance(tag_width, int) or tag_width < 1:
             raise ValueError(f"SystolicArray tag_width must be a positive int, not {tag_width!r}")
+        self._platform_multiplier = multiplier is None
+        multiplier = Multiplier if multiplier is None else multiplier
         if not callable(multiplier):
             raise TypeError(f"SystolicArray multiplier must be a callable (row, col) -> "
                             f"multiplier, not {multiplier!r}")
@@ -219,17 +225,26 @@ class SystolicArray(wiring.Component):
         col_capture = staircase("skew_wcapture", [self.w_capture] * cols, 1, 0, 1)
         col_wdata = staircase("skew_wdata", [self.w_data[n] for n in range(cols)], 8, 0, 1)
 
+        # The default multiplier on an iCE40 is half an SB_MAC16: yosys maps
+        # a plain `*` to a whole one.
+        multipliers = self._multipliers
+        if self._platform_multiplier and is_ice40(platform):
+            for mul in (mul for row in multipliers for mul in row):
+                mul._MustUse__silence = True
+            make = ice40_dual_multipliers()
+            multipliers = [[make(k, n) for n in range(cols)] for k in range(rows)]
+
         # The PEs, a row at a time: every row is the same module, so the
         # Verilog holds it once (docs/verilog.md).
         width = psum_width(rows)
-        pe_rows = [SystolicRow(psum_width=width, multipliers=self._multipliers[k]) for k in range(rows)]
+        pe_rows = [SystolicRow(psum_width=width, multipliers=multipliers[k]) for k in range(rows)]
         shift, capture = Cat(col_shift), Cat(col_capture)
         for k, row in enumerate(pe_rows):
             add_submodule(m, platform, f"row_{k}", row, row.module_name)
             if isinstance(platform, ModuleLibrary):
                 # Only the row a module is converted from elaborates its
                 # multipliers; the other instances' are never used.
-                for mul in self._multipliers[k]:
+                for mul in multipliers[k]:
                     mul._MustUse__silence = True
             m.d.comb += [
                 row.act.eq(lane_act[k]),

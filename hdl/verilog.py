@@ -38,13 +38,13 @@ def design(config=TPUConfig(), top=DEFAULT_TOP):
             "serial": SerialChip}[top](config)
 
 
-def generate_with_ports(config=TPUConfig(), *, top=DEFAULT_TOP):
+def generate_with_ports(config=TPUConfig(), *, top=DEFAULT_TOP, family=None):
     """(Verilog text, `port_map`) of `top` for `config`, from one elaboration."""
     component = design(config, top)
-    return _convert(component, TOPS[top]), port_map(component)
+    return _convert(component, TOPS[top], family), port_map(component)
 
 
-def generate_verilog(config=TPUConfig(), *, top=DEFAULT_TOP, name=None):
+def generate_verilog(config=TPUConfig(), *, top=DEFAULT_TOP, name=None, family=None):
     """Verilog text of `top` ("chip", the default, "core" or "engine") built
     for `config`.
 
@@ -53,12 +53,16 @@ def generate_verilog(config=TPUConfig(), *, top=DEFAULT_TOP, name=None):
     active-high reset ``rst``. The file also holds the modules the design
     instantiates many times or that are large (a row of the systolic array,
     the big memories), each defined once after the top module's hierarchy.
+
+    `family` ``"ice40"`` builds it as a board build for an iCE40 does, with
+    that family's primitives instantiated (`tpu.hdl.device_family`); to
+    simulate it, add their models (`tpu.fpga.gate_level.ice40_cell_models`).
     """
-    return _convert(design(config, top), name or TOPS[top])
+    return _convert(design(config, top), name or TOPS[top], family)
 
 
-def _convert(component, name):
-    library = ModuleLibrary()
+def _convert(component, name, family=None):
+    library = ModuleLibrary(family)
     text = verilog.convert(component, name=name, emit_src=False, platform=library)
     return text + library.verilog()
 

@@ -3,8 +3,9 @@
 SB_MAC16s, EBRs and SPRAMs per block.
 
 The chip behind its UART bridge (``SerialChip``, ``tpu verilog --top serial``)
-is written as Verilog, one module per Amaranth submodule, named by its path
-(``tpu_serial_chip.host.core.engine``). Each block down to `depth` levels is
+is written as Verilog for the iCE40 (its primitives instantiated where the
+board build instantiates them), one module per Amaranth submodule, named by
+its path (``tpu_serial_chip.host.core.engine``). Each block down to `depth` levels is
 synthesised with ``synth_ice40 -dsp``, as the board build synthesises the
 whole chip, with its listed sub-blocks as black boxes: that gives its own
 logic, and a block's count is its own logic and its sub-blocks' counts. A
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 
 from tpu.config import ConfigError, TPUConfig
+from tpu.fpga.ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
 from tpu.hdl.verilog import SERIAL_NAME, generate_verilog
 
 
@@ -99,7 +101,7 @@ def synthesise(config, build_dir, depth, within=None, skip=()):
     yosys = _yosys()
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{SERIAL_NAME}.v"
-    text = generate_verilog(config, top="serial")
+    text = generate_verilog(config, top="serial", family="ice40")
     source.write_text(text)
     try:
         tree, hidden = select(blocks(text, depth), within, skip)
@@ -115,7 +117,9 @@ def synthesise(config, build_dir, depth, within=None, skip=()):
             # (Yosys 0.70) stops on a name clash in a module with black boxes.
             script += ["blackbox " + " ".join(children + hidden[name]), f"hierarchy -top {name}",
                        "rename -hide"]
-        script += [f"synth_ice40 -dsp -top {name}", f"tee -q -o stat{n}.json stat -json"]
+        # The array's SB_MAC16s stay in their dual 8 x 8 mode (tpu.fpga.ice40_dsp_guard).
+        script += [*BEFORE_SYNTH, f"synth_ice40 -dsp -top {name}", *AFTER_SYNTH,
+                   f"tee -q -o stat{n}.json stat -json"]
     (build_dir / "blocks.ys").write_text("\n".join(script) + "\n")
     run = subprocess.run([yosys, "-q", "-l", "yosys.log", "-s", "blocks.ys"], cwd=build_dir,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

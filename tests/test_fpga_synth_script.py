@@ -33,3 +33,7 @@ def test_ice40_keeps_its_own_flow(tmp_path):
     synth = [line for line in lines if line.startswith("synth_")]
     assert synth == ["synth_ice40 -dsp -top mxu"]
     assert "-run" not in " ".join(lines)
+    # Instantiated SB_MAC16s (the array's dual 8 x 8 ones) hidden from ice40_dsp around it.
+    at = lines.index("synth_ice40 -dsp -top mxu")
+    assert lines[at - 1] == "chtype -map SB_MAC16 TPU_SB_MAC16"
+    assert lines[at + 1] == "chtype -map TPU_SB_MAC16 SB_MAC16"

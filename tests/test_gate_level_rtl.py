@@ -1,7 +1,8 @@
-"""Gate-level simulation: the core of the smallest iCE40 chip as yosys
-synthesises it (``synth_ice40 -dsp``: LUTs, carries, flip-flops, EBRs and
-SB_MAC16s), simulated with yosys's own cell models, runs a two-layer MLP
-bit-exact with the golden model (`tpu.fpga.gate_level`).
+"""Gate-level simulation: the core of the smallest iCE40 chip, generated for
+the iCE40 (`generate_verilog(..., family="ice40")`), as yosys synthesises it
+(``synth_ice40 -dsp``: LUTs, carries, flip-flops, EBRs and SB_MAC16s, the
+array's in their dual 8 x 8 mode), simulated with yosys's own cell models,
+runs a two-layer MLP bit-exact with the golden model (`tpu.fpga.gate_level`).
 
 The testbench is the core's program testbench (`tb_core_programs`), which
 drives the core's ports only; it checks the host memory, UB and accumulator
@@ -34,18 +35,20 @@ _SOURCES = {}
 
 def _netlist():
     if "core" not in _SOURCES:
-        _SOURCES["core"] = gate_level_source(generate_verilog(GATE_CONFIG, top="core"), CORE_NAME,
-                                             BUILD_ROOT / "gate_level")
+        _SOURCES["core"] = gate_level_source(generate_verilog(GATE_CONFIG, top="core", family="ice40"),
+                                             CORE_NAME, BUILD_ROOT / "gate_level")
     return _SOURCES["core"]
 
 
 def test_netlist_is_made_of_ice40_cells():
     """The netlist is synthesised: no behavioural memories or multiplies are
-    left, and the requantizer's multiplies went into SB_MAC16s."""
+    left, the requantizer's multiplies went into SB_MAC16s and the array's
+    PEs into SB_MAC16s in the dual 8 x 8 mode."""
     text = _netlist()
     netlist = text[:text.index("module SB_IO")]
     assert "SB_LUT4" in netlist and "SB_MAC16" in netlist and "SB_RAM40_4K" in netlist
     assert " * " not in netlist and "reg [" not in netlist.replace("output reg", "")
+    assert ".MODE_8x8(1'h1)" in netlist
 
 
 @pytest.mark.rtl

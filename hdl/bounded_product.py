@@ -1,0 +1,38 @@
+"""Products that only need to be exact below a bound, multiplied in logic.
+
+The decoder's range checks multiply instruction fields (convolution steps,
+pooled image sizes) only to compare the result with the size of a memory:
+any product at or above that size faults, whatever its value. Clamping each
+operand at ``2**bits`` keeps every product below ``2**bits`` exact and every
+other one at least ``2**bits``, so the multiplication shrinks to
+``bits + 1`` bits a side, small enough for shifted adds in logic where a
+DSP block is scarce (an iCE40 UP5K has 8).
+"""
+
+from amaranth import *
+
+
+__all__ = ["bounded_product"]
+
+
+def _clamped(value, bits):
+    value = Value.cast(value)
+    if len(value) <= bits:
+        return value
+    limit = 1 << bits
+    return Mux(value >= limit, limit, value)[:bits + 1]
+
+
+def bounded_product(a, b, bits):
+    """Unsigned ``a * b`` where it is below ``2**bits``; at least ``2**bits``
+    where ``a * b`` is. Partial products of the clamped operands summed as a
+    balanced tree of adders (carry chains), never a `*` that synthesis could
+    give a DSP block."""
+    a, b = _clamped(a, bits), _clamped(b, bits)
+    if len(b) > len(a):
+        a, b = b, a
+    terms = [Mux(b[i], a, 0) << i for i in range(len(b))] or [C(0, 1)]
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
