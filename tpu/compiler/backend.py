@@ -170,13 +170,18 @@ def _compile_graph(graph, config, batch):
     q_rows, l_rows = ldq_rows(config), ldl_rows(config)
     for step in steps:
         if step["kind"] == "chip":
-            step["slots"] = ring_slots(step["item"], batch, config)
+            step["reads"] = _input_reads(step["item"], batch, config)
 
     streamed = set()        # keys of in/out blocks that hold a ring, not the whole tensor
 
+    def slots(key, s):
+        # (a part reading its input several tiles at a time paces its writes
+        # behind those reads: its output ring is as deep)
+        return ring_slots(steps[s]["item"], batch, config, steps[s]["reads"], key[0] == "out")
+
     def ring_rows(key, t, s):
         lay = ub_layout(t, key)
-        return lay.blocks * min(batch, steps[s]["slots"]) * lay.sample_stride if key in streamed \
+        return lay.blocks * min(batch, slots(key, s)) * lay.sample_stride if key in streamed \
             else lay.rows
 
     def blocks_for(spilled):
@@ -202,32 +207,58 @@ def _compile_graph(graph, config, batch):
                 blocks[key] = Block(key, ring_rows(key, t, c), c, c)
         return blocks
 
-    spilled = set()
-    while True:
-        blocks = blocks_for(spilled)
-        bad = place_blocks(list(blocks.values()), config.ub_rows)
-        if bad is None:
-            break
-        # Stream the block that does not fit, if it can be; else spill the
-        # largest tensor kept across the parts there; else stream another
-        # block of those parts.
-        if bad.key[0] in ("in", "out") and bad.key not in streamed:
-            streamed.add(bad.key)
-            continue
-        at = [b for b in blocks.values() if b.start <= bad.end and bad.start <= b.end]
-        live = [b for b in at if b.tensor and b.start < b.end and b.tensor not in spilled]
-        if live:
-            spilled.add(max(live, key=lambda b: b.rows).tensor)
-            continue
-        ring = [b for b in at if b.key[0] in ("in", "out") and b.key not in streamed]
-        if ring:
-            streamed.add(max(ring, key=lambda b: b.rows).key)
-            continue
-        need = sum(b.rows for b in blocks.values() if b.start <= bad.start <= b.end)
-        raise CompileError(f"layer {steps[bad.start]['item'].name!r}: its input, output and "
-                           f"tables need {need} unified-buffer rows at once; the unified "
-                           f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
-                           f"may fit)")
+    def allocate():
+        """Stream, spill and place until every part fits (see the module
+        docstring); the blocks and the spilled tensors."""
+        spilled = set()
+        while True:
+            blocks = blocks_for(spilled)
+            bad = place_blocks(list(blocks.values()), config.ub_rows)
+            if bad is None:
+                return blocks, spilled
+            # Stream the block that does not fit, if it can be; else spill the
+            # largest tensor kept across the parts there; else stream another
+            # block of those parts.
+            if bad.key[0] in ("in", "out") and bad.key not in streamed:
+                streamed.add(bad.key)
+                continue
+            at = [b for b in blocks.values() if b.start <= bad.end and bad.start <= b.end]
+            live = [b for b in at if b.tensor and b.start < b.end and b.tensor not in spilled]
+            if live:
+                spilled.add(max(live, key=lambda b: b.rows).tensor)
+                continue
+            ring = [b for b in at if b.key[0] in ("in", "out") and b.key not in streamed]
+            if ring:
+                streamed.add(max(ring, key=lambda b: b.rows).key)
+                continue
+            # (a ring for reads of several tiles at a time shrinks a tile at a time)
+            wide = [b.start for b in at if b.key in streamed and b.key[0] in ("in", "out")
+                    and steps[b.start]["reads"] > 1]
+            if wide:
+                steps[wide[0]]["reads"] -= 1
+                continue
+            need = sum(b.rows for b in blocks.values() if b.start <= bad.start <= b.end)
+            raise CompileError(f"layer {steps[bad.start]['item'].name!r}: its input, output and "
+                               f"tables need {need} unified-buffer rows at once; the unified "
+                               f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
+                               f"may fit)")
+
+    # A part reading several tiles at a time (deeper rings) must not cost
+    # another part a spill: then every part reads a tile at a time.
+    deep = {s: step["reads"] for s, step in enumerate(steps) if step.get("reads", 1) > 1}
+    blocks, spilled = allocate()
+    if deep:
+        kept = (blocks, spilled, set(streamed), {s: steps[s]["reads"] for s in deep})
+        for s in deep:
+            steps[s]["reads"] = 1
+        streamed.clear()
+        blocks, spilled = allocate()
+        if not kept[1] - spilled:      # no more spills with the deeper rings
+            blocks, spilled = kept[:2]
+            streamed.clear()
+            streamed.update(kept[2])
+            for s, reads in kept[3].items():
+                steps[s]["reads"] = reads
     host_side |= spilled | relayout
 
     # The host region: constants, then tensors kept in host memory.
@@ -301,6 +332,15 @@ def _compile_graph(graph, config, batch):
                          host_layers=host_layers, source=graph.source, notes=notes)
 
 
+def _input_reads(chip, batch, config):
+    """M tiles per read of the layer's input from host memory: 2 (rings of
+    four tiles, `lower._paced_reads`) for a first convolution of one N tile
+    over host-made patches, which moves about as many rows over the host
+    link as its MMCs stream, so that it pays the link's round trip once per
+    two tiles; else 1."""
+    return 3 if chip.kind == "conv" and chip.im2col and chip.n_out <= config.cols else 1
+
+
 def _layer(graph, name):
     for layer in graph.layers:
         if layer.name == name:
@@ -320,7 +360,8 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     if ("in", chip.input, s) in blocks:
         in_block = blocks[("in", chip.input, s)]
         load = True
-        ring_in = step["slots"] if ("in", chip.input, s) in streamed else None
+        ring_in = ring_slots(chip, batch, config, step["reads"]) \
+            if ("in", chip.input, s) in streamed else None
     else:
         in_block = blocks[("res", chip.input)]
         load = chip.input not in chip_prod and in_block.start == s
@@ -334,7 +375,8 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     out_block = blocks.get(("res", chip.output))
     if out_block is None:
         out_block = blocks[("out", chip.output)]
-        ring_out = step["slots"] if ("out", chip.output) in streamed else None
+        ring_out = ring_slots(chip, batch, config, step["reads"], output=True) \
+            if ("out", chip.output) in streamed else None
     out_host_layout = outl
     outl = ub_layout(chip.output, out_block.key)
     k0, k1 = step["k"]
@@ -345,7 +387,8 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         in_host=host_off[chip.input] if load else None,
         out_host=host_off[chip.output] if chip.output in host_side else None,
         fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,
-        in_slots=ring_in, out_slots=ring_out, tables_load=tables_load))
+        in_slots=ring_in, out_slots=ring_out, tables_load=tables_load,
+        in_reads=step["reads"] if load else 1))
     post = [Halt()]
     # The registers are for the ACTs, much later: set them behind the first
     # input read (the MMCs wait for it), not before it.
