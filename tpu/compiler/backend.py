@@ -30,6 +30,7 @@ from .allocate import Block, place_blocks
 from .artifact import ChipStep, CompiledModel, HostStep, TensorSpec
 from .errors import CompileError
 from .fuse import ChipLayer, plan_layers
+from .pools import split_pools
 from .layout import Layout, as_image
 from .lower import PartAddresses, lower_part, ring_slots, useful_macs
 from .schedule import insert_weight_reads
@@ -99,12 +100,12 @@ _LAYER_ERROR = re.compile(r"layer '([^']+)'")
 
 def _compile_graph(graph, config, batch):
     _check_config(config, batch)
-    graph.validate()
+    graph = split_pools(graph.validate())
     R = config.rows
     plan, aliases = plan_layers(graph, config)
 
     # Stored layouts: padded for the convolutions that read each tensor.
-    pads, im2col_of = {}, {}
+    pads, im2col_of, pad_fill = {}, {}, {}
     for item in plan:
         if isinstance(item, ChipLayer) and item.kind == "conv":
             if item.im2col:
@@ -112,6 +113,8 @@ def _compile_graph(graph, config, batch):
             else:
                 old = pads.get(item.input, (0, 0, 0, 0))
                 pads[item.input] = tuple(max(a, b) for a, b in zip(old, item.padding))
+            if item.in_fill is not None:     # (its only reader: fuse.plan_layers)
+                pad_fill[item.input] = item.in_fill
     layouts = {}
 
     def layout_of(name):
@@ -119,7 +122,8 @@ def _compile_graph(graph, config, batch):
             t = graph.tensor(name)
             shape = im2col_of[name][1] if name in im2col_of else as_image(t.shape)
             layouts[name] = Layout(*shape, lanes=R, batch=batch, pad=pads.get(name, (0, 0, 0, 0)),
-                                   fill=int(t.quant.zero_point), unsigned=bool(t.quant.unsigned))
+                                   fill=pad_fill.get(name, int(t.quant.zero_point)),
+                                   unsigned=bool(t.quant.unsigned))
         return layouts[name]
 
     # Steps: chip parts (weights split by N tiles) and host steps.
