@@ -116,3 +116,32 @@ def test_even_window_counting_pads_equals_onnxruntime():
         else:
             assert isinstance(pool, ir.Conv2D) and pool.padding == (1, 1, 0, 0)
             assert graph.tensor(pool.input).quant != graph.tensor(pool.output).quant
+
+
+@pytest.mark.rtl
+def test_padded_max_pool_on_rtl(simulator, tmp_path, monkeypatch):
+    """A padded 3x3 stride-2 max pool (ResNet's stem form) as the chip runs
+    it, over an input padded with the type's lowest value: the whole chip's
+    RTL equals the reference."""
+    from tpu import TPUConfig
+    from tpu.compiler.backend import compile_graph
+    from tpu.driver import run
+    from test_compiler_backend import _JOB, Builder, random_inputs, run_job
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    config = TPUConfig()
+    b = Builder(rng)
+    x = b.input((5, 6, 4))
+    h = b.conv(x, 6, (3, 3), padding=(1, 1, 1, 1), act="relu")
+    p = b.pool(h, "max", 3, 2, padding=(1, 1, 1, 1))
+    y = b.dense(b.reshape(p), 5)
+    graph = b.graph(y)
+    compiled = compile_graph(graph, config, 2)
+    assert not [s for s in compiled.steps if isinstance(s, HostStep)]
+    inputs = random_inputs(rng, graph, 2)
+    compiled.save(tmp_path / "model.tpu")
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    monkeypatch.setenv(_JOB, str(tmp_path))
+    outputs, _ = run(run_job, backend=simulator, config=config)
+    assert np.array_equal(outputs[y], reference.run(graph, inputs, outputs_only=True)[y])
