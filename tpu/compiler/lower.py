@@ -509,8 +509,11 @@ def _pacing_applies(chip, addr, jobs, finish):
             and addr.out_host is not None and addr.fill_host is None)
 
 
-#: About the host link's round trip of a read (its first row's wait), in
-#: cycles, behind a host of about 100 cycles' latency (docs/host_performance.md).
+#: What `_paced_reads` counts for a read's round trip on the host link when
+#: it places the first tile's DMA (the ideal host's, about 50 cycles; a
+#: slower host's is longer, but counting 100-400 placed the tables and the
+#: next reads later than the DMA unit was free: the demo CNN's conv4 at a
+#: host latency of 200 took 11 298-12 319 cycles against 11 232)
 _READ_ROUND_TRIP = 50
 
 
