@@ -585,6 +585,12 @@ def _paced_reads(r, tiles, first_loads, tables_load, mmcs, drain, reads, stores,
             while queue and max(dma_free, start) < rows - 2:
                 body.append(queue.pop(0)[1])
                 dma_free = max(dma_free, start) + _link_cost(body[-1])
+        if pending:
+            # (the LDQ reads the tables: their read goes first)
+            tables = [x for x, (w, _) in enumerate(queue) if w == "tables"]
+            if tables:
+                body.extend(d for _, d in queue[:tables[-1] + 1])
+                del queue[:tables[-1] + 1]
         body.extend(pending)
         last_rows = rows
     body.extend(d for _, d in queue)
