@@ -15,7 +15,9 @@ when its tile differs from the one in the array.
 
 An input read from host memory is read tile by tile, one tile ahead, and an
 output written to host memory is written two tiles behind; when the tensor is
-streamed, its UB copy is a ring of two tiles' samples (`_Ring`). DMA
+streamed, its UB copy is a ring of two tiles' samples (`_Ring`). A
+DMA-bound first convolution reads several tiles per RHM instead, with a
+schedule built around its DMA unit (`_paced_reads`). DMA
 instructions and ACTs are placed where their unit should be idle, since a
 waiting instruction would hold up the MMCs behind it.
 
