@@ -175,6 +175,14 @@ def _compile_graph(graph, config, batch):
     for step in steps:
         if step["kind"] == "chip":
             step["reads"] = _input_reads(step["item"], batch, config)
+    # The first part reading a model input several tiles at a time (bound by
+    # its DMA, which pays the host link's round trip per read) reads its
+    # tables in its first input read: the tables sit just before the input
+    # in host memory and just before its ring in the UB.
+    prefixed = next((s for s, step in enumerate(steps) if step["kind"] == "chip"
+                     and step["reads"] > 1 and not step["lut"]
+                     and step["item"].input in graph_inputs
+                     and chip_cons.get(step["item"].input) == [s]), None)
 
     streamed = set()        # keys of in/out blocks that hold a ring, not the whole tensor
 
@@ -191,7 +199,7 @@ def _compile_graph(graph, config, batch):
     def blocks_for(spilled):
         blocks = {}
         for s, step in enumerate(steps):
-            if step["kind"] == "chip":
+            if step["kind"] == "chip" and s != prefixed:
                 rows = len(step["tables"]) * q_rows + (l_rows if step["lut"] else 0)
                 blocks[("tables", s)] = Block(("tables", s), rows, s, s)
         for t in sorted(set(chip_prod) | set(chip_cons)):
@@ -208,7 +216,8 @@ def _compile_graph(graph, config, batch):
                 blocks[key] = Block(key, ring_rows(key, t, prod[0]), min(prod), max(prod))
             for c in cons:
                 key = ("in", t, c)
-                blocks[key] = Block(key, ring_rows(key, t, c), c, c)
+                extra = len(steps[c]["tables"]) * q_rows if c == prefixed else 0
+                blocks[key] = Block(key, extra + ring_rows(key, t, c), c, c)
         return blocks
 
     def allocate():
@@ -274,8 +283,8 @@ def _compile_graph(graph, config, batch):
         host.extend(data)
         return offset
 
-    for step in steps:
-        if step["kind"] == "chip":
+    for s, step in enumerate(steps):
+        if step["kind"] == "chip" and s != prefixed:
             data = b"".join(step["tables"])
             if step["lut"]:
                 data += step["lut"].ljust(l_rows * R, b"\0")
@@ -292,8 +301,16 @@ def _compile_graph(graph, config, batch):
     for t in sorted(relayout):      # padding rows hold the fill value from the start
         lay = layout_of(t)
         host_off[t] = put(bytes([lay.fill & 0xFF]) * lay.nbytes)
+    first = []
+    if prefixed is not None:
+        # (the tables end where the input starts, on an aligned offset)
+        data = b"".join(steps[prefixed]["tables"])
+        host.extend(bytes(-(len(host) + len(data)) % _ALIGN))
+        steps[prefixed]["tables_host"] = len(host)
+        host.extend(data)
+        first = [steps[prefixed]["item"].input]
     constants = bytes(host)
-    for t in sorted(host_side - relayout):
+    for t in first + sorted(host_side - relayout - set(first)):
         host_off[t] = put(bytes(0))
         host.extend(bytes(layout_of(t).nbytes))
     host_size = max(len(host), _ALIGN)
@@ -372,8 +389,15 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     else:
         in_block = blocks[("res", chip.input)]
         load = chip.input not in chip_prod and in_block.start == s
-    tables = blocks[("tables", s)]
-    tables_load = [Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"])]
+    prefix = 0
+    if ("tables", s) in blocks:
+        tables = blocks[("tables", s)]
+        tables_load = [Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"])]
+    else:       # read with the input (`prefixed`)
+        prefix = len(step["tables"]) * ldq_rows(config)
+        tables = Block(("tables", s), prefix, s, s, base=in_block.base)
+        in_block = replace(in_block, base=in_block.base + prefix)
+        tables_load = []
     if step["lut"]:
         tables_load.append(Ldl(ub=tables.base + len(step["tables"]) * ldq_rows(config)))
     zero, low, high, _ = act_settings(chip)
@@ -395,7 +419,7 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         out_host=host_off[chip.output] if chip.output in host_side else None,
         fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,
         in_slots=ring_in, out_slots=ring_out, tables_load=tables_load,
-        in_reads=step["reads"] if load else 1))
+        in_reads=step["reads"] if load else 1, in_prefix=prefix))
     post = [Halt()]
     # The registers are for the ACTs, much later: set them behind the first
     # input read (the MMCs wait for it), not before it.

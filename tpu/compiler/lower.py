@@ -67,6 +67,7 @@ class PartAddresses:
     out_slots: int = None    # samples of the output's ring in the UB (None: all)
     tables_load: list = None  # RHM (and LDL) of the tables, read after the first tile's input
     in_reads: int = 1        # M tiles per input read (> 1: `_paced_reads`; rings of 2x that)
+    in_prefix: int = 0       # rows (the tables) just before the input in the UB and host memory
 
 
 class _Ring:
@@ -343,6 +344,13 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     first_loads = [Rhm(ub=d.ub + o, rows=min(d.rows - o, piece), host=d.host + o * R)
                    for d in (loads(*jobs[0]) if jobs else [])
                    for o in range(0, d.rows, piece)]
+    if addr.in_prefix:
+        # (the first read, of sample 0's first rows, also reads the tables)
+        d = first_loads[0]
+        if (d.ub, d.host) != (addr.in_base, addr.in_host):
+            raise AssertionError(f"the first read {d} does not start the input")
+        first_loads[0] = Rhm(ub=d.ub - addr.in_prefix, rows=d.rows + addr.in_prefix,
+                             host=d.host - addr.in_prefix * R)
     # The tables are needed by the first LDQ only: read after the first
     # tile's input, whose reads the array waits for, not before it. Unless
     # the first tile's MMCs are shorter than the LDQ (19 cycles a column):
