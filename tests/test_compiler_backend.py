@@ -642,3 +642,31 @@ def test_gemm_of_eight_array_rows_on_rtl(simulator, rng, tmp_path, monkeypatch):
         assert part["counters"][name] == gold["counters"][name], name
     assert part["counters"]["weight_stall"] == 0
     print(f"{simulator}: {part['counters']['cycles']} cycles, golden {gold['counters']['cycles']}")
+
+
+@pytest.mark.parametrize("pool", [True, False])
+def test_first_layer_reads_several_tiles_at_a_time(rng, pool):
+    """A first convolution over host-made patches, whose input streams
+    through the unified buffer, reads two or three accumulator tiles' patches
+    per RHM (`lower._paced_reads`: one host-link round trip per read) and
+    still equals the reference; random image sizes and batches."""
+    from tpu.isa import Rhm, decode_program
+    cfg = SMALL.replace(acc_rows=128, ub_rows=900)
+    h, w = (int(v) for v in rng.integers(4, 8, 2))
+    batch = int(rng.integers(24, 48))
+    b = Builder(rng)
+    x = b.input((h, w, 1))
+    y = b.conv(x, int(rng.integers(3, 9)), (3, 3), padding=(1, 1, 1, 1), act="relu")
+    if pool:     # (pooled into an unpadded stage, padded through host memory)
+        y = b.pool(y, "max", 2, 2)
+        z = b.conv(y, 4, (3, 3), padding=(1, 1, 1, 1))
+    else:        # (the output needs no padding rows filled)
+        z = b.conv(y, 4, (1, 1))
+    print(f"{h}x{w} image, batch {batch}, pool {pool}")
+    compiled, _ = check(b.graph(z), cfg, batch, rng)
+    first = compiled.chip_steps[0]
+    rows = compiled.inputs[0].storage.sample_stride
+    region = cfg.acc_rows // 2
+    per_tile = max(1, region // (h * w))
+    reads = [i.rows for i in decode_program(first.program) if isinstance(i, Rhm)]
+    assert any(n >= 2 * per_tile * rows for n in reads), (reads, per_tile * rows)

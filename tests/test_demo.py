@@ -116,6 +116,47 @@ def test_cnn_meets_the_performance_targets(trained, split):
     assert total.cycles <= 2 * bound
 
 
+def test_cnn_schedule_behind_the_host_link(trained, split):
+    """docs/compiler.md's schedule of the demo CNN at batch 64 on 8x8: conv4
+    reads its patches three tiles per RHM (7 reads, the tables in the first) and,
+    as conv12's padded input does not fit the unified buffer whole, writes
+    its pooled rows to host memory (one WHM per pooled image row), which
+    conv12 reads back in 5 RHMs; behind the link model at a host latency
+    of 200 (the RTL's deterministic host) the program is within 2x of the
+    matrix unit's lower bound."""
+    import contextlib
+    import io
+    from collections import Counter
+    from tpu import TPUConfig
+    from tpu.compiler.artifact import ChipStep
+    from tpu.demo import _prepare
+    from tpu.isa import decode_program
+    from tpu.sim.models.cycle_model import HostLink, estimate_cycles
+    if _compiler_ready():
+        pytest.skip(_compiler_ready())
+    config = TPUConfig()
+    float_model = demo_models.demo_models(trained, names=("cnn",))["cnn"]
+    with contextlib.redirect_stderr(io.StringIO()):
+        compiled = _prepare("cnn", float_model, split, config=config, batch=64,
+                            out_dir=trained)["compiled"]
+    steps = [s for s in compiled.steps if isinstance(s, ChipStep)]
+    assert [s.name for s in steps] == ["conv4", "conv12", "gemm22"]
+
+    def count(step):
+        return Counter(type(i[0] if isinstance(i, tuple) else i).__name__
+                       for i in decode_program(step.program))
+    conv4, conv12 = count(steps[0]), count(steps[1])
+    assert 64 * 6 * 6 > config.ub_rows      # conv12's padded input (64 images of 6x6)
+    assert (conv4["Rhm"], conv4["Whm"], conv4["Act"]) == (7, 64 * 4, 16), conv4
+    assert conv12["Rhm"] == 5, conv12
+    link = HostLink.of(config, 200)
+    cycles = [estimate_cycles(config, bytes(s.program), host=link)["cycles"] for s in steps]
+    bound = 64 * (8 * 8 * 9 * 8 + 4 * 4 * 72 * 16 + 64 * 10) / (config.rows * config.cols)
+    assert sum(s.useful_macs for s in steps) == bound * config.rows * config.cols
+    print(f"link model at host latency 200: {cycles}, {sum(cycles)} cycles, bound {bound:.0f}")
+    assert sum(cycles) <= 2 * bound
+
+
 def test_progress_bar_in_a_log_writes_tenths(capsys):
     import io
     from tpu.demo import Progress

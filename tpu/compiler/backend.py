@@ -30,6 +30,7 @@ from .allocate import Block, place_blocks
 from .artifact import ChipStep, CompiledModel, HostStep, TensorSpec
 from .errors import CompileError
 from .fuse import ChipLayer, plan_layers
+from .pools import split_pools
 from .layout import Layout, as_image
 from .lower import PartAddresses, lower_part, ring_slots, useful_macs
 from .schedule import insert_weight_reads
@@ -99,12 +100,12 @@ _LAYER_ERROR = re.compile(r"layer '([^']+)'")
 
 def _compile_graph(graph, config, batch):
     _check_config(config, batch)
-    graph.validate()
+    graph = split_pools(graph.validate())
     R = config.rows
     plan, aliases = plan_layers(graph, config)
 
     # Stored layouts: padded for the convolutions that read each tensor.
-    pads, im2col_of = {}, {}
+    pads, im2col_of, pad_fill = {}, {}, {}
     for item in plan:
         if isinstance(item, ChipLayer) and item.kind == "conv":
             if item.im2col:
@@ -112,6 +113,8 @@ def _compile_graph(graph, config, batch):
             else:
                 old = pads.get(item.input, (0, 0, 0, 0))
                 pads[item.input] = tuple(max(a, b) for a, b in zip(old, item.padding))
+            if item.in_fill is not None:     # (its only reader: fuse.plan_layers)
+                pad_fill[item.input] = item.in_fill
     layouts = {}
 
     def layout_of(name):
@@ -119,7 +122,8 @@ def _compile_graph(graph, config, batch):
             t = graph.tensor(name)
             shape = im2col_of[name][1] if name in im2col_of else as_image(t.shape)
             layouts[name] = Layout(*shape, lanes=R, batch=batch, pad=pads.get(name, (0, 0, 0, 0)),
-                                   fill=int(t.quant.zero_point), unsigned=bool(t.quant.unsigned))
+                                   fill=pad_fill.get(name, int(t.quant.zero_point)),
+                                   unsigned=bool(t.quant.unsigned))
         return layouts[name]
 
     # Steps: chip parts (weights split by N tiles) and host steps.
@@ -170,19 +174,32 @@ def _compile_graph(graph, config, batch):
     q_rows, l_rows = ldq_rows(config), ldl_rows(config)
     for step in steps:
         if step["kind"] == "chip":
-            step["slots"] = ring_slots(step["item"], batch, config)
+            step["reads"] = _input_reads(step["item"], batch, config)
+    # The first part reading a model input several tiles at a time (bound by
+    # its DMA, which pays the host link's round trip per read) reads its
+    # tables in its first input read: the tables sit just before the input
+    # in host memory and just before its ring in the UB.
+    prefixed = next((s for s, step in enumerate(steps) if step["kind"] == "chip"
+                     and step["reads"] > 1 and not step["lut"]
+                     and step["item"].input in graph_inputs
+                     and chip_cons.get(step["item"].input) == [s]), None)
 
     streamed = set()        # keys of in/out blocks that hold a ring, not the whole tensor
 
+    def slots(key, s):
+        # (a part reading its input several tiles at a time paces its writes
+        # behind those reads: its output ring is as deep)
+        return ring_slots(steps[s]["item"], batch, config, steps[s]["reads"], key[0] == "out")
+
     def ring_rows(key, t, s):
         lay = ub_layout(t, key)
-        return lay.blocks * min(batch, steps[s]["slots"]) * lay.sample_stride if key in streamed \
+        return lay.blocks * min(batch, slots(key, s)) * lay.sample_stride if key in streamed \
             else lay.rows
 
     def blocks_for(spilled):
         blocks = {}
         for s, step in enumerate(steps):
-            if step["kind"] == "chip":
+            if step["kind"] == "chip" and s != prefixed:
                 rows = len(step["tables"]) * q_rows + (l_rows if step["lut"] else 0)
                 blocks[("tables", s)] = Block(("tables", s), rows, s, s)
         for t in sorted(set(chip_prod) | set(chip_cons)):
@@ -199,35 +216,62 @@ def _compile_graph(graph, config, batch):
                 blocks[key] = Block(key, ring_rows(key, t, prod[0]), min(prod), max(prod))
             for c in cons:
                 key = ("in", t, c)
-                blocks[key] = Block(key, ring_rows(key, t, c), c, c)
+                extra = len(steps[c]["tables"]) * q_rows if c == prefixed else 0
+                blocks[key] = Block(key, extra + ring_rows(key, t, c), c, c)
         return blocks
 
-    spilled = set()
-    while True:
-        blocks = blocks_for(spilled)
-        bad = place_blocks(list(blocks.values()), config.ub_rows)
-        if bad is None:
-            break
-        # Stream the block that does not fit, if it can be; else spill the
-        # largest tensor kept across the parts there; else stream another
-        # block of those parts.
-        if bad.key[0] in ("in", "out") and bad.key not in streamed:
-            streamed.add(bad.key)
-            continue
-        at = [b for b in blocks.values() if b.start <= bad.end and bad.start <= b.end]
-        live = [b for b in at if b.tensor and b.start < b.end and b.tensor not in spilled]
-        if live:
-            spilled.add(max(live, key=lambda b: b.rows).tensor)
-            continue
-        ring = [b for b in at if b.key[0] in ("in", "out") and b.key not in streamed]
-        if ring:
-            streamed.add(max(ring, key=lambda b: b.rows).key)
-            continue
-        need = sum(b.rows for b in blocks.values() if b.start <= bad.start <= b.end)
-        raise CompileError(f"layer {steps[bad.start]['item'].name!r}: its input, output and "
-                           f"tables need {need} unified-buffer rows at once; the unified "
-                           f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
-                           f"may fit)")
+    def allocate():
+        """Stream, spill and place until every part fits (see the module
+        docstring); the blocks and the spilled tensors."""
+        spilled = set()
+        while True:
+            blocks = blocks_for(spilled)
+            bad = place_blocks(list(blocks.values()), config.ub_rows)
+            if bad is None:
+                return blocks, spilled
+            # Stream the block that does not fit, if it can be; else spill the
+            # largest tensor kept across the parts there; else stream another
+            # block of those parts.
+            if bad.key[0] in ("in", "out") and bad.key not in streamed:
+                streamed.add(bad.key)
+                continue
+            at = [b for b in blocks.values() if b.start <= bad.end and bad.start <= b.end]
+            live = [b for b in at if b.tensor and b.start < b.end and b.tensor not in spilled]
+            if live:
+                spilled.add(max(live, key=lambda b: b.rows).tensor)
+                continue
+            ring = [b for b in at if b.key[0] in ("in", "out") and b.key not in streamed]
+            if ring:
+                streamed.add(max(ring, key=lambda b: b.rows).key)
+                continue
+            # (a ring for reads of several tiles at a time shrinks a tile at a time)
+            wide = [b.start for b in at if b.key in streamed and b.key[0] in ("in", "out")
+                    and steps[b.start]["reads"] > 1]
+            if wide:
+                steps[wide[0]]["reads"] -= 1
+                continue
+            need = sum(b.rows for b in blocks.values() if b.start <= bad.start <= b.end)
+            raise CompileError(f"layer {steps[bad.start]['item'].name!r}: its input, output and "
+                               f"tables need {need} unified-buffer rows at once; the unified "
+                               f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
+                               f"may fit)")
+
+    # A part reading several tiles at a time (deeper rings) must not cost
+    # another part a spill: then every part reads a tile at a time.
+    deep = {s: step["reads"] for s, step in enumerate(steps) if step.get("reads", 1) > 1}
+    blocks, spilled = allocate()
+    if deep:
+        kept = (blocks, spilled, set(streamed), {s: steps[s]["reads"] for s in deep})
+        for s in deep:
+            steps[s]["reads"] = 1
+        streamed.clear()
+        blocks, spilled = allocate()
+        if not kept[1] - spilled:      # no more spills with the deeper rings
+            blocks, spilled = kept[:2]
+            streamed.clear()
+            streamed.update(kept[2])
+            for s, reads in kept[3].items():
+                steps[s]["reads"] = reads
     host_side |= spilled | relayout
 
     # The host region: constants, then tensors kept in host memory.
@@ -239,8 +283,8 @@ def _compile_graph(graph, config, batch):
         host.extend(data)
         return offset
 
-    for step in steps:
-        if step["kind"] == "chip":
+    for s, step in enumerate(steps):
+        if step["kind"] == "chip" and s != prefixed:
             data = b"".join(step["tables"])
             if step["lut"]:
                 data += step["lut"].ljust(l_rows * R, b"\0")
@@ -257,8 +301,16 @@ def _compile_graph(graph, config, batch):
     for t in sorted(relayout):      # padding rows hold the fill value from the start
         lay = layout_of(t)
         host_off[t] = put(bytes([lay.fill & 0xFF]) * lay.nbytes)
+    first = []
+    if prefixed is not None:
+        # (the tables end where the input starts, on an aligned offset)
+        data = b"".join(steps[prefixed]["tables"])
+        host.extend(bytes(-(len(host) + len(data)) % _ALIGN))
+        steps[prefixed]["tables_host"] = len(host)
+        host.extend(data)
+        first = [steps[prefixed]["item"].input]
     constants = bytes(host)
-    for t in sorted(host_side - relayout):
+    for t in first + sorted(host_side - relayout - set(first)):
         host_off[t] = put(bytes(0))
         host.extend(bytes(layout_of(t).nbytes))
     host_size = max(len(host), _ALIGN)
@@ -301,6 +353,18 @@ def _compile_graph(graph, config, batch):
                          host_layers=host_layers, source=graph.source, notes=notes)
 
 
+def _input_reads(chip, batch, config):
+    """M tiles per read of the layer's input from host memory: 3 (an input
+    ring of six tiles, an output ring of four, `lower._paced_reads`) for a
+    first convolution of one N tile over host-made patches, which moves
+    about as many rows over the host link as its MMCs stream, so that it
+    pays the link's round trip once per three tiles (the demo CNN's conv4
+    at a host latency of 200: 13 841 cycles with 1, 11 857 with 2, 11 232
+    with 3); else 1. The allocator takes a tile off while the rings do not
+    fit, and uses single reads if the deeper rings would cost a spill."""
+    return 3 if chip.kind == "conv" and chip.im2col and chip.n_out <= config.cols else 1
+
+
 def _layer(graph, name):
     for layer in graph.layers:
         if layer.name == name:
@@ -320,12 +384,20 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     if ("in", chip.input, s) in blocks:
         in_block = blocks[("in", chip.input, s)]
         load = True
-        ring_in = step["slots"] if ("in", chip.input, s) in streamed else None
+        ring_in = ring_slots(chip, batch, config, step["reads"]) \
+            if ("in", chip.input, s) in streamed else None
     else:
         in_block = blocks[("res", chip.input)]
         load = chip.input not in chip_prod and in_block.start == s
-    tables = blocks[("tables", s)]
-    tables_load = [Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"])]
+    prefix = 0
+    if ("tables", s) in blocks:
+        tables = blocks[("tables", s)]
+        tables_load = [Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"])]
+    else:       # read with the input (`prefixed`)
+        prefix = len(step["tables"]) * ldq_rows(config)
+        tables = Block(("tables", s), prefix, s, s, base=in_block.base)
+        in_block = replace(in_block, base=in_block.base + prefix)
+        tables_load = []
     if step["lut"]:
         tables_load.append(Ldl(ub=tables.base + len(step["tables"]) * ldq_rows(config)))
     zero, low, high, _ = act_settings(chip)
@@ -334,7 +406,8 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     out_block = blocks.get(("res", chip.output))
     if out_block is None:
         out_block = blocks[("out", chip.output)]
-        ring_out = step["slots"] if ("out", chip.output) in streamed else None
+        ring_out = ring_slots(chip, batch, config, step["reads"], output=True) \
+            if ("out", chip.output) in streamed else None
     out_host_layout = outl
     outl = ub_layout(chip.output, out_block.key)
     k0, k1 = step["k"]
@@ -345,7 +418,8 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         in_host=host_off[chip.input] if load else None,
         out_host=host_off[chip.output] if chip.output in host_side else None,
         fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,
-        in_slots=ring_in, out_slots=ring_out, tables_load=tables_load))
+        in_slots=ring_in, out_slots=ring_out, tables_load=tables_load,
+        in_reads=step["reads"] if load else 1, in_prefix=prefix))
     post = [Halt()]
     # The registers are for the ACTs, much later: set them behind the first
     # input read (the MMCs wait for it), not before it.

@@ -6,7 +6,9 @@ activation, and a following pooling (Pool2D max/avg without padding, square
 window and stride up to 4, the same quantization in and out; images wider
 than ``pool_max_width`` are pooled in chunks of columns; or GlobalAvgPool of
 at most `MAX_POOL_COUNT` pixels). A standalone Elementwise, Pool2D or GlobalAvgPool that the unit can
-do becomes an identity 1x1 matrix layer with that ACT. A Reshape read only
+do becomes an identity 1x1 matrix layer with that ACT; a padded max pool
+too, over its input stored with padding that holds the type's lowest value
+(`ChipLayer.in_fill`). A Reshape read only
 by Dense layers costs nothing (the Dense weights are scattered to the stored
 order). Everything else (Add, HostOp, pooling beyond the unit's limits, other
 reshapes) is a host step that runs `tpu.compiler.reference`.
@@ -48,6 +50,7 @@ class ChipLayer:
     pool: tuple = None           # None, ("max" | "avg", k, s) or ("global",)
     input_view: str = "hwc"      # dense: how K indexes the stored (y, x, c)
     im2col: dict = None          # conv of host-made patches: the original geometry
+    in_fill: int = None          # what the input's padding holds (None: its zero point)
     rounding: str = "double"     # "single", "float32": ACTs with single_round (ir.ROUNDINGS)
 
     @property
@@ -89,13 +92,18 @@ def _outputs(layer):
     return list(layer.outputs) if isinstance(layer, ir.HostOp) else [layer.output]
 
 
-def _window_fits(pool, image_shape, config):
-    """The activation unit can pool `image_shape` (H, W, C) with `pool`."""
+def _window_fits(pool, image_shape, config, padded=False):
+    """The activation unit can pool `image_shape` (H, W, C) with `pool`
+    (`padded`: over the image with the pool's padding added)."""
     h, w, _ = image_shape
     if isinstance(pool, ir.GlobalAvgPool):
         return h * w <= min(MAX_POOL_COUNT, config.acc_rows // 2)
     (kh, kw), (sh, sw) = pool.size, pool.stride
-    return (kh == kw and sh == sw and 1 <= kh <= 4 and 1 <= sh <= 4 and not any(pool.padding)
+    if padded:
+        t, l, b, r = pool.padding
+        h, w = h + t + b, w + l + r
+    return (kh == kw and sh == sw and 1 <= kh <= 4 and 1 <= sh <= 4
+            and (padded or not any(pool.padding))
             and kh <= min(h, w) and kh <= config.pool_max_width
             and kh * kh <= config.acc_rows // 2)
 
@@ -189,6 +197,17 @@ def plan_layers(graph, config):
               and len(graph.tensor(layer.input).shape) == 3
               and _window_fits(layer, graph.tensor(layer.input).shape, config)):
             plan.append(_identity(graph, layer, config, pool=layer))
+        elif (isinstance(layer, ir.Pool2D) and layer.kind == "max"
+              and len(graph.tensor(layer.input).shape) == 3
+              and len(consumers[layer.input]) == 1 and layer.input not in aliases
+              and _window_fits(layer, graph.tensor(layer.input).shape, config, padded=True)):
+            # A padded max pool: the input's padding holds the type's lowest
+            # value (it requantizes to at most any real pixel's value), so
+            # the unit's unpadded pool over the padded image is exact.
+            chip = _identity(graph, layer, config, pool=layer)
+            chip.padding = layer.padding
+            chip.in_fill = int(graph.tensor(layer.input).quant.range[0])
+            plan.append(chip)
         elif (isinstance(layer, ir.Reshape) and layer.output not in graph_outputs
               and layer.input not in aliases and consumers.get(layer.output)
               and all(isinstance(c, ir.Dense) and _matrix_on_chip(graph, c)

@@ -15,7 +15,9 @@ when its tile differs from the one in the array.
 
 An input read from host memory is read tile by tile, one tile ahead, and an
 output written to host memory is written two tiles behind; when the tensor is
-streamed, its UB copy is a ring of two tiles' samples (`_Ring`). DMA
+streamed, its UB copy is a ring of two tiles' samples (`_Ring`). A
+DMA-bound first convolution reads several tiles per RHM instead, with a
+schedule built around its DMA unit (`_paced_reads`). DMA
 instructions and ACTs are placed where their unit should be idle, since a
 waiting instruction would hold up the MMCs behind it.
 
@@ -64,6 +66,8 @@ class PartAddresses:
     in_slots: int = None     # samples of the input's ring in the UB (None: all)
     out_slots: int = None    # samples of the output's ring in the UB (None: all)
     tables_load: list = None  # RHM (and LDL) of the tables, read after the first tile's input
+    in_reads: int = 1        # M tiles per input read (> 1: `_paced_reads`; rings of 2x that)
+    in_prefix: int = 0       # rows (the tables) just before the input in the UB and host memory
 
 
 class _Ring:
@@ -241,18 +245,29 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     chunk = max(R, config.acc_rows // 8)   # rows of the first reads' and the last drain's pieces
     filled = set()
 
-    def loads(n, mt):
-        """RHMs of the input samples the tile reads for the first time, and
-        of the padding of its output samples (fill rows)."""
+    def reads(unit):
+        """RHMs of the M tiles `unit` (one after another in the ring) that
+        are not in the UB yet: one per block when they are consecutive in
+        host memory and in the ring."""
         out = []
-        if addr.in_host is not None and not all(inl.holds(b) for b in mt.samples):
+        unit = [mt for mt in unit if not all(inl.holds(b) for b in mt.samples)]
+        if addr.in_host is None:
+            return out
+        for mt in unit:
             inl.take(mt.samples)
-            for j in range(inl.blocks):
+        for j in range(inl.blocks):
+            for mt in unit:
                 for b in mt.samples:
                     first = inl.row(b, -inl.pad[0], -inl.pad[1], j)
                     host = in_full.row(b, -inl.pad[0], -inl.pad[1], j)
                     out.append(Rhm(ub=addr.in_base + first, rows=inl.sample_stride,
                                    host=addr.in_host + host * R))
+        return _coalesce(out, R)
+
+    def loads(n, mt):
+        """RHMs of the input samples the tile reads for the first time, and
+        of the padding of its output samples (fill rows)."""
+        out = reads([mt])
         if addr.fill_host is not None and finish:
             for b in mt.samples:
                 slot = outl.slot(b)
@@ -329,6 +344,13 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     first_loads = [Rhm(ub=d.ub + o, rows=min(d.rows - o, piece), host=d.host + o * R)
                    for d in (loads(*jobs[0]) if jobs else [])
                    for o in range(0, d.rows, piece)]
+    if addr.in_prefix:
+        # (the first read, of sample 0's first rows, also reads the tables)
+        d = first_loads[0]
+        if (d.ub, d.host) != (addr.in_base, addr.in_host):
+            raise AssertionError(f"the first read {d} does not start the input")
+        first_loads[0] = Rhm(ub=d.ub - addr.in_prefix, rows=d.rows + addr.in_prefix,
+                             host=d.host - addr.in_prefix * R)
     # The tables are needed by the first LDQ only: read after the first
     # tile's input, whose reads the array waits for, not before it. Unless
     # the first tile's MMCs are shorter than the LDQ (19 cycles a column):
@@ -343,6 +365,10 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             body.extend(tables_load + [Ldq(ub=addr.tables_base + (n - n0) * q_rows)])
             table[0] = n
             tables_load = []
+    if addr.in_reads > 1 and _pacing_applies(chip, addr, jobs, finish):
+        return body + _paced_reads(addr.in_reads, [mt for _, mt in jobs], first_loads,
+                                   tables_load, lambda t: mmcs(t, *jobs[t]), drain,
+                                   reads, stores, config, lead)
     # The next M tile's input is read while the current M tile runs all its
     # N tiles, when the input's ring has room for both (or there is none).
     ahead_ok = inl.slots is None or inl.slots // group >= 2
@@ -481,6 +507,108 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     elif jobs:
         body.extend(_drain_in_chunks(drain(len(jobs) - 1), late + stores(len(jobs) - 1),
                                      chunk, R))
+    return body
+
+
+def _pacing_applies(chip, addr, jobs, finish):
+    """Whether `_paced_reads` can lower the part: a convolution of one N
+    tile that activates, whose input is read from host memory and whose
+    output (without padding rows to fill) is written there."""
+    return (chip.kind == "conv" and finish and len(jobs) > 2 * addr.in_reads
+            and len({n for n, _ in jobs}) == 1 and addr.in_host is not None
+            and addr.out_host is not None and addr.fill_host is None)
+
+
+#: What `_paced_reads` counts for a read's round trip on the host link when
+#: it places the first tile's DMA (the ideal host's, about 50 cycles; a
+#: slower host's is longer, but counting 100-400 placed the tables and the
+#: next reads later than the DMA unit was free: the demo CNN's conv4 at a
+#: host latency of 200 took 11 298-12 319 cycles against 11 232)
+_READ_ROUND_TRIP = 50
+
+
+def _link_cost(dma):
+    """About how many cycles the DMA unit is busy with `dma` on the host
+    link: a read's round trip and a row a cycle; a write's two header beats
+    and its next job's two cycles."""
+    if isinstance(dma, Rhm):
+        return _READ_ROUND_TRIP + dma.rows
+    return dma.rows + 5
+
+
+def _paced_reads(r, tiles, first_loads, tables_load, mmcs, drain, reads, stores, config, lead):
+    """The body of a DMA-bound convolution (`_pacing_applies`) that reads
+    its input `r` M tiles per RHM into a ring of 2r tiles, so the host
+    link's round trip is paid once per r tiles.
+
+    Period p is tiles ``p*r .. p*r + r - 1``. Its first MMC waits for its
+    read; the DMA unit is free then, so the WHMs of the r tiles before the
+    last go right after it (their ACTs are done), each after MMC rows that
+    outlast the one before, then the read
+    of period p + 1 (over the tiles of period p - 1, done); a WHM still
+    waiting when a later ACT would write over its rows (the output ring
+    holds r + 1 tiles) goes before that ACT. No DMA
+    instruction waits for its unit in front of an MMC, so the array only
+    ever waits for its data. Period 0 reads tile 0, then tiles 1 .. r - 1,
+    the tables and period 1's tiles, paced by their cost on the link."""
+    body = []
+    count = len(tiles)
+    # (tile, or None) and DMA instructions waiting for the DMA unit
+    queue = ([(None, d) for d in reads(tiles[1:r])] + [("tables", d) for d in tables_load]
+             + [(None, d) for d in reads(tiles[r:2 * r])])
+    written = 0                  # tiles whose WHMs are queued
+    pending, threshold = [], lead
+    for t in range(count):
+        ops = mmcs(t)
+        if t % r == 0 and t >= r:
+            # (the period's reads before its MMCs, if they have not gone yet)
+            body.extend(d for _, d in queue)
+            queue = []
+        if t:
+            # (ACT t - 1 writes over the output of tile t - r - 2)
+            body.extend(d for w, d in queue if isinstance(w, int) and w <= t - r - 2)
+            queue = [(w, d) for w, d in queue if not isinstance(w, int) or w > t - r - 2]
+            pending = drain(t - 1)
+            threshold = lead
+        p = t // r
+        if (t % r == 0 and t >= r) or (p + 1) * r >= count:
+            # The WHMs of the tiles whose ACTs are done, then the next read
+            # (in the last period, the WHMs at each tile).
+            while written <= t - 2:
+                queue += [(written, w) for w in stores(written)]
+                written += 1
+            if t % r == 0:
+                queue += [(None, d) for d in reads(tiles[(p + 1) * r:(p + 2) * r])]
+        rows = 0
+        # DMA unit free from this MMC row of the tile (it is free when the
+        # period's first MMC issues, or, in tile 0, when it does)
+        dma_free = 0 if t % r == 0 else dma_free - last_rows
+        for x, op in enumerate(ops):
+            if t == 0 and x == 0:
+                body.extend(first_loads)
+            m = op[0] if isinstance(op, tuple) else op
+            body.append(op)
+            start, rows = rows, rows + m.rows
+            while pending and rows >= threshold and all(w != "tables" for w, _ in queue):
+                body.append(pending.pop(0))
+                threshold = rows + _busy(body[-1], config)
+            while queue and max(dma_free, start) < rows - 2:
+                body.append(queue.pop(0)[1])
+                dma_free = max(dma_free, start) + _link_cost(body[-1])
+        if pending:
+            # (the LDQ reads the tables: their read goes first)
+            tables = [x for x, (w, _) in enumerate(queue) if w == "tables"]
+            if tables:
+                body.extend(d for _, d in queue[:tables[-1] + 1])
+                del queue[:tables[-1] + 1]
+        body.extend(pending)
+        last_rows = rows
+    body.extend(d for _, d in queue)
+    # The last tile's ACTs, then the WHMs left (the DMA unit writes the
+    # tiles before while the activation unit works), the last tile's last.
+    body.extend(drain(count - 1))
+    for t in range(written, count):
+        body.extend(stores(t))
     return body
 
 
@@ -630,14 +758,17 @@ def _coalesce(dmas, lanes):
     return out
 
 
-def ring_slots(chip, batch, config):
+def ring_slots(chip, batch, config, reads=1, output=False):
     """Samples a streamed input or output of `chip` needs in the UB: two M
     tiles' worth (the tile computing and the one reading in or writing out:
     by the time a tile reads in over the samples of the tile before last, or
     its ACTs write over them, those are done with), a multiple of the tile's
-    samples so no tile wraps."""
+    samples so no tile wraps. A part reading `reads` > 1 M tiles at a time
+    (`_paced_reads`) holds two reads' worth of input and `reads` + 1 tiles
+    of output."""
     group = max(len(t.samples) for t in m_tiles(chip, batch, config))
-    return min(batch, 2 * group)
+    tiles = 2 if reads == 1 else reads + 1 if output else 2 * reads
+    return min(batch, tiles * group)
 
 
 def useful_macs(chip, batch):

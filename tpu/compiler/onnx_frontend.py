@@ -28,6 +28,7 @@ import numpy as np
 from . import ir
 from .errors import CompileError, ModelError, UnsupportedModel
 from .ir import Activation, ActivationKind
+from ..isa import MAX_POOL_SIZE
 
 
 __all__ = ["import_onnx", "SUPPORTED_OPS"]
@@ -804,15 +805,23 @@ class _Importer:
         kernel = tuple(attrs["kernel_shape"])
         stride, padding, (oh, ow) = self.window(node, attrs, src.shape, kernel,
                                                 attrs.get("ceil_mode", 0))
-        if kind == "avg" and attrs.get("count_include_pad", 0) and any(padding):
-            raise self.unsupported(node, "count_include_pad=1 with padding is not supported; "
-                                   "the chip averages over the real pixels only")
+        # count_include_pad=1: a padded window divides by its whole size,
+        # the pads counting as real zeros (the zero point)
+        counted = kind == "avg" and bool(attrs.get("count_include_pad", 0)) and any(padding)
         shape = (oh, ow, src.shape[2])
         out, quant = self.output(node, is_float, node.output[0], shape, out_q or src.quant)
-        if kind == "avg" and quant != src.quant and not any(padding):
-            self.layers.append(self.summing_conv(node, x, out, kernel, stride))
-        elif kind == "avg" and (quant != src.quant or any(padding)
-                                or kernel[0] * kernel[1] % 2 == 0):
+        odd = kernel[0] * kernel[1] % 2 == 1
+        # one ACT pools a square window and stride up to MAX_POOL_SIZE; a
+        # window of the whole image is a global pool (`pools.split_pools`)
+        one_act = (kernel[0] == kernel[1] <= MAX_POOL_SIZE and stride[0] == stride[1]
+                   <= MAX_POOL_SIZE) or tuple(kernel) == tuple(src.shape[:2])
+        if kind == "avg" and (not any(padding) or counted) and (
+                quant != src.quant or (odd and (counted or not one_act))):
+            # On the matrix unit: a summing convolution, whose one rounding
+            # is ONNX Runtime's (an odd window's average never ties)
+            self.layers.append(self.summing_conv(node, x, out, kernel, stride,
+                                                 padding if counted else (0, 0, 0, 0)))
+        elif kind == "avg" and (quant != src.quant or any(padding) or not odd):
             # Even windows tie and padded ones vary their count: ONNX Runtime
             # rounds those averages in float32 (ties to even, or either way
             # by a float32 error), which the chip's integer rounding cannot
@@ -820,25 +829,27 @@ class _Importer:
             self.layers.append(ir.HostOp(
                 self.label(node), "qlinear_average_pool", [x], [out],
                 {"kernel": list(kernel), "stride": list(stride), "padding": list(padding),
+                 "count_include_pad": counted,
                  # ONNX Runtime turns QDQ's int8 into uint8 on x86
                  "uint8": node.op_type == "AveragePool" and not quant.unsigned}))
         else:
             self.layers.append(ir.Pool2D(self.label(node), x, out, kind, kernel, stride, padding))
 
-    def summing_conv(self, node, x, out, kernel, stride):
+    def summing_conv(self, node, x, out, kernel, stride, padding=(0, 0, 0, 0)):
         """An average pool that changes the quantization, as a Conv2D that
         sums each window per channel (weights ``_SUM_WEIGHT`` on the channel
         diagonal, scale ``1 / (_SUM_WEIGHT * window size)``): one rounding,
         ``round(s_in * sum(x - z_in) / (n * s_out)) + z_out``, as ONNX Runtime
         computes it. Requantizing every pixel first (a standalone pool's
         semantics) would saturate pixels beyond the output's range, which an
-        average's range usually is."""
+        average's range usually is. `padding` (count_include_pad=1) pads
+        with the zero point, a real zero counted in the window's size."""
         c = self.tensor(x).channels
         weight = np.zeros((*kernel, c, c), np.int8)
         weight[:, :, np.arange(c), np.arange(c)] = _SUM_WEIGHT
         count = kernel[0] * kernel[1]
         return ir.Conv2D(self.label(node), x, out, weight, np.full(c, 1.0 / (_SUM_WEIGHT * count)),
-                         None, stride)
+                         None, stride, tuple(padding))
 
     def op_MaxPool(self, node):
         self.pool(node, "max")

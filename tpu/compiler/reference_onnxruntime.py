@@ -71,9 +71,10 @@ def qlinear_softmax(layer, inputs, in_quants, out_quants):
 
 
 def qlinear_average_pool(layer, inputs, in_quants, out_quants):
-    """QLinearAveragePool (``count_include_pad=0``) of ``(batch, H, W, C)``
-    integers with ``attrs`` kernel ``(kh, kw)``, stride ``(sh, sw)`` and
-    padding ``(top, left, bottom, right)``."""
+    """QLinearAveragePool of ``(batch, H, W, C)`` integers with ``attrs``
+    kernel ``(kh, kw)``, stride ``(sh, sw)``, padding ``(top, left, bottom,
+    right)`` and ``count_include_pad`` (default 0: divide by the window's
+    real pixels; 1: by its whole size)."""
     (x,), (in_q,), (out_q,) = inputs, in_quants, out_quants
     x = np.asarray(x, dtype=np.int64)
     if x.ndim != 4:
@@ -96,7 +97,8 @@ def qlinear_average_pool(layer, inputs, in_quants, out_quants):
             for yy in range(y0, y1):
                 for xx in range(x0, x1):
                     total += real[:, yy, xx, :]
-            out[:, oy, ox, :] = total / np.float32((y1 - y0) * (x1 - x0))
+            count = kh * kw if layer.attrs.get("count_include_pad") else (y1 - y0) * (x1 - x0)
+            out[:, oy, ox, :] = total / np.float32(count)
     # ONNX Runtime adds the zero point before rounding, in float32 (which
     # moves near-ties), and on x86 runs QDQ int8 pools in uint8 (zero point
     # + 128): ``attrs["uint8"]``

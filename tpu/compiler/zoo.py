@@ -55,6 +55,7 @@ class Pool:
     k: tuple
     stride: tuple
     pad: tuple
+    count_include_pad: int = 0
 
 
 @dataclass
@@ -112,9 +113,10 @@ def maxpool(k=2, stride=None, pad=0):
     return Pool("max", _pair(k), _pair(k if stride is None else stride), _pads(pad))
 
 
-def avgpool(k=2, stride=None, pad=0):
-    """AveragePool with ``count_include_pad=0``."""
-    return Pool("avg", _pair(k), _pair(k if stride is None else stride), _pads(pad))
+def avgpool(k=2, stride=None, pad=0, count_include_pad=0):
+    """AveragePool (by default ``count_include_pad=0``)."""
+    return Pool("avg", _pair(k), _pair(k if stride is None else stride), _pads(pad),
+                count_include_pad)
 
 
 def global_avg_pool():
@@ -224,7 +226,7 @@ class _Builder:
         top, left, bottom, right = spec.pad
         attrs = dict(kernel_shape=[kh, kw], strides=list(spec.stride), pads=[top, left, bottom, right])
         if spec.kind == "avg":
-            attrs["count_include_pad"] = 0
+            attrs["count_include_pad"] = int(spec.count_include_pad)
         y = self.node("MaxPool" if spec.kind == "max" else "AveragePool", [x], **attrs)
         oh = (h + top + bottom - kh) // spec.stride[0] + 1
         ow = (w + left + right - kw) // spec.stride[1] + 1
