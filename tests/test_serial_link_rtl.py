@@ -66,3 +66,11 @@ def test_damaged_frames(simulator):
         pytest.skip("the serial chip's Verilator model is one more multi-minute build for the "
                     "suite; Icarus runs this test, and TPU_SERIAL_ALL=1 runs it under Verilator too")
     _run(simulator, "damaged_frames")
+
+
+@pytest.mark.rtl
+def test_status_pins(simulator):
+    if simulator == "verilator" and not os.environ.get("TPU_SERIAL_ALL"):
+        pytest.skip("the serial chip's Verilator model is one more multi-minute build for the "
+                    "suite; Icarus runs this test, and TPU_SERIAL_ALL=1 runs it under Verilator too")
+    _run(simulator, "status_pins")
