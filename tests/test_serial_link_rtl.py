@@ -5,7 +5,8 @@ damaged frames, and damaged frames that must never act.
 
 A UART byte takes 40 clock cycles even at the fastest divisor, so a register
 access costs about 1,800 cycles and a check hundreds of thousands: the
-suite runs the damaged frames that must not act, under Icarus; the MLP
+suite runs the damaged frames that must not act and the LED pins against
+STATUS, under Icarus; the MLP
 with damaged and lost frames (whose result must still equal the
 reference), the other
 checks, the MLP on a clean line and the damaged-frames test under Verilator
