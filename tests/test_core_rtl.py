@@ -56,7 +56,7 @@ def test_dma_windows_and_errors(simulator, testcase):
     the span), DMA_ERROR (fault code, index, interrupt, halt), and the edge
     programs: every interlocked pair of units on ranges sharing exactly one
     row or equal, RHM and WHM on the same host bytes, each opcode at the last
-    UB or accumulator row and one past it."""
+    UB or accumulator row and one past it, CFG values above their range."""
     seed = base_seed()
     tests, failures = run(CONFIGS[0], simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
                           seed=seed, toplevel=TOP, verilog_source=_source(CONFIGS[0]))

@@ -5,7 +5,8 @@ damaged frames, and damaged frames that must never act.
 
 A UART byte takes 40 clock cycles even at the fastest divisor, so a register
 access costs about 1,800 cycles and a check hundreds of thousands: the
-suite runs the damaged frames that must not act, under Icarus; the MLP
+suite runs the damaged frames that must not act and the LED pins against
+STATUS, under Icarus; the MLP
 with damaged and lost frames (whose result must still equal the
 reference), the other
 checks, the MLP on a clean line and the damaged-frames test under Verilator
@@ -66,3 +67,11 @@ def test_damaged_frames(simulator):
         pytest.skip("the serial chip's Verilator model is one more multi-minute build for the "
                     "suite; Icarus runs this test, and TPU_SERIAL_ALL=1 runs it under Verilator too")
     _run(simulator, "damaged_frames")
+
+
+@pytest.mark.rtl
+def test_status_pins(simulator):
+    if simulator == "verilator" and not os.environ.get("TPU_SERIAL_ALL"):
+        pytest.skip("the serial chip's Verilator model is one more multi-minute build for the "
+                    "suite; Icarus runs this test, and TPU_SERIAL_ALL=1 runs it under Verilator too")
+    _run(simulator, "status_pins")

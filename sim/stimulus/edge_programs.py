@@ -1,9 +1,11 @@
 """Directed programs at the edges random programs reach only by luck: every
 interlocked pair of units on ranges that share exactly one row (at either
 end) or are equal, RHM and WHM on the same host bytes, and every
-instruction at the last UB or accumulator row and one row past it."""
+instruction at the last UB or accumulator row and one row past it, and CFG
+values above their range."""
 
-from ...isa import Act, Conv, Halt, Ldl, Ldq, Mmc, Rhm, Rw, Sync, Whm, ldl_rows, ldq_rows
+from ...isa import (Act, Cfg, Conv, Func, Halt, Ldl, Ldq, Mmc, Reg, Rhm, Rw, Sync, Whm, ldl_rows,
+                   ldq_rows)
 from .program_generator import HOST_INPUT, HOST_OUTPUT
 
 
@@ -120,4 +122,12 @@ def edge_programs(cfg):
         pairs += [Rw(rows % cfg.weight_mem_tiles, 1), Mmc(0, rows, acc, switch=True),
                   Mmc(6, rows, acc + 6)]
     programs.append(("MMC right behind an MMC waiting for its weights", [*pairs, Halt()]))
+    # CFG values past the top of their range: ACT must use them saturated
+    # to the top, which random values reach only now and then.
+    too_large = 1000
+    programs.append(("CFG values above their range", [
+        Rhm(0, 4, HOST_INPUT), Rw(1, 1), Mmc(0, 4, 0, switch=True),
+        Cfg(Reg.OUT_ZERO_POINT, too_large), Act(0, 8, 4),
+        Cfg(Reg.OUT_ZERO_POINT, 0), Cfg(Reg.CLAMP_MAX, too_large), Act(0, 12, 4, func=Func.CLAMP),
+        Cfg(Reg.CLAMP_MIN, too_large), Act(0, 16, 4, func=Func.CLAMP), Halt()]))
     return programs

@@ -4,7 +4,8 @@
 ``check`` runs a driver check (``TPU_HOST_CHECK``, ``module:function``) over
 the serial framing, with frames spoilt at the rates ``TPU_SERIAL_FRAME_RATE``
 (to the chip) and ``TPU_SERIAL_BYTE_RATE`` (from it); ``damaged_frames``
-sends frames that are damaged or cut short and checks none of them acts.
+sends frames that are damaged or cut short and checks none of them acts;
+``status_pins`` checks the LED pins against STATUS.
 """
 
 import os
@@ -17,6 +18,7 @@ from cocotb.triggers import RisingEdge, Timer
 from ...driver.serial_framing import Kind, encode_frame
 from ...driver.tlp_bytes import memory_write
 from ...host_registers import Control, Status, register_map
+from ...isa import Halt, Rw
 from ..harness import config_from_env
 from ..host.serial_host import open_serial_link
 from .tb_host import _load
@@ -132,3 +134,39 @@ async def damaged_frames(dut):
     assert await device.read_register("PROG_LEN") == 5
     for _ in range(10):
         await RisingEdge(dut.clk)
+
+
+def _pins(dut):
+    return {"busy": int(dut.busy.value), "halted": int(dut.halted.value), "error": int(dut.error.value)}
+
+
+def _status_bits(status):
+    return {"busy": int(bool(status & Status.BUSY)), "halted": int(bool(status & Status.HALTED)),
+            "error": int(bool(status & Status.ERROR))}
+
+
+@cocotb.test(timeout_time=5, timeout_unit="ms")
+async def status_pins(dut):
+    """The busy, halted and error pins (the board's LEDs) show STATUS's bits:
+    idle, after a program halted, and after one stopped with an error."""
+    from ...driver import Device
+    config = config_from_env()
+    link = await open_serial_link(dut, config, seed=_seed())
+    device = await Device.open(link, config)
+
+    async def check(when, expected):
+        status = Status(await device.read_register("STATUS"))
+        assert _status_bits(status) == expected, f"{when}: STATUS {status!r}"
+        assert _pins(dut) == expected, f"{when}: pins {_pins(dut)}, STATUS {status!r}"
+
+    await check("idle", {"busy": 0, "halted": 0, "error": 0})
+    result = await device.run([Halt()])
+    assert result.halted, result
+    await check("after HALT", {"busy": 0, "halted": 1, "error": 0})
+    # Two tiles from the last one: a weight range fault. Polled here, since
+    # the driver's wait would abort the chip and clear the error.
+    await device.start([Rw(config.weight_mem_tiles - 1, 2), Halt()])
+    for _ in range(20):
+        if Status(await device.read_register("STATUS")) & Status.ERROR:
+            break
+    await check("after a fault", {"busy": 0, "halted": 0, "error": 1})
