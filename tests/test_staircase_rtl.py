@@ -7,6 +7,7 @@ A self-checking Verilog testbench drives random inputs and rare random
 resets and keeps the history of the inputs to compare each lane with.
 """
 
+import re
 import shutil
 import subprocess
 
@@ -82,6 +83,16 @@ def _testbench(seed):
 def test_cases_have_both_kinds_of_lane():
     bits = [width * (first + step * k) for width, lanes, first, step in CASES for k in range(lanes)]
     assert any(0 < b <= RING_MIN_BITS for b in bits) and any(b > RING_MIN_BITS for b in bits)
+
+
+def test_long_lanes_are_rings():
+    """TPU v1's activation skew (256 lanes of 9 bits, delays 0 to 255):
+    no register holds more than a word, and each long lane is one ring."""
+    text = Staircase(width=9, lanes=256, first=0, step=1)._verilog()
+    widths = [int(msb) + 1 for msb in re.findall(r"^\s*reg \[(\d+):0\] lane\d+ =", text, re.M)]
+    assert widths and max(widths) <= RING_MIN_BITS
+    assert len(re.findall(r"^\s*reg \[8:0\] lane\d+ \[\d+:0\];", text, re.M)) == 256 - 1 - len(widths)
+    assert len(text) < 100_000
 
 
 @pytest.mark.rtl
