@@ -15,9 +15,12 @@ class Staircase(wiring.Component):
     ``first + k * step`` cycles (registers reset to 0).
 
     An ``R``-lane skew holds about ``R * R / 2`` registers; under
-    `generate_verilog` it is a Verilog module of one shift register per lane,
-    written directly, so that neither Python nor Yosys handles the registers
-    one by one. Elsewhere the registers are elaborated in place.
+    `generate_verilog` it is a Verilog module written directly, so that
+    neither Python nor Yosys handles the registers one by one: a lane of at
+    most `RING_MIN_BITS` bits is a shift register, a longer one a ring of
+    words that a counter shared by all lanes addresses (one write and one
+    read per cycle, however long the delay). Elsewhere the registers are
+    elaborated in place.
 
     Members
     -------
@@ -63,18 +66,64 @@ class Staircase(wiring.Component):
                  "  input rst;",
                  f"  input [{total - 1}:0] i;",
                  f"  output [{total - 1}:0] o;"]
+        rings = [d for d in self._delays if w * d > RING_MIN_BITS]
+        if rings:
+            lines += self._ring_control(max(rings))
+            count = max(rings).bit_length()
         for k, delay in enumerate(self._delays):
             lane = f"i[{k * w + w - 1}:{k * w}]"
             out = f"o[{k * w + w - 1}:{k * w}]"
             if delay == 0:
                 lines.append(f"  assign {out} = {lane};")
-                continue
-            bits = w * delay
-            shifted = lane if delay == 1 else f"{{lane{k}[{bits - w - 1}:0], {lane}}}"
-            lines += [f"  reg [{bits - 1}:0] lane{k} = {bits}'d0;",
-                      "  always @(posedge clk)",
-                      f"    if (rst) lane{k} <= {bits}'d0;",
-                      f"    else lane{k} <= {shifted};",
-                      f"  assign {out} = lane{k}[{bits - 1}:{bits - w}];"]
+            elif w * delay > RING_MIN_BITS:
+                lines += self._ring_lane(k, delay, lane, out, count)
+            else:
+                lines += self._shift_lane(k, delay, lane, out)
         lines.append("endmodule\n")
         return "\n".join(lines)
+
+    def _shift_lane(self, k, delay, lane, out):
+        w = self._width
+        bits = w * delay
+        shifted = lane if delay == 1 else f"{{lane{k}[{bits - w - 1}:0], {lane}}}"
+        return [f"  reg [{bits - 1}:0] lane{k} = {bits}'d0;",
+                "  always @(posedge clk)",
+                f"    if (rst) lane{k} <= {bits}'d0;",
+                f"    else lane{k} <= {shifted};",
+                f"  assign {out} = lane{k}[{bits - 1}:{bits - w}];"]
+
+    @staticmethod
+    def _ring_control(longest):
+        # `head` is where every ring writes this cycle; `filled` counts the
+        # writes since reset (up to the longest delay), so that a lane reads
+        # 0, as its reset shift register would, until it has `delay` of them.
+        head, count = _address_bits(longest), longest.bit_length()
+        return [f"  reg [{head - 1}:0] head = {head}'d0;",
+                f"  reg [{count - 1}:0] filled = {count}'d0;",
+                "  always @(posedge clk)",
+                f"    if (rst) filled <= {count}'d0;",
+                "    else begin",
+                f"      head <= head + {head}'d1;",
+                f"      if (filled != {count}'d{longest}) filled <= filled + {count}'d1;",
+                "    end"]
+
+    def _ring_lane(self, k, delay, lane, out, count):
+        w, bits = self._width, _address_bits(delay)
+        behind = (1 << bits) - delay    # head - delay, modulo the ring's size
+        return [f"  reg [{w - 1}:0] lane{k} [{(1 << bits) - 1}:0];",
+                "  always @(posedge clk)",
+                f"    if (!rst) lane{k}[head[{bits - 1}:0]] <= {lane};",
+                f"  wire [{bits - 1}:0] lane{k}_read = head[{bits - 1}:0] + {bits}'d{behind};",
+                f"  assign {out} = filled >= {count}'d{delay} ? lane{k}[lane{k}_read] : {w}'d0;"]
+
+
+# Lanes of more bits than this (width x delay) are rings rather than shift
+# registers: Verilator emits a statement per 32-bit word of a shift register
+# every cycle, which for the large arrays' staircases grows with rows x cols.
+RING_MIN_BITS = 32
+
+
+def _address_bits(delay):
+    """Bits addressing a ring of at least `delay` words (a power of two, so
+    that the shared head counter wraps with every ring)."""
+    return max(1, (delay - 1).bit_length())
