@@ -2,23 +2,9 @@
 """Whole-chip simulation speed through the driver: start latency and
 simulated cycles per second.
 
-The command line of `tpu.bench.driver_simspeed`, which measures. Runs two
-programs with ``tpu.driver.run(main, backend=...)`` on each configuration,
-with the model already built (a first, untimed call builds it):
-
-* ``compute``: the driver's `long_program`, MMCs streaming the whole
-  accumulator memory through the array (compute-bound, no host traffic);
-* ``dma``: RHMs and WHMs of the whole unified buffer, back to back
-  (host-link-bound: every cycle moves TLP beats).
-
-*start* is the wall time from the `run` call to the doorbell of the program
-(finding the model, the simulator starting, reset, enumeration,
-`Device.open`), and the CPU time of both processes over it; *cycles/s* is
-simulated cycles (link time over the 4 ns clock) per wall second from the
-doorbell to the end of the program, and per CPU second of the simulation
-process (which depends less on what else the machine runs). With
-``--repeat``, the fastest run and the shortest starts are kept. Prints a table and saves
-``build/bench/simspeed.json``.
+The command line of `tpu.bench.driver_simspeed`, which measures (its
+docstring says what: the two programs, *start* and *cycles/s*). Prints a
+table and saves ``build/bench/simspeed.json``.
 
 Examples::
 
