@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """The staircase modules that `generate_verilog` writes (`Staircase`): every
 lane is its input delayed by its number of cycles, and reads 0 until it has
 taken that many inputs since power-on or the last reset, for both kinds of
