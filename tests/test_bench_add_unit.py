@@ -1,13 +1,13 @@
 """scripts/bench_add_unit.py on a small TFLite model: a depthwise convolution
 and a CONV_2D added together, on a 4x4 golden chip."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from script_loader import load_script
 from tflite_builder import ModelBuilder
 
 pytest.importorskip("tflite")
@@ -15,12 +15,6 @@ pytest.importorskip("tflite")
 SAME, NONE = 0, 0
 
 
-def bench_module():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_add_unit.py"
-    spec = importlib.util.spec_from_file_location("bench_add_unit", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def depthwise_add_model():
@@ -48,7 +42,7 @@ def depthwise_add_model():
 def test_bench_add_unit_on_a_small_model(tmp_path, capsys):
     path = tmp_path / "dw_add.tflite"
     path.write_bytes(depthwise_add_model())
-    assert bench_module().main(["--model", str(path), "--sizes", "4", "--ub-rows", "1024",
+    assert load_script("bench_add_unit").main(["--model", str(path), "--sizes", "4", "--ub-rows", "1024",
                                 "--json", str(tmp_path / "r.json")]) == 0
     out = capsys.readouterr().out
     (entry,) = json.loads((tmp_path / "r.json").read_text())["results"][0]["sizes"]

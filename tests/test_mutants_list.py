@@ -3,23 +3,19 @@ mutant's original text occurs exactly once in its file, and every hdl/ file
 has a mutant. An RTL change that moves a mutant's text fails here, in the
 suite, not hours into a mutation run."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from script_loader import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _mutants_script():
-    spec = importlib.util.spec_from_file_location("mutants", ROOT / "scripts" / "mutants.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_mutant_applies_and_every_hdl_file_has_one():
-    blocks, mutants = _mutants_script().load()
+    blocks, mutants = load_script("mutants").load()
     assert len(mutants) >= 40, f"only {len(mutants)} mutants"
     files = {m["file"] for m in mutants}
     sources = {str(p.relative_to(ROOT)) for p in (ROOT / "hdl").glob("*.py") if p.name != "__init__.py"}
@@ -27,7 +23,7 @@ def test_every_mutant_applies_and_every_hdl_file_has_one():
 
 
 def test_a_mutant_that_no_longer_applies_is_named(tmp_path):
-    script = _mutants_script()
+    script = load_script("mutants")
     text = (ROOT / "scripts" / "mutants.toml").read_text()
     broken = text.replace('original = "(mmc_last >= cfg.ub_rows)"', 'original = "(mmc_last >== cfg.ub_rows)"')
     assert broken != text
