@@ -2,7 +2,6 @@
 and a CONV_2D added together, on a 4x4 golden chip."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
