@@ -1,0 +1,48 @@
+"""The matrix part (the chip's matrix unit alone behind its UART, for the
+iCE40 UP5K: docs/fpga.md, "What fits the UP5K"), driven by the host's
+`MatrixPart` over `SerialLink` and an independent UART model, against the
+matrix engine's golden model, under both simulators: random weights,
+activations, multiplies and idle gaps on the line, with damaged frames; the
+commands it must refuse and the frames it must never act on. Also generated
+for the iCE40 (the array on dual 8 x 8 SB_MAC16s) with yosys's models of
+the primitives.
+"""
+
+import pytest
+
+from conftest import base_seed
+from tpu import TPUConfig
+from tpu.fpga.gate_level import ice40_primitive_models
+from tpu.hdl.serial_matrix_part import MATRIX_PART_NAME, generate_matrix_part_verilog
+from tpu.sim.harness import run
+
+
+#: The matrix part as simulated: a 4x4 array, small memories (so a test is short).
+PART = TPUConfig(rows=4, cols=4, acc_rows=32, ub_rows=64, weight_mem_tiles=8, weight_fifo_tiles=2,
+                 weight_mem_latency=3)
+
+
+def _run(simulator, testcase, *, family=None, **env):
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    source = generate_matrix_part_verilog(PART, family=family)
+    if family:
+        source += ice40_primitive_models(source)
+    tests, failures = run(PART, simulator, "tpu.sim.testbenches.tb_matrix_part", testcase=testcase,
+                          seed=seed, toplevel=MATRIX_PART_NAME, verilog_source=source, extra_env=env)
+    assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"
+
+
+@pytest.mark.rtl
+def test_random_matmuls(simulator):
+    _run(simulator, "random_matmuls", TPU_SERIAL_FRAME_RATE="0.05")
+
+
+@pytest.mark.rtl
+def test_refused(simulator):
+    _run(simulator, "refused")
+
+
+@pytest.mark.rtl
+def test_random_matmuls_ice40(simulator):
+    _run(simulator, "random_matmuls", family="ice40", TPU_PART_OPS="3")
