@@ -422,6 +422,9 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
     return result
 
 
+#: What `build_chip` builds: top -> design name (and bitstream file name).
+BUILD_TOPS = {"chip": "tpu_chip", "matrix": "tpu_matrix_part"}
+
 #: nextpnr cell types of the iCE40's single-port RAMs (the UP5K's SPRAM).
 _SPRAM_CELLS = ("ICESTORM_SPRAM",)
 
@@ -434,9 +437,10 @@ def _fits_message(board, usage):
         ", ".join(over) if over else "nextpnr could not place it")
 
 
-def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=None):
+def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=None, top="chip"):
     """Synthesise, place and route the whole chip (`tpu.fpga.board_top.BoardChip`,
-    the chip behind its UART bridge) for `board`.
+    the chip behind its UART bridge) for `board`; with `top` ``"matrix"``,
+    the matrix part instead (`tpu.fpga.matrix_part_top.BoardMatrixPart`).
 
     Returns a dict like `build_mxu`'s, for the chip of `config`: ``fits``;
     ``resources`` (``logic``, ``ffs``, ``dsp``, ``ram``, ``spram``, each
@@ -457,9 +461,15 @@ def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=
     if board == "icebreaker":
         platform.add_resources(platform.break_off_pmod)
     clock_hz = platform.default_clk_frequency
-    top = BoardChip(board, config, clock_hz=clock_hz, baudrate=baudrate)
+    if top not in BUILD_TOPS:
+        raise ValueError(f"unknown top {top!r}: choose one of {', '.join(BUILD_TOPS)}")
+    name = BUILD_TOPS[top]
+    if top == "matrix":
+        from .matrix_part_top import BoardMatrixPart
+        design = BoardMatrixPart(board, config, clock_hz=clock_hz, baudrate=baudrate)
+    else:
+        design = BoardChip(board, config, clock_hz=clock_hz, baudrate=baudrate)
 
-    name = "tpu_chip"
     build_dir = Path(build_dir).resolve()
     bitstream = build_dir / f"{name}.{spec.bitstream}"
     report = build_dir / "report.json"
@@ -468,11 +478,11 @@ def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=
         stale.unlink(missing_ok=True)
     synth_opts = spec.dsp_opt if dsp else spec.nodsp_opt
     overrides = synth_overrides(board, name, synth_opts)
-    plan = platform.prepare(top, name, **overrides)
+    plan = platform.prepare(design, name, **overrides)
     plan.extract(build_dir)
 
-    result = {"board": board, "device": spec.device, "config": config.to_dict(),
-              "baudrate": baudrate, "uart_divisor": top.chip.divisor, "clock_mhz": clock_hz / 1e6,
+    result = {"board": board, "device": spec.device, "top": top, "config": config.to_dict(),
+              "baudrate": baudrate, "uart_divisor": design.chip.divisor, "clock_mhz": clock_hz / 1e6,
               "dsp": dsp, "build_dir": str(build_dir), "tools": tool_versions(board)}
     start = time.monotonic()
     lines = []

@@ -15,7 +15,8 @@ from .serial_chip import DEFAULT_DIVISOR, SERIAL_PCIE_ID
 from .uart import UartRx, UartTx, check_divisor
 
 
-__all__ = ["SerialMatrixPart", "MATRIX_PART_NAME", "BRIDGE_WORDS", "generate_matrix_part_verilog"]
+__all__ = ["SerialMatrixPart", "MATRIX_PART_NAME", "BRIDGE_WORDS", "part_retransmit_cycles",
+           "generate_matrix_part_verilog"]
 
 #: Module name of the generated Verilog.
 MATRIX_PART_NAME = "tpu_matrix_part"

@@ -40,18 +40,28 @@ def _error(message):
     return CommandError(message)
 
 
-def default_out(board):
+def default_out(board, top="chip"):
     """Where `tpu build` puts a board's files unless told."""
-    return Path("build") / "fpga" / board
+    return Path("build") / "fpga" / (board if top == "chip" else f"{board}-{top}")
 
 
 def _config(args):
     from .config import ConfigError, TPUConfig
     values = {name: getattr(args, name) for name in TPUConfig.field_names()
               if getattr(args, name, None) is not None}
+    profile = getattr(args, "profile", None)
+    matrix = getattr(args, "top", "chip") == "matrix"
+    if matrix and profile is None:
+        # The matrix part's own sizes for the UP5K, under the options given.
+        from .hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
+        values = {**UP5K_MATRIX_PART_FIELDS, **values}
     try:
-        return TPUConfig.from_options(values, getattr(args, "profile", None))
-    except (ConfigError, TypeError) as error:
+        config = TPUConfig.from_options(values, profile)
+        if matrix:
+            from .hdl.matrix_part import check_matrix_part_config
+            check_matrix_part_config(config)
+        return config
+    except (ConfigError, TypeError, ValueError) as error:
         raise _error(str(error)) from None
 
 
@@ -71,11 +81,12 @@ def cmd_build(args):
         uart_divisor(clock_hz, args.baud)
     except ValueError as error:
         raise _error(f"--baud: {error}") from None
-    out = Path(args.out) if args.out else default_out(args.board)
-    print(f"building the {config.name} chip for the {BOARDS[args.board].device} in {out} "
+    out = Path(args.out) if args.out else default_out(args.board, args.top)
+    what = "matrix part" if args.top == "matrix" else "chip"
+    print(f"building the {config.name} {what} for the {BOARDS[args.board].device} in {out} "
           f"(synthesis, place and route: minutes to an hour)", flush=True)
     try:
-        result = build_chip(args.board, config, build_dir=out, baudrate=args.baud,
+        result = build_chip(args.board, config, build_dir=out, baudrate=args.baud, top=args.top,
                             progress=lambda line: print(f"  {line}", flush=True) if line else None)
     except (FPGAToolMissing, RuntimeError) as error:
         raise _error(str(error)) from None
@@ -101,10 +112,13 @@ def flash_command(board, bitstream):
 
 def cmd_flash(args):
     board = args.board
+    top = getattr(args, "top", "chip")
+    name = "tpu_chip" if top == "chip" else "tpu_matrix_part"
     bitstream = Path(args.bitstream) if args.bitstream else \
-        default_out(board) / f"tpu_chip{_SUFFIX[board]}"
+        default_out(board, top) / f"{name}{_SUFFIX[board]}"
     if not bitstream.is_file():
-        raise _error(f"no bitstream {bitstream}: build one with 'tpu build --board {board}' "
+        raise _error(f"no bitstream {bitstream}: build one with 'tpu build --board {board}"
+                     f"{'' if top == 'chip' else ' --top ' + top}' "
                      f"or name it with --bitstream")
     if bitstream.suffix != _SUFFIX[board]:
         raise _error(f"{bitstream} is not a {_SUFFIX[board]} bitstream, which the {board} takes")
@@ -131,6 +145,9 @@ def add_fpga_commands(subparsers, add_config_options):
                                           "UART bridge for a board and write its bitstream.")
     p.add_argument("--board", required=True, choices=BOARD_NAMES, help="the board")
     add_config_options(p)
+    p.add_argument("--top", choices=("chip", "matrix"), default="chip",
+                   help="the whole chip (default), or its matrix part alone (the array, "
+                        "accumulators, weight memory and UB behind the UART: what fits the UP5K)")
     p.add_argument("--baud", type=int, default=115200, metavar="B",
                    help="the UART's bit rate (default 115200)")
     p.add_argument("--out", metavar="DIR", help="build directory (default build/fpga/BOARD)")
@@ -139,7 +156,9 @@ def add_fpga_commands(subparsers, add_config_options):
     p = subparsers.add_parser("flash", help="program an FPGA board with a built bitstream")
     p.add_argument("--board", required=True, choices=BOARD_NAMES, help="the board")
     p.add_argument("--bitstream", metavar="FILE",
-                   help="the bitstream (default: what 'tpu build' wrote for the board)")
+                   help="the bitstream (default: what 'tpu build' wrote for the board and --top)")
+    p.add_argument("--top", choices=("chip", "matrix"), default="chip",
+                   help="which build's bitstream is the default: the whole chip's or the matrix part's")
     p.add_argument("--dry-run", action="store_true", help="print the command, do not run it")
     p.set_defaults(func=cmd_flash)
 
