@@ -26,7 +26,7 @@ from ..driver.matrix_part_registers import (MATRIX_PART_MAGIC, MAX_SIDE, MatrixP
                                             MatrixPartStatus)
 from .matrix_engine import MatrixEngine
 from .memory_reader import MemoryReader
-from .ram import Ram
+from .single_port_ram import SinglePortRam
 from .register_target import RegisterRequest
 from .weight_fifo import WeightFifo
 from .weight_memory import WeightMemory
@@ -92,9 +92,8 @@ class MatrixPart(wiring.Component):
         m.submodules.engine = engine = self._engine
         m.submodules.weight_memory = wmem = WeightMemory(cfg)
         m.submodules.weight_fifo = wfifo = WeightFifo(cfg)
-        m.submodules.ub = ub = Ram(shape=act_row, depth=cfg.ub_rows)
-        ub_write = ub.write_port()
-        ub_read = ub.read_port()
+        # Written only while no multiply reads it: one port does, in SPRAM on the iCE40.
+        m.submodules.ub = ub = SinglePortRam(shape=act_row, depth=cfg.ub_rows)
         side = data.StructLayout({"acc_addr": range(cfg.acc_rows), "accumulate": 1, "unsigned": 1,
                                   "switch": 1})
         m.submodules.reader = reader = MemoryReader(addr_shape=range(cfg.ub_rows), data_shape=act_row,
@@ -102,8 +101,8 @@ class MatrixPart(wiring.Component):
         wiring.connect(m, wfifo.mem_request, wmem.request)
         wiring.connect(m, wmem.response, wfifo.mem_response)
         wiring.connect(m, wfifo.o, engine.weights)
-        m.d.comb += [ub_read.en.eq(reader.port.en), ub_read.addr.eq(reader.port.addr),
-                     reader.port.data.eq(ub_read.data)]
+        m.d.comb += [ub.r_en.eq(reader.port.en), ub.r_addr.eq(reader.port.addr),
+                     reader.port.data.eq(ub.r_data)]
         out = reader.o.payload
         m.d.comb += [
             engine.act.valid.eq(reader.o.valid),
@@ -186,9 +185,9 @@ class MatrixPart(wiring.Component):
             wmem.fill.en.eq(write & (offset == R.WMEM_DATA)),
             wmem.fill.addr.eq(wmem_ptr),
             wmem.fill.data.eq(word[:8 * cols]),
-            ub_write.en.eq(write & (offset == R.UB_DATA)),
-            ub_write.addr.eq(ub_addr),
-            ub_write.data.eq(word[:8 * rows]),
+            ub.w_en.eq(write & (offset == R.UB_DATA)),
+            ub.w_addr.eq(ub_addr),
+            ub.w_data.eq(word[:8 * rows]),
             engine.acc_read.en.eq(fire & ~req.write & (offset == R.ACC_DATA)),
             engine.acc_read.addr.eq(acc_row),
         ]
