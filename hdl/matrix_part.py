@@ -36,8 +36,8 @@ __all__ = ["MatrixPart", "check_matrix_part_config", "UP5K_MATRIX_PART_FIELDS"]
 
 #: The matrix part built for the iCEBreaker's UP5K unless told otherwise
 #: (`tpu build --top matrix`): a 4x4 array on the 8 SB_MAC16s, 256
-#: accumulator rows, 256 UB rows, 64 weight tiles.
-UP5K_MATRIX_PART_FIELDS = dict(rows=4, cols=4, acc_rows=256, ub_rows=256, weight_mem_tiles=64,
+#: accumulator rows, 16,384 UB rows (two SPRAMs), 64 weight tiles.
+UP5K_MATRIX_PART_FIELDS = dict(rows=4, cols=4, acc_rows=256, ub_rows=16384, weight_mem_tiles=64,
                                weight_fifo_tiles=2, weight_mem_latency=1)
 
 
