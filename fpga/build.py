@@ -24,7 +24,7 @@ from .ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
 
 
 __all__ = ["BOARDS", "FPGAToolMissing", "missing_fpga_tools", "tool_versions", "synth_overrides",
-           "build_mxu", "build_chip"]
+           "build_mxu", "build_chip", "BUILD_TOPS"]
 
 
 class FPGAToolMissing(RuntimeError):
