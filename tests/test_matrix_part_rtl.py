@@ -21,14 +21,18 @@ from tpu.sim.harness import run
 PART = TPUConfig(rows=4, cols=4, acc_rows=32, ub_rows=64, weight_mem_tiles=8, weight_fifo_tiles=2,
                  weight_mem_latency=3)
 
+#: A part of another shape: rows and columns differ, a PE alone on its SB_MAC16.
+ODD_PART = TPUConfig(rows=3, cols=3, acc_rows=16, ub_rows=32, weight_mem_tiles=4, weight_fifo_tiles=1,
+                     weight_mem_latency=0)
 
-def _run(simulator, testcase, *, family=None, **env):
+
+def _run(simulator, testcase, *, family=None, config=PART, **env):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
-    source = generate_matrix_part_verilog(PART, family=family)
+    source = generate_matrix_part_verilog(config, family=family)
     if family:
         source += ice40_primitive_models(source)
-    tests, failures = run(PART, simulator, "tpu.sim.testbenches.tb_matrix_part", testcase=testcase,
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_matrix_part", testcase=testcase,
                           seed=seed, toplevel=MATRIX_PART_NAME, verilog_source=source, extra_env=env)
     assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"
 
@@ -46,3 +50,9 @@ def test_refused(simulator):
 @pytest.mark.rtl
 def test_random_matmuls_ice40(simulator):
     _run(simulator, "random_matmuls", family="ice40", TPU_PART_OPS="3")
+
+
+@pytest.mark.rtl
+def test_random_matmuls_3x3_ice40(simulator):
+    """A 3x3 array for the iCE40: each row's third PE alone on an SB_MAC16."""
+    _run(simulator, "random_matmuls", family="ice40", config=ODD_PART, TPU_PART_OPS="3")
