@@ -22,7 +22,7 @@ PART = TPUConfig(rows=4, cols=4, acc_rows=32, ub_rows=64, weight_mem_tiles=8, we
                  weight_mem_latency=3)
 
 #: A part of another shape: rows and columns differ, a PE alone on its SB_MAC16.
-ODD_PART = TPUConfig(rows=3, cols=3, acc_rows=16, ub_rows=32, weight_mem_tiles=4, weight_fifo_tiles=1,
+ODD_PART = TPUConfig(rows=2, cols=3, acc_rows=16, ub_rows=32, weight_mem_tiles=4, weight_fifo_tiles=1,
                      weight_mem_latency=0)
 
 
@@ -53,6 +53,6 @@ def test_random_matmuls_ice40(simulator):
 
 
 @pytest.mark.rtl
-def test_random_matmuls_3x3_ice40(simulator):
-    """A 3x3 array for the iCE40: each row's third PE alone on an SB_MAC16."""
+def test_random_matmuls_2x3_ice40(simulator):
+    """A 2x3 array for the iCE40: each row's third PE alone on an SB_MAC16."""
     _run(simulator, "random_matmuls", family="ice40", config=ODD_PART, TPU_PART_OPS="3")
