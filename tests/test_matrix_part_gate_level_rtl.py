@@ -34,13 +34,15 @@ def _netlist():
 
 def test_netlist_is_made_of_ice40_cells():
     """No behavioural memory or multiply is left; the array's PEs are in
-    SB_MAC16s in the dual 8 x 8 mode, two PEs to a block."""
+    SB_MAC16s in the dual 8 x 8 mode, two PEs to a block; the UB (32-bit
+    rows) in two SPRAMs."""
     text = _netlist()
     netlist = text[:text.index("module SB_IO")] if "module SB_IO" in text else text
     netlist = netlist[:netlist.index("`define NO_ICE40_DEFAULT_ASSIGNMENTS")]
     assert "SB_LUT4" in netlist and "SB_RAM40_4K" in netlist
     assert " * " not in netlist and "reg [" not in netlist.replace("output reg", "")
     assert netlist.count(".MODE_8x8(1'h1)") == PART.rows * PART.cols // 2
+    assert netlist.count("SB_SPRAM256KA ") == 2, "the UB is not in two SPRAMs"
 
 
 @pytest.mark.rtl
