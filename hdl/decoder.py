@@ -1,5 +1,7 @@
 """Instruction decoder: legality and range checks, generated from the ISA table."""
 
+import functools
+
 from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -8,15 +10,53 @@ from ..config import TPUConfig
 from ..isa import LAYOUTS, MAX_POOL_COUNT, Fault, Opcode, Pool, ldl_rows, ldq_rows, INSTRUCTION_BITS
 from .bounded_product import bounded_product
 from .device_family import is_ice40
-from .serial_divider import SerialDivider
+from .serial_divider import SerialDivider, divider_cycles
 from .window import DmaWindows, inside_a_window
 
 
-__all__ = ["InstructionDecoder", "field"]
+__all__ = ["InstructionDecoder", "field", "decode_cycles"]
 
 
 def _fields(opcode):
     return {f.name: f for f in LAYOUTS[Opcode(opcode)]}
+
+
+def _values(word, opcode):
+    return {f.name: f.extract(word) for f in LAYOUTS[opcode]}
+
+
+def decode_cycles(word):
+    """Cycles from `InstructionDecoder`'s ``start`` to its ``done`` for the
+    128-bit `word` (an int, or its 16 bytes), legal or not.
+
+    2 for most words. An MMC with CONV and rows divides ``rows - 1`` by
+    ``out_w``: ``3 + divider_cycles(rows - 1)``. An ACT with MAX or AVG
+    pooling and rows divides ``rows`` by ``in_w`` (``in_h``, the quotient):
+    ``3 + divider_cycles(rows)`` when the rows are not whole image rows of at
+    least ``pool_size`` x ``pool_size`` pixels (the instruction faults),
+    else two more divisions, of ``in_h - pool_size`` and of ``in_w -
+    pool_size`` by the stride, and 4 cycles around them.
+    """
+    return _decode_cycles(word if isinstance(word, int) else int.from_bytes(word, "little"))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _decode_cycles(word):
+    # Cached: programs repeat their words.
+    opcode = word & 0xFF
+    if opcode == Opcode.MMC:
+        mmc = _values(word, Opcode.MMC)
+        if mmc["conv"] and mmc["rows"]:
+            return 3 + divider_cycles(mmc["rows"] - 1)
+    elif opcode == Opcode.ACT:
+        act = _values(word, Opcode.ACT)
+        rows, in_w, k = act["rows"], act["in_w"], act["pool_size"]
+        if act["pool"] in (Pool.MAX, Pool.AVG) and rows:
+            cycles = 3 + divider_cycles(rows)
+            if in_w == 0 or rows % in_w or rows // in_w < k or in_w < k:
+                return cycles
+            return cycles + 4 + divider_cycles(rows // in_w - k) + divider_cycles(in_w - k)
+    return 2
 
 
 def field(word, opcode, name):
@@ -34,9 +74,10 @@ class InstructionDecoder(wiring.Component):
     ILLEGAL_FIELD), and the UB, accumulator, weight-memory and host address
     ranges; and, beyond `tpu.isa.check`, that an RHM or WHM moves only host
     bytes inside one of the DMA ``windows`` (HOST_RANGE). Convolution and
-    pooling geometry need divisions: those instructions take about 24 cycles
-    per division on a serial divider; all others are decoded in the cycle
-    after ``start``.
+    pooling geometry need divisions, on a serial divider that takes as many
+    cycles as the dividend has bits; `decode_cycles` gives the cycles from
+    ``start`` to ``done`` of every word: 2 but for an MMC with CONV (one
+    division) and an ACT with windowed pooling (up to three).
 
     Members
     -------

@@ -1,19 +1,28 @@
-"""A small restoring divider: one quotient bit per cycle."""
+"""A small restoring divider: one quotient bit per cycle, from the dividend's leading one."""
 
 from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 
-__all__ = ["SerialDivider"]
+__all__ = ["SerialDivider", "divider_cycles"]
+
+
+def divider_cycles(dividend):
+    """The cycles `SerialDivider` is busy dividing `dividend` (by anything):
+    ``done`` comes in the cycle after them."""
+    return max(1, int(dividend).bit_length())
 
 
 class SerialDivider(wiring.Component):
-    """Unsigned ``dividend // divisor`` and ``dividend % divisor`` in ``width`` cycles.
+    """Unsigned ``dividend // divisor`` and ``dividend % divisor`` in
+    `divider_cycles` ``(dividend) = max(1, dividend.bit_length())`` cycles.
 
     The instruction decoder needs a few divisions (convolution and pooling
-    geometry) for its range checks; they are rare, so one slow, small divider
-    serves them all.
+    geometry) for its range checks; one small divider serves them all. Their
+    dividends are mostly small: the division starts at the dividend's
+    leading one (the bits above it are quotient zeros), so that it takes as
+    many cycles as the dividend has bits, not `width`.
 
     Members
     -------
@@ -21,11 +30,14 @@ class SerialDivider(wiring.Component):
         Latch ``dividend`` and ``divisor`` and begin; ignored while busy.
     dividend : In(width)
     divisor : In(width)
-        Must not be zero (the quotient is then all ones).
+        Zero gives the quotient all ones and the remainder ``dividend`` (as
+        a full-width restoring division would), in the same cycles.
     busy : Out(1)
+        High for the `divider_cycles` after ``start``.
     done : Out(1)
-        High for one cycle when ``quotient`` and ``remainder`` are valid; they
-        stay valid until the next start.
+        High for one cycle, the cycle after the last busy one, when
+        ``quotient`` and ``remainder`` are valid; they stay valid until the
+        next start.
     quotient, remainder : Out(width)
     """
 
@@ -44,22 +56,42 @@ class SerialDivider(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w = self._width
+        dividend = Signal(w)
         divisor = Signal(w)
         count = Signal(range(w + 1))
         rem = Signal(w + 1)
         quo = Signal(w)
+        # The dividend bit the next step shifts in, selected a cycle ahead so
+        # that the selection is not in series with the compare and subtract.
+        bit = Signal()
         m.d.comb += [
             self.busy.eq(count != 0),
             self.quotient.eq(quo),
             self.remainder.eq(rem[:w]),
         ]
+
+        # The dividend's length in bits, at least 1 (a priority encoder).
+        length = Signal(range(w + 1))
+        m.d.comb += length.eq(1)
+        for i in range(1, w):
+            with m.If(self.dividend[i]):
+                m.d.comb += length.eq(i + 1)
+
         m.d.sync += self.done.eq(0)
         with m.If(count == 0):
             with m.If(self.start):
-                m.d.sync += [divisor.eq(self.divisor), quo.eq(self.dividend), rem.eq(0),
-                             count.eq(w)]
+                # The quotient shifts in from bit 0; the bits above the
+                # dividend's length keep their start value: zero, or one for
+                # a zero divisor (as every step of a longer division would
+                # have found that the divisor fits).
+                m.d.sync += [
+                    dividend.eq(self.dividend), divisor.eq(self.divisor), rem.eq(0),
+                    quo.eq(Mux(self.divisor == 0, (1 << w) - 1, 0)),
+                    bit.eq(self.dividend != 0),     # its leading one
+                    count.eq(length),
+                ]
         with m.Else():
-            shifted = Cat(quo[w - 1], rem[:w])
+            shifted = Cat(bit, rem[:w])
             fits = shifted >= divisor
             m.d.sync += [
                 rem.eq(Mux(fits, shifted - divisor, shifted)),
@@ -68,4 +100,6 @@ class SerialDivider(wiring.Component):
             ]
             with m.If(count == 1):
                 m.d.sync += self.done.eq(1)
+            with m.Else():
+                m.d.sync += bit.eq(dividend.bit_select((count - 2)[:len(count)], 1))
         return m

@@ -95,7 +95,9 @@ def test_cnn_meets_the_performance_targets(trained, split):
     array, from the golden chip's counters (the cycle model, exact against
     the RTL core; an ideal host): at least 80% MXU utilisation while the
     matrix unit runs, and the whole program within 2x of the matrix unit's
-    lower bound (the model's MACs / (rows x cols))."""
+    lower bound (the model's MACs / (rows x cols)); in fact within 1.3x
+    (1.25x) since conv12's CONV MMCs of 16 rows decode in 7 cycles and
+    stream back to back (27 cycles, 1.83x, with a division of 24 cycles)."""
     import contextlib
     import io
     from tpu import TPUConfig
@@ -108,12 +110,16 @@ def test_cnn_meets_the_performance_targets(trained, split):
     with contextlib.redirect_stderr(io.StringIO()):
         m = _prepare("cnn", float_model, split, config=config, batch=64, out_dir=trained)
         results = _run_on_chip({"cnn": (m["compiled"], m["chunks"][:1])}, "golden", "cnn")["cnn"]
-    total = build_report(m["graph"], config, [p for _, p in results], 64, batch=64).total
+    report = build_report(m["graph"], config, [p for _, p in results], 64, batch=64)
+    total = report.total
     bound = total.macs / (config.rows * config.cols)
     print(f"{total.cycles} cycles, lower bound {bound:.0f}, active {total.active_utilisation:.3f}")
     assert total.macs == 64 * (8 * 8 * 9 * 8 + 4 * 4 * 72 * 16 + 64 * 10)
     assert total.active_utilisation >= 0.80
-    assert total.cycles <= 2 * bound
+    assert total.cycles <= 1.3 * bound
+    # conv12's array idles under 10% of the layer (it was about 40%)
+    [conv12] = [row for row in report.rows if row.name == "conv12"]
+    assert conv12.cycles - conv12.counters["mxu_active"] < 0.1 * conv12.cycles
 
 
 def test_cnn_schedule_behind_the_host_link(trained, split):
@@ -123,7 +129,8 @@ def test_cnn_schedule_behind_the_host_link(trained, split):
     its pooled rows to host memory (one WHM per pooled image row), which
     conv12 reads back in 5 RHMs; behind the link model at a host latency
     of 200 (the RTL's deterministic host) the program is within 2x of the
-    matrix unit's lower bound."""
+    matrix unit's lower bound, in fact within 1.5x (1.40x: 33 262 cycles;
+    1.95x before conv12's MMCs decoded in 7 cycles instead of 27)."""
     import contextlib
     import io
     from collections import Counter
@@ -154,7 +161,7 @@ def test_cnn_schedule_behind_the_host_link(trained, split):
     bound = 64 * (8 * 8 * 9 * 8 + 4 * 4 * 72 * 16 + 64 * 10) / (config.rows * config.cols)
     assert sum(s.useful_macs for s in steps) == bound * config.rows * config.cols
     print(f"link model at host latency 200: {cycles}, {sum(cycles)} cycles, bound {bound:.0f}")
-    assert sum(cycles) <= 2 * bound
+    assert sum(cycles) <= 1.5 * bound
 
 
 def test_progress_bar_in_a_log_writes_tenths(capsys):

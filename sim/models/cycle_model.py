@@ -16,9 +16,10 @@ one UB row per cycle; it takes write data at once.
 What is modelled (each rule is the RTL's, in cycles):
 
 * the instruction queue (an instruction can be decoded 2 cycles after it was
-  written), decode in 2 cycles, 27 for an MMC with CONV and 79 for a windowed
-  ACT (the serial divisions), the next decode starting in the cycle an
-  instruction issues;
+  written), decode in 2 cycles, more for an MMC with CONV and a windowed ACT
+  (serial divisions, a cycle per bit of the dividend:
+  `tpu.hdl.decoder.decode_cycles`, e.g. 7 for a CONV MMC of 9 to 16 rows),
+  the next decode starting in the cycle an instruction issues;
 * in-order issue, one instruction at a time per unit, with the range-based
   interlocks: a hazard on a unit's running instruction clears in the cycle
   after that unit is idle; an RHM waits for a running WHM to be idle, and a
@@ -46,7 +47,7 @@ What is modelled (each rule is the RTL's, in cycles):
   cycle after its last row, and not before ``rows - 1`` cycles after the
   switch that emptied the shadow registers; a switch comes at least one cycle
   after the capture of its tile;
-* ACT: settings written 2 cycles after issue (37 with average pooling: the
+* ACT: settings written 2 cycles after issue (36 with average pooling: the
   reciprocal's division), once the pipeline has finished the previous ACT's
   rows; rows read one per cycle from the next cycle; done ``rows + 2`` cycles
   after the settings or 15 cycles after the row that completes the last
@@ -74,6 +75,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ...config import TPUConfig
+from ...hdl.decoder import decode_cycles
 from ...hdl.sequencer import ACC_SLOTS
 from ...isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
                    INSTRUCTION_BYTES, ldl_rows, ldq_rows)
@@ -87,9 +89,7 @@ __all__ = ["estimate_cycles", "TIMING", "HostLink"]
 #: The fixed latencies the estimate uses, in cycles (see the module docstring).
 TIMING = {
     "queue": 2,              # instruction written -> can be loaded into the decoder
-    "decode": 2,             # load -> issue, most instructions
-    "decode_conv": 27,       # MMC with CONV: one serial division
-    "decode_window": 79,     # ACT with MAX/AVG pooling: three serial divisions
+    # load -> issue: decode_cycles(word), from the decoder (2 but for divisions)
     "rhm_first_row": 2,      # RHM issue -> first row written (ideal host)
     "whm_idle": 3,           # WHM issue -> idle, after `rows` rows
     "mmc_first_read": 1,     # MMC issue -> first UB read
@@ -103,7 +103,7 @@ TIMING = {
     "wmem_outstanding": 4,   # requests the weight memory queues
     "wmem_to_array": 4,      # row read -> row at the array's weight port
     "act_settings": 2,       # ACT issue -> settings written (pipeline idle)
-    "act_reciprocal": 35,    # extra before that for AVG / GLOBAL_AVG (34-bit division)
+    "act_reciprocal": 34,    # extra before that for AVG / GLOBAL_AVG (a 33-bit dividend)
     "act_read_done": 2,      # settings -> idle, beyond the rows (all rows read)
     "act_last_write": 15,    # settings -> idle, after the row completing the last result
     "act_pipeline_free": 12, # settings -> pipeline free for new settings, beyond the rows
@@ -502,12 +502,7 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
                                                                          written + TIMING["queue"])
         loads.append(load)
         fault, ins = checked_decode(word, cfg)
-        decode_cycles = TIMING["decode"]
-        if isinstance(ins, Mmc) and ins.conv is not None and ins.rows:
-            decode_cycles = TIMING["decode_conv"]
-        if isinstance(ins, Act) and ins.windowed and ins.rows:
-            decode_cycles = TIMING["decode_window"]
-        ready = load + decode_cycles
+        ready = load + decode_cycles(word)
         if isinstance(ins, Rw) and requested - switched + ins.count > cfg.weight_fifo_tiles + 2:
             fault = Fault.WEIGHT_FIFO_OVERFLOW
         if isinstance(ins, Mmc) and ins.switch and ins.rows and requested == switched:

@@ -34,6 +34,7 @@ ACT and WHM are left when the array stops.
 
 from dataclasses import dataclass, replace
 
+from ..hdl.decoder import decode_cycles
 from ..isa import Act, Conv, Func, Ldq, Mmc, Pool, Rhm, Whm, ldq_rows
 from . import ir
 from .report import conv_macs_per_pixel
@@ -212,8 +213,8 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         if (pool is not None and pool[0] != "global" and pool[1] == pool[2]
                 and not any(outl.pad) and cw == ow):
             # Windows as wide as their stride never straddle two images
-            # stacked one after another: one ACT pools the whole tile (a
-            # windowed ACT's decode costs as much as 79 rows).
+            # stacked one after another: one ACT pools the whole tile (each
+            # windowed ACT's decode costs 3 serial divisions).
             mode = Pool.MAX if pool[0] == "max" else Pool.AVG
             return [Act(acc=base, ub=addr.out_base + outl.row(mt.samples[0], mt.p0, 0, n),
                         rows=rps * len(mt.samples), pool=mode, pool_size=pool[1],
@@ -440,9 +441,11 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             # An instruction after this MMC issues about when it does, as
             # many rows back as it has, or once its unit is done with the
             # one before (`threshold`). (In a convolution, counted from after
-            # the MMC: its pooling ACTs decode for 79 cycles, holding up the
-            # MMCs behind them; so counted, the demo CNN's conv4 is 119
-            # cycles shorter.)
+            # the MMC: its pooling ACTs' decode, 79 cycles with the divider
+            # of a bit per cycle, held up the MMCs behind them; so counted,
+            # the demo CNN's conv4 was 119 cycles shorter. With a cycle per
+            # bit of the dividend the two counts give the demo CNN at batch
+            # 64 on 8x8 the same cycles.)
             issued = rows - (op[0] if isinstance(op, tuple) else op).rows
             while pending and rows >= threshold:
                 body.append(pending.pop(0))
@@ -739,9 +742,9 @@ def _busy(instruction, config):
         return 19 * config.cols + 1
     cost = instruction.rows * config.act_row_cycles + 16
     if instruction.pool in (Pool.MAX, Pool.AVG):
-        cost += 79
+        cost += decode_cycles(instruction.encode()) - 2      # its divisions
     if instruction.pool in (Pool.AVG, Pool.GLOBAL_AVG):
-        cost += 35
+        cost += 34                                           # the reciprocal
     return cost
 
 
