@@ -653,7 +653,9 @@ def test_first_layer_reads_several_tiles_at_a_time(rng, pool):
     from tpu.isa import Rhm, decode_program
     cfg = SMALL.replace(acc_rows=128, ub_rows=900)
     h, w = (int(v) for v in rng.integers(4, 8, 2))
-    batch = int(rng.integers(24, 48))
+    # Enough images that the input does not fit the unified buffer and streams
+    # through it (a resident input is read a tile at a time).
+    batch = int(rng.integers(48, 72))
     b = Builder(rng)
     x = b.input((h, w, 1))
     y = b.conv(x, int(rng.integers(3, 9)), (3, 3), padding=(1, 1, 1, 1), act="relu")
