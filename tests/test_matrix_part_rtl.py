@@ -8,6 +8,8 @@ for the iCE40 (the array on dual 8 x 8 SB_MAC16s) with yosys's models of
 the primitives.
 """
 
+import os
+
 import pytest
 
 from conftest import base_seed
@@ -26,6 +28,12 @@ ODD_PART = TPUConfig(rows=2, cols=3, acc_rows=16, ub_rows=32, weight_mem_tiles=4
                      weight_mem_latency=0)
 
 
+def _ops(suite):
+    """Random multiplies of a run: `suite` (few, so the suite stays short) unless
+    TPU_PART_OPS asks for more (e.g. 20 for a longer run)."""
+    return os.environ.get("TPU_PART_OPS", str(suite))
+
+
 def _run(simulator, testcase, *, family=None, config=PART, **env):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
@@ -39,7 +47,10 @@ def _run(simulator, testcase, *, family=None, config=PART, **env):
 
 @pytest.mark.rtl
 def test_random_matmuls(simulator):
-    _run(simulator, "random_matmuls", TPU_SERIAL_FRAME_RATE="0.05")
+    # A short run damages a larger share of frames, so that some are damaged.
+    ops = _ops(3)
+    _run(simulator, "random_matmuls", TPU_PART_OPS=ops,
+         TPU_SERIAL_FRAME_RATE="0.1" if int(ops) < 5 else "0.05")
 
 
 @pytest.mark.rtl
@@ -49,10 +60,10 @@ def test_refused(simulator):
 
 @pytest.mark.rtl
 def test_random_matmuls_ice40(simulator):
-    _run(simulator, "random_matmuls", family="ice40", TPU_PART_OPS="3")
+    _run(simulator, "random_matmuls", family="ice40", TPU_PART_OPS=_ops(2))
 
 
 @pytest.mark.rtl
 def test_random_matmuls_2x3_ice40(simulator):
     """A 2x3 array for the iCE40: each row's third PE alone on an SB_MAC16."""
-    _run(simulator, "random_matmuls", family="ice40", config=ODD_PART, TPU_PART_OPS="3")
+    _run(simulator, "random_matmuls", family="ice40", config=ODD_PART, TPU_PART_OPS=_ops(2))
