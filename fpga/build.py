@@ -434,9 +434,12 @@ def _fits_message(board, usage):
         ", ".join(over) if over else "nextpnr could not place it")
 
 
-def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=None):
+def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=True,
+               progress=None):
     """Synthesise, place and route the whole chip (`tpu.fpga.board_top.BoardChip`,
-    the chip behind its UART bridge) for `board`.
+    the chip behind its UART bridge) for `board`, with a chip clock of
+    `clock_hz` (None: the board's default, `BOARD_CLOCK_HZ`; on the ULX3S
+    made by the PLL).
 
     Returns a dict like `build_mxu`'s, for the chip of `config`: ``fits``;
     ``resources`` (``logic``, ``ffs``, ``dsp``, ``ram``, ``spram``, each
@@ -456,7 +459,6 @@ def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=
     platform = _platform(spec)
     if board == "icebreaker":
         platform.add_resources(platform.break_off_pmod)
-    clock_hz = platform.default_clk_frequency
     top = BoardChip(board, config, clock_hz=clock_hz, baudrate=baudrate)
 
     name = "tpu_chip"
@@ -472,7 +474,11 @@ def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=
     plan.extract(build_dir)
 
     result = {"board": board, "device": spec.device, "config": config.to_dict(),
-              "baudrate": baudrate, "uart_divisor": top.chip.divisor, "clock_mhz": clock_hz / 1e6,
+              "baudrate": baudrate, "uart_divisor": top.chip.divisor,
+              "clock_mhz": top.clock_hz / 1e6, "oscillator_mhz": platform.default_clk_frequency / 1e6,
+              "pll": None if top.pll is None else {
+                  "clki_div": top.pll.clki_div, "clkfb_div": top.pll.clkfb_div,
+                  "clkop_div": top.pll.clkop_div, "vco_mhz": top.pll.vco_hz / 1e6},
               "dsp": dsp, "build_dir": str(build_dir), "tools": tool_versions(board)}
     start = time.monotonic()
     lines = []
