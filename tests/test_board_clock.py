@@ -20,11 +20,15 @@ def _within(point, hz):
     return low <= hz <= high
 
 
-def test_20_mhz_from_25_as_ecppll_sets_it():
-    # yowasp-ecppll -i 25 -o 20: CLKI_DIV 5, CLKFB_DIV 4, CLKOP_DIV 30, CPHASE 15.
+def test_dividers_as_ecppll_sets_them():
+    # yowasp-ecppll -i 25 -o 20: CLKI_DIV 5, CLKFB_DIV 4, CLKOP_DIV 30, CPHASE 15;
+    # -o 18.75: 4, 3, 32, 16.
     s = ecp5_pll_settings(25e6, 20e6)
     assert (s.clki_div, s.clkfb_div, s.clkop_div, s.clkop_cphase) == (5, 4, 30, 15)
     assert s.output_hz == 20e6 and s.vco_hz == 600e6 and s.pfd_hz == 5e6
+    s = ecp5_pll_settings(25e6, 18.75e6)
+    assert (s.clki_div, s.clkfb_div, s.clkop_div, s.clkop_cphase) == (4, 3, 32, 16)
+    assert s.output_hz == 18.75e6 and s.vco_hz == 600e6 and s.pfd_hz == 6.25e6
 
 
 @pytest.mark.parametrize("mhz", [3.125, 10, 12.5, 15, 18.75, 20, 21.875, 25, 40, 50, 100, 137.5,
@@ -51,10 +55,10 @@ def test_bad_pll_frequencies(mhz, message):
 
 
 def test_board_clocks():
-    assert board_clock("ulx3s-85f") == (20e6, ecp5_pll_settings(25e6, 20e6))
+    assert board_clock("ulx3s-85f") == (18.75e6, ecp5_pll_settings(25e6, 18.75e6))
     assert board_clock("ulx3s-85f", 25e6) == (25e6, None)          # the oscillator itself
     assert board_clock("icebreaker") == (12e6, None)
-    assert BOARD_CLOCK_HZ["ulx3s-85f"] < 22.15e6                   # the 2x2 chip's routed Fmax
+    assert BOARD_CLOCK_HZ["ulx3s-85f"] < 19.89e6                   # the 2x2 chip's routed Fmax
     for board, hz, message in (
             ("icebreaker", 20e6, "the icebreaker top runs the chip from its 12 MHz oscillator, "
                                  "not 20 MHz: it has no PLL"),
@@ -81,18 +85,18 @@ def _rtlil(top):
 
 def test_ulx3s_top_has_the_pll():
     top = BoardChip("ulx3s-85f", SMALL)
-    assert top.clock_hz == 20e6
-    assert top.chip.divisor == round(20e6 / 115200) == 174       # the chip clock's, not 25 MHz's
+    assert top.clock_hz == 18.75e6
+    assert top.chip.divisor == round(18.75e6 / 115200) == 163    # the chip clock's, not 25 MHz's
     pll = _cell(_rtlil(top), "EHXPLLL")
     assert pll is not None
     params = dict(re.findall(r"parameter \\(\w+) (\S+)", pll))
     assert {k: int(params[k]) for k in ("CLKI_DIV", "CLKFB_DIV", "CLKOP_DIV", "CLKOP_CPHASE")} == \
-        {"CLKI_DIV": 5, "CLKFB_DIV": 4, "CLKOP_DIV": 30, "CLKOP_CPHASE": 15}
+        {"CLKI_DIV": 4, "CLKFB_DIV": 3, "CLKOP_DIV": 32, "CLKOP_CPHASE": 16}
     assert params["FEEDBK_PATH"] == '"CLKOP"'
     # The output is fed back.
     clkop = re.search(r"connect \\CLKOP (\S+)", pll).group(1)
     assert re.search(rf"connect \\CLKFB {re.escape(clkop)}( \[0\])?\n", pll)
-    assert 'attribute \\FREQUENCY_PIN_CLKOP "20"' in pll
+    assert 'attribute \\FREQUENCY_PIN_CLKOP "18.75"' in pll
 
 
 def test_ulx3s_top_at_the_oscillator_has_no_pll():

@@ -44,8 +44,8 @@ def test_bad_baud(capsys):
         _error(capsys, ["build", "--board", "icebreaker", "--baud", "5000000"])
     assert "off what a 25 MHz clock makes" in \
         _error(capsys, ["build", "--board", "ulx3s-85f", "--clock-mhz", "25", "--baud", "2900000"])
-    # The ULX3S's chip clock is the PLL's 20 MHz, whatever its oscillator.
-    assert "off what a 20 MHz clock makes" in \
+    # The ULX3S's chip clock is the PLL's 18.75 MHz, whatever its oscillator.
+    assert "off what a 18.75 MHz clock makes" in \
         _error(capsys, ["build", "--board", "ulx3s-85f", "--baud", "2600000"])
 
 

@@ -143,8 +143,8 @@ def add_fpga_commands(subparsers, add_config_options):
     p.add_argument("--baud", type=int, default=115200, metavar="B",
                    help="the UART's bit rate (default 115200)")
     p.add_argument("--clock-mhz", type=float, metavar="MHZ",
-                   help="the chip's clock (default: 12 on the icebreaker, its oscillator; 20 on "
-                        "the ulx3s-85f, made by its PLL from the 25 MHz oscillator)")
+                   help="the chip's clock (default: 12 on the icebreaker, its oscillator; 18.75 "
+                        "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator)")
     p.add_argument("--out", metavar="DIR", help="build directory (default build/fpga/BOARD)")
     p.set_defaults(func=cmd_build)
 
