@@ -38,7 +38,7 @@ BOARD_OSCILLATOR_HZ = {"icebreaker": 12e6, "ulx3s-85f": 25e6}
 
 #: board -> the chip clock it gets unless told: on the ULX3S, below what the
 #: 2x2 chip reached after routing (19.89 MHz against a 20 MHz target, 22.15
-#: against 25: docs/fpga.md)
+#: against 25; 20.73 against this 18.75: docs/fpga.md)
 BOARD_CLOCK_HZ = {"icebreaker": 12e6, "ulx3s-85f": 18.75e6}
 
 #: boards whose top makes the chip clock with a PLL -> the function that
