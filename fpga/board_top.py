@@ -1,8 +1,12 @@
 """The whole chip on a board: `SerialChip` on the board's FTDI UART, with LEDs.
 
-The chip runs from the board oscillator (12 MHz on the iCEBreaker, 25 MHz on
-the ULX3S), so no PLL is needed; the UART divisor is the oscillator over the
-baud rate, rounded. The LEDs (docs/fpga.md):
+The chip's clock is the board's default (`BOARD_CLOCK_HZ`) or what the
+caller asks for. The iCEBreaker's chip runs from its 12 MHz oscillator; on
+the ULX3S the ECP5's PLL makes the chip clock (18.75 MHz by default, below the
+chip's Fmax) from the 25 MHz oscillator (`tpu.fpga.ecp5_pll`), and the chip
+is held in reset (the ECP5's global set/reset, as Amaranth's own clock
+domain does it) until the PLL locks. The UART divisor is the chip clock over
+the baud rate, rounded. The LEDs (docs/fpga.md):
 
 ==========  ===========================  =============================
 signal      iCEBreaker                   ULX3S
@@ -23,9 +27,23 @@ from amaranth.build import ResourceError
 from amaranth.lib import io
 
 from ..hdl.serial_chip import SerialChip, retransmit_cycles
+from .ecp5_pll import ECP5PLL, ecp5_pll_settings
 
 
-__all__ = ["BoardChip", "BOARD_LEDS", "uart_divisor"]
+__all__ = ["BoardChip", "BOARD_LEDS", "BOARD_OSCILLATOR_HZ", "BOARD_CLOCK_HZ", "board_clock",
+           "uart_divisor"]
+
+#: board -> the frequency of its oscillator (the platform's default clock)
+BOARD_OSCILLATOR_HZ = {"icebreaker": 12e6, "ulx3s-85f": 25e6}
+
+#: board -> the chip clock it gets unless told: on the ULX3S, below what the
+#: 2x2 chip reached after routing (19.89 MHz against a 20 MHz target, 22.15
+#: against 25; 20.73 against this 18.75: docs/fpga.md)
+BOARD_CLOCK_HZ = {"icebreaker": 12e6, "ulx3s-85f": 18.75e6}
+
+#: boards whose top makes the chip clock with a PLL -> the function that
+#: sets the PLL up, (oscillator Hz, chip clock Hz) -> settings
+_PLLS = {"ulx3s-85f": ecp5_pll_settings}
 
 #: board -> {signal: [LED resource numbers]} (``led`` resources of the platform)
 BOARD_LEDS = {
@@ -49,12 +67,34 @@ def uart_divisor(clock_hz, baudrate):
     return divisor
 
 
-class BoardChip(Elaboratable):
-    """`SerialChip(config)` on `board`'s UART and LEDs, at `baudrate`."""
+def board_clock(board, clock_hz=None):
+    """(the chip clock in Hz, the PLL settings or None) for `board` asked to
+    run at `clock_hz` (None: the board's default), or ValueError (one line)
+    for a clock the board cannot make. The clock is what the PLL makes, which
+    may differ from `clock_hz` by up to 0.1%."""
+    if board not in BOARD_LEDS:
+        raise ValueError(f"unknown board {board!r}: choose one of {', '.join(BOARD_LEDS)}")
+    oscillator = BOARD_OSCILLATOR_HZ[board]
+    if clock_hz is None:
+        clock_hz = BOARD_CLOCK_HZ[board]
+    if isinstance(clock_hz, bool) or not isinstance(clock_hz, (int, float)) or not clock_hz > 0:
+        raise ValueError(f"the chip clock must be a positive number of Hz, not {clock_hz!r}")
+    if clock_hz == oscillator:
+        return float(oscillator), None
+    if board not in _PLLS:
+        raise ValueError(f"the {board} top runs the chip from its {oscillator / 1e6:g} MHz "
+                         f"oscillator, not {clock_hz / 1e6:g} MHz: it has no PLL")
+    settings = _PLLS[board](oscillator, clock_hz)
+    return settings.output_hz, settings
 
-    def __init__(self, board, config, *, clock_hz, baudrate=115200):
-        if board not in BOARD_LEDS:
-            raise ValueError(f"unknown board {board!r}: choose one of {', '.join(BOARD_LEDS)}")
+
+class BoardChip(Elaboratable):
+    """`SerialChip(config)` on `board`'s UART and LEDs, at `baudrate`, with
+    a chip clock of `clock_hz` (None: `BOARD_CLOCK_HZ`; `board_clock`).
+    ``clock_hz`` is the clock as made, ``pll`` the PLL settings or None."""
+
+    def __init__(self, board, config, *, clock_hz=None, baudrate=115200):
+        clock_hz, self.pll = board_clock(board, clock_hz)
         self.board = board
         self.config = config
         self.clock_hz = clock_hz
@@ -67,6 +107,8 @@ class BoardChip(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
+        if self.pll is not None:
+            self._clock_from_pll(m, platform)
         m.submodules.chip = chip = self.chip
         uart = platform.request("uart", 0, dir="-")
         m.submodules.rx = rx = io.Buffer("i", uart.rx)
@@ -91,3 +133,20 @@ class BoardChip(Elaboratable):
                 m.submodules[f"led_{n}"] = buffer
                 m.d.comb += buffer.o.eq(signals[name])
         return m
+
+    def _clock_from_pll(self, m, platform):
+        # The sync domain, driven by the PLL, as Amaranth's ECP5 platform makes
+        # it from the oscillator: reset-less, every flip-flop held by the
+        # global set/reset (SGSR) until two cycles after the PLL has locked.
+        clk_pin = platform.request(platform.default_clk, dir="-")
+        m.submodules.clk_buf = clk_buf = io.Buffer("i", clk_pin)
+        m.submodules.pll = pll = ECP5PLL(self.pll)
+        m.d.comb += pll.clk_in.eq(clk_buf.i)
+        locked0, locked1 = Signal(), Signal()
+        m.submodules += [
+            Instance("FD1S3AX", p_GSR="DISABLED", i_CK=pll.clk_out, i_D=pll.locked, o_Q=locked0),
+            Instance("FD1S3AX", p_GSR="DISABLED", i_CK=pll.clk_out, i_D=locked0, o_Q=locked1),
+            Instance("SGSR", i_CLK=pll.clk_out, i_GSR=locked1),
+        ]
+        m.domains.sync = ClockDomain("sync", reset_less=True)
+        m.d.comb += ClockSignal("sync").eq(pll.clk_out)

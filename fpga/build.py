@@ -437,10 +437,14 @@ def _fits_message(board, usage):
         ", ".join(over) if over else "nextpnr could not place it")
 
 
-def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=None, top="chip"):
+def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=True,
+               progress=None, top="chip"):
     """Synthesise, place and route the whole chip (`tpu.fpga.board_top.BoardChip`,
-    the chip behind its UART bridge) for `board`; with `top` ``"matrix"``,
-    the matrix part instead (`tpu.fpga.matrix_part_top.BoardMatrixPart`).
+    the chip behind its UART bridge) for `board`, with a chip clock of
+    `clock_hz` (None: the board's default, `BOARD_CLOCK_HZ`; on the ULX3S
+    made by the PLL); with `top` ``"matrix"``, the matrix part instead
+    (`tpu.fpga.matrix_part_top.BoardMatrixPart`), which runs from the
+    board's oscillator.
 
     Returns a dict like `build_mxu`'s, for the chip of `config`: ``fits``;
     ``resources`` (``logic``, ``ffs``, ``dsp``, ``ram``, ``spram``, each
@@ -460,15 +464,20 @@ def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=
     platform = _platform(spec)
     if board == "icebreaker":
         platform.add_resources(platform.break_off_pmod)
-    clock_hz = platform.default_clk_frequency
     if top not in BUILD_TOPS:
         raise ValueError(f"unknown top {top!r}: choose one of {', '.join(BUILD_TOPS)}")
     name = BUILD_TOPS[top]
     if top == "matrix":
         from .matrix_part_top import BoardMatrixPart
-        design = BoardMatrixPart(board, config, clock_hz=clock_hz, baudrate=baudrate)
+        oscillator = platform.default_clk_frequency
+        if clock_hz not in (None, oscillator):
+            raise ValueError(f"the matrix part runs from the board's {oscillator / 1e6:g} MHz "
+                             f"oscillator, not {clock_hz / 1e6:g} MHz")
+        design = BoardMatrixPart(board, config, clock_hz=oscillator, baudrate=baudrate)
+        pll = None
     else:
         design = BoardChip(board, config, clock_hz=clock_hz, baudrate=baudrate)
+        pll = design.pll
 
     build_dir = Path(build_dir).resolve()
     bitstream = build_dir / f"{name}.{spec.bitstream}"
@@ -482,7 +491,11 @@ def build_chip(board, config, *, build_dir, baudrate=115200, dsp=True, progress=
     plan.extract(build_dir)
 
     result = {"board": board, "device": spec.device, "top": top, "config": config.to_dict(),
-              "baudrate": baudrate, "uart_divisor": design.chip.divisor, "clock_mhz": clock_hz / 1e6,
+              "baudrate": baudrate, "uart_divisor": design.chip.divisor,
+              "clock_mhz": design.clock_hz / 1e6, "oscillator_mhz": platform.default_clk_frequency / 1e6,
+              "pll": None if pll is None else {
+                  "clki_div": pll.clki_div, "clkfb_div": pll.clkfb_div,
+                  "clkop_div": pll.clkop_div, "vco_mhz": pll.vco_hz / 1e6},
               "dsp": dsp, "build_dir": str(build_dir), "tools": tool_versions(board)}
     start = time.monotonic()
     lines = []

@@ -88,6 +88,10 @@ class ActivationPipeline(wiring.Component):
         "pool": Pooling.NONE, "pool_size": 1, "pool_stride": 1, "pool_width": 1,
         "pool_count": 1, "pool_reciprocal": 1 << RECIPROCAL_SHIFT,
     }
+    #: Read ports (lanes) of one copy of the function table; more lanes get
+    #: more copies.
+    TABLE_READ_PORTS = 4
+
     #: Reset values of every column: the identity requantization.
     CHANNEL_RESET = {"bias": 0, "multiplier": (1 << 31) - 1, "shift": 0}
 
@@ -151,8 +155,15 @@ class ActivationPipeline(wiring.Component):
         shift = [Signal(signed(6), name=f"shift{n}", init=self.CHANNEL_RESET["shift"])
                  for n in range(cols)]
 
-        m.submodules.table = table = Memory(shape=unsigned(8), depth=256, init=[])
-        table_wr = table.write_port()
+        # One copy of the table for every TABLE_READ_PORTS lanes, all written
+        # alike: Yosys's memory_libmap takes time and memory exponential in
+        # a memory's read ports (on the ECP5, 8 ports 4 s, 10 ports 38 s, 12
+        # more than the 4 GiB of its WebAssembly build), and it gives every
+        # read port a block RAM of its own anyway, so the copies cost nothing.
+        tables = []
+        for k in range(-(-lanes // self.TABLE_READ_PORTS)):
+            tables.append(Memory(shape=unsigned(8), depth=256, init=[]))
+            m.submodules[f"table{k}" if k else "table"] = tables[-1]
 
         # Handshakes: a row is taken while the queue has room for every row
         # in flight and this one, and the requantizers have taken every group
@@ -191,11 +202,13 @@ class ActivationPipeline(wiring.Component):
                         multiplier[n].eq(self.set_channel.payload.multiplier),
                         shift[n].eq(self.set_channel.payload.shift),
                     ]
-        m.d.comb += [
-            table_wr.en.eq(self.set_lut.valid & self.set_lut.ready),
-            table_wr.addr.eq(self.set_lut.payload.index),
-            table_wr.data.eq(self.set_lut.payload.value),
-        ]
+        for table in tables:
+            table_wr = table.write_port()
+            m.d.comb += [
+                table_wr.en.eq(self.set_lut.valid & self.set_lut.ready),
+                table_wr.addr.eq(self.set_lut.payload.index),
+                table_wr.data.eq(self.set_lut.payload.value),
+            ]
         restart = Signal()
         m.d.comb += restart.eq(
             (self.set_settings.valid & self.set_settings.ready)
@@ -279,7 +292,7 @@ class ActivationPipeline(wiring.Component):
                 lane.low.eq(low),
                 lane.high.eq(high),
             ]
-            table_rd = table.read_port()
+            table_rd = tables[n // self.TABLE_READ_PORTS].read_port()
             m.d.comb += table_rd.addr.eq(Mux(settings.unsigned, lane.value[:8],
                                              lane.value[:8] ^ 0x80))
             clamped = Signal(signed(VALUE_WIDTH), name=f"clamped{n}")

@@ -62,3 +62,20 @@ def test_elaborates_for_every_width():
     from amaranth.hdl import Fragment
     for config in (TPUConfig(rows=8, cols=1), TPUConfig(rows=8, cols=256), TPUConfig()):
         Fragment.get(ActivationPipeline(config), None)
+
+
+def test_function_table_copies():
+    """The function table has a copy for every 4 lanes (each at most 4 read
+    ports, all written alike): a 16-port memory took Yosys's memory_libmap
+    past the 4 GiB of its WebAssembly build."""
+    import re
+    from amaranth.back import rtlil
+    for cols, copies in ((1, 1), (4, 1), (5, 2), (16, 4)):
+        text = rtlil.convert(ActivationPipeline(TPUConfig(rows=cols, cols=cols, acc_rows=64)))
+        ports = re.findall(r"cell \$mem(rd|wr)_v2 \S+\n\s*parameter \\MEMID \"\\\\(table\d*)\"", text)
+        reads = [sum(1 for kind, memory in ports if kind == "rd" and memory == name)
+                 for name in sorted({memory for _, memory in ports})]
+        writes = [sum(1 for kind, memory in ports if kind == "wr" and memory == name)
+                  for name in sorted({memory for _, memory in ports})]
+        assert sorted(reads, reverse=True) == [min(4, cols - 4 * k) for k in range(copies)]
+        assert writes == [1] * copies

@@ -43,7 +43,22 @@ def test_bad_baud(capsys):
     assert "--baud: 5e+06 baud is too fast for a 12 MHz clock" in \
         _error(capsys, ["build", "--board", "icebreaker", "--baud", "5000000"])
     assert "off what a 25 MHz clock makes" in \
-        _error(capsys, ["build", "--board", "ulx3s-85f", "--baud", "2900000"])
+        _error(capsys, ["build", "--board", "ulx3s-85f", "--clock-mhz", "25", "--baud", "2900000"])
+    # The ULX3S's chip clock is the PLL's 18.75 MHz, whatever its oscillator.
+    assert "off what a 18.75 MHz clock makes" in \
+        _error(capsys, ["build", "--board", "ulx3s-85f", "--baud", "2600000"])
+
+
+def test_bad_clock(capsys):
+    assert _error(capsys, ["build", "--board", "ulx3s-85f", "--clock-mhz", "22"]) == (
+        "tpu: error: --clock-mhz: the ECP5 PLL cannot make 22 MHz from 25 MHz; the nearest it "
+        "makes is 21.875 MHz")
+    assert "outside the ECP5 PLL's output range (3.125 to 400 MHz)" in \
+        _error(capsys, ["build", "--board", "ulx3s-85f", "--clock-mhz", "1000"])
+    assert "runs the chip from its 12 MHz oscillator, not 20 MHz: it has no PLL" in \
+        _error(capsys, ["build", "--board", "icebreaker", "--clock-mhz", "20"])
+    assert "must be a positive number of Hz" in \
+        _error(capsys, ["build", "--board", "ulx3s-85f", "--clock-mhz", "-5"])
 
 
 def test_missing_tool(capsys, monkeypatch):
@@ -110,8 +125,8 @@ def test_board_chip_elaborates_for_both_boards():
     for board, platform in (("icebreaker", ICEBreakerPlatform()), ("ulx3s-85f", ULX3S_85F_Platform())):
         if board == "icebreaker":
             platform.add_resources(platform.break_off_pmod)
-        top = BoardChip(board, config, clock_hz=platform.default_clk_frequency)
+        top = BoardChip(board, config)
         plan = platform.prepare(top, "tpu_chip")
         text = plan.files["tpu_chip.il"] if "tpu_chip.il" in plan.files else None
         assert text is None or "uart_0__rx" in text
-        assert top.chip.divisor == round(platform.default_clk_frequency / 115200)
+        assert top.chip.divisor == round(top.clock_hz / 115200)

@@ -3,7 +3,8 @@
 ``add_fpga_commands(subparsers, add_config_options)`` adds both commands to
 the ``tpu`` command line; `main` runs them on their own.
 
-tpu build --board icebreaker|ulx3s-85f [--rows R --cols C ...] [--baud B] [--out DIR]
+tpu build --board icebreaker|ulx3s-85f [--rows R --cols C ...] [--baud B] [--clock-mhz F]
+          [--out DIR]
     synthesis, place and route and bitstream with the YoWASP tools; prints
     and saves (``DIR/build.json``) the resources used and available and the
     Fmax of each clock; fails with a one-line error naming what does not fit
@@ -70,23 +71,34 @@ def _usage(entry):
 
 
 def cmd_build(args):
-    from .fpga.board_top import uart_divisor
+    from .fpga.board_top import BOARD_OSCILLATOR_HZ, board_clock, uart_divisor
     from .fpga.build import BOARDS, FPGAToolMissing, build_chip, missing_fpga_tools
     config = _config(args)
     reason = missing_fpga_tools(args.board)
     if reason:
         raise _error(reason)
-    clock_hz = {"icebreaker": 12e6, "ulx3s-85f": 25e6}[args.board]
+    if args.top == "matrix" and args.clock_mhz is not None:
+        raise _error("--clock-mhz: the matrix part runs from the board's oscillator")
+    try:
+        clock_hz, pll = board_clock(args.board, BOARD_OSCILLATOR_HZ[args.board]
+                                    if args.top == "matrix" else None if args.clock_mhz is None
+                                    else args.clock_mhz * 1e6)
+    except ValueError as error:
+        raise _error(f"--clock-mhz: {error}") from None
     try:
         uart_divisor(clock_hz, args.baud)
     except ValueError as error:
         raise _error(f"--baud: {error}") from None
     out = Path(args.out) if args.out else default_out(args.board, args.top)
     what = "matrix part" if args.top == "matrix" else "chip"
-    print(f"building the {config.name} {what} for the {BOARDS[args.board].device} in {out} "
-          f"(synthesis, place and route: minutes to an hour)", flush=True)
+    source = "from the oscillator" if pll is None else \
+        f"made by the PLL from the {pll.input_hz / 1e6:g} MHz oscillator"
+    print(f"building the {config.name} {what} for the {BOARDS[args.board].device} in {out}, "
+          f"clock {clock_hz / 1e6:g} MHz {source} (synthesis, place and route: minutes to an "
+          f"hour)", flush=True)
     try:
         result = build_chip(args.board, config, build_dir=out, baudrate=args.baud, top=args.top,
+                            clock_hz=clock_hz,
                             progress=lambda line: print(f"  {line}", flush=True) if line else None)
     except (FPGAToolMissing, RuntimeError) as error:
         raise _error(str(error)) from None
@@ -150,6 +162,9 @@ def add_fpga_commands(subparsers, add_config_options):
                         "accumulators, weight memory and UB behind the UART: what fits the UP5K)")
     p.add_argument("--baud", type=int, default=115200, metavar="B",
                    help="the UART's bit rate (default 115200)")
+    p.add_argument("--clock-mhz", type=float, metavar="MHZ",
+                   help="the chip's clock (default: 12 on the icebreaker, its oscillator; 18.75 "
+                        "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator)")
     p.add_argument("--out", metavar="DIR", help="build directory (default build/fpga/BOARD)")
     p.set_defaults(func=cmd_build)
 

@@ -1,0 +1,105 @@
+"""The board tops' chip clock: the ECP5 PLL's dividers (against the PLL's
+ranges and Project Trellis's ecppll), the PLL in the ULX3S top's RTLIL, the
+UART divisor from the chip clock, and bad frequencies as one-line errors."""
+
+import re
+
+import pytest
+
+from tpu import TPUConfig
+from tpu.fpga.board_top import BOARD_CLOCK_HZ, BoardChip, board_clock
+from tpu.fpga.ecp5_pll import PLL_RANGES_HZ, TOLERANCE, ecp5_pll_settings
+
+
+SMALL = TPUConfig(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, link_dw=1,
+                  max_payload=128, max_read_request=128, read_tags=1, dma_windows=1)
+
+
+def _within(point, hz):
+    low, high = PLL_RANGES_HZ[point]
+    return low <= hz <= high
+
+
+def test_dividers_as_ecppll_sets_them():
+    # yowasp-ecppll -i 25 -o 20: CLKI_DIV 5, CLKFB_DIV 4, CLKOP_DIV 30, CPHASE 15;
+    # -o 18.75: 4, 3, 32, 16.
+    s = ecp5_pll_settings(25e6, 20e6)
+    assert (s.clki_div, s.clkfb_div, s.clkop_div, s.clkop_cphase) == (5, 4, 30, 15)
+    assert s.output_hz == 20e6 and s.vco_hz == 600e6 and s.pfd_hz == 5e6
+    s = ecp5_pll_settings(25e6, 18.75e6)
+    assert (s.clki_div, s.clkfb_div, s.clkop_div, s.clkop_cphase) == (4, 3, 32, 16)
+    assert s.output_hz == 18.75e6 and s.vco_hz == 600e6 and s.pfd_hz == 6.25e6
+
+
+@pytest.mark.parametrize("mhz", [3.125, 10, 12.5, 15, 18.75, 20, 21.875, 25, 40, 50, 100, 137.5,
+                                 200, 400])
+def test_settings_stay_in_the_pll_ranges(mhz):
+    s = ecp5_pll_settings(25e6, mhz * 1e6)
+    assert abs(s.output_hz - mhz * 1e6) <= TOLERANCE * mhz * 1e6
+    # f_out = f_in / CLKI_DIV * CLKFB_DIV (feedback from CLKOP), f_vco = f_out * CLKOP_DIV
+    assert s.output_hz == pytest.approx(25e6 / s.clki_div * s.clkfb_div)
+    assert s.vco_hz == pytest.approx(s.output_hz * s.clkop_div)
+    assert _within("pfd", s.pfd_hz) and _within("vco", s.vco_hz) and _within("output", s.output_hz)
+    assert 1 <= s.clki_div <= 128 and 1 <= s.clkfb_div <= 80 and 1 <= s.clkop_div <= 128
+
+
+@pytest.mark.parametrize("mhz, message", [
+    (22, "the ECP5 PLL cannot make 22 MHz from 25 MHz; the nearest it makes is 21.875 MHz"),
+    (2, "2 MHz is outside the ECP5 PLL's output range (3.125 to 400 MHz)"),
+    (500, "500 MHz is outside the ECP5 PLL's output range (3.125 to 400 MHz)"),
+])
+def test_bad_pll_frequencies(mhz, message):
+    with pytest.raises(ValueError) as error:
+        ecp5_pll_settings(25e6, mhz * 1e6)
+    assert str(error.value) == message
+
+
+def test_board_clocks():
+    assert board_clock("ulx3s-85f") == (18.75e6, ecp5_pll_settings(25e6, 18.75e6))
+    assert board_clock("ulx3s-85f", 25e6) == (25e6, None)          # the oscillator itself
+    assert board_clock("icebreaker") == (12e6, None)
+    assert BOARD_CLOCK_HZ["ulx3s-85f"] < 19.89e6                   # the 2x2 chip's routed Fmax
+    for board, hz, message in (
+            ("icebreaker", 20e6, "the icebreaker top runs the chip from its 12 MHz oscillator, "
+                                 "not 20 MHz: it has no PLL"),
+            ("ulx3s-85f", 0, "the chip clock must be a positive number of Hz, not 0"),
+            ("ulx3s-85f", float("inf"), "inf MHz is outside the ECP5 PLL's output range"),
+            ("arty", None, "unknown board 'arty'")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            board_clock(board, hz)
+
+
+def _cell(rtlil, cell_type):
+    """The text of the one cell of `cell_type` in `rtlil`, or None."""
+    cells = re.findall(rf"(?:\n\s*attribute [^\n]*)*\n\s*cell \\{cell_type} .*?\n\s*end\b",
+                       rtlil, re.S)
+    assert len(cells) <= 1
+    return cells[0] if cells else None
+
+
+def _rtlil(top):
+    pytest.importorskip("amaranth_boards")
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    return ULX3S_85F_Platform().prepare(top, "tpu_chip").files["tpu_chip.il"]
+
+
+def test_ulx3s_top_has_the_pll():
+    top = BoardChip("ulx3s-85f", SMALL)
+    assert top.clock_hz == 18.75e6
+    assert top.chip.divisor == round(18.75e6 / 115200) == 163    # the chip clock's, not 25 MHz's
+    pll = _cell(_rtlil(top), "EHXPLLL")
+    assert pll is not None
+    params = dict(re.findall(r"parameter \\(\w+) (\S+)", pll))
+    assert {k: int(params[k]) for k in ("CLKI_DIV", "CLKFB_DIV", "CLKOP_DIV", "CLKOP_CPHASE")} == \
+        {"CLKI_DIV": 4, "CLKFB_DIV": 3, "CLKOP_DIV": 32, "CLKOP_CPHASE": 16}
+    assert params["FEEDBK_PATH"] == '"CLKOP"'
+    # The output is fed back.
+    clkop = re.search(r"connect \\CLKOP (\S+)", pll).group(1)
+    assert re.search(rf"connect \\CLKFB {re.escape(clkop)}( \[0\])?\n", pll)
+    assert 'attribute \\FREQUENCY_PIN_CLKOP "18.75"' in pll
+
+
+def test_ulx3s_top_at_the_oscillator_has_no_pll():
+    top = BoardChip("ulx3s-85f", SMALL, clock_hz=25e6)
+    assert top.pll is None and top.chip.divisor == 217
+    assert _cell(_rtlil(top), "EHXPLLL") is None
