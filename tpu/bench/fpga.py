@@ -130,8 +130,13 @@ def parse_run(text):
 
 def _kind(result):
     if result.get("multipliers", "auto") != "auto":
-        return result["multipliers"]
-    return "dsp" if result["dsp"] else "nodsp"
+        kind = result["multipliers"]
+    else:
+        kind = "dsp" if result["dsp"] else "nodsp"
+    if result.get("control_fanout"):
+        # The weight controls copied once per this many rows.
+        kind += f", controls per {result['control_fanout']} rows"
+    return kind
 
 
 def _gops(result):
@@ -167,10 +172,11 @@ def text_table(results):
     return "\n".join(lines)
 
 
-def build_mxus(runs, build_dir, log=print, router=None):
+def build_mxus(runs, build_dir, log=print, router=None, control_fanout=None):
     """Synthesise, place and route the matrix unit for each ``(board, rows, cols,
-    kind)`` of `runs` (under ``build_dir/BOARD_RxC_KIND``) with nextpnr's `router`
-    (None: its default); the `build_mxu` results.
+    kind)`` of `runs` (under ``build_dir/BOARD_RxC_KIND``, ``_fN`` added for a
+    `control_fanout`) with nextpnr's `router` (None: its default); the
+    `build_mxu` results.
     A design that does not fit is a result; a missing tool raises FPGAToolMissing
     before anything is built."""
     from ..fpga.build import FPGAToolMissing, build_mxu, missing_fpga_tools
@@ -180,11 +186,12 @@ def build_mxus(runs, build_dir, log=print, router=None):
             raise FPGAToolMissing(reason)
     results = []
     for board, rows, cols, kind in runs:
-        tag = f"{board}_{rows}x{cols}_{kind}"
+        tag = f"{board}_{rows}x{cols}_{kind}" + (f"_f{control_fanout}" if control_fanout else "")
         log(f"building {tag} ...")
         result = build_mxu(board, rows, cols, build_dir=Path(build_dir) / tag,
                            dsp=kind != "nodsp",
-                           multipliers=kind if kind.startswith("mix") else "auto", router=router)
+                           multipliers=kind if kind.startswith("mix") else "auto", router=router,
+                           control_fanout=control_fanout)
         if result["fits"]:
             log(f"  fits: {result['fmax_mhz']:.1f} MHz ({_gops(result):.1f} GOPS), "
                 f"logic {_usage(result['logic'])}, DSP {_usage(result['dsp_blocks'])} "
