@@ -91,7 +91,7 @@ def mxu_table(results):
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 4 + "---:|" * 7 + "---|" * 2]
     for r in results:
         kind = (r["multipliers"] if r.get("multipliers", "auto") != "auto"
-                else "DSP" if r.get("dsp") else "logic")
+                else "DSP" if r.get("dsp") else "logic") + _controls(r)
         minutes = f"{r['seconds'] / 60:.0f} min" if r.get("seconds") is not None else "-"
         if r.get("fits"):
             path = r.get("critical_path") or {}
@@ -128,15 +128,18 @@ def parse_run(text):
     return board, rows, cols, dsp or "dsp"
 
 
+def _controls(result):
+    """How the weight controls were copied, for the multipliers column."""
+    fanout = result.get("control_fanout")
+    if not fanout:
+        return ""
+    return ", controls per row" if fanout == 1 else f", controls per {fanout} rows"
+
+
 def _kind(result):
     if result.get("multipliers", "auto") != "auto":
-        kind = result["multipliers"]
-    else:
-        kind = "dsp" if result["dsp"] else "nodsp"
-    if result.get("control_fanout"):
-        # The weight controls copied once per this many rows.
-        kind += f", controls per {result['control_fanout']} rows"
-    return kind
+        return result["multipliers"] + _controls(result)
+    return ("dsp" if result["dsp"] else "nodsp") + _controls(result)
 
 
 def _gops(result):
