@@ -367,6 +367,10 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
         raise TypeError(f"dsp must be a bool, not {dsp!r}")
     if router not in (None, "router1", "router2"):
         raise ValueError(f"router must be router1 or router2, not {router!r}")
+    if control_fanout is not None and (not isinstance(control_fanout, int)
+                                       or isinstance(control_fanout, bool) or control_fanout < 1):
+        # Checked before any elaboratable is made, so a refused one is not left unused.
+        raise ValueError(f"control_fanout must be None or a positive int, not {control_fanout!r}")
     multiplier = _multiplier_for(board, rows, cols, multipliers)
     top = MxuBenchTop(rows=rows, cols=cols, multiplier=multiplier, control_fanout=control_fanout)
 

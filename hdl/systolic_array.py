@@ -123,6 +123,7 @@ class SystolicArray(wiring.Component):
         if control_fanout is not None and (not isinstance(control_fanout, int)
                                            or isinstance(control_fanout, bool)
                                            or control_fanout < 1):
+            self._MustUse__silence = True   # refused, so never elaborated
             raise ValueError(f"SystolicArray control_fanout must be None or a positive int, "
                              f"not {control_fanout!r}")
         self._control_fanout = control_fanout
