@@ -172,18 +172,29 @@ def _log_utilisation(log_text):
     return usage
 
 
+#: Yosys command that marks ``keep`` every flip-flop whose output signal is
+#: marked ``keep`` (``Signal(attrs={"keep": 1})``). Amaranth puts a signal's
+#: attributes on its wire only, and yosys merges flip-flops with the same
+#: inputs whatever their wires say; a flip-flop cell marked ``keep`` is not
+#: merged. This keeps the systolic array's copies of its weight controls
+#: (`SystolicArray` ``control_fanout``) apart.
+KEEP_FLIP_FLOPS = "setattr -set keep 1 a:keep %ci1:+[Q] t:$dff t:$adff %u %i"
+
+
 def synth_overrides(board, name, synth_opts=""):
     """The Amaranth build overrides that synthesise design `name` for
-    `board` with `synth_opts` and have nextpnr write report.json: where the
+    `board` with `synth_opts` and have nextpnr write report.json: flip-flops
+    of signals marked ``keep`` are kept (:data:`KEEP_FLIP_FLOPS`); where the
     board has a ``lut_map``, synthesis stops before its own LUT mapping, maps
     with those commands, and resumes at ``map_cells``; on the iCE40,
     instantiated SB_MAC16s are kept from ``ice40_dsp``
     (`tpu.fpga.ice40_dsp_guard`)."""
     spec = _board(board)
-    overrides = {"nextpnr_opts": "--report report.json --timing-allow-fail"}
+    overrides = {"nextpnr_opts": "--report report.json --timing-allow-fail",
+                 "script_after_read": KEEP_FLIP_FLOPS}
     if spec.dsp_primitive == "SB_MAC16":
         # The array's SB_MAC16s stay in their dual 8 x 8 mode.
-        overrides["script_after_read"] = "\n".join(BEFORE_SYNTH)
+        overrides["script_after_read"] += "\n" + "\n".join(BEFORE_SYNTH)
         overrides["script_after_synth"] = "\n".join(AFTER_SYNTH)
     if spec.lut_map:
         synth_opts = f"{synth_opts} -run :map_luts".strip()
@@ -286,7 +297,8 @@ def _multiplier_for(board, rows, cols, multipliers):
                                      soft_multiplier=getattr(multiplier, soft))
 
 
-def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", router=None):
+def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", router=None,
+              control_fanout=None):
     """Synthesise, place and route ``MxuBenchTop(rows, cols)`` for `board`.
 
     Parameters
@@ -317,6 +329,9 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
     router : str or None
         nextpnr's router (``"router1"``, its default, or ``"router2"``,
         much faster on a large, crowded design).
+    control_fanout : int or None
+        The array's ``control_fanout`` (:class:`~tpu.hdl.systolic_array.SystolicArray`):
+        the most rows one copy of a column's weight shift or capture drives.
 
     Returns
     -------
@@ -352,8 +367,12 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
         raise TypeError(f"dsp must be a bool, not {dsp!r}")
     if router not in (None, "router1", "router2"):
         raise ValueError(f"router must be router1 or router2, not {router!r}")
+    if control_fanout is not None and (not isinstance(control_fanout, int)
+                                       or isinstance(control_fanout, bool) or control_fanout < 1):
+        # Checked before any elaboratable is made, so a refused one is not left unused.
+        raise ValueError(f"control_fanout must be None or a positive int, not {control_fanout!r}")
     multiplier = _multiplier_for(board, rows, cols, multipliers)
-    top = MxuBenchTop(rows=rows, cols=cols, multiplier=multiplier)
+    top = MxuBenchTop(rows=rows, cols=cols, multiplier=multiplier, control_fanout=control_fanout)
 
     name = f"mxu_{rows}x{cols}"
     build_dir = Path(build_dir).resolve()
@@ -367,7 +386,7 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
     synth_opts = spec.dsp_opt if dsp else spec.nodsp_opt
     overrides = synth_overrides(board, name, synth_opts)
     if multipliers != "auto":
-        overrides["script_after_read"] = "techmap t:$mul"
+        overrides["script_after_read"] += "\ntechmap t:$mul"
     if router is not None:
         overrides["nextpnr_opts"] += f" --router {router}"
     plan = platform.prepare(top, name, **overrides)
@@ -376,6 +395,7 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
     result = {
         "board": board, "device": spec.device, "rows": rows, "cols": cols, "dsp": dsp,
         "multipliers": multipliers, "router": router or "router1",
+        "control_fanout": control_fanout,
         "dsp_primitive": spec.dsp_primitive, "synth_opts": synth_opts,
         "build_dir": str(build_dir), "tools": tool_versions(board),
     }

@@ -43,6 +43,8 @@ class MxuBenchTop(wiring.Component):
         Array shape, as for :class:`SystolicArray`.
     multiplier : callable
         The PEs' multipliers, as for :class:`SystolicArray`.
+    control_fanout : int or None
+        Rows per copy of the weight controls, as for :class:`SystolicArray`.
     out_width : int
         Bits the outputs are folded into (one per LED).
 
@@ -57,11 +59,12 @@ class MxuBenchTop(wiring.Component):
     board oscillator: 12 MHz on the iCEBreaker, 25 MHz on the ULX3S).
     """
 
-    def __init__(self, *, rows, cols, out_width=2, multiplier=Multiplier):
+    def __init__(self, *, rows, cols, out_width=2, multiplier=Multiplier, control_fanout=None):
         if not isinstance(out_width, int) or out_width < 1:
             raise ValueError(f"MxuBenchTop out_width must be a positive int, not {out_width!r}")
         # Built here, so that a bad shape fails now, not at elaboration.
-        self.mxu = SystolicArray(rows=rows, cols=cols, multiplier=multiplier)
+        self.mxu = SystolicArray(rows=rows, cols=cols, multiplier=multiplier,
+                                 control_fanout=control_fanout)
         self._out_width = out_width
         super().__init__({"result": Out(out_width)})
 

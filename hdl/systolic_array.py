@@ -66,6 +66,16 @@ class SystolicArray(wiring.Component):
     ----------
     rows, cols : int
         Array shape, 1 to 256 each.
+    control_fanout : int or None
+        The most rows that one register of a column's weight shift or
+        capture drives. None (the default): one register per column drives
+        the whole column. An int: each column's last skew register is copied
+        once per ``control_fanout`` rows (column 0 is the port itself), and
+        every PE's switch register is its own; the copies are marked
+        ``keep``, so that synthesis does not merge them back (the FPGA flow
+        carries the mark from the signal to its flip-flop). The timing is
+        the same either way: only the fanout of the nets differs, which on
+        a large FPGA array is what limits the clock.
     tag_width : int
         Width of a user tag that travels with each row (e.g. its accumulator
         address).
@@ -106,10 +116,17 @@ class SystolicArray(wiring.Component):
     out_tag : Out(tag_width)
     """
 
-    def __init__(self, *, rows, cols, tag_width=1, multiplier=None):
+    def __init__(self, *, rows, cols, tag_width=1, multiplier=None, control_fanout=None):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or not 1 <= value <= 256:
                 raise ValueError(f"SystolicArray {name} must be an int in 1..256, not {value!r}")
+        if control_fanout is not None and (not isinstance(control_fanout, int)
+                                           or isinstance(control_fanout, bool)
+                                           or control_fanout < 1):
+            self._MustUse__silence = True   # refused, so never elaborated
+            raise ValueError(f"SystolicArray control_fanout must be None or a positive int, "
+                             f"not {control_fanout!r}")
+        self._control_fanout = control_fanout
         if not isinstance(tag_width, int) or tag_width < 1:
             raise ValueError(f"SystolicArray tag_width must be a positive int, not {tag_width!r}")
         self._platform_multiplier = multiplier is None
@@ -144,6 +161,11 @@ class SystolicArray(wiring.Component):
     @property
     def cols(self):
         return self._cols
+
+    @property
+    def control_fanout(self):
+        """The most rows one weight-control register drives (None: a column)."""
+        return self._control_fanout
 
     @property
     def multiplier_latency(self):
@@ -219,10 +241,28 @@ class SystolicArray(wiring.Component):
         lane_act = [v.as_signed() for v in staircase("skew_act", lane_in, 9, 0, 1)]
         lane_switch = staircase("skew_switch", [self.act_switch] * rows, 1, 0, 1)
 
+        def column_controls(name, control):
+            """Per row, `control` for each column, column n n cycles late."""
+            fanout = self._control_fanout
+            if fanout is None:
+                return [Cat(staircase(f"skew_{name}", [control] * cols, 1, 0, 1))] * rows
+            # The staircase stops a cycle short; the last cycle is a copy
+            # per group of rows, which the placer can put near its rows.
+            early = staircase(f"skew_{name}", [control] * (cols - 1), 1, 0, 1) if cols > 1 else []
+            per_row = []
+            for first in range(0, rows, fanout):
+                copies = []
+                for n in range(1, cols):
+                    copy = Signal(name=f"{name}_rows{first}_col{n}", attrs={"keep": 1})
+                    m.d.sync += copy.eq(early[n - 1])
+                    copies.append(copy)
+                per_row += [Cat(control, *copies)] * min(fanout, rows - first)
+            return per_row
+
         # Top edge: weight controls and data reach column n n cycles late,
         # matching the activation wavefront.
-        col_shift = staircase("skew_wshift", [self.w_shift] * cols, 1, 0, 1)
-        col_capture = staircase("skew_wcapture", [self.w_capture] * cols, 1, 0, 1)
+        row_shift = column_controls("wshift", self.w_shift)
+        row_capture = column_controls("wcapture", self.w_capture)
         col_wdata = staircase("skew_wdata", [self.w_data[n] for n in range(cols)], 8, 0, 1)
 
         # The default multiplier on an iCE40 is half an SB_MAC16: yosys maps
@@ -237,8 +277,9 @@ class SystolicArray(wiring.Component):
         # The PEs, a row at a time: every row is the same module, so the
         # Verilog holds it once (docs/verilog.md).
         width = psum_width(rows)
-        pe_rows = [SystolicRow(psum_width=width, multipliers=multipliers[k]) for k in range(rows)]
-        shift, capture = Cat(col_shift), Cat(col_capture)
+        keep_switch = self._control_fanout is not None
+        pe_rows = [SystolicRow(psum_width=width, multipliers=multipliers[k], keep_switch=keep_switch)
+                   for k in range(rows)]
         for k, row in enumerate(pe_rows):
             add_submodule(m, platform, f"row_{k}", row, row.module_name)
             if isinstance(platform, ModuleLibrary):
@@ -249,8 +290,8 @@ class SystolicArray(wiring.Component):
             m.d.comb += [
                 row.act.eq(lane_act[k]),
                 row.act_switch.eq(lane_switch[k]),
-                row.shift.eq(shift),
-                row.capture.eq(capture),
+                row.shift.eq(row_shift[k]),
+                row.capture.eq(row_capture[k]),
                 # Weights shift up the columns, entering at the bottom row.
                 row.below.eq(pe_rows[k + 1].transit if k + 1 < rows else Cat(col_wdata)),
                 Value.cast(row.psum_in).eq(pe_rows[k - 1].psum_out if k else 0),
@@ -293,10 +334,14 @@ class SystolicRow(wiring.Component):
     psum_out : Out(ArrayLayout(signed(psum_width), cols))
         ``psum_in`` plus the products of the activations that entered the
         multipliers' latency cycles earlier.
+
+    With ``keep_switch`` each PE's switch register is marked ``keep``, so
+    that synthesis does not share it with the rows on its anti-diagonal.
     """
 
-    def __init__(self, *, psum_width, multipliers):
+    def __init__(self, *, psum_width, multipliers, keep_switch=False):
         cols = len(multipliers)
+        self._keep_switch = keep_switch
         self._cols = cols
         self._psum_width = psum_width
         self._multipliers = list(multipliers)
@@ -319,6 +364,8 @@ class SystolicRow(wiring.Component):
         if any(kind != "Multiplier" for kind in kinds):
             # Rows mixing multiplier kinds differ: name the mix.
             name += "_" + hashlib.sha256(",".join(kinds).encode()).hexdigest()[:8]
+        if self._keep_switch:
+            name += "_keep"
         return name
 
     def elaborate(self, platform):
@@ -351,7 +398,8 @@ class SystolicRow(wiring.Component):
 
             if n + 1 < cols:
                 next_act = Signal.like(act, name=f"pe_{n}_act")
-                next_switch = Signal(name=f"pe_{n}_switch")
+                next_switch = Signal(name=f"pe_{n}_switch",
+                                     attrs={"keep": 1} if self._keep_switch else {})
                 m.d.sync += [next_act.eq(act), next_switch.eq(switch)]
                 act, switch = next_act, next_switch
         return m

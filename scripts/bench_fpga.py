@@ -12,7 +12,8 @@ The last field says where the multipliers go: "dsp" (plain `*`, which
 synthesis maps to DSP blocks), "nodsp" (logic), "mix" (ECP5: the 156
 MULT18X18D instantiated with their registers, logic for the other PEs) or
 "mix3" (the same with three-cycle multipliers). --router router2 picks
-nextpnr's faster router for large arrays.
+nextpnr's faster router for large arrays; --control-fanout N copies each
+column's weight shift and capture once per N rows.
 
 Results are printed as a table and saved as JSON (build/bench/fpga.json by
 default); --markdown prints the table for docs/fpga.md (with each critical
@@ -50,6 +51,9 @@ def main(argv=None):
                              f"boards: {', '.join(BOARDS)}")
     parser.add_argument("--router", choices=("router1", "router2"),
                         help="nextpnr's router (default: nextpnr's own, router1)")
+    parser.add_argument("--control-fanout", type=int, metavar="N",
+                        help="copy each column's weight shift and capture register once per N "
+                             "rows (default: one register per column)")
     parser.add_argument("--build-dir", type=Path, default=Path("build/bench/fpga"),
                         help="parent of the per-build directories (default: %(default)s)")
     parser.add_argument("--json", type=Path, default=Path("build/bench/fpga.json"),
@@ -71,7 +75,7 @@ def main(argv=None):
     runs = args.run or [parse_run(text) for text in DEFAULT_RUNS]
     try:
         results = build_mxus(runs, args.build_dir, log=lambda line: print(line, flush=True),
-                             router=args.router)
+                             router=args.router, control_fanout=args.control_fanout)
     except (FPGAToolMissing, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -42,3 +42,10 @@ def test_row_names_the_three_cycle_mix():
     cells = [c.strip() for c in mxu_table([{**_FITS, "multipliers": "mix3"}]).splitlines()[2]
              .strip("|").split("|")]
     assert cells[2] == "mix3"
+
+
+def test_row_names_copied_weight_controls():
+    for fanout, name in ((1, "mix3, controls per row"), (4, "mix3, controls per 4 rows")):
+        result = {**_FITS, "multipliers": "mix3", "control_fanout": fanout}
+        cells = [c.strip() for c in mxu_table([result]).splitlines()[2].strip("|").split("|")]
+        assert cells[2] == name

@@ -18,3 +18,12 @@ def test_bad_multipliers(board, multipliers, router, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         build_mxu(board, 2, 2, build_dir=tmp_path, multipliers=multipliers, router=router)
     assert not any(tmp_path.iterdir()), "nothing is built for a bad choice"
+
+
+def test_bad_control_fanout(tmp_path):
+    reason = missing_fpga_tools("ulx3s-85f")
+    if reason:
+        pytest.skip(reason)
+    with pytest.raises(ValueError, match="control_fanout must be None or a positive int, not 0"):
+        build_mxu("ulx3s-85f", 2, 2, build_dir=tmp_path, multipliers="mix3", control_fanout=0)
+    assert not any(tmp_path.iterdir()), "nothing is built for a bad fanout"

@@ -91,7 +91,7 @@ def mxu_table(results):
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 4 + "---:|" * 7 + "---|" * 2]
     for r in results:
         kind = (r["multipliers"] if r.get("multipliers", "auto") != "auto"
-                else "DSP" if r.get("dsp") else "logic")
+                else "DSP" if r.get("dsp") else "logic") + _controls(r)
         minutes = f"{r['seconds'] / 60:.0f} min" if r.get("seconds") is not None else "-"
         if r.get("fits"):
             path = r.get("critical_path") or {}
@@ -128,10 +128,18 @@ def parse_run(text):
     return board, rows, cols, dsp or "dsp"
 
 
+def _controls(result):
+    """How the weight controls were copied, for the multipliers column."""
+    fanout = result.get("control_fanout")
+    if not fanout:
+        return ""
+    return ", controls per row" if fanout == 1 else f", controls per {fanout} rows"
+
+
 def _kind(result):
     if result.get("multipliers", "auto") != "auto":
-        return result["multipliers"]
-    return "dsp" if result["dsp"] else "nodsp"
+        return result["multipliers"] + _controls(result)
+    return ("dsp" if result["dsp"] else "nodsp") + _controls(result)
 
 
 def _gops(result):
@@ -167,10 +175,11 @@ def text_table(results):
     return "\n".join(lines)
 
 
-def build_mxus(runs, build_dir, log=print, router=None):
+def build_mxus(runs, build_dir, log=print, router=None, control_fanout=None):
     """Synthesise, place and route the matrix unit for each ``(board, rows, cols,
-    kind)`` of `runs` (under ``build_dir/BOARD_RxC_KIND``) with nextpnr's `router`
-    (None: its default); the `build_mxu` results.
+    kind)`` of `runs` (under ``build_dir/BOARD_RxC_KIND``, ``_fN`` added for a
+    `control_fanout`) with nextpnr's `router` (None: its default); the
+    `build_mxu` results.
     A design that does not fit is a result; a missing tool raises FPGAToolMissing
     before anything is built."""
     from ..fpga.build import FPGAToolMissing, build_mxu, missing_fpga_tools
@@ -180,11 +189,12 @@ def build_mxus(runs, build_dir, log=print, router=None):
             raise FPGAToolMissing(reason)
     results = []
     for board, rows, cols, kind in runs:
-        tag = f"{board}_{rows}x{cols}_{kind}"
+        tag = f"{board}_{rows}x{cols}_{kind}" + (f"_f{control_fanout}" if control_fanout else "")
         log(f"building {tag} ...")
         result = build_mxu(board, rows, cols, build_dir=Path(build_dir) / tag,
                            dsp=kind != "nodsp",
-                           multipliers=kind if kind.startswith("mix") else "auto", router=router)
+                           multipliers=kind if kind.startswith("mix") else "auto", router=router,
+                           control_fanout=control_fanout)
         if result["fits"]:
             log(f"  fits: {result['fmax_mhz']:.1f} MHz ({_gops(result):.1f} GOPS), "
                 f"logic {_usage(result['logic'])}, DSP {_usage(result['dsp_blocks'])} "
