@@ -88,6 +88,35 @@ def board_clock(board, clock_hz=None):
     return settings.output_hz, settings
 
 
+def connect_board_io(m, platform, board, chip, clock_hz, signals):
+    """Put `chip`'s ``rx`` and ``tx`` on `board`'s FTDI UART and `signals`
+    (LED name -> signal) with a heartbeat blinking at 1 Hz (from `clock_hz`)
+    on its LEDs (`BOARD_LEDS`); an LED whose signal is not given, or whose
+    pin the platform lacks, is left off."""
+    uart = platform.request("uart", 0, dir="-")
+    m.submodules.rx = rx = io.Buffer("i", uart.rx)
+    m.submodules.tx = tx = io.Buffer("o", uart.tx)
+    m.d.comb += [chip.rx.eq(rx.i), tx.o.eq(chip.tx)]
+
+    heartbeat = Signal(range(int(clock_hz)))
+    blink = Signal()
+    with m.If(heartbeat == 0):
+        m.d.sync += [heartbeat.eq(int(clock_hz) // 2 - 1), blink.eq(~blink)]
+    with m.Else():
+        m.d.sync += heartbeat.eq(heartbeat - 1)
+    signals = {**signals, "heartbeat": blink}
+    for name, leds in BOARD_LEDS[board].items():
+        if name not in signals:
+            continue
+        for n in leds:
+            try:
+                pin = platform.request("led", n, dir="-")
+            except ResourceError:
+                continue            # e.g. the iCEBreaker's break-off PMOD is not fitted
+            m.submodules[f"led_{n}"] = buffer = io.Buffer("o", pin)
+            m.d.comb += buffer.o.eq(signals[name])
+
+
 class BoardChip(Elaboratable):
     """`SerialChip(config)` on `board`'s UART and LEDs, at `baudrate`, with
     a chip clock of `clock_hz` (None: `BOARD_CLOCK_HZ`; `board_clock`).
@@ -110,28 +139,9 @@ class BoardChip(Elaboratable):
         if self.pll is not None:
             self._clock_from_pll(m, platform)
         m.submodules.chip = chip = self.chip
-        uart = platform.request("uart", 0, dir="-")
-        m.submodules.rx = rx = io.Buffer("i", uart.rx)
-        m.submodules.tx = tx = io.Buffer("o", uart.tx)
-        m.d.comb += [chip.rx.eq(rx.i), tx.o.eq(chip.tx)]
-
-        heartbeat = Signal(range(int(self.clock_hz)))
-        blink = Signal()
-        with m.If(heartbeat == 0):
-            m.d.sync += [heartbeat.eq(int(self.clock_hz) // 2 - 1), blink.eq(~blink)]
-        with m.Else():
-            m.d.sync += heartbeat.eq(heartbeat - 1)
-        signals = {"busy": chip.busy, "halted": chip.halted, "error": chip.error,
-                   "link_error": chip.link_error, "heartbeat": blink}
-        for name, leds in BOARD_LEDS[self.board].items():
-            for n in leds:
-                try:
-                    pin = platform.request("led", n, dir="-")
-                except ResourceError:
-                    continue            # e.g. the iCEBreaker's break-off PMOD is not fitted
-                buffer = io.Buffer("o", pin)
-                m.submodules[f"led_{n}"] = buffer
-                m.d.comb += buffer.o.eq(signals[name])
+        connect_board_io(m, platform, self.board, chip, self.clock_hz,
+                         {"busy": chip.busy, "halted": chip.halted, "error": chip.error,
+                          "link_error": chip.link_error})
         return m
 
     def _clock_from_pll(self, m, platform):

@@ -10,11 +10,9 @@ refused: STATUS.ERROR), link error and heartbeat.
 """
 
 from amaranth import *
-from amaranth.build import ResourceError
-from amaranth.lib import io
 
 from ..hdl.serial_matrix_part import SerialMatrixPart, part_retransmit_cycles
-from .board_top import BOARD_LEDS, uart_divisor
+from .board_top import BOARD_LEDS, connect_board_io, uart_divisor
 
 
 __all__ = ["BoardMatrixPart"]
@@ -40,27 +38,6 @@ class BoardMatrixPart(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         m.submodules.chip = chip = self.chip
-        uart = platform.request("uart", 0, dir="-")
-        m.submodules.rx = rx = io.Buffer("i", uart.rx)
-        m.submodules.tx = tx = io.Buffer("o", uart.tx)
-        m.d.comb += [chip.rx.eq(rx.i), tx.o.eq(chip.tx)]
-
-        heartbeat = Signal(range(int(self.clock_hz)))
-        blink = Signal()
-        with m.If(heartbeat == 0):
-            m.d.sync += [heartbeat.eq(int(self.clock_hz) // 2 - 1), blink.eq(~blink)]
-        with m.Else():
-            m.d.sync += heartbeat.eq(heartbeat - 1)
-        signals = {"busy": chip.busy, "error": chip.error, "link_error": chip.link_error,
-                   "heartbeat": blink}
-        for name, leds in BOARD_LEDS[self.board].items():
-            if name not in signals:
-                continue
-            for n in leds:
-                try:
-                    pin = platform.request("led", n, dir="-")
-                except ResourceError:
-                    continue            # e.g. the iCEBreaker's break-off PMOD is not fitted
-                m.submodules[f"led_{n}"] = buffer = io.Buffer("o", pin)
-                m.d.comb += buffer.o.eq(signals[name])
+        connect_board_io(m, platform, self.board, chip, self.clock_hz,
+                         {"busy": chip.busy, "error": chip.error, "link_error": chip.link_error})
         return m
