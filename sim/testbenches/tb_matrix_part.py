@@ -123,6 +123,7 @@ async def random_matmuls(dut):
     weight_memory = np.zeros((config.weight_mem_tiles, rows, cols), dtype=np.int64)
     ub = np.zeros((config.ub_rows, rows), dtype=np.int64)
     touched = set()
+    written = set()     # weight tiles given random weights
     queued = 0
     ops = int(os.environ.get("TPU_PART_OPS", "5"))
 
@@ -132,11 +133,18 @@ async def random_matmuls(dut):
             tile = int(rng.integers(config.weight_mem_tiles))
             weight_memory[tile] = rng.integers(-128, 128, size=(rows, cols))
             await part.write_tile(tile, weight_memory[tile])
+            written.add(tile)
         if queued == 0 or rng.random() < 0.4:
             room = config.weight_fifo_tiles + 2 - queued
             if room:
                 count = int(rng.integers(1, min(room, 2) + 1))
                 first = int(rng.integers(config.weight_mem_tiles - count + 1))
+                # An all-zero tile multiplies any rows to zero, so that the
+                # rows read from the UB would go unchecked: write it first.
+                for t in sorted(set(range(first, first + count)) - written):
+                    weight_memory[t] = rng.integers(-128, 128, size=(rows, cols))
+                    await part.write_tile(t, weight_memory[t])
+                    written.add(t)
                 await part.load(first, count)
                 for t in range(first, first + count):
                     model.push_tile(weight_memory[t])
