@@ -40,6 +40,9 @@ def test_settings_stay_in_the_pll_ranges(mhz):
     assert s.output_hz == pytest.approx(25e6 / s.clki_div * s.clkfb_div)
     assert s.vco_hz == pytest.approx(s.output_hz * s.clkop_div)
     assert _within("pfd", s.pfd_hz) and _within("vco", s.vco_hz) and _within("output", s.output_hz)
+    # The EHXPLLL's divider ranges, written here from the primitive rather than
+    # taken from the module: a search bound or an output divider computed past
+    # them would make settings the hardware cannot take.
     assert 1 <= s.clki_div <= 128 and 1 <= s.clkfb_div <= 80 and 1 <= s.clkop_div <= 128
 
 
