@@ -16,13 +16,17 @@ For each model (ad01_int8, kws_ref_model, pretrainedResnet_quant):
    share (weight stall + shift cycles), and the host operators with their
    share of the work (`tpu.compiler.report`'s host-operator share);
 3. with ``--batches`` (golden only): cycles per inference at each batch, and
-   the best.
+   the best;
+4. with ``--up5k``, the same on the UP5K-sized chip as well
+   (`tpu.bench.tflite.UP5K_SIZED`: the array and memories the iCE40 UP5K's
+   hard blocks hold, with the "up5k" profile's activation unit).
 
 ``--json FILE`` and ``--markdown FILE`` write the results; the exit status
 is 1 when any output byte differs from TFLite.
 
     .venv/bin/python scripts/bench_tflite.py [--reference 100] [--chip 5] [--sizes 8,16]
-        [--backend verilator|icarus|golden] [--batches 1,2,4,8] [--json R.json] [--markdown R.md]
+        [--backend verilator|icarus|golden] [--batches 1,2,4,8] [--up5k] [--json R.json]
+        [--markdown R.md]
 
 The defaults are the RTL check: 5 inputs per model on Verilator, 8x8 and
 16x16 (about an hour on a free 2-core machine, the two Verilator builds
@@ -46,6 +50,8 @@ def main(argv=None):
     parser.add_argument("--chip", type=int, default=5, help="inputs per configuration on the chip")
     parser.add_argument("--sizes", default="8,16", help="array sizes (rows = cols)")
     parser.add_argument("--ub-rows", type=int, default=8192)
+    parser.add_argument("--up5k", action="store_true",
+                        help="also the UP5K-sized chip (tpu.bench.tflite.UP5K_SIZED)")
     parser.add_argument("--backend", default="verilator", choices=["verilator", "icarus", "golden"])
     parser.add_argument("--batches", default="", help="golden: batches to try for the best one")
     parser.add_argument("--seed", type=int, default=1)
@@ -56,7 +62,7 @@ def main(argv=None):
         args.models.split(","), args.reference, args.chip,
         [int(s) for s in args.sizes.split(",")], args.ub_rows, args.backend,
         [int(b) for b in args.batches.split(",") if b], args.seed,
-        log=lambda line: print(line, flush=True))
+        log=lambda line: print(line, flush=True), up5k=args.up5k)
     if args.json:
         Path(args.json).write_text(json.dumps(dict(backend=args.backend, ub_rows=args.ub_rows,
                                                    results=results), indent=1) + "\n")

@@ -9,6 +9,8 @@ compiled model on `backend` in one run (every byte against TFLite) with
 cycles, MXU-active cycles, utilisation by the model's own MACs (a depthwise
 convolution counts its real taps), the weight-load share and the host
 operators; with `batches` (golden only) cycles per inference per batch.
+With `up5k`, also on `UP5K_SIZED`: the array and memories an iCE40 UP5K's
+hard blocks hold (not a chip that fits the UP5K: its logic does not).
 """
 
 import time
@@ -21,15 +23,24 @@ from ..compiler.mlperf_tiny import MODELS, missing_reason, model_path
 from ..compiler.report import layer_macs
 from ..compiler.session import InferenceSession
 from ..compiler.tflite_frontend import import_tflite
-from ..config import TPUConfig
+from ..config import PROFILES, TPUConfig
+from ..hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
 
 
-__all__ = ["run_tflite", "markdown", "model_macs", "FMAX_MHZ"]
+__all__ = ["run_tflite", "markdown", "model_macs", "FMAX_MHZ", "UP5K_SIZED", "UP5K_FMAX_MHZ"]
 
 #: Fmax (MHz) measured in docs/fpga.md: the array benchmark on the ECP5-85F
 #: (8x8 with MULT18X18D, 16x16 in LUTs) and the whole 2x2 chip on the ECP5-85F
 FMAX_MHZ = {8: 88.5, 16: 75.0}
 CHIP_FMAX_MHZ = 22.15
+
+#: The chip whose array and memories the iCE40 UP5K's hard blocks hold: the
+#: "up5k" profile (one shared requantizer on a 16 x 16-bit multiplier, the
+#: UART-sized host fields) with the matrix part's 4x4 array on the 8 SB_MAC16
+#: and its memories (UB in 2 SPRAMs, accumulators and weights in EBR)
+UP5K_SIZED = TPUConfig(**{**PROFILES["up5k"], **UP5K_MATRIX_PART_FIELDS})
+#: Fmax (MHz) of the matrix part on the UP5K (docs/fpga.md, "What fits the UP5K")
+UP5K_FMAX_MHZ = 18.19
 
 
 def tflite_outputs(path, x):
@@ -52,9 +63,8 @@ def model_macs(graph):
     return sum(layer_macs(graph, layer) for layer in graph.layers)
 
 
-def chip_run(graph, x, size, ub_rows, backend, batch=1):
-    """Outputs and per-inference measurements of `x` on the chip, in one run."""
-    config = TPUConfig(rows=size, cols=size, ub_rows=ub_rows)
+def chip_run(graph, x, config, backend, batch=1):
+    """Outputs and per-inference measurements of `x` on the chip `config`, in one run."""
     session = InferenceSession(graph, backend=backend, config=config, batch=batch)
     spec = graph.inputs[0]
     (y,) = session.run(None, {spec.model_name: x})
@@ -68,15 +78,16 @@ def chip_run(graph, x, size, ub_rows, backend, batch=1):
         weight_cycles=weight, weight_share=weight / cycles if cycles else 0.0,
         host_operators=[dict(name=h["name"], op=h["op"], ops=h["ops"] / len(x),
                              share=h["share"]) for h in host],
-        host_share=sum(h["share"] for h in host), parts=len(session.compiled.chip_steps))
+        host_share=sum(h["share"] for h in host), parts=len(session.compiled.chip_steps),
+        weight_tiles=len(session.compiled.weights))
 
 
-def best_batch(graph, x, size, ub_rows, batches, log=print):
+def best_batch(graph, x, config, batches, log=print):
     """Golden cycles per inference at each batch that compiles: {batch: cycles}."""
     result = {}
     for batch in batches:
         try:
-            _, m = chip_run(graph, x[:batch], size, ub_rows, "golden", batch)
+            _, m = chip_run(graph, x[:batch], config, "golden", batch)
         except CompileError as error:       # too large for this configuration: say so, go on
             log(f"    batch {batch}: {type(error).__name__}: {str(error).splitlines()[0]}")
             continue
@@ -94,19 +105,32 @@ def markdown(results, backend):
                     if s.get("best_batch") else "")
             host = ", ".join(f"{h['op']} {100 * h['share']:.2g}%"
                              for h in s["host_operators"]) or "none"
+            array = s.get("array") or f"{s['size']}x{s['size']}"     # results saved before UP5K
             lines.append(
-                f"| {r['model']} | {s['size']}x{s['size']} | {s['equal']}/{s['inputs']} "
+                f"| {r['model']} | {array} | {s['equal']}/{s['inputs']} "
                 f"({backend}) | {s['cycles']:,.0f} | {best} | {s['mxu_active']:,.0f} | "
                 f"{100 * s['utilisation']:.1f}% | {100 * s['weight_share']:.1f}% | {host} | "
                 f"{s['inferences_per_second']:,.0f} at {s['fmax_mhz']} MHz |")
     return "\n".join(lines) + "\n"
 
 
+def chip_configs(sizes, ub_rows, up5k=False):
+    """``(label, config, fmax_mhz)`` per chip to measure: a square array of each
+    of `sizes` with `ub_rows`, and with `up5k` the UP5K-sized chip."""
+    configs = [(f"{size}x{size}", TPUConfig(rows=size, cols=size, ub_rows=ub_rows),
+                FMAX_MHZ.get(size, CHIP_FMAX_MHZ)) for size in sizes]
+    if up5k:
+        configs.append((f"{UP5K_SIZED.rows}x{UP5K_SIZED.cols} UP5K-sized", UP5K_SIZED,
+                        UP5K_FMAX_MHZ))
+    return configs
+
+
 def run_tflite(models=tuple(MODELS), reference=100, chip=5, sizes=(8, 16), ub_rows=8192,
-               backend="verilator", batches=(), seed=1, log=print):
+               backend="verilator", batches=(), seed=1, log=print, up5k=False):
     """Measure `models`; ``(results, failures)``: one dict per model measured and
     the number of inputs whose outputs differ from TFLite anywhere."""
     batches = list(batches)
+    configs = chip_configs(sizes, ub_rows, up5k)
     failures = 0
     results = []
     for name in models:
@@ -134,29 +158,31 @@ def run_tflite(models=tuple(MODELS), reference=100, chip=5, sizes=(8, 16), ub_ro
             result["reference"] = dict(inputs=reference, equal=reference - bad)
             log(f"  reference interpreter vs TFLite: {reference - bad}/{reference} "
                   f"inputs equal in every byte ({time.time() - t:.1f} s)")
-        for size in sizes:
+        for label, config, fmax in configs:
             t = time.time()
-            y, m = chip_run(graph, x[:chip], size, ub_rows, backend)
+            y, m = chip_run(graph, x[:chip], config, backend)
             bad = int((y != want[:chip]).any(axis=1).sum())
             failures += bad
-            fmax = FMAX_MHZ.get(size, CHIP_FMAX_MHZ)
-            entry = dict(size=size, backend=backend, inputs=chip, equal=chip - bad,
-                         utilisation=macs / (m["cycles"] * size * size) if m["cycles"] else 0.0,
+            cells = config.rows * config.cols
+            entry = dict(size=config.rows, array=label, backend=backend, inputs=chip,
+                         equal=chip - bad,
+                         utilisation=macs / (m["cycles"] * cells) if m["cycles"] else 0.0,
                          fmax_mhz=fmax, inferences_per_second=fmax * 1e6 / m["cycles"],
                          seconds=round(time.time() - t, 1), **m)
             if batches and backend == "golden":
-                per_batch = best_batch(graph, x, size, ub_rows, batches, log)
+                per_batch = best_batch(graph, x, config, batches, log)
                 entry["batches"] = per_batch
                 if per_batch:
                     b = min(per_batch, key=per_batch.get)
                     entry["best_batch"] = dict(batch=b, cycles=per_batch[b])
             result["sizes"].append(entry)
             host = ", ".join(f"{h['op']} {100 * h['share']:.2g}%" for h in m["host_operators"])
-            log(f"  {size}x{size} {backend}: {entry['equal']}/{chip} equal to TFLite; "
+            log(f"  {label} {backend}: {entry['equal']}/{chip} equal to TFLite; "
                   f"{m['cycles']:,.0f} cycles/inference (batch 1), MXU active "
                   f"{m['mxu_active']:,.0f}, utilisation {100 * entry['utilisation']:.1f}%, "
                   f"weight stall+shift {m['weight_cycles']:,.0f} "
-                  f"({100 * m['weight_share']:.1f}%); {m['parts']} chip parts; host operators: "
+                  f"({100 * m['weight_share']:.1f}%); {m['parts']} chip parts, "
+                  f"{m['weight_tiles']} weight tiles; host operators: "
                   f"{host or 'none'}"
                   + (f"; per batch {entry['batches']}" if "batches" in entry else "")
                   + f" ({entry['seconds']} s)")
