@@ -71,11 +71,15 @@ def chip_run(graph, x, config, backend, batch=1):
     report = session.report()
     total = report.total
     cycles = total.cycles / len(x)
-    weight = (total.counters.get("weight_stall", 0) + total.counters.get("weight_shift", 0)) / len(x)
+    stall = total.counters.get("weight_stall", 0) / len(x)
+    # tiles shift in while rows wait on them and behind the array's work, so
+    # stall + shift bounds the cycles weights cost from above, stall from below
+    weight = stall + total.counters.get("weight_shift", 0) / len(x)
     host = report.host_operators()
     return y.reshape(len(x), -1), dict(
         cycles=cycles, mxu_active=total.counters.get("mxu_active", 0) / len(x),
         weight_cycles=weight, weight_share=weight / cycles if cycles else 0.0,
+        weight_stall=stall, weight_stall_share=stall / cycles if cycles else 0.0,
         host_operators=[dict(name=h["name"], op=h["op"], ops=h["ops"] / len(x),
                              share=h["share"]) for h in host],
         host_share=sum(h["share"] for h in host), parts=len(session.compiled.chip_steps),
@@ -97,7 +101,8 @@ def best_batch(graph, x, config, batches, log=print):
 
 def markdown(results, backend):
     head = ("| model | array | inputs equal | cycles/inference (batch 1) | best batch | "
-            "MXU active | MXU util. | weight load | host operators (share) | inf/s at Fmax |")
+            "MXU active | MXU util. | weight load (stall+shift; stall) | host operators (share) | "
+            "inf/s at Fmax |")
     lines = [head, "|---|---|---|---:|---|---:|---:|---:|---|---:|"]
     for r in results:
         for s in r["sizes"]:
@@ -105,11 +110,13 @@ def markdown(results, backend):
                     if s.get("best_batch") else "")
             host = ", ".join(f"{h['op']} {100 * h['share']:.2g}%"
                              for h in s["host_operators"]) or "none"
+            stall = (f"; {100 * s['weight_stall_share']:.1f}%"     # not in results saved before
+                     if "weight_stall_share" in s else "")
             array = s.get("array") or f"{s['size']}x{s['size']}"     # results saved before UP5K
             lines.append(
                 f"| {r['model']} | {array} | {s['equal']}/{s['inputs']} "
                 f"({backend}) | {s['cycles']:,.0f} | {best} | {s['mxu_active']:,.0f} | "
-                f"{100 * s['utilisation']:.1f}% | {100 * s['weight_share']:.1f}% | {host} | "
+                f"{100 * s['utilisation']:.1f}% | {100 * s['weight_share']:.1f}%{stall} | {host} | "
                 f"{s['inferences_per_second']:,.0f} at {s['fmax_mhz']} MHz |")
     return "\n".join(lines) + "\n"
 
@@ -181,7 +188,8 @@ def run_tflite(models=tuple(MODELS), reference=100, chip=5, sizes=(8, 16), ub_ro
                   f"{m['cycles']:,.0f} cycles/inference (batch 1), MXU active "
                   f"{m['mxu_active']:,.0f}, utilisation {100 * entry['utilisation']:.1f}%, "
                   f"weight stall+shift {m['weight_cycles']:,.0f} "
-                  f"({100 * m['weight_share']:.1f}%); {m['parts']} chip parts, "
+                  f"({100 * m['weight_share']:.1f}%; stall alone {100 * m['weight_stall_share']:.1f}%); "
+                  f"{m['parts']} chip parts, "
                   f"{m['weight_tiles']} weight tiles; host operators: "
                   f"{host or 'none'}"
                   + (f"; per batch {entry['batches']}" if "batches" in entry else "")
