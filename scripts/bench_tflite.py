@@ -48,7 +48,7 @@ def main(argv=None):
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--reference", type=int, default=100, help="inputs for the IR reference")
     parser.add_argument("--chip", type=int, default=5, help="inputs per configuration on the chip")
-    parser.add_argument("--sizes", default="8,16", help="array sizes (rows = cols)")
+    parser.add_argument("--sizes", default="8,16", help="array sizes (rows = cols); empty for none")
     parser.add_argument("--ub-rows", type=int, default=8192)
     parser.add_argument("--up5k", action="store_true",
                         help="also the UP5K-sized chip (tpu.bench.tflite.UP5K_SIZED)")
@@ -60,7 +60,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     results, failures = run_tflite(
         args.models.split(","), args.reference, args.chip,
-        [int(s) for s in args.sizes.split(",")], args.ub_rows, args.backend,
+        [int(s) for s in args.sizes.split(",") if s], args.ub_rows, args.backend,
         [int(b) for b in args.batches.split(",") if b], args.seed,
         log=lambda line: print(line, flush=True), up5k=args.up5k)
     if args.json:
