@@ -199,6 +199,22 @@ def test_tflite_part_and_its_section():
     assert "| ad01_int8 | 8x8 | 1/1 (golden) |" in text
 
 
+def test_tflite_chips_and_results_saved_before_the_up5k_chip():
+    """`--up5k` adds the UP5K-sized chip after the square arrays; a results.json
+    saved before it (no array label, no weight stall) still renders."""
+    from tpu.bench.tflite import UP5K_FMAX_MHZ, UP5K_SIZED, chip_configs, markdown
+    from tpu.config import TPUConfig
+    configs = chip_configs((8, 16), 8192, up5k=True)
+    assert [label for label, _, _ in configs] == ["8x8", "16x16", "4x4 UP5K-sized"]
+    assert configs[0][1] == TPUConfig(rows=8, cols=8, ub_rows=8192) and configs[0][2] == 88.5
+    assert configs[2][1:] == (UP5K_SIZED, UP5K_FMAX_MHZ)
+    assert [label for label, _, _ in chip_configs((8,), 8192)] == ["8x8"]
+    old = dict(size=16, equal=1, inputs=1, cycles=1000.0, mxu_active=500.0, utilisation=0.5,
+               weight_share=0.25, host_operators=[], inferences_per_second=75000.0, fmax_mhz=75.0)
+    line = markdown([dict(model="m", sizes=[old])], "golden").splitlines()[2]
+    assert line.startswith("| m | 16x16 | 1/1 (golden) | 1,000 |") and "| 25.0% | none |" in line
+
+
 def test_large_gemms_take_the_golden_counters_from_the_cycle_model():
     """Above `functional_macs` the sweep skips the golden chip's arithmetic; the counters
     are the ones the golden chip reports (it takes them from the same cycle model)."""

@@ -27,7 +27,8 @@ from ..config import PROFILES, TPUConfig
 from ..hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
 
 
-__all__ = ["run_tflite", "markdown", "model_macs", "FMAX_MHZ", "UP5K_SIZED", "UP5K_FMAX_MHZ"]
+__all__ = ["run_tflite", "markdown", "model_macs", "chip_configs", "FMAX_MHZ", "UP5K_SIZED",
+           "UP5K_FMAX_MHZ"]
 
 #: Fmax (MHz) measured in docs/fpga.md: the array benchmark on the ECP5-85F
 #: (8x8 with MULT18X18D, 16x16 in LUTs) and the whole 2x2 chip on the ECP5-85F
