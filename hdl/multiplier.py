@@ -11,6 +11,9 @@ registers, whatever implements it. Three implementations:
   block; for the multipliers beyond a device's DSP blocks.
 * :class:`SplitLUTMultiplier`: the same in logic, its two halves formed in
   the operand cycle and added in the product cycle, for faster clocks.
+* :class:`CarryChainMultiplier`: the same in logic, each partial product
+  added by a carry chain of its own; the smallest in logic on the ECP5, for
+  a slow clock.
 * :class:`ECP5Multiplier`: a Lattice ECP5 ``MULT18X18D`` instantiated
   directly with its input and output registers in use, so the whole
   multiplication is timed inside the DSP block.
@@ -36,7 +39,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 
-__all__ = ["MultiplierSignature", "Multiplier", "LUTMultiplier", "SplitLUTMultiplier", "ECP5Multiplier",
+__all__ = ["MultiplierSignature", "Multiplier", "LUTMultiplier", "SplitLUTMultiplier",
+           "CarryChainMultiplier", "ECP5Multiplier",
            "PipelinedLUTMultiplier", "ECP5PipelinedMultiplier", "multiplier_mix", "MULTIPLIER_LATENCY",
            "ICE40DualMultiplier", "ice40_dual_multipliers"]
 
@@ -143,6 +147,29 @@ class SplitLUTMultiplier(Multiplier):
             self.p.eq(lo + (hi << 4)),
         ]
         return m
+
+
+class CarryChainMultiplier(Multiplier):
+    """:class:`LUTMultiplier` as a chain of adders, ``a * b = (...(a * b[0] +
+    a * b[1] * 2) + ...) + a * b[6] * 2**6 - a * b[7] * 2**7``, each partial
+    sum a signal marked ``keep``.
+
+    Without the marks Yosys gathers an adder tree into one multi-operand
+    sum and builds it as a carry-save tree of LUTs; kept apart, each adder
+    is a carry chain (the ECP5's CCU2C). Measured alone (``synth_ecp5``, the
+    board build's LUT mapping): 73 LUT4, 35 CCU2C and 34 flip-flops, against
+    239 LUT4 and 21 CCU2C for :class:`SplitLUTMultiplier` and 380 LUT4 and 9
+    CCU2C for :class:`LUTMultiplier`. Seven adders in a row make it the
+    slowest of them: for a chip clocked near 20 MHz, where area decides.
+    """
+
+    def product(self, m, a, b):
+        total = Mux(b[0], a, 0)
+        for i in range(1, 7):
+            term = total + (Mux(b[i], a, 0) << i)
+            total = Signal(term.shape(), name=f"partial{i}", attrs={"keep": 1})
+            m.d.comb += total.eq(term)
+        return total - (Mux(b[7], a, 0) << 7)
 
 
 class ECP5Multiplier(Multiplier):

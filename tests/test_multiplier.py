@@ -10,7 +10,7 @@ from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
 from conftest import base_seed
-from tpu.hdl.multiplier import (ECP5Multiplier, ECP5PipelinedMultiplier, LUTMultiplier,
+from tpu.hdl.multiplier import (CarryChainMultiplier, ECP5Multiplier, ECP5PipelinedMultiplier, LUTMultiplier,
                                 MULTIPLIER_LATENCY, Multiplier, PipelinedLUTMultiplier,
                                 SplitLUTMultiplier, multiplier_mix)
 from tpu.hdl.systolic_array import SystolicArray
@@ -39,7 +39,8 @@ class _ThreeCycleMultiplier(Multiplier):
         return m
 
 
-@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier, SplitLUTMultiplier, PipelinedLUTMultiplier],
+@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier, SplitLUTMultiplier, CarryChainMultiplier,
+                                 PipelinedLUTMultiplier],
                          ids=lambda c: c.__name__)
 def test_multiplier_products(cls):
     seed = base_seed()
@@ -262,7 +263,8 @@ def test_ecp5_multiplier_on_the_primitive_model(cls, tmp_path):
     assert not wrong, f"{cls.__name__}: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
 
 
-@pytest.mark.parametrize("cls", [SplitLUTMultiplier, PipelinedLUTMultiplier], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [SplitLUTMultiplier, CarryChainMultiplier, PipelinedLUTMultiplier],
+                         ids=lambda c: c.__name__)
 @pytest.mark.parametrize("simulator", ["icarus", "verilator"])
 def test_split_lut_multiplier_as_verilog(simulator, cls, tmp_path):
     """The split and pipelined LUT multipliers' Verilog under Icarus and

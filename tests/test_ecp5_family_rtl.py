@@ -1,0 +1,84 @@
+"""The core's blocks as built for an ECP5 (`generate_verilog(...,
+family="ecp5")` with `TPUConfig.dsp_multipliers`: the first PEs on
+MULT18X18D, the rest multiplying in logic, the decoder's geometry products
+bounded and in logic), simulated as RTL with the behavioural model of the
+MULT18X18D (fpga/models/MULT18X18D.v), bit for bit and cycle for cycle
+against the golden models under both simulators."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import tpu.fpga
+from conftest import base_seed
+from tpu import TPUConfig
+from tpu.hdl.verilog import CORE_NAME, ENGINE_NAME, generate_verilog
+from tpu.sim.harness import run
+
+
+MULT18X18D_MODEL = Path(tpu.fpga.__file__).parent / "models" / "MULT18X18D.v"
+
+#: 3x3 with 4 PEs on DSP blocks: a row of hard multipliers, a mixed row
+#: (one hard, two soft) and a row in logic, each its own row module.
+ENGINE_CONFIG = TPUConfig(rows=3, cols=3, acc_rows=64, dsp_multipliers=4)
+
+
+def _with_model(text):
+    return text + MULT18X18D_MODEL.read_text()
+
+
+def test_ecp5_engine_puts_the_first_pes_on_mult18x18d():
+    text = generate_verilog(ENGINE_CONFIG, top="engine", family="ecp5")
+    rows = re.findall(r"^module \\?(tpu_systolic_row\w+) ?\(.*?^endmodule", text, re.M | re.S)
+    assert len(rows) == 3, f"expected 3 distinct row modules, got {rows}"
+    # 3 + 1 instances, each defined once; no `*` left for synthesis to map.
+    assert text.count("MULT18X18D #(") == 4
+    assert not re.search(r" \* ", text)
+    assert text.count("(* keep") == 6 * (2 + 3)      # 6 kept partial sums per soft PE module
+    assert "MULT18X18D" not in generate_verilog(ENGINE_CONFIG, top="engine")
+    # Without a budget the ECP5 build leaves every `*` to synthesis.
+    plain = generate_verilog(ENGINE_CONFIG.replace(dsp_multipliers=0), top="engine", family="ecp5")
+    assert "MULT18X18D" not in plain and re.search(r" \* ", plain)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("testcase", ["random_operations", "extreme_values"])
+def test_ecp5_matrix_engine(simulator, testcase):
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    source = _with_model(generate_verilog(ENGINE_CONFIG, top="engine", family="ecp5"))
+    tests, failures = run(ENGINE_CONFIG, simulator, "tpu.sim.testbenches.tb_matrix_engine",
+                          testcase=testcase, seed=seed, toplevel=ENGINE_NAME, verilog_source=source)
+    assert tests == 1, f"{testcase} did not run (see the simulation log)"
+    assert failures == 0, f"{testcase} failed with seed {seed} (replay with TPU_SEED={seed})"
+
+
+#: The core of tests/test_core_rtl.py with 6 of its 16 PEs on MULT18X18D.
+CORE_CONFIG = TPUConfig(rows=4, cols=4, acc_rows=32, ub_rows=64, weight_mem_tiles=8, weight_fifo_tiles=2,
+                        weight_mem_latency=3, weight_mem_bytes_per_cycle=4, pool_max_width=8,
+                        dsp_multipliers=6)
+_CORE = {}
+
+
+def _core_source():
+    if not _CORE:
+        _CORE["text"] = _with_model(generate_verilog(CORE_CONFIG, top="core", family="ecp5"))
+    return _CORE["text"]
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("testcase, env", [
+    ("random_programs", {"TPU_LENGTH": "40"}),
+    ("random_programs", {"TPU_LENGTH": "20", "TPU_FAULT": "ub_range"}),
+    ("edge_programs", {}),
+], ids=["random", "ub_range", "edge"])
+def test_ecp5_core(simulator, testcase, env):
+    """Random programs (convolution MMCs and pooling ACTs among them), UB
+    range faults, and each opcode at the last UB row and one past it: the
+    bounded products must fault exactly where the exact ones do."""
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    tests, failures = run(CORE_CONFIG, simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
+                          seed=seed, toplevel=CORE_NAME, verilog_source=_core_source(), extra_env=env)
+    assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed} (replay with TPU_SEED={seed})"
