@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .device_family import is_ecp5, is_ice40
 from .module_library import ModuleLibrary, add_submodule
-from .multiplier import (MULTIPLIER_LATENCY, CarryChainMultiplier, ECP5Multiplier, Multiplier,
+from .multiplier import (MULTIPLIER_LATENCY, ECP5CarryChainMultiplier, ECP5Multiplier, Multiplier,
                          MultiplierSignature, ice40_dual_multipliers, multiplier_mix)
 from .staircase import Staircase
 
@@ -93,7 +93,7 @@ class SystolicArray(wiring.Component):
         :func:`~tpu.hdl.multiplier.ice40_dual_multipliers`, two PEs to an
         SB_MAC16; for an ECP5 with `dsp_multipliers`, that many PEs on
         :class:`~tpu.hdl.multiplier.ECP5Multiplier` and the rest on
-        :class:`~tpu.hdl.multiplier.CarryChainMultiplier`; else
+        :class:`~tpu.hdl.multiplier.ECP5CarryChainMultiplier`; else
         :class:`~tpu.hdl.multiplier.Multiplier`.
     dsp_multipliers : int or None
         With the platform's multipliers on an ECP5: how many PEs (the first,
@@ -290,7 +290,7 @@ class SystolicArray(wiring.Component):
             make = ice40_dual_multipliers()
         elif self._platform_multiplier and is_ecp5(platform) and self._dsp_multipliers is not None:
             make = multiplier_mix(self._dsp_multipliers, cols=cols, hard_multiplier=ECP5Multiplier,
-                                  soft_multiplier=CarryChainMultiplier)
+                                  soft_multiplier=ECP5CarryChainMultiplier)
         if make is not None:
             for mul in (mul for row in multipliers for mul in row):
                 mul._MustUse__silence = True

@@ -1,23 +1,21 @@
 """The core's blocks as built for an ECP5 (`generate_verilog(...,
 family="ecp5")` with `TPUConfig.dsp_multipliers`: the first PEs on
-MULT18X18D, the rest multiplying in logic, the decoder's geometry products
-bounded and in logic), simulated as RTL with the behavioural model of the
-MULT18X18D (fpga/models/MULT18X18D.v), bit for bit and cycle for cycle
-against the golden models under both simulators."""
+MULT18X18D, the rest multiplying on hand-instantiated CCU2C carry chains,
+the decoder's geometry products bounded and in logic), simulated as RTL with
+the behavioural model of the MULT18X18D (fpga/models/MULT18X18D.v) and
+Yosys's models of the carry cells (`tpu.fpga.ecp5_cell_models`), bit for bit
+and cycle for cycle against the golden models under both simulators."""
 
 import re
-from pathlib import Path
 
 import pytest
 
-import tpu.fpga
 from conftest import base_seed
 from tpu import TPUConfig
+from tpu.fpga.ecp5_cell_models import ecp5_primitive_models
 from tpu.hdl.verilog import CORE_NAME, ENGINE_NAME, generate_verilog
 from tpu.sim.harness import run
 
-
-MULT18X18D_MODEL = Path(tpu.fpga.__file__).parent / "models" / "MULT18X18D.v"
 
 #: 3x3 with 4 PEs on DSP blocks: a row of hard multipliers, a mixed row
 #: (one hard, two soft) and a row in logic, each its own row module.
@@ -25,7 +23,7 @@ ENGINE_CONFIG = TPUConfig(rows=3, cols=3, acc_rows=64, dsp_multipliers=4)
 
 
 def _with_model(text):
-    return text + MULT18X18D_MODEL.read_text()
+    return text + ecp5_primitive_models(text)
 
 
 def test_ecp5_engine_puts_the_first_pes_on_mult18x18d():
@@ -35,7 +33,8 @@ def test_ecp5_engine_puts_the_first_pes_on_mult18x18d():
     # 3 + 1 instances, each defined once; no `*` left for synthesis to map.
     assert text.count("MULT18X18D #(") == 4
     assert not re.search(r" \* ", text)
-    assert text.count("(* keep") == 6 * (2 + 3)      # 6 kept partial sums per soft PE module
+    # 6 chains of CCU2C per soft PE (2 + 3 in the modules), 5 to 8 cells each.
+    assert 6 * 5 * 5 <= len(re.findall(r"^\s*CCU2C ", text, re.M)) <= 6 * 8 * 5
     assert "MULT18X18D" not in generate_verilog(ENGINE_CONFIG, top="engine")
     # Without a budget the ECP5 build leaves every `*` to synthesis.
     plain = generate_verilog(ENGINE_CONFIG.replace(dsp_multipliers=0), top="engine", family="ecp5")

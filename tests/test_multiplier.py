@@ -10,7 +10,7 @@ from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
 from conftest import base_seed
-from tpu.hdl.multiplier import (CarryChainMultiplier, ECP5Multiplier, ECP5PipelinedMultiplier, LUTMultiplier,
+from tpu.hdl.multiplier import (CarryChainMultiplier, ECP5CarryChainMultiplier, ECP5Multiplier, ECP5PipelinedMultiplier, LUTMultiplier,
                                 MULTIPLIER_LATENCY, Multiplier, PipelinedLUTMultiplier,
                                 SplitLUTMultiplier, multiplier_mix)
 from tpu.hdl.systolic_array import SystolicArray
@@ -311,3 +311,28 @@ def test_carry_chain_multiplier_keeps_its_adders_on_carry_chains(tmp_path):
     assert chain.get("MULT18X18D", 0) == 0
     assert chain.get("CCU2C", 0) >= 30 > plain.get("CCU2C", 0), (chain, plain)
     assert size(chain) < 0.6 * size(split), (chain, split)
+
+
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+def test_ecp5_carry_chain_multiplier_on_the_cell_models(simulator, tmp_path):
+    """The hand-instantiated CCU2C chains (their LUT settings, carries and
+    sign extension) on Yosys's models of the cells, every edge pair and
+    random ones."""
+    from tpu.fpga.ecp5_cell_models import ecp5_carry_models
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    pairs = _operand_pairs(np.random.default_rng(seed), 1000)
+    (tmp_path / "cells.v").write_text(ecp5_carry_models())
+    products = _simulated_products(ECP5CarryChainMultiplier(), tmp_path, pairs, [tmp_path / "cells.v"],
+                                   simulator=simulator)
+    wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
+    assert not wrong, f"ECP5CarryChainMultiplier: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
+
+
+def test_ecp5_carry_chain_multiplier_takes_few_luts(tmp_path):
+    """Its partial products take no LUTs: fewer than CarryChainMultiplier's,
+    with its CCU2Cs."""
+    chain = _ecp5_cells(CarryChainMultiplier(), tmp_path)
+    folded = _ecp5_cells(ECP5CarryChainMultiplier(), tmp_path)
+    assert folded.get("LUT4", 0) <= chain.get("LUT4", 0) // 2, (folded, chain)
+    assert folded.get("CCU2C", 0) <= chain.get("CCU2C", 0) + 6, (folded, chain)

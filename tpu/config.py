@@ -107,7 +107,7 @@ class TPUConfig:
         0 (the default): every PE's multiply is a plain ``*``, which synthesis
         puts in a DSP block. ``n``: built for an ECP5, the first ``n`` PEs
         (row by row) multiply in a ``MULT18X18D`` and the others in logic
-        (`tpu.hdl.multiplier.CarryChainMultiplier`), so that an array larger
+        (`tpu.hdl.multiplier.ECP5CarryChainMultiplier`), so that an array larger
         than the device's DSP blocks fits (same results, same cycles). Other
         builds ignore it.
 
