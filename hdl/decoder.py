@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import TPUConfig
 from ..isa import LAYOUTS, MAX_POOL_COUNT, Fault, Opcode, Pool, ldl_rows, ldq_rows, INSTRUCTION_BITS
 from .bounded_product import bounded_product
-from .device_family import is_ecp5, is_ice40
+from .device_family import is_ice40
 from .serial_divider import SerialDivider, divider_cycles
 from .window import DmaWindows, inside_a_window
 
@@ -227,10 +227,10 @@ class InstructionDecoder(wiring.Component):
                     m.next = "IDLE"
 
         # The geometry's products only matter below the UB's size (at or above
-        # it the instruction faults): on an iCE40 or an ECP5, whose DSP
-        # blocks the array needs, they are bounded products in logic.
-        few_dsp_blocks = is_ice40(platform) or is_ecp5(platform)
-        if few_dsp_blocks:
+        # it the instruction faults): on an iCE40, whose 8 DSP blocks the
+        # array needs, they are bounded products in logic. (Not on an ECP5:
+        # there the 9 MULT18X18D they take cost less logic as soft PEs.)
+        if is_ice40(platform):
             ub_bits = cfg.ub_rows.bit_length()
 
             def product(a, b):
@@ -256,7 +256,7 @@ class InstructionDecoder(wiring.Component):
         # MMC: the largest UB row read.
         mmc_last = Signal(48)
         with m.If(conv):
-            if few_dsp_blocks:
+            if is_ice40(platform):
                 # (conv_y - 1) * row_step as one product less; the bounded
                 # one stays exact or at least the UB's size (an operand
                 # clamped at 2**ub_bits: (2**ub_bits - 1) * row_step).

@@ -1,7 +1,7 @@
 """The core's blocks as built for an ECP5 (`generate_verilog(...,
 family="ecp5")` with `TPUConfig.dsp_multipliers`: the first PEs on
-MULT18X18D, the rest multiplying on hand-instantiated CCU2C carry chains,
-the decoder's geometry products bounded and in logic), simulated as RTL with
+MULT18X18D, the rest multiplying on hand-instantiated CCU2C carry chains),
+simulated as RTL with
 the behavioural model of the MULT18X18D (fpga/models/MULT18X18D.v) and
 Yosys's models of the carry cells (`tpu.fpga.ecp5_cell_models`), bit for bit
 and cycle for cycle against the golden models under both simulators."""
@@ -74,8 +74,8 @@ def _core_source():
 ], ids=["random", "ub_range", "edge"])
 def test_ecp5_core(simulator, testcase, env):
     """Random programs (convolution MMCs and pooling ACTs among them), UB
-    range faults, and each opcode at the last UB row and one past it: the
-    bounded products must fault exactly where the exact ones do."""
+    range faults, and each opcode at the last UB row and one past it, with
+    a mixed array inside the whole core."""
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     tests, failures = run(CORE_CONFIG, simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
