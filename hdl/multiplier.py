@@ -3,7 +3,7 @@
 Every multiplier of the systolic array is a component with the same ports and
 the same timing: its operands are registered on the way in and the product on
 the way out, so nothing but the multiplication itself lies between two
-registers, whatever implements it. Three implementations:
+registers, whatever implements it. The implementations:
 
 * :class:`Multiplier`: plain ``*``, the synthesis tool chooses (a DSP block
   where it infers one, logic elsewhere); the default.

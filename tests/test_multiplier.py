@@ -110,6 +110,12 @@ def test_array_rejects_a_bad_multiplier():
         SystolicArray(rows=2, cols=2, multiplier=mixed)
 
 
+@pytest.mark.parametrize("bad", [-1, 2.0, True, "4"])
+def test_array_rejects_a_bad_dsp_multipliers(bad):
+    with pytest.raises(ValueError, match=rf"dsp_multipliers must be None or a non-negative int, not {bad!r}"):
+        SystolicArray(rows=2, cols=2, dsp_multipliers=bad)
+
+
 def test_array_latency_follows_its_multipliers():
     assert SystolicArray(rows=3, cols=4, multiplier=lambda k, n: Multiplier()).latency == \
         3 + 4 + MULTIPLIER_LATENCY - 1
