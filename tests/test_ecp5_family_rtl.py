@@ -81,3 +81,19 @@ def test_ecp5_core(simulator, testcase, env):
     tests, failures = run(CORE_CONFIG, simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
                           seed=seed, toplevel=CORE_NAME, verilog_source=_core_source(), extra_env=env)
     assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed} (replay with TPU_SEED={seed})"
+
+
+def test_ulx3s_board_build_takes_the_budget():
+    """`tpu build --board ulx3s-85f` elaborates under the board's platform,
+    not `generate_verilog`: its design has exactly `dsp_multipliers`
+    MULT18X18D and the rest of the PEs on CCU2C chains."""
+    pytest.importorskip("amaranth_boards")
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    from tpu.fpga.board_top import BoardChip
+
+    config = TPUConfig(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, link_dw=1,
+                       max_payload=128, max_read_request=128, read_tags=1, dma_windows=1,
+                       dsp_multipliers=3)
+    rtlil = ULX3S_85F_Platform().prepare(BoardChip("ulx3s-85f", config), "tpu_chip").files["tpu_chip.il"]
+    assert len(re.findall(r"^\s*cell \\MULT18X18D ", rtlil, re.M)) == 3
+    assert 5 * 6 <= len(re.findall(r"^\s*cell \\CCU2C ", rtlil, re.M)) <= 8 * 6
