@@ -84,7 +84,8 @@ class MatrixEngine(wiring.Component):
         rows = cfg.rows
 
         tag = data.StructLayout({"acc_addr": range(cfg.acc_rows), "accumulate": 1})
-        m.submodules.array = array = SystolicArray(rows=rows, cols=cfg.cols, tag_width=tag.size)
+        m.submodules.array = array = SystolicArray(rows=rows, cols=cfg.cols, tag_width=tag.size,
+                                                   dsp_multipliers=cfg.dsp_multipliers or None)
         m.submodules.accumulators = accs = Accumulators(acc_rows=cfg.acc_rows, cols=cfg.cols)
 
         # Weight queue state: beats in the transit chain, a tile in shadow, and

@@ -3,7 +3,7 @@
 Every multiplier of the systolic array is a component with the same ports and
 the same timing: its operands are registered on the way in and the product on
 the way out, so nothing but the multiplication itself lies between two
-registers, whatever implements it. Three implementations:
+registers, whatever implements it. The implementations:
 
 * :class:`Multiplier`: plain ``*``, the synthesis tool chooses (a DSP block
   where it infers one, logic elsewhere); the default.
@@ -11,6 +11,11 @@ registers, whatever implements it. Three implementations:
   block; for the multipliers beyond a device's DSP blocks.
 * :class:`SplitLUTMultiplier`: the same in logic, its two halves formed in
   the operand cycle and added in the product cycle, for faster clocks.
+* :class:`CarryChainMultiplier`: the same in logic, each partial product
+  added by a carry chain of its own; the smallest in logic on the ECP5, for
+  a slow clock.
+* :class:`ECP5CarryChainMultiplier`: the same with the partial products'
+  AND gates inside the ECP5's carry cells (``CCU2C``, instantiated).
 * :class:`ECP5Multiplier`: a Lattice ECP5 ``MULT18X18D`` instantiated
   directly with its input and output registers in use, so the whole
   multiplication is timed inside the DSP block.
@@ -36,7 +41,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 
-__all__ = ["MultiplierSignature", "Multiplier", "LUTMultiplier", "SplitLUTMultiplier", "ECP5Multiplier",
+__all__ = ["MultiplierSignature", "Multiplier", "LUTMultiplier", "SplitLUTMultiplier",
+           "CarryChainMultiplier", "ECP5CarryChainMultiplier", "ECP5Multiplier",
            "PipelinedLUTMultiplier", "ECP5PipelinedMultiplier", "multiplier_mix", "MULTIPLIER_LATENCY",
            "ICE40DualMultiplier", "ice40_dual_multipliers"]
 
@@ -143,6 +149,88 @@ class SplitLUTMultiplier(Multiplier):
             self.p.eq(lo + (hi << 4)),
         ]
         return m
+
+
+class CarryChainMultiplier(Multiplier):
+    """:class:`LUTMultiplier` as a chain of adders, ``a * b = (...(a * b[0] +
+    a * b[1] * 2) + ...) + a * b[6] * 2**6 - a * b[7] * 2**7``, each partial
+    sum a signal marked ``keep``.
+
+    Without the marks Yosys gathers an adder tree into one multi-operand
+    sum and builds it as a carry-save tree of LUTs; kept apart, each adder
+    is a carry chain (the ECP5's CCU2C). Measured alone (``synth_ecp5``, the
+    board build's LUT mapping): 73 LUT4, 35 CCU2C and 34 flip-flops, against
+    239 LUT4 and 21 CCU2C for :class:`SplitLUTMultiplier` and 380 LUT4 and 9
+    CCU2C for :class:`LUTMultiplier`. Seven adders in a row make it the
+    slowest of them: for a chip clocked near 20 MHz, where area decides.
+    """
+
+    def product(self, m, a, b):
+        total = Mux(b[0], a, 0)
+        for i in range(1, 7):
+            term = total + (Mux(b[i], a, 0) << i)
+            total = Signal(term.shape(), name=f"partial{i}", attrs={"keep": 1})
+            m.d.comb += total.eq(term)
+        return total - (Mux(b[7], a, 0) << 7)
+
+
+class ECP5CarryChainMultiplier(Multiplier):
+    """:class:`CarryChainMultiplier` with each partial product's AND gates
+    inside the carry chain: the adders ``x + (a & b[i]) * 2**i``, i = 1..6,
+    are ECP5 ``CCU2C`` cells instantiated directly, each half's LUT taking
+    ``x``'s bit, ``a``'s bit and ``b[i]``, so the partial products take no
+    LUTs of their own. Only ``a * b[0]`` and the subtraction of ``a * b[7]
+    * 2**7`` are left to synthesis.
+
+    A ``CCU2C`` half computes the sum bit ``S = P ^ CIN`` and the carry
+    ``COUT = P ? CIN : G`` from ``P = INIT(A, B, C, D)`` and the generate
+    ``G = INIT[3:0](A, B)`` (the cell's model in Yosys,
+    ``share/lattice/ccu2c_sim.vh``, as Yosys's own adders use it with D =
+    1). Here ``D = 1``, ``P = A ^ (B & C)`` with ``A`` the bit of ``x``, ``B``
+    the bit of ``a`` and ``C`` = ``b[i]``, and ``G = A``: where ``P`` is 0
+    the two addend bits are equal, and their carry is either of them.
+
+    An ECP5 primitive: synthesis for an ECP5, or a simulator given the
+    models of ``CCU2C``, ``LUT4`` and ``LUT2``, can run it.
+    """
+
+    #: The CCU2C half's LUT: P = A ^ (B & C) where D = 1 (bits 8..15), the
+    #: generate A where C = D = 0 (bits 0..3; 4..7 unused, the same).
+    AND_ADD_INIT = 0b0110_1010_1010_1010
+
+    @classmethod
+    def and_add(cls, m, x, a, bit, shift, name):
+        """``x + (a & bit) * 2**shift`` (signed) on a chain of CCU2C cells
+        from bit `shift` up; the bits below pass from `x`."""
+        x, a = Value.cast(x), Value.cast(a)
+        width = max(len(x), len(a) + shift) + 1
+        total = Signal(signed(width), name=name)
+        m.d.comb += total[:shift].eq(x[:shift])
+        carry = C(0, 1)
+        for n, j in enumerate(range(shift, width, 2)):
+            ports = {"i_CIN": carry}
+            for half in range(2):
+                k = j + half
+                if k < width:
+                    ports.update({f"i_A{half}": x[min(k, len(x) - 1)],
+                                  f"i_B{half}": a[min(k - shift, len(a) - 1)],
+                                  f"o_S{half}": total[k]})
+                else:
+                    ports.update({f"i_A{half}": C(0, 1), f"i_B{half}": C(0, 1)})
+                ports.update({f"i_C{half}": bit, f"i_D{half}": C(1, 1)})
+            cout = Signal(name=f"{name}_carry{n}")
+            ports["o_COUT"] = cout
+            m.submodules[f"{name}_ccu{n}"] = Instance(
+                "CCU2C", p_INIT0=C(cls.AND_ADD_INIT, 16), p_INIT1=C(cls.AND_ADD_INIT, 16),
+                p_INJECT1_0="NO", p_INJECT1_1="NO", **ports)
+            carry = cout
+        return total
+
+    def product(self, m, a, b):
+        total = Mux(b[0], a, 0)
+        for i in range(1, 7):
+            total = self.and_add(m, total, a, b[i], i, f"partial{i}")
+        return total - (Mux(b[7], a, 0) << 7)
 
 
 class ECP5Multiplier(Multiplier):

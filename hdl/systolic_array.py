@@ -6,9 +6,10 @@ from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .device_family import is_ice40
+from .device_family import is_ecp5, is_ice40
 from .module_library import ModuleLibrary, add_submodule
-from .multiplier import MULTIPLIER_LATENCY, Multiplier, MultiplierSignature, ice40_dual_multipliers
+from .multiplier import (MULTIPLIER_LATENCY, ECP5CarryChainMultiplier, ECP5Multiplier, Multiplier,
+                         MultiplierSignature, ice40_dual_multipliers, multiplier_mix)
 from .staircase import Staircase
 
 
@@ -90,7 +91,14 @@ class SystolicArray(wiring.Component):
         and logic for the rest). None (the default) chooses by the
         platform (`tpu.hdl.device_family`): for an iCE40
         :func:`~tpu.hdl.multiplier.ice40_dual_multipliers`, two PEs to an
-        SB_MAC16, else :class:`~tpu.hdl.multiplier.Multiplier`.
+        SB_MAC16; for an ECP5 with `dsp_multipliers`, that many PEs on
+        :class:`~tpu.hdl.multiplier.ECP5Multiplier` and the rest on
+        :class:`~tpu.hdl.multiplier.ECP5CarryChainMultiplier`; else
+        :class:`~tpu.hdl.multiplier.Multiplier`.
+    dsp_multipliers : int or None
+        With the platform's multipliers on an ECP5: how many PEs (the first,
+        row by row) multiply in a ``MULT18X18D``; the rest multiply in
+        logic. None (the default): every PE's ``*`` is left to synthesis.
 
     Members
     -------
@@ -116,7 +124,8 @@ class SystolicArray(wiring.Component):
     out_tag : Out(tag_width)
     """
 
-    def __init__(self, *, rows, cols, tag_width=1, multiplier=None, control_fanout=None):
+    def __init__(self, *, rows, cols, tag_width=1, multiplier=None, control_fanout=None,
+                 dsp_multipliers=None):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or not 1 <= value <= 256:
                 raise ValueError(f"SystolicArray {name} must be an int in 1..256, not {value!r}")
@@ -127,6 +136,13 @@ class SystolicArray(wiring.Component):
             raise ValueError(f"SystolicArray control_fanout must be None or a positive int, "
                              f"not {control_fanout!r}")
         self._control_fanout = control_fanout
+        if dsp_multipliers is not None and (not isinstance(dsp_multipliers, int)
+                                            or isinstance(dsp_multipliers, bool)
+                                            or dsp_multipliers < 0):
+            self._MustUse__silence = True   # refused, so never elaborated
+            raise ValueError(f"SystolicArray dsp_multipliers must be None or a non-negative int, "
+                             f"not {dsp_multipliers!r}")
+        self._dsp_multipliers = dsp_multipliers
         if not isinstance(tag_width, int) or tag_width < 1:
             raise ValueError(f"SystolicArray tag_width must be a positive int, not {tag_width!r}")
         self._platform_multiplier = multiplier is None
@@ -266,12 +282,18 @@ class SystolicArray(wiring.Component):
         col_wdata = staircase("skew_wdata", [self.w_data[n] for n in range(cols)], 8, 0, 1)
 
         # The default multiplier on an iCE40 is half an SB_MAC16: yosys maps
-        # a plain `*` to a whole one.
+        # a plain `*` to a whole one. On an ECP5 with a budget of DSP blocks,
+        # the PEs beyond it multiply in logic.
         multipliers = self._multipliers
+        make = None
         if self._platform_multiplier and is_ice40(platform):
+            make = ice40_dual_multipliers()
+        elif self._platform_multiplier and is_ecp5(platform) and self._dsp_multipliers is not None:
+            make = multiplier_mix(self._dsp_multipliers, cols=cols, hard_multiplier=ECP5Multiplier,
+                                  soft_multiplier=ECP5CarryChainMultiplier)
+        if make is not None:
             for mul in (mul for row in multipliers for mul in row):
                 mul._MustUse__silence = True
-            make = ice40_dual_multipliers()
             multipliers = [[make(k, n) for n in range(cols)] for k in range(rows)]
 
         # The PEs, a row at a time: every row is the same module, so the

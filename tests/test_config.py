@@ -22,7 +22,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "pool_max_width": (1, 65535), "link_dw": (1, 8), "max_payload": (128, 4096),
         "max_read_request": (128, 4096), "read_tags": (1, 32), "cpl_timeout": (16, 1 << 24),
         "dma_windows": (1, 16), "requantizers": (0, 256), "requantizer_multiplier_width": (8, 32),
-        "host_addr_bits": (32, 64), "counter_bits": (32, 64),
+        "host_addr_bits": (32, 64), "counter_bits": (32, 64), "dsp_multipliers": (0, 65536),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -90,9 +90,18 @@ def test_up5k_profile_and_overrides():
     assert TPUConfig.from_options({}, "up5k") == UP5K_PROFILE
     assert (UP5K_PROFILE.rows, UP5K_PROFILE.cols, UP5K_PROFILE.requantizers) == (2, 2, 1)
     assert TPUConfig.from_options({"rows": 4, "cols": 4}, "up5k").cols == 4
-    assert set(PROFILES) == {"up5k"}
-    with pytest.raises(ConfigError, match="unknown board profile 'up6k': the profiles are up5k"):
+    assert set(PROFILES) == {"up5k", "ulx3s16"}
+    with pytest.raises(ConfigError, match="unknown board profile 'up6k': the profiles are ulx3s16, up5k"):
         TPUConfig.from_options({}, "up6k")
+
+
+def test_ulx3s16_profile_is_a_16x16_chip_with_a_dsp_budget():
+    from tpu.config import UP5K_HOST_FIELDS, ULX3S16_PROFILE
+    assert TPUConfig.from_options({}, "ulx3s16") == ULX3S16_PROFILE
+    assert (ULX3S16_PROFILE.rows, ULX3S16_PROFILE.cols, ULX3S16_PROFILE.requantizers) == (16, 16, 1)
+    assert 0 < ULX3S16_PROFILE.dsp_multipliers < 156
+    assert all(getattr(ULX3S16_PROFILE, name) == value for name, value in UP5K_HOST_FIELDS.items())
+    assert TPUConfig().dsp_multipliers == 0
 
 
 def test_host_widths_default_to_64_bits_and_up5k_fields_are_valid():

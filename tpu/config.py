@@ -8,7 +8,7 @@ between them.
 from dataclasses import dataclass, fields, asdict
 
 
-__all__ = ["TPUConfig", "ConfigError", "PROFILES", "UP5K_PROFILE"]
+__all__ = ["TPUConfig", "ConfigError", "PROFILES", "UP5K_PROFILE", "ULX3S16_PROFILE"]
 
 
 class ConfigError(ValueError):
@@ -41,6 +41,8 @@ _RANGES = {
                                        "(DMA windows, PROG_ADDR, WFILL_ADDR, MSI_ADDR, DMA jobs)"),
     "counter_bits":      (32, 64,      "width of the performance counters; they wrap modulo "
                                        "2**counter_bits"),
+    "dsp_multipliers":   (0, 65536,    "PEs that multiply in a DSP block when built for an ECP5, the "
+                                       "first ones row by row, the rest in logic (0: every PE)"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
@@ -101,6 +103,13 @@ class TPUConfig:
     counter_bits : int
         Width of the performance counters (COUNTER_NAMES); they wrap modulo
         ``2**counter_bits``, and a ``_HI`` half keeps only the bits above 32.
+    dsp_multipliers : int
+        0 (the default): every PE's multiply is a plain ``*``, which synthesis
+        puts in a DSP block. ``n``: built for an ECP5, the first ``n`` PEs
+        (row by row) multiply in a ``MULT18X18D`` and the others in logic
+        (`tpu.hdl.multiplier.ECP5CarryChainMultiplier`), so that an array larger
+        than the device's DSP blocks fits (same results, same cycles). Other
+        builds ignore it.
 
     Raises
     ------
@@ -129,6 +138,7 @@ class TPUConfig:
     requantizer_multiplier_width: int = 32
     host_addr_bits: int = 64
     counter_bits: int = 64
+    dsp_multipliers: int = 0
 
     def __post_init__(self):
         for f in fields(self):
@@ -233,7 +243,17 @@ PROFILES = {
     "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
                  cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                  requantizers=1, requantizer_multiplier_width=16),
+    # ECP5-85F (ULX3S): a 16x16 array, 81 of its PEs on the 156 MULT18X18D
+    # (the pooling unit takes 64, the decoder 9, the requantizer and the
+    # activation unit 1 each) and 175 in logic, one requantizer with a
+    # 16 x 16-bit multiplier (ACT takes 64 cycles a row), a weight memory of
+    # 512 tiles, the UP5K's host interface for a UART (docs/fpga.md).
+    "ulx3s16": dict(rows=16, cols=16, weight_mem_tiles=512, cpl_timeout=16000000, **UP5K_HOST_FIELDS,
+                    requantizers=1, requantizer_multiplier_width=16, dsp_multipliers=81),
 }
 
 #: The chip of the "up5k" profile.
 UP5K_PROFILE = TPUConfig(**PROFILES["up5k"])
+
+#: The chip of the "ulx3s16" profile.
+ULX3S16_PROFILE = TPUConfig(**PROFILES["ulx3s16"])

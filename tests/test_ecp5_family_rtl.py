@@ -1,0 +1,99 @@
+"""The core's blocks as built for an ECP5 (`generate_verilog(...,
+family="ecp5")` with `TPUConfig.dsp_multipliers`: the first PEs on
+MULT18X18D, the rest multiplying on hand-instantiated CCU2C carry chains),
+simulated as RTL with
+the behavioural model of the MULT18X18D (fpga/models/MULT18X18D.v) and
+Yosys's models of the carry cells (`tpu.fpga.ecp5_cell_models`), bit for bit
+and cycle for cycle against the golden models under both simulators."""
+
+import re
+
+import pytest
+
+from conftest import base_seed
+from tpu import TPUConfig
+from tpu.fpga.ecp5_cell_models import ecp5_primitive_models
+from tpu.hdl.verilog import CORE_NAME, ENGINE_NAME, generate_verilog
+from tpu.sim.harness import run
+
+
+#: 3x3 with 4 PEs on DSP blocks: a row of hard multipliers, a mixed row
+#: (one hard, two soft) and a row in logic, each its own row module.
+ENGINE_CONFIG = TPUConfig(rows=3, cols=3, acc_rows=64, dsp_multipliers=4)
+
+
+def _with_model(text):
+    return text + ecp5_primitive_models(text)
+
+
+def test_ecp5_engine_puts_the_first_pes_on_mult18x18d():
+    text = generate_verilog(ENGINE_CONFIG, top="engine", family="ecp5")
+    rows = re.findall(r"^module \\?(tpu_systolic_row\w+) ?\(.*?^endmodule", text, re.M | re.S)
+    assert len(rows) == 3, f"expected 3 distinct row modules, got {rows}"
+    # 3 + 1 instances, each defined once; no `*` left for synthesis to map.
+    assert text.count("MULT18X18D #(") == 4
+    assert not re.search(r" \* ", text)
+    # 6 chains of CCU2C per soft PE (2 + 3 in the modules), 5 to 8 cells each.
+    assert 6 * 5 * 5 <= len(re.findall(r"^\s*CCU2C ", text, re.M)) <= 6 * 8 * 5
+    assert "MULT18X18D" not in generate_verilog(ENGINE_CONFIG, top="engine")
+    # Without a budget the ECP5 build leaves every `*` to synthesis.
+    plain = generate_verilog(ENGINE_CONFIG.replace(dsp_multipliers=0), top="engine", family="ecp5")
+    assert "MULT18X18D" not in plain and re.search(r" \* ", plain)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("testcase", ["random_operations", "extreme_values"])
+def test_ecp5_matrix_engine(simulator, testcase):
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    source = _with_model(generate_verilog(ENGINE_CONFIG, top="engine", family="ecp5"))
+    tests, failures = run(ENGINE_CONFIG, simulator, "tpu.sim.testbenches.tb_matrix_engine",
+                          testcase=testcase, seed=seed, toplevel=ENGINE_NAME, verilog_source=source)
+    assert tests == 1, f"{testcase} did not run (see the simulation log)"
+    assert failures == 0, f"{testcase} failed with seed {seed} (replay with TPU_SEED={seed})"
+
+
+#: The core of tests/test_core_rtl.py with 6 of its 16 PEs on MULT18X18D.
+CORE_CONFIG = TPUConfig(rows=4, cols=4, acc_rows=32, ub_rows=64, weight_mem_tiles=8, weight_fifo_tiles=2,
+                        weight_mem_latency=3, weight_mem_bytes_per_cycle=4, pool_max_width=8,
+                        dsp_multipliers=6)
+_CORE = {}
+
+
+def _core_source():
+    if not _CORE:
+        _CORE["text"] = _with_model(generate_verilog(CORE_CONFIG, top="core", family="ecp5"))
+    return _CORE["text"]
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("testcase, env", [
+    ("random_programs", {"TPU_LENGTH": "40"}),
+    ("random_programs", {"TPU_LENGTH": "20", "TPU_FAULT": "ub_range"}),
+    ("edge_programs", {}),
+], ids=["random", "ub_range", "edge"])
+def test_ecp5_core(simulator, testcase, env):
+    """Random programs (convolution MMCs and pooling ACTs among them), UB
+    range faults, and each opcode at the last UB row and one past it, with
+    a mixed array inside the whole core."""
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    tests, failures = run(CORE_CONFIG, simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
+                          seed=seed, toplevel=CORE_NAME, verilog_source=_core_source(), extra_env=env)
+    assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed} (replay with TPU_SEED={seed})"
+
+
+def test_ulx3s_board_build_takes_the_budget():
+    """`tpu build --board ulx3s-85f` elaborates under the board's platform,
+    not `generate_verilog`: its design has exactly `dsp_multipliers`
+    MULT18X18D and the rest of the PEs on CCU2C chains."""
+    pytest.importorskip("amaranth_boards")
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    from tpu.fpga.board_top import BoardChip
+
+    config = TPUConfig(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, link_dw=1,
+                       max_payload=128, max_read_request=128, read_tags=1, dma_windows=1,
+                       dsp_multipliers=3)
+    rtlil = ULX3S_85F_Platform().prepare(BoardChip("ulx3s-85f", config), "tpu_chip").files["tpu_chip.il"]
+    assert len(re.findall(r"^\s*cell \\MULT18X18D ", rtlil, re.M)) == 3
+    assert 5 * 6 <= len(re.findall(r"^\s*cell \\CCU2C ", rtlil, re.M)) <= 8 * 6
