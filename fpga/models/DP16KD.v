@@ -217,8 +217,8 @@ module DP16KD(
     end
 
     // One clock edge of a port in the true dual port mode, x9 or x18: the
-    // write (NBA, so the other port reads the old word this edge) and the
-    // port's next output, `out` holding its present one.
+    // write (NBA, so the other port reads the word before it this edge) and
+    // the port's next output, `out` holding its present one.
     task port_access;
         input integer width;
         input [8*16-1:0] writemode;
@@ -226,26 +226,26 @@ module DP16KD(
         input [17:0] data;
         input write;
         inout [17:0] out;
-        reg [17:0] old, new;
+        reg [17:0] stored, merged;
         reg [1:0] bytes;
         begin
-            old = mem[address[13:4]];
+            stored = mem[address[13:4]];
             if (width == 9) begin
                 bytes = address[3] ? 2'b10 : 2'b01;
-                new = {data[8:0], data[8:0]};
+                merged = {data[8:0], data[8:0]};
             end else begin
                 bytes = address[1:0];
-                new = data;
+                merged = data;
             end
-            new = {bytes[1] ? new[17:9] : old[17:9], bytes[0] ? new[8:0] : old[8:0]};
-            if (write) mem[address[13:4]] <= new;
+            merged = {bytes[1] ? merged[17:9] : stored[17:9], bytes[0] ? merged[8:0] : stored[8:0]};
+            if (write) mem[address[13:4]] <= merged;
             if (write && writemode == "NORMAL")
                 out = out;
             else if (width == 9)
-                out = {9'b0, address[3] ? (write && writemode == "WRITETHROUGH" ? new[17:9] : old[17:9])
-                                        : (write && writemode == "WRITETHROUGH" ? new[8:0] : old[8:0])};
+                out = {9'b0, address[3] ? (write && writemode == "WRITETHROUGH" ? merged[17:9] : stored[17:9])
+                                        : (write && writemode == "WRITETHROUGH" ? merged[8:0] : stored[8:0])};
             else
-                out = write && writemode == "WRITETHROUGH" ? new : old;
+                out = write && writemode == "WRITETHROUGH" ? merged : stored;
         end
     endtask
 
