@@ -252,7 +252,7 @@ def test_dp16kd_model(simulator, tmp_path):
     simulated = np.array([[int(x) for x in line.split()] for line in lines])
     for n, (width_a, width_b, mode) in enumerate(RAMS):
         expected = np.array(_ram_reference(width_a, width_b, mode, initval, stimulus))
-        wrong = np.flatnonzero((simulated[:, 2 * n:2 * n + 2] != expected).any(axis=1))
-        assert not len(wrong), (f"DP16KD x{width_a}/x{width_b} {mode}: (DOA, DOB) wrong at cycles "
-                                f"{[int(step) for step in wrong[:5]]}, e.g. {simulated[wrong[0], 2 * n:2 * n + 2]} for "
-                                f"{expected[wrong[0]]} (seed {seed})")
+        outputs = simulated[:, 2 * n:2 * n + 2]
+        wrong = [int(step) for step in np.flatnonzero((outputs != expected).any(axis=1))]
+        assert not wrong, (f"DP16KD x{width_a}/x{width_b} {mode}: (DOA, DOB) wrong at cycles {wrong[:5]}, "
+                           f"e.g. {outputs[wrong[0]]} for {expected[wrong[0]]} (seed {seed})")
