@@ -104,8 +104,8 @@ def ecp5_synth_commands(top):
     from .build import synth_overrides
 
     overrides = synth_overrides("ulx3s-85f", top)
-    return [*overrides["script_after_read"].splitlines(),
-            f"synth_ecp5 {overrides.get('synth_opts', '')} -top {top}".replace("  ", " "),
+    synth = " ".join(filter(None, ["synth_ecp5", overrides.get("synth_opts"), f"-top {top}"]))
+    return [*overrides["script_after_read"].splitlines(), synth,
             *overrides.get("script_after_synth", "").splitlines()]
 
 

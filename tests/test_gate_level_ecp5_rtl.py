@@ -28,10 +28,11 @@ from functools import partial
 from unittest import mock
 
 import pytest
+from amaranth import Elaboratable, Module
 
 from conftest import base_seed
 from tpu import TPUConfig
-from tpu.fpga.gate_level import ecp5_gate_level_source
+from tpu.fpga.gate_level import ecp5_gate_level_source, ecp5_synth_commands
 from tpu.hdl import multiplier
 from tpu.hdl.systolic_array import SystolicArray
 from tpu.hdl.verilog import CORE_NAME, ENGINE_NAME, generate_verilog
@@ -77,6 +78,27 @@ def _engine_netlist(mix):
         assert text.count("MULT18X18D #(") == HARD_PES, "the engine's array did not take the mix"
         _SOURCES[mix] = ecp5_gate_level_source(text, ENGINE_NAME, BUILD_ROOT / "gate_level")
     return _SOURCES[mix]
+
+
+class _Blink(Elaboratable):
+    def elaborate(self, platform):
+        m = Module()
+        led = platform.request("led", 0)
+        m.d.sync += led.o.eq(~led.o)
+        return m
+
+
+def test_synthesis_is_the_ulx3s_builds():
+    """The netlist's yosys commands are those between reading the design and
+    writing its JSON in the script `tpu build` has Amaranth write for the ULX3S."""
+    pytest.importorskip("amaranth_boards")
+    from tpu.fpga.build import BOARDS, _platform, synth_overrides
+
+    plan = _platform(BOARDS["ulx3s-85f"]).prepare(_Blink(), "blink", **synth_overrides("ulx3s-85f", "blink"))
+    script = [line.strip() for line in plan.files["blink.ys"].splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert script[0].startswith("read_rtlil") and script[-1].startswith("write_json")
+    assert script[1:-1] == ecp5_synth_commands("blink")
 
 
 def test_netlist_is_made_of_ecp5_cells():
