@@ -19,9 +19,9 @@ drives the core's ports only; it checks the host memory, UB and accumulator
 rows the program leaves against the golden model's. Synthesis takes about a
 minute (cached in ``build/gate_level``); the MLP then takes 2 to 3.5 minutes
 under Icarus on a busy machine and 7 under Verilator, so it runs with
-``TPU_GATE_ALL=1`` only,
-while the engines below run in the suite under Icarus (a minute) and with
-``TPU_GATE_ALL=1`` under Verilator (4 minutes); docs/fpga.md has the times.
+``TPU_GATE_ALL=1`` only, while the engines below run in the suite under
+Icarus (a minute) and with ``TPU_GATE_ALL=1`` under Verilator (4 minutes);
+docs/fpga.md has the times.
 """
 
 import os
