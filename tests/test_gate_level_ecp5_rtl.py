@@ -29,7 +29,7 @@ from functools import partial
 from unittest import mock
 
 import pytest
-from amaranth import Elaboratable, Module
+from amaranth import Elaboratable, Module, Signal
 
 from conftest import base_seed
 from tpu import TPUConfig
@@ -81,11 +81,11 @@ def _engine_netlist(mix):
     return _SOURCES[mix]
 
 
-class _Blink(Elaboratable):
+class _Counter(Elaboratable):
     def elaborate(self, platform):
         m = Module()
-        led = platform.request("led", 0)
-        m.d.sync += led.o.eq(~led.o)
+        count = Signal(4)
+        m.d.sync += count.eq(count + 1)
         return m
 
 
@@ -95,7 +95,7 @@ def test_synthesis_is_the_ulx3s_builds():
     pytest.importorskip("amaranth_boards")
     from tpu.fpga.build import BOARDS, _platform, synth_overrides
 
-    plan = _platform(BOARDS["ulx3s-85f"]).prepare(_Blink(), "blink", **synth_overrides("ulx3s-85f", "blink"))
+    plan = _platform(BOARDS["ulx3s-85f"]).prepare(_Counter(), "blink", **synth_overrides("ulx3s-85f", "blink"))
     script = [line.strip() for line in plan.files["blink.ys"].splitlines()
               if line.strip() and not line.startswith("#")]
     assert script[0].startswith("read_rtlil") and script[-1].startswith("write_json")
