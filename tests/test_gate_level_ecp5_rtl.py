@@ -17,7 +17,7 @@ model (`tb_matrix_engine`).
 The testbench is the core's program testbench (`tb_core_programs`), which
 drives the core's ports only; it checks the host memory, UB and accumulator
 rows the program leaves against the golden model's. Synthesis takes about a
-minute (cached in ``build/gate_level``); the MLP then takes 2 to 3.5 minutes
+minute (cached in ``build/gate_level``); the MLP then takes 1.6 to 3.5 minutes
 under Icarus on a busy machine and 7 under Verilator, so it runs with
 ``TPU_GATE_ALL=1`` only, while the engines below run in the suite under
 Icarus (a minute) and with ``TPU_GATE_ALL=1`` under Verilator (4 minutes);
@@ -116,7 +116,7 @@ def test_netlist_is_made_of_ecp5_cells():
 @pytest.mark.rtl
 def test_mlp_on_the_ecp5_netlist(simulator, tmp_path):
     if not os.environ.get("TPU_GATE_ALL"):
-        pytest.skip("the MLP on the 11,500-LUT netlist takes 2 to 3.5 minutes under Icarus and 7 "
+        pytest.skip("the MLP on the 11,500-LUT netlist takes 1.6 to 3.5 minutes under Icarus and 7 "
                     "under Verilator, more than the suite can afford; TPU_GATE_ALL=1 runs it")
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
