@@ -95,11 +95,12 @@ def test_synthesis_is_the_ulx3s_builds():
     pytest.importorskip("amaranth_boards")
     from tpu.fpga.build import BOARDS, _platform, synth_overrides
 
-    plan = _platform(BOARDS["ulx3s-85f"]).prepare(_Counter(), "blink", **synth_overrides("ulx3s-85f", "blink"))
-    script = [line.strip() for line in plan.files["blink.ys"].splitlines()
+    overrides = synth_overrides("ulx3s-85f", "counter")
+    plan = _platform(BOARDS["ulx3s-85f"]).prepare(_Counter(), "counter", **overrides)
+    script = [line.strip() for line in plan.files["counter.ys"].splitlines()
               if line.strip() and not line.startswith("#")]
     assert script[0].startswith("read_rtlil") and script[-1].startswith("write_json")
-    assert script[1:-1] == ecp5_synth_commands("blink")
+    assert script[1:-1] == ecp5_synth_commands("counter")
 
 
 def test_netlist_is_made_of_ecp5_cells():
