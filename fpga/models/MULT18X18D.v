@@ -1,11 +1,17 @@
-// Behavioural model of the Lattice ECP5 MULT18X18D, for simulating designs
-// that instantiate it. It covers the subset tpu.hdl.multiplier.ECP5Multiplier
-// uses: 18x18 multiplication (signed or unsigned per operand, SIGNEDA/B),
-// the A, B and output registers, each clocked by CLK0..CLK3 or "NONE" and
-// with its own clock enable and synchronous reset among CE0..CE3 and
-// RST0..RST3. The C input, the pipeline register, the shift chains
-// (SRIA/SRIB/SROA/SROB), the cascade outputs and asynchronous reset are not
-// modelled: a design that uses them gets an error at time zero.
+// Behavioural model of the Lattice ECP5 MULT18X18D (sysDSP usage guide,
+// TN1267), for simulating designs that instantiate it and synth_ecp5
+// netlists (yosys ships its black box only). It covers the subset
+// tpu.hdl.multiplier.ECP5Multiplier and yosys's multiply mapping use: 18x18
+// multiplication, each operand signed or unsigned per SIGNEDA/SIGNEDB (the
+// flag travels through its operand's input register), the A and B input
+// registers, the pipeline register after the multiplier and the output
+// register, each clocked by CLK0..CLK3 or "NONE" (bypassed) with its own
+// clock enable and synchronous reset among CE0..CE3 and RST0..RST3 (reset
+// wins over the clock enable). The C input register, the shift chains
+// (SOURCEA/SOURCEB, SRIA/SRIB/SROA/SROB), the register and SIGNEDP outputs,
+// the bypass mode and asynchronous reset are not modelled: a design that
+// sets one of them stops at time zero with a message, one that drives
+// SOURCEA or SOURCEB high stops then; the unmodelled outputs are not ports.
 module MULT18X18D(
     input A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15, A16, A17,
     input B0, B1, B2, B3, B4, B5, B6, B7, B8, B9, B10, B11, B12, B13, B14, B15, B16, B17,
@@ -54,7 +60,7 @@ module MULT18X18D(
     endfunction
 
     initial begin
-        if (REG_INPUTC_CLK != "NONE" || REG_PIPELINE_CLK != "NONE" || RESETMODE != "SYNC"
+        if (REG_INPUTC_CLK != "NONE" || RESETMODE != "SYNC" || HIGHSPEED_CLK != "NONE"
                 || SOURCEB_MODE != "B_SHIFT" || MULT_BYPASS != "DISABLED") begin
             $display("MULT18X18D model: a parameter outside the modelled subset is set");
             $finish;
@@ -63,12 +69,13 @@ module MULT18X18D(
 
     localparam A_CLK = index(REG_INPUTA_CLK), A_CE = index(REG_INPUTA_CE), A_RST = index(REG_INPUTA_RST);
     localparam B_CLK = index(REG_INPUTB_CLK), B_CE = index(REG_INPUTB_CE), B_RST = index(REG_INPUTB_RST);
+    localparam M_CLK = index(REG_PIPELINE_CLK), M_CE = index(REG_PIPELINE_CE), M_RST = index(REG_PIPELINE_RST);
     localparam P_CLK = index(REG_OUTPUT_CLK), P_CE = index(REG_OUTPUT_CE), P_RST = index(REG_OUTPUT_RST);
 
     // Each register is bypassed when its clock is "NONE". The sign flags
     // travel with their operands.
     reg [18:0] a_q = 0, b_q = 0;
-    reg [35:0] p_q = 0;
+    reg [35:0] m_q = 0, p_q = 0;
     wire [18:0] a_r = A_CLK < 0 ? {SIGNEDA, a} : a_q;
     wire [18:0] b_r = B_CLK < 0 ? {SIGNEDB, b} : b_q;
 
@@ -76,7 +83,14 @@ module MULT18X18D(
     wire [35:0] a_wide = {{18{a_r[18] & a_r[17]}}, a_r[17:0]};
     wire [35:0] b_wide = {{18{b_r[18] & b_r[17]}}, b_r[17:0]};
     wire [35:0] product = a_wide * b_wide;
-    wire [35:0] p_r = P_CLK < 0 ? product : p_q;
+    wire [35:0] m_r = M_CLK < 0 ? product : m_q;
+    wire [35:0] p_r = P_CLK < 0 ? m_r : p_q;
+
+    always @(SOURCEA, SOURCEB)
+        if (SOURCEA === 1'b1 || SOURCEB === 1'b1) begin
+            $display("MULT18X18D model: SOURCEA/SOURCEB (the shift chains) are not modelled");
+            $finish;
+        end
 
     generate
         if (A_CLK >= 0)
@@ -85,9 +99,12 @@ module MULT18X18D(
         if (B_CLK >= 0)
             always @(posedge clk[B_CLK])
                 if (rst[B_RST]) b_q <= 0; else if (ce[B_CE]) b_q <= {SIGNEDB, b};
+        if (M_CLK >= 0)
+            always @(posedge clk[M_CLK])
+                if (rst[M_RST]) m_q <= 0; else if (ce[M_CE]) m_q <= product;
         if (P_CLK >= 0)
             always @(posedge clk[P_CLK])
-                if (rst[P_RST]) p_q <= 0; else if (ce[P_CE]) p_q <= product;
+                if (rst[P_RST]) p_q <= 0; else if (ce[P_CE]) p_q <= m_r;
     endgenerate
 
     assign {P35, P34, P33, P32, P31, P30, P29, P28, P27, P26, P25, P24, P23, P22, P21, P20, P19, P18,
