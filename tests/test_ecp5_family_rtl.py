@@ -3,7 +3,7 @@ family="ecp5")` with `TPUConfig.dsp_multipliers`: the first PEs on
 MULT18X18D, the rest multiplying on hand-instantiated CCU2C carry chains),
 simulated as RTL with
 the behavioural model of the MULT18X18D (fpga/models/MULT18X18D.v) and
-Yosys's models of the carry cells (`tpu.fpga.ecp5_cell_models`), bit for bit
+Yosys's models of the carry cells (`tpu.fpga.gate_level`), bit for bit
 and cycle for cycle against the golden models under both simulators."""
 
 import re
@@ -12,7 +12,7 @@ import pytest
 
 from conftest import base_seed
 from tpu import TPUConfig
-from tpu.fpga.ecp5_cell_models import ecp5_primitive_models
+from tpu.fpga.gate_level import ecp5_primitive_models
 from tpu.hdl.verilog import CORE_NAME, ENGINE_NAME, generate_verilog
 from tpu.sim.harness import run
 

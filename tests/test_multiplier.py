@@ -324,7 +324,7 @@ def test_ecp5_carry_chain_multiplier_on_the_cell_models(simulator, tmp_path):
     """The hand-instantiated CCU2C chains (their LUT settings, carries and
     sign extension) on Yosys's models of the cells, every edge pair and
     random ones."""
-    from tpu.fpga.ecp5_cell_models import ecp5_carry_models
+    from tpu.fpga.gate_level import ecp5_carry_models
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     pairs = _operand_pairs(np.random.default_rng(seed), 1000)
