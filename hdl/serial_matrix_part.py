@@ -5,12 +5,11 @@ chip's (docs/serial_link.md) and the driver's `SerialLink` talks to it."""
 
 from amaranth import *
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
 from .matrix_part import MatrixPart, check_matrix_part_config
 from .module_library import ModuleLibrary
 from .register_target import RegisterTarget
-from .serial_port import (DEFAULT_DIVISOR, DEFAULT_LED_HOLD, SERIAL_PCIE_ID, SerialPort,
+from .serial_port import (DEFAULT_DIVISOR, DEFAULT_LED_HOLD, SERIAL_PCIE_ID, SerialPort, SerialTop,
                           frame_retransmit_cycles)
 
 
@@ -30,7 +29,7 @@ def part_retransmit_cycles(divisor, host_latency_cycles=0):
     return frame_retransmit_cycles(BRIDGE_WORDS, divisor, host_latency_cycles)
 
 
-class SerialMatrixPart(wiring.Component):
+class SerialMatrixPart(SerialTop):
     """`MatrixPart(config)` behind a `RegisterTarget` and a `SerialPort`.
 
     Parameters
@@ -41,42 +40,22 @@ class SerialMatrixPart(wiring.Component):
 
     Members
     -------
-    rx : In(1)
-        The UART line from the host (idle high).
-    tx : Out(1)
-        The UART line to the host.
+    rx, tx, link_error : as for `SerialTop`
     busy, error : Out(1)
         STATUS.BUSY and STATUS.ERROR, for LEDs.
-    link_error : Out(1)
-        A frame from the host arrived damaged within the last `led_hold` cycles.
     """
 
     def __init__(self, config, *, divisor=DEFAULT_DIVISOR, retransmit=None, led_hold=DEFAULT_LED_HOLD):
-        self._config = check_matrix_part_config(config)
-        self._port = SerialPort(link_dw=1, max_words=BRIDGE_WORDS, divisor=divisor, retransmit=retransmit,
-                                led_hold=led_hold)
-        super().__init__({
-            "rx":         In(1, init=1),
-            "tx":         Out(1, init=1),
-            "busy":       Out(1),
-            "error":      Out(1),
-            "link_error": Out(1),
-        })
-
-    @property
-    def config(self):
-        return self._config
-
-    @property
-    def divisor(self):
-        return self._port.divisor
+        config = check_matrix_part_config(config)
+        port = SerialPort(link_dw=1, max_words=BRIDGE_WORDS, divisor=divisor, retransmit=retransmit,
+                          led_hold=led_hold)
+        super().__init__(config, port, leds=["busy", "error"])
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.target = target = RegisterTarget(completer_id=SERIAL_PCIE_ID)
-        m.submodules.part = part = MatrixPart(self._config, addr_bits=target.addr_bits)
-        m.submodules.port = port = self._port
-        m.d.comb += [port.rx.eq(self.rx), self.tx.eq(port.tx), self.link_error.eq(port.link_error)]
+        m.submodules.part = part = MatrixPart(self.config, addr_bits=target.addr_bits)
+        port = self.add_port(m)
         wiring.connect(m, port.tlp_out, target.rx)
         wiring.connect(m, target.tx, port.tlp_in)
         wiring.connect(m, target.request, part.request)

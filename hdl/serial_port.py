@@ -2,8 +2,8 @@
 and a link stream, and the link-error LED (docs/serial_link.md).
 
 `SerialChip` puts the host interface behind a `SerialPort`, `SerialMatrixPart`
-a one-word register target; both speak the same frames to the driver's
-`SerialLink`.
+a one-word register target; both are `SerialTop`s, and both speak the same
+frames to the driver's `SerialLink`.
 """
 
 from amaranth import *
@@ -15,7 +15,7 @@ from .tlp import link_stream
 from .uart import UartRx, UartTx, check_divisor
 
 
-__all__ = ["SerialPort", "DEFAULT_DIVISOR", "DEFAULT_LED_HOLD", "SERIAL_PCIE_ID",
+__all__ = ["SerialPort", "SerialTop", "DEFAULT_DIVISOR", "DEFAULT_LED_HOLD", "SERIAL_PCIE_ID",
            "frame_retransmit_cycles"]
 
 #: Clock cycles a UART bit lasts when nothing else is said: fast, for simulation.
@@ -121,3 +121,43 @@ class SerialPort(wiring.Component):
             m.d.sync += hold.eq(hold - 1)
         m.d.comb += self.link_error.eq(hold != 0)
         return m
+
+
+class SerialTop(wiring.Component):
+    """A design on two UART pins behind `port` (a `SerialPort`), with LED
+    pins: what `SerialChip` and `SerialMatrixPart` share.
+
+    Members
+    -------
+    rx, tx : In(1), Out(1)
+        The UART lines from and to the host, the port's.
+    one for each of `leds` : Out(1)
+        Driven by the design.
+    link_error : Out(1)
+        The port's: a frame from the host arrived damaged lately.
+    """
+
+    def __init__(self, config, port, leds):
+        self._config = config
+        self._port = port
+        super().__init__({
+            "rx":         In(1, init=1),
+            "tx":         Out(1, init=1),
+            **{name: Out(1) for name in leds},
+            "link_error": Out(1),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def divisor(self):
+        return self._port.divisor
+
+    def add_port(self, m):
+        """Add the port to `m` as ``port``, on the UART pins and the
+        link-error LED, and return it."""
+        m.submodules.port = port = self._port
+        m.d.comb += [port.rx.eq(self.rx), self.tx.eq(port.tx), self.link_error.eq(port.link_error)]
+        return port
