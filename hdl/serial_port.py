@@ -140,6 +140,10 @@ class SerialTop(wiring.Component):
     def __init__(self, config, port, leds):
         self._config = config
         self._port = port
+        # The port is elaborated with this design; a design made and never
+        # elaborated (port_map reads only its signature) is warned about, or
+        # silenced, itself.
+        port._MustUse__silence = True
         super().__init__({
             "rx":         In(1, init=1),
             "tx":         Out(1, init=1),

@@ -4,7 +4,11 @@ defaults, a frame on the UART line through to the link stream and its ACK
 back, and the link-error LED held for `led_hold` cycles after a damaged
 frame."""
 
+import gc
+import warnings
+
 import pytest
+from amaranth.hdl import Fragment, UnusedElaboratable
 from amaranth.sim import Simulator
 
 from tpu import TPUConfig
@@ -13,6 +17,7 @@ from tpu.driver.tlp_bytes import memory_write
 from tpu.hdl.serial_chip import SerialChip, max_tlp_words, retransmit_cycles
 from tpu.hdl.serial_matrix_part import BRIDGE_WORDS, SerialMatrixPart, part_retransmit_cycles
 from tpu.hdl.serial_port import SerialPort, frame_retransmit_cycles
+from tpu.hdl.verilog import port_map
 
 
 GOOD = {"link_dw": 1, "max_words": 5, "divisor": 4, "retransmit": 500, "led_hold": 3}
@@ -47,6 +52,19 @@ def test_the_chip_and_the_part_check_their_port():
     with pytest.raises(ValueError, match="led_hold must be a positive int, not -1"):
         SerialMatrixPart(TPUConfig(rows=2, cols=2, acc_rows=16, ub_rows=32, weight_mem_tiles=4,
                                    weight_fifo_tiles=1), led_hold=-1)
+
+
+def test_a_top_read_but_never_elaborated_leaves_no_unused_port():
+    """`port_map` reads a top's signature without elaborating it (and
+    silences the top); the `SerialPort` inside must not then warn that it
+    was never used."""
+    Fragment.get(SerialPort(**GOOD), None)      # warnings of unused designs are on after one elaboration
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        port_map(SerialChip(TPUConfig(rows=2, cols=2)))
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, UnusedElaboratable)], \
+        [str(w.message) for w in caught]
 
 
 def _bits(data, divisor):
