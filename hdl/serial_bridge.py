@@ -26,7 +26,7 @@ from ..driver.serial_framing import ESC, SOF, Kind
 from .tlp import link_stream
 
 
-__all__ = ["SerialBridge", "crc16_next"]
+__all__ = ["SerialBridge", "check_bridge_parameters", "crc16_next"]
 
 
 def _crc16_matrix():
@@ -52,6 +52,17 @@ def crc16_next(crc, byte):
     single level of XORs."""
     inputs = Cat(crc, byte)
     return Cat(*(Cat(*(inputs[k] for k in range(24) if mask >> k & 1)).xor() for mask in _CRC16))
+
+
+def check_bridge_parameters(*, link_dw, max_words, retransmit_cycles):
+    """ValueError (one line) naming the first of `SerialBridge`'s parameters
+    that is out of range."""
+    if link_dw not in (1, 2, 4, 8):
+        raise ValueError(f"link_dw must be 1, 2, 4 or 8, not {link_dw!r}")
+    if not isinstance(max_words, int) or not 4 <= max_words <= 0x3FFF:
+        raise ValueError(f"max_words must be an int from 4 to 16383, not {max_words!r}")
+    if not isinstance(retransmit_cycles, int) or retransmit_cycles < 1:
+        raise ValueError(f"retransmit_cycles must be a positive int, not {retransmit_cycles!r}")
 
 
 class SerialBridge(wiring.Component):
@@ -84,12 +95,7 @@ class SerialBridge(wiring.Component):
     """
 
     def __init__(self, *, link_dw, max_words, retransmit_cycles):
-        if link_dw not in (1, 2, 4, 8):
-            raise ValueError(f"link_dw must be 1, 2, 4 or 8, not {link_dw!r}")
-        if not isinstance(max_words, int) or not 4 <= max_words <= 0x3FFF:
-            raise ValueError(f"max_words must be an int from 4 to 16383, not {max_words!r}")
-        if not isinstance(retransmit_cycles, int) or retransmit_cycles < 1:
-            raise ValueError(f"retransmit_cycles must be a positive int, not {retransmit_cycles!r}")
+        check_bridge_parameters(link_dw=link_dw, max_words=max_words, retransmit_cycles=retransmit_cycles)
         self._dw = link_dw
         self._max_words = max_words
         self._retransmit = retransmit_cycles

@@ -7,7 +7,8 @@ tiles and runs multiplies of random length, place and flags, with random
 idle gaps inside the host's frames and, at ``TPU_SERIAL_FRAME_RATE``, frames
 damaged, cut short or after garbage (`NoisyTransport`); every accumulator
 row it touched must equal the model's. ``refused`` checks the commands the
-part must refuse and the damaged frames it must never act on.
+part must refuse, the error and link-error LEDs, and the damaged frames it
+must never act on.
 """
 
 import os
@@ -212,8 +213,9 @@ def _runs(addresses):
 @cocotb.test(timeout_time=20, timeout_unit="ms")
 async def refused(dut):
     """Commands that would hang or misuse the engine are refused with
-    STATUS.ERROR and do nothing; damaged frames never act; a too-long write,
-    a partial write and a read outside the registers are not obeyed."""
+    STATUS.ERROR (and the error LED) and do nothing; damaged frames never
+    act (and light the link-error LED); a too-long write, a partial write
+    and a read outside the registers are not obeyed."""
     config = config_from_env()
     seed = _seed()
     part, link = await open_part(dut, config, seed=seed, gaps=False)
@@ -260,7 +262,9 @@ async def refused(dut):
     await link.write32(R.LOAD, bad_load)
     status, _ = await part.status()
     assert status & MatrixPartStatus.ERROR, "the good frame did not act"
+    assert dut.error.value == 1, "the error LED is off while STATUS.ERROR is set"
     await part.clear_error()
+    assert dut.error.value == 0, "the error LED is still on after STATUS.ERROR was cleared"
 
     # Writes the target must not obey: two words, one byte enable missing,
     # outside the 4 KiB of registers; a read outside answers UR.
