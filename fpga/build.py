@@ -297,6 +297,11 @@ def _multiplier_for(board, rows, cols, multipliers):
                                      soft_multiplier=getattr(multiplier, soft))
 
 
+def _check_router(router):
+    if router not in (None, "router1", "router2"):
+        raise ValueError(f"router must be router1 or router2, not {router!r}")
+
+
 def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", router=None,
               control_fanout=None):
     """Synthesise, place and route ``MxuBenchTop(rows, cols)`` for `board`.
@@ -365,8 +370,7 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
         raise FPGAToolMissing(reason)
     if not isinstance(dsp, bool):
         raise TypeError(f"dsp must be a bool, not {dsp!r}")
-    if router not in (None, "router1", "router2"):
-        raise ValueError(f"router must be router1 or router2, not {router!r}")
+    _check_router(router)
     if control_fanout is not None and (not isinstance(control_fanout, int)
                                        or isinstance(control_fanout, bool) or control_fanout < 1):
         # Checked before any elaboratable is made, so a refused one is not left unused.
@@ -458,7 +462,7 @@ def _fits_message(board, usage):
 
 
 def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=True,
-               progress=None, top="chip"):
+               progress=None, top="chip", router=None):
     """Synthesise, place and route the whole chip (`tpu.fpga.board_top.BoardChip`,
     the chip behind its UART bridge) for `board`, with a chip clock of
     `clock_hz` (None: the board's default, `BOARD_CLOCK_HZ`; on the ULX3S
@@ -473,7 +477,9 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
     for every clock domain); ``problem``, None or a one-line reason the
     design cannot run on the board (does not fit, or a clock misses its
     target); the ``bitstream`` path. `progress`, if given, is called with
-    each line the tools print. Raises like `build_mxu`.
+    each line the tools print; `router` is nextpnr's router as for
+    `build_mxu` (``"router2"`` routes a large chip in a fraction of
+    ``router1``'s time). Raises like `build_mxu`.
     """
     from .board_top import BoardChip
 
@@ -486,6 +492,7 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
         platform.add_resources(platform.break_off_pmod)
     if top not in BUILD_TOPS:
         raise ValueError(f"unknown top {top!r}: choose one of {', '.join(BUILD_TOPS)}")
+    _check_router(router)
     name = BUILD_TOPS[top]
     if top == "matrix":
         from .matrix_part_top import BoardMatrixPart
@@ -507,6 +514,8 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
         stale.unlink(missing_ok=True)
     synth_opts = spec.dsp_opt if dsp else spec.nodsp_opt
     overrides = synth_overrides(board, name, synth_opts)
+    if router is not None:
+        overrides["nextpnr_opts"] += f" --router {router}"
     plan = platform.prepare(design, name, **overrides)
     plan.extract(build_dir)
 
@@ -516,7 +525,8 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
               "pll": None if pll is None else {
                   "clki_div": pll.clki_div, "clkfb_div": pll.clkfb_div,
                   "clkop_div": pll.clkop_div, "vco_mhz": pll.vco_hz / 1e6},
-              "dsp": dsp, "build_dir": str(build_dir), "tools": tool_versions(board)}
+              "dsp": dsp, "router": router or "router1", "build_dir": str(build_dir),
+              "tools": tool_versions(board)}
     start = time.monotonic()
     lines = []
     with subprocess.Popen(["sh", f"{plan.script}.sh"], cwd=build_dir, env=_environment(spec),

@@ -98,6 +98,7 @@ def cmd_build(args):
           f"hour)", flush=True)
     try:
         result = build_chip(args.board, config, build_dir=out, baudrate=args.baud, top=args.top,
+                            router=args.router,
                             clock_hz=clock_hz,
                             progress=lambda line: print(f"  {line}", flush=True) if line else None)
     except (FPGAToolMissing, RuntimeError) as error:
@@ -165,6 +166,9 @@ def add_fpga_commands(subparsers, add_config_options):
     p.add_argument("--clock-mhz", type=float, metavar="MHZ",
                    help="the chip's clock (default: 12 on the icebreaker, its oscillator; 18.75 "
                         "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator)")
+    p.add_argument("--router", choices=("router1", "router2"),
+                   help="nextpnr's router (default: nextpnr's own, router1; router2 routes a "
+                        "large chip much faster)")
     p.add_argument("--out", metavar="DIR", help="build directory (default build/fpga/BOARD)")
     p.set_defaults(func=cmd_build)
 
