@@ -130,3 +130,32 @@ def test_board_chip_elaborates_for_both_boards():
         text = plan.files["tpu_chip.il"] if "tpu_chip.il" in plan.files else None
         assert text is None or "uart_0__rx" in text
         assert top.chip.divisor == round(top.clock_hz / 115200)
+
+
+def test_bad_router(capsys, tmp_path):
+    assert "invalid choice: 'router3'" in _error(capsys, ["build", "--board", "ulx3s-85f",
+                                                          "--router", "router3"])
+    with pytest.raises(ValueError, match="router must be router1 or router2, not 'fast'"):
+        build.build_chip("ulx3s-85f", TPUConfig(rows=2, cols=2), build_dir=tmp_path,
+                         router="fast")
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_router_reaches_nextpnr(tmp_path, monkeypatch):
+    # The build script is written before the tools run; stop there and read it.
+    scripts = []
+
+    def popen(argv, cwd, **kwargs):
+        scripts.append((cwd / argv[1]).read_text())
+        raise _Stop
+
+    monkeypatch.setattr(build.subprocess, "Popen", popen)
+    for router, option in (("router2", "--router router2"), (None, "--router")):
+        with pytest.raises(_Stop):
+            build.build_chip("ulx3s-85f", TPUConfig(rows=2, cols=2), build_dir=tmp_path,
+                             router=router)
+        nextpnr = next(line for line in scripts[-1].splitlines() if "NEXTPNR_ECP5\"" in line)
+        assert (option in nextpnr) == (router is not None), nextpnr
