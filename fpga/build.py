@@ -273,7 +273,9 @@ _HARD_MULTIPLIERS = {"ulx3s-85f": ("ECP5Multiplier", 156)}
 _MIXES = {"mix": ("Multiplier", "SplitLUTMultiplier"),
           "mix3": ("PipelinedMultiplier", "PipelinedLUTMultiplier")}
 
-MULTIPLIER_CHOICES = ("auto", *_MIXES)
+#: "band3": "mix3" with the DSP PEs in three bands of rows, each on one line
+#: of the ECP5-85F's DSP blocks (`tpu.fpga.ecp5_floorplan`).
+MULTIPLIER_CHOICES = ("auto", *_MIXES, "band3")
 
 
 def _multiplier_for(board, rows, cols, multipliers):
@@ -287,6 +289,9 @@ def _multiplier_for(board, rows, cols, multipliers):
     if board not in _HARD_MULTIPLIERS:
         raise ValueError(f"multipliers={multipliers!r} needs a board with a hard multiplier "
                          f"primitive ({', '.join(_HARD_MULTIPLIERS)}), not {board!r}")
+    if multipliers == "band3":
+        from .ecp5_floorplan import banded_multipliers
+        return banded_multipliers(rows, cols)
     name, count = _HARD_MULTIPLIERS[board]
     hard_suffix, soft = _MIXES[multipliers]
     # The soft multipliers split their work over their cycles: on the
@@ -330,7 +335,10 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
         classic ``abc`` (:func:`synth_overrides`): Yosys 0.70's ``abc9``
         fails an assertion on the 16x16 mix. ``"mix3"``: the same with
         three-cycle multipliers (:class:`~tpu.hdl.multiplier.ECP5PipelinedMultiplier`,
-        :class:`~tpu.hdl.multiplier.PipelinedLUTMultiplier`).
+        :class:`~tpu.hdl.multiplier.PipelinedLUTMultiplier`). ``"band3"``:
+        ``mix3`` with the DSP PEs in three bands of rows, each band placed
+        on one line of the device's DSP blocks
+        (:func:`~tpu.fpga.ecp5_floorplan.banded_multipliers`).
     router : str or None
         nextpnr's router (``"router1"``, its default, or ``"router2"``,
         much faster on a large, crowded design).

@@ -242,7 +242,17 @@ class ECP5Multiplier(Multiplier):
     Only synthesis for an ECP5 can elaborate it: it is a vendor primitive,
     which neither Amaranth's simulator nor a Verilog simulator without the
     primitive's model can run.
+
+    `site`, if given, is the nextpnr BEL the block is placed on (e.g.
+    ``"X4/Y10/MULT18_0"``; `tpu.fpga.ecp5_floorplan`), carried to nextpnr as
+    the instance's ``BEL`` attribute; None leaves the placement to nextpnr.
     """
+
+    def __init__(self, site=None):
+        if site is not None and not isinstance(site, str):
+            raise TypeError(f"ECP5Multiplier site must be None or a BEL name, not {site!r}")
+        self.site = site
+        super().__init__()
 
     def elaborate(self, platform):
         m = Module()
@@ -271,6 +281,8 @@ class ECP5Multiplier(Multiplier):
                            f"p_REG_{reg}_RST": "RST0"})
         for reg in ("INPUTC", "PIPELINE"):
             params[f"p_REG_{reg}_CLK"] = "NONE"
+        if self.site is not None:
+            params["a_BEL"] = self.site
         m.submodules.mult = Instance("MULT18X18D", **params, **ports)
         m.d.comb += self.p.eq(product[:17])
         return m
@@ -313,13 +325,18 @@ class ECP5PipelinedMultiplier(Multiplier):
     logic: the net from the DSP block to the partial-sum adder, the slowest
     path of a PE on a ``MULT18X18D``, gets a cycle to itself (the placer puts
     the register between the two). Three cycles; an ECP5 primitive, so
-    synthesis for an ECP5 alone can elaborate it."""
+    synthesis for an ECP5 alone can elaborate it. `site` places the block
+    as for :class:`ECP5Multiplier`."""
 
     latency = 3
 
+    def __init__(self, site=None):
+        self._dsp = ECP5Multiplier(site)
+        super().__init__()
+
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dsp = dsp = ECP5Multiplier()
+        m.submodules.dsp = dsp = self._dsp
         m.d.comb += [dsp.a.eq(self.a), dsp.b.eq(self.b)]
         m.d.sync += self.p.eq(dsp.p)
         return m

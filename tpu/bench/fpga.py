@@ -113,12 +113,12 @@ def mxu_table(results):
 # -- the matrix unit alone on a board (scripts/bench_fpga.py) ----------------
 
 def parse_run(text):
-    """'board:RxC[:dsp|nodsp|mix|mix3]' -> (board, rows, cols, kind); ValueError naming
+    """'board:RxC[:dsp|nodsp|mix|mix3|band3]' -> (board, rows, cols, kind); ValueError naming
     what is wrong."""
     from ..fpga.build import BOARDS
-    match = re.fullmatch(r"([\w-]+):(\d+)x(\d+)(?::(dsp|nodsp|mix3|mix))?", text)
+    match = re.fullmatch(r"([\w-]+):(\d+)x(\d+)(?::(dsp|nodsp|mix3|mix|band3))?", text)
     if not match:
-        raise ValueError(f"{text!r} is not BOARD:ROWSxCOLS[:dsp|nodsp|mix|mix3]")
+        raise ValueError(f"{text!r} is not BOARD:ROWSxCOLS[:dsp|nodsp|mix|mix3|band3]")
     board, rows, cols, dsp = match.groups()
     if board not in BOARDS:
         raise ValueError(f"unknown board {board!r}: choose one of {', '.join(BOARDS)}")
@@ -193,7 +193,7 @@ def build_mxus(runs, build_dir, log=print, router=None, control_fanout=None):
         log(f"building {tag} ...")
         result = build_mxu(board, rows, cols, build_dir=Path(build_dir) / tag,
                            dsp=kind != "nodsp",
-                           multipliers=kind if kind.startswith("mix") else "auto", router=router,
+                           multipliers=kind if kind not in ("dsp", "nodsp") else "auto", router=router,
                            control_fanout=control_fanout)
         if result["fits"]:
             log(f"  fits: {result['fmax_mhz']:.1f} MHz ({_gops(result):.1f} GOPS), "
