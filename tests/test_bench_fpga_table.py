@@ -49,3 +49,13 @@ def test_row_names_copied_weight_controls():
         result = {**_FITS, "multipliers": "mix3", "control_fanout": fanout}
         cells = [c.strip() for c in mxu_table([result]).splitlines()[2].strip("|").split("|")]
         assert cells[2] == name
+
+
+def test_parse_run():
+    from tpu.bench.fpga import parse_run
+    assert parse_run("ulx3s-85f:16x16:band3") == ("ulx3s-85f", 16, 16, "band3")
+    assert parse_run("icebreaker:4x4") == ("icebreaker", 4, 4, "dsp")
+    with pytest.raises(ValueError, match="is not BOARD:ROWSxCOLS"):
+        parse_run("ulx3s-85f:16x16:band4")
+    with pytest.raises(ValueError, match="unknown board 'arty'"):
+        parse_run("arty:2x2")
