@@ -1,5 +1,7 @@
 """The array benchmark's Markdown table, from build_mxu results (no build here)."""
 
+import pytest
+
 from tpu.bench.fpga import mxu_table
 
 
