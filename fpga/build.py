@@ -274,8 +274,10 @@ _MIXES = {"mix": ("Multiplier", "SplitLUTMultiplier"),
           "mix3": ("PipelinedMultiplier", "PipelinedLUTMultiplier")}
 
 #: "band3": "mix3" with the DSP PEs in three bands of rows, each on one line
-#: of the ECP5-85F's DSP blocks (`tpu.fpga.ecp5_floorplan`).
-MULTIPLIER_CHOICES = ("auto", *_MIXES, "band3")
+#: of the ECP5-85F's DSP blocks (`tpu.fpga.ecp5_floorplan`). "dual" (iCE40):
+#: two PEs to an SB_MAC16 in its dual 8x8 mode, as the chip builds its array
+#: for the iCE40.
+MULTIPLIER_CHOICES = ("auto", *_MIXES, "band3", "dual")
 
 
 def _multiplier_for(board, rows, cols, multipliers):
@@ -286,6 +288,11 @@ def _multiplier_for(board, rows, cols, multipliers):
                          f"not {multipliers!r}")
     if multipliers == "auto":
         return multiplier.Multiplier
+    if multipliers == "dual":
+        if _board(board).dsp_primitive != "SB_MAC16":
+            raise ValueError(f"multipliers='dual' needs a board with SB_MAC16 blocks "
+                             f"(icebreaker), not {board!r}")
+        return multiplier.ice40_dual_multipliers()
     if board not in _HARD_MULTIPLIERS:
         raise ValueError(f"multipliers={multipliers!r} needs a board with a hard multiplier "
                          f"primitive ({', '.join(_HARD_MULTIPLIERS)}), not {board!r}")
@@ -338,7 +345,10 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
         :class:`~tpu.hdl.multiplier.PipelinedLUTMultiplier`). ``"band3"``:
         ``mix3`` with the DSP PEs in three bands of rows, each band placed
         on one line of the device's DSP blocks
-        (:func:`~tpu.fpga.ecp5_floorplan.banded_multipliers`).
+        (:func:`~tpu.fpga.ecp5_floorplan.banded_multipliers`). ``"dual"``
+        (iCE40): two PEs to an ``SB_MAC16`` in its dual 8x8 mode
+        (:func:`~tpu.hdl.multiplier.ice40_dual_multipliers`), as the chip's
+        array is built for the iCE40.
     router : str or None
         nextpnr's router (``"router1"``, its default, or ``"router2"``,
         much faster on a large, crowded design).

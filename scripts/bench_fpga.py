@@ -46,7 +46,7 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--run", action="append", type=_run,
-                        metavar="BOARD:RxC[:dsp|nodsp|mix|mix3|band3]",
+                        metavar="BOARD:RxC[:dsp|nodsp|mix|mix3|band3|dual]",
                         help=f"a build to run; repeatable (default: {' '.join(DEFAULT_RUNS)}); "
                              f"boards: {', '.join(BOARDS)}")
     parser.add_argument("--router", choices=("router1", "router2"),

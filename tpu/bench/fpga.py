@@ -113,12 +113,12 @@ def mxu_table(results):
 # -- the matrix unit alone on a board (scripts/bench_fpga.py) ----------------
 
 def parse_run(text):
-    """'board:RxC[:dsp|nodsp|mix|mix3|band3]' -> (board, rows, cols, kind); ValueError naming
+    """'board:RxC[:dsp|nodsp|mix|mix3|band3|dual]' -> (board, rows, cols, kind); ValueError naming
     what is wrong."""
     from ..fpga.build import BOARDS
-    match = re.fullmatch(r"([\w-]+):(\d+)x(\d+)(?::(dsp|nodsp|mix3|mix|band3))?", text)
+    match = re.fullmatch(r"([\w-]+):(\d+)x(\d+)(?::(dsp|nodsp|mix3|mix|band3|dual))?", text)
     if not match:
-        raise ValueError(f"{text!r} is not BOARD:ROWSxCOLS[:dsp|nodsp|mix|mix3|band3]")
+        raise ValueError(f"{text!r} is not BOARD:ROWSxCOLS[:dsp|nodsp|mix|mix3|band3|dual]")
     board, rows, cols, dsp = match.groups()
     if board not in BOARDS:
         raise ValueError(f"unknown board {board!r}: choose one of {', '.join(BOARDS)}")
