@@ -83,6 +83,14 @@ class Multiplier(wiring.Component):
     def __init__(self):
         super().__init__(MultiplierSignature())
 
+    @property
+    def module_key(self):
+        """What sets this multiplier's logic apart, attributes included: the
+        Verilog module of an array row is named after its multipliers' keys
+        (`tpu.hdl.systolic_array`), so rows that differ here are different
+        modules."""
+        return type(self).__name__
+
     def product(self, m, a, b):
         """The combinational product of the registered operands."""
         return a * b
@@ -254,6 +262,10 @@ class ECP5Multiplier(Multiplier):
         self.site = site
         super().__init__()
 
+    @property
+    def module_key(self):
+        return type(self).__name__ + ("" if self.site is None else f"@{self.site}")
+
     def elaborate(self, platform):
         m = Module()
         ports = {
@@ -331,12 +343,19 @@ class ECP5PipelinedMultiplier(Multiplier):
     latency = 3
 
     def __init__(self, site=None):
-        self._dsp = ECP5Multiplier(site)
+        if site is not None and not isinstance(site, str):
+            raise TypeError(f"ECP5PipelinedMultiplier site must be None or a BEL name, "
+                            f"not {site!r}")
+        self.site = site
         super().__init__()
+
+    @property
+    def module_key(self):
+        return type(self).__name__ + ("" if self.site is None else f"@{self.site}")
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dsp = dsp = self._dsp
+        m.submodules.dsp = dsp = ECP5Multiplier(self.site)
         m.d.comb += [dsp.a.eq(self.a), dsp.b.eq(self.b)]
         m.d.sync += self.p.eq(dsp.p)
         return m

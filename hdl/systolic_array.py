@@ -381,7 +381,7 @@ class SystolicRow(wiring.Component):
     @property
     def module_name(self):
         """The Verilog module of this row: it names every parameter."""
-        kinds = [type(mul).__name__ for mul in self._multipliers]
+        kinds = [getattr(mul, "module_key", type(mul).__name__) for mul in self._multipliers]
         name = f"tpu_systolic_row_{self._cols}x{self._psum_width}"
         if any(kind != "Multiplier" for kind in kinds):
             # Rows mixing multiplier kinds differ: name the mix.

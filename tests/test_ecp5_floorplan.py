@@ -53,23 +53,21 @@ def test_banded_multipliers_16x16():
     assert set(hard) == {(row, col) for band in bands for row in band for col in range(16)}
     assert all(isinstance(pe, PipelinedLUTMultiplier) for key, pe in pes.items()
                if key not in hard)
-    sites = [pe._dsp.site for pe in hard.values()]
+    sites = [pe.site for pe in hard.values()]
     assert len(set(sites)) == len(sites) == 144
     for line, band in zip(DSP_LINES, bands):
         for row in band:
-            row_sites = [hard[row, col]._dsp.site for col in range(16)]
+            row_sites = [hard[row, col].site for col in range(16)]
             assert all(f"/Y{line}/" in site for site in row_sites)
             # Activations move right: so do a row's sites.
             assert [_x(site) for site in row_sites] == sorted(_x(site) for site in row_sites)
         for col in range(16):
             # A column's PEs within a band are on adjacent sites of the line.
-            xs = [_x(hard[row, col]._dsp.site) for row in band]
+            xs = [_x(hard[row, col].site) for row in band]
             assert max(xs) - min(xs) <= 9
     # Elaboratables made for inspection only.
     for pe in pes.values():
         pe._MustUse__silence = True
-        if isinstance(pe, ECP5PipelinedMultiplier):
-            pe._dsp._MustUse__silence = True
 
 
 @pytest.mark.fpga
@@ -88,3 +86,14 @@ def test_nextpnr_places_the_bands(tmp_path):
                                        mult18_sites(y)[34]))
     # The 4 pins and the 9 blocks: nextpnr took every BEL as a constraint.
     assert "Placed 13 cells based on constraints." in (tmp_path / "mxu_3x3.tim").read_text()
+
+
+def test_a_site_sets_a_multiplier_apart():
+    plain, placed = ECP5PipelinedMultiplier(), ECP5PipelinedMultiplier("X4/Y10/MULT18_0")
+    # An array row's Verilog module is named after these keys: rows whose
+    # blocks sit on different sites must not share one module.
+    assert plain.module_key == "ECP5PipelinedMultiplier"
+    assert placed.module_key == "ECP5PipelinedMultiplier@X4/Y10/MULT18_0"
+    plain._MustUse__silence = placed._MustUse__silence = True
+    with pytest.raises(TypeError, match="site must be None or a BEL name, not 3"):
+        ECP5PipelinedMultiplier(3)
