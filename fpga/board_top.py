@@ -31,7 +31,7 @@ from .ecp5_pll import ECP5PLL, ecp5_pll_settings
 
 
 __all__ = ["BoardChip", "BoardTop", "BOARD_LEDS", "BOARD_OSCILLATOR_HZ", "BOARD_CLOCK_HZ", "board_clock",
-           "uart_divisor"]
+           "serial_options", "uart_divisor"]
 
 #: board -> the frequency of its oscillator (the platform's default clock)
 BOARD_OSCILLATOR_HZ = {"icebreaker": 12e6, "ulx3s-85f": 25e6}
@@ -117,6 +117,17 @@ def connect_board_io(m, platform, board, chip, clock_hz, signals):
             m.d.comb += buffer.o.eq(signals[name])
 
 
+def serial_options(clock_hz, baudrate, retransmit):
+    """The ``divisor``, ``retransmit`` and ``led_hold`` of a `SerialTop` on a
+    board at `clock_hz` and `baudrate` (`uart_divisor`); `retransmit(divisor,
+    host_latency_cycles)` is the top's rule for the cycles before a frame
+    goes again. The link-error LED stays on for a second."""
+    divisor = uart_divisor(clock_hz, baudrate)
+    # A host's round trip through USB and the OS: allow 50 ms.
+    return {"divisor": divisor, "retransmit": retransmit(divisor, int(0.05 * clock_hz)),
+            "led_hold": int(clock_hz)}
+
+
 class BoardTop(Elaboratable):
     """A `SerialTop` made by `make_top(config, divisor=..., retransmit=...,
     led_hold=...)` on `board`'s UART and LEDs, at `baudrate`, with a clock
@@ -125,7 +136,7 @@ class BoardTop(Elaboratable):
     host_latency_cycles)` gives the cycles before a frame goes again.
 
     ``chip`` is the top; ``serial_options`` the ``divisor``, ``retransmit``
-    and ``led_hold`` it was made with; each of ``busy``, ``halted``,
+    and ``led_hold`` it was made with (`serial_options`); each of ``busy``, ``halted``,
     ``error`` and ``link_error`` it has lights its LEDs (`BOARD_LEDS`).
     """
 
@@ -137,11 +148,7 @@ class BoardTop(Elaboratable):
         self.clock_hz = clock_hz
         self.baudrate = baudrate
         self.pll = pll
-        divisor = uart_divisor(clock_hz, baudrate)
-        # A host's round trip through USB and the OS: allow 50 ms.
-        self.serial_options = {"divisor": divisor,
-                               "retransmit": retransmit(divisor, int(0.05 * clock_hz)),
-                               "led_hold": int(clock_hz)}
+        self.serial_options = serial_options(clock_hz, baudrate, retransmit)
         self.chip = make_top(config, **self.serial_options)
 
     def elaborate(self, platform):
