@@ -5,7 +5,8 @@ matrix engine's golden model, under both simulators: random weights,
 activations, multiplies and idle gaps on the line, with damaged frames; the
 commands it must refuse and the frames it must never act on. Also generated
 for the iCE40 (the array on dual 8 x 8 SB_MAC16s) with yosys's models of
-the primitives.
+the primitives; and the iCEBreaker build's part started without a reset,
+whose LEDs and UART line must never be X or Z.
 """
 
 import os
