@@ -30,8 +30,8 @@ from ..hdl.serial_chip import SerialChip, retransmit_cycles
 from .ecp5_pll import ECP5PLL, ecp5_pll_settings
 
 
-__all__ = ["BoardChip", "BOARD_LEDS", "BOARD_OSCILLATOR_HZ", "BOARD_CLOCK_HZ", "board_clock",
-           "uart_divisor"]
+__all__ = ["BoardChip", "BoardTop", "BOARD_LEDS", "BOARD_OSCILLATOR_HZ", "BOARD_CLOCK_HZ", "board_clock",
+           "serial_options", "uart_divisor"]
 
 #: board -> the frequency of its oscillator (the platform's default clock)
 BOARD_OSCILLATOR_HZ = {"icebreaker": 12e6, "ulx3s-85f": 25e6}
@@ -117,31 +117,49 @@ def connect_board_io(m, platform, board, chip, clock_hz, signals):
             m.d.comb += buffer.o.eq(signals[name])
 
 
-class BoardChip(Elaboratable):
-    """`SerialChip(config)` on `board`'s UART and LEDs, at `baudrate`, with
-    a chip clock of `clock_hz` (None: `BOARD_CLOCK_HZ`; `board_clock`).
-    ``clock_hz`` is the clock as made, ``pll`` the PLL settings or None."""
+def serial_options(clock_hz, baudrate, retransmit):
+    """The ``divisor``, ``retransmit`` and ``led_hold`` of a `SerialTop` on a
+    board at `clock_hz` and `baudrate` (`uart_divisor`); `retransmit(divisor,
+    host_latency_cycles)` is the top's rule for the cycles before a frame
+    goes again. The link-error LED stays on for a second."""
+    divisor = uart_divisor(clock_hz, baudrate)
+    # A host's round trip through USB and the OS: allow 50 ms.
+    return {"divisor": divisor, "retransmit": retransmit(divisor, int(0.05 * clock_hz)),
+            "led_hold": int(clock_hz)}
 
-    def __init__(self, board, config, *, clock_hz=None, baudrate=115200):
-        clock_hz, self.pll = board_clock(board, clock_hz)
+
+class BoardTop(Elaboratable):
+    """A `SerialTop` made by `make_top(config, divisor=..., retransmit=...,
+    led_hold=...)` on `board`'s UART and LEDs, at `baudrate`, with a clock
+    of `clock_hz` (from the PLL of settings `pll`, or the oscillator when
+    None): what `BoardChip` and `BoardMatrixPart` share. `retransmit(divisor,
+    host_latency_cycles)` gives the cycles before a frame goes again.
+
+    ``chip`` is the top; ``serial_options`` the ``divisor``, ``retransmit``
+    and ``led_hold`` it was made with (`serial_options`); each of ``busy``, ``halted``,
+    ``error`` and ``link_error`` it has lights its LEDs (`BOARD_LEDS`).
+    """
+
+    def __init__(self, board, config, make_top, retransmit, *, clock_hz, baudrate, pll=None):
+        if board not in BOARD_LEDS:
+            raise ValueError(f"unknown board {board!r}: choose one of {', '.join(BOARD_LEDS)}")
         self.board = board
         self.config = config
         self.clock_hz = clock_hz
         self.baudrate = baudrate
-        divisor = uart_divisor(clock_hz, baudrate)
-        # A host's round trip through USB and the OS: allow 50 ms.
-        self.chip = SerialChip(config, divisor=divisor,
-                               retransmit=retransmit_cycles(config, divisor, int(0.05 * clock_hz)),
-                               led_hold=int(clock_hz))
+        self.pll = pll
+        self.serial_options = serial_options(clock_hz, baudrate, retransmit)
+        self.chip = make_top(config, **self.serial_options)
 
     def elaborate(self, platform):
         m = Module()
         if self.pll is not None:
             self._clock_from_pll(m, platform)
         m.submodules.chip = chip = self.chip
+        members = chip.signature.members
         connect_board_io(m, platform, self.board, chip, self.clock_hz,
-                         {"busy": chip.busy, "halted": chip.halted, "error": chip.error,
-                          "link_error": chip.link_error})
+                         {name: getattr(chip, name) for name in ("busy", "halted", "error", "link_error")
+                          if name in members})
         return m
 
     def _clock_from_pll(self, m, platform):
@@ -160,3 +178,15 @@ class BoardChip(Elaboratable):
         ]
         m.domains.sync = ClockDomain("sync", reset_less=True)
         m.d.comb += ClockSignal("sync").eq(pll.clk_out)
+
+
+class BoardChip(BoardTop):
+    """`SerialChip(config)` on `board`'s UART and LEDs, at `baudrate`, with
+    a chip clock of `clock_hz` (None: `BOARD_CLOCK_HZ`; `board_clock`).
+    ``clock_hz`` is the clock as made, ``pll`` the PLL settings or None."""
+
+    def __init__(self, board, config, *, clock_hz=None, baudrate=115200):
+        clock_hz, pll = board_clock(board, clock_hz)
+        super().__init__(board, config, SerialChip,
+                         lambda divisor, latency: retransmit_cycles(config, divisor, latency),
+                         clock_hz=clock_hz, baudrate=baudrate, pll=pll)

@@ -14,9 +14,8 @@ once more in logic) and the other four in logic, as `tpu build`'s ``mix`` and
 on its synth_ecp5 netlist bit for bit and cycle for cycle against the golden
 model (`tb_matrix_engine`).
 
-The testbench is the core's program testbench (`tb_core_programs`), which
-drives the core's ports only; it checks the host memory, UB and accumulator
-rows the program leaves against the golden model's. Synthesis takes about a
+The core's netlist and the MLP run are `gate_level_mlp`'s, shared with the
+iCE40 test. Synthesis takes about a
 minute (cached in ``build/gate_level``); the MLP then takes 1.6 to 3.5 minutes
 under Icarus on a busy machine and 7 under Verilator, so it runs with
 ``TPU_GATE_ALL=1`` only, while the engines below run in the suite under
@@ -32,18 +31,14 @@ import pytest
 from amaranth import Elaboratable, Module, Signal
 
 from conftest import base_seed
+from gate_level_mlp import check_mlp, core_netlist
 from tpu import TPUConfig
 from tpu.fpga.gate_level import ecp5_gate_level_source, ecp5_synth_commands
 from tpu.hdl import multiplier
 from tpu.hdl.systolic_array import SystolicArray
-from tpu.hdl.verilog import CORE_NAME, ENGINE_NAME, generate_verilog
+from tpu.hdl.verilog import ENGINE_NAME, generate_verilog
 from tpu.sim.harness import BUILD_ROOT, run
-from tpu.sim.stimulus.programs import mlp_program
 
-
-#: The smallest chip the programs run on (the iCE40 gate-level test's).
-GATE_CONFIG = TPUConfig(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16,
-                        weight_fifo_tiles=2, pool_max_width=8)
 
 #: The engine's array: 3x3, the first five PEs on MULT18X18Ds (row 1 mixes both).
 ENGINE_CONFIG = TPUConfig(rows=3, cols=3, acc_rows=64)
@@ -56,13 +51,6 @@ MIXES = {
 }
 
 _SOURCES = {}
-
-
-def _netlist():
-    if "core" not in _SOURCES:
-        _SOURCES["core"] = ecp5_gate_level_source(
-            generate_verilog(GATE_CONFIG, top="core", family="ecp5"), CORE_NAME, BUILD_ROOT / "gate_level")
-    return _SOURCES["core"]
 
 
 def _engine_netlist(mix):
@@ -107,7 +95,7 @@ def test_netlist_is_made_of_ecp5_cells():
     """The netlist is synthesised: no behavioural memories or multiplies are
     left; memories went into DP16KDs and distributed RAM, multiplies into
     MULT18X18Ds."""
-    text = _netlist()
+    text = core_netlist("ecp5")
     netlist = text[:text.index("module LUT4")]
     for cell in ("LUT4", "CCU2C", "TRELLIS_FF", "DP16KD", "TRELLIS_DPR16X4", "MULT18X18D"):
         assert f"\n  {cell} " in netlist, f"no {cell} in the netlist"
@@ -119,14 +107,7 @@ def test_mlp_on_the_ecp5_netlist(simulator, tmp_path):
     if not os.environ.get("TPU_GATE_ALL"):
         pytest.skip("the MLP on the 11,500-LUT netlist takes 1.6 to 3.5 minutes under Icarus and 7 "
                     "under Verilator, more than the suite can afford; TPU_GATE_ALL=1 runs it")
-    seed = base_seed()
-    print(f"seed {seed}: replay with TPU_SEED={seed}")
-    path = tmp_path / "mlp.npz"
-    mlp_program(batch=4, k1=4, n1=4, n2=2, config=GATE_CONFIG).save(path)
-    tests, failures = run(GATE_CONFIG, simulator, "tpu.sim.testbenches.tb_core_programs",
-                          testcase="mlp", seed=seed, toplevel=CORE_NAME,
-                          verilog_source=_netlist(), extra_env={"TPU_PROGRAM_CASE": str(path)})
-    assert tests == 1 and failures == 0, f"the MLP failed on the ECP5 netlist with seed {seed}"
+    check_mlp(simulator, "ecp5", tmp_path)
 
 
 @pytest.mark.parametrize("mix", MIXES)

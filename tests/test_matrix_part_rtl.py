@@ -5,7 +5,8 @@ matrix engine's golden model, under both simulators: random weights,
 activations, multiplies and idle gaps on the line, with damaged frames; the
 commands it must refuse and the frames it must never act on. Also generated
 for the iCE40 (the array on dual 8 x 8 SB_MAC16s) with yosys's models of
-the primitives.
+the primitives; and the iCEBreaker build's part started without a reset,
+whose LEDs and UART line must never be X or Z.
 """
 
 import os
@@ -14,8 +15,10 @@ import pytest
 
 from conftest import base_seed
 from tpu import TPUConfig
+from tpu.fpga.board_top import BOARD_OSCILLATOR_HZ, serial_options
 from tpu.fpga.gate_level import ice40_primitive_models
-from tpu.hdl.serial_matrix_part import MATRIX_PART_NAME, generate_matrix_part_verilog
+from tpu.hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
+from tpu.hdl.serial_matrix_part import MATRIX_PART_NAME, generate_matrix_part_verilog, part_retransmit_cycles
 from tpu.sim.harness import run
 
 
@@ -67,3 +70,29 @@ def test_random_matmuls_ice40(simulator):
 def test_random_matmuls_2x3_ice40(simulator):
     """A 2x3 array for the iCE40: each row's third PE alone on an SB_MAC16."""
     _run(simulator, "random_matmuls", family="ice40", config=ODD_PART, TPU_PART_OPS=_ops(2))
+
+
+def _icebreaker_part():
+    """The matrix part `tpu build --board icebreaker --top matrix` builds: its
+    default sizes, for the iCE40, with the UART divisor, retransmit time and
+    LED hold of the 12 MHz board at 115200 baud; (Verilog with the
+    primitives' models, divisor)."""
+    options = serial_options(BOARD_OSCILLATOR_HZ["icebreaker"], 115200, part_retransmit_cycles)
+    source = generate_matrix_part_verilog(TPUConfig(**UP5K_MATRIX_PART_FIELDS), family="ice40", **options)
+    return source + ice40_primitive_models(source), options["divisor"]
+
+
+@pytest.mark.rtl
+def test_power_up_without_reset(simulator):
+    """The iCEBreaker's part started as an FPGA starts (no reset pulse,
+    flip-flops at their initial values): busy, error, link error and the
+    UART line are 0 or 1 in every cycle, idle and through its first frames
+    (docs/fpga.md, "Power-up without a reset")."""
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    source, divisor = _icebreaker_part()
+    config = TPUConfig(**UP5K_MATRIX_PART_FIELDS)
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_matrix_part", testcase="power_up",
+                          seed=seed, toplevel=MATRIX_PART_NAME, verilog_source=source,
+                          extra_env={"TPU_PART_DIVISOR": str(divisor)})
+    assert tests == 1 and failures == 0, f"power_up failed with seed {seed}"

@@ -8,7 +8,10 @@ idle gaps inside the host's frames and, at ``TPU_SERIAL_FRAME_RATE``, frames
 damaged, cut short or after garbage (`NoisyTransport`); every accumulator
 row it touched must equal the model's. ``refused`` checks the commands the
 part must refuse, the error and link-error LEDs, and the damaged frames it
-must never act on.
+must never act on. ``power_up`` starts the part with no reset, as an FPGA
+starts, and checks that its LEDs and UART line are never X or Z.
+
+The part's UART divisor is ``TPU_PART_DIVISOR`` (4 unless told).
 """
 
 import os
@@ -19,10 +22,10 @@ from collections import deque
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import Event, RisingEdge, Timer
+from cocotb.triggers import Event, FallingEdge, RisingEdge, Timer
 
 from ...driver.matrix_part import MatrixPart, MatrixPartError
-from ...driver.matrix_part_registers import MatrixPartRegister as R, MatrixPartStatus
+from ...driver.matrix_part_registers import MATRIX_PART_MAGIC, MatrixPartRegister as R, MatrixPartStatus
 from ...driver.serial_framing import Kind, encode_frame
 from ...driver.serial_link import SerialLink
 from ...driver.tlp_bytes import memory_read, memory_write
@@ -90,23 +93,34 @@ class IdleGapTransport:
         return f"{self.inner!r} with idle gaps"
 
 
-async def open_part(dut, config, *, seed, gaps=True, frame_rate=0.0, byte_rate=0.0, divisor=4):
-    """Start the clock, reset the part, and return (MatrixPart, SerialLink) over cocotbext-uart."""
+def _divisor():
+    """Clock cycles per UART bit the part was generated with (``TPU_PART_DIVISOR``, 4 unless told)."""
+    return int(os.environ.get("TPU_PART_DIVISOR", "4"))
+
+
+def _link(dut, config, *, seed, gaps=True, frame_rate=0.0, byte_rate=0.0):
+    """Start the clock and return a `SerialLink` over cocotbext-uart on the part's pins."""
     cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-    baud = 1e9 / (CLOCK_NS * divisor)
+    baud = 1e9 / (CLOCK_NS * _divisor())
     rng = random.Random(seed)
     transport = UartTransport(dut, baud)
     if gaps:
         transport = IdleGapTransport(transport, rng, byte_seconds=10 / baud)
     if frame_rate or byte_rate:
         transport = NoisyTransport(transport, rng, frame_rate=frame_rate, byte_rate=byte_rate)
+    return SerialLink(transport, config, baudrate=baud, clock_hz=1e9 / CLOCK_NS, host_latency=20e-6,
+                      read_timeout=5e-3 * _divisor() / 4, retries=32, completion_bytes=64)
+
+
+async def open_part(dut, config, *, seed, **options):
+    """Start the clock, reset the part, and return (MatrixPart, SerialLink)
+    over cocotbext-uart (`options` as for `_link`)."""
+    link = _link(dut, config, seed=seed, **options)
     dut.rst.value = 1
     for _ in range(4):
         await RisingEdge(dut.clk)
     dut.rst.value = 0
     await RisingEdge(dut.clk)
-    link = SerialLink(transport, config, baudrate=baud, clock_hz=1e9 / CLOCK_NS, host_latency=20e-6,
-                      read_timeout=5e-3, retries=32, completion_bytes=64)
     return await MatrixPart.open(link, config), link
 
 
@@ -291,3 +305,41 @@ async def refused(dut):
     assert link._completions.pop(tag).status == 1, "a read outside the registers did not answer UR"
     for _ in range(10):
         await RisingEdge(dut.clk)
+
+
+#: The outputs a board shows: its LEDs and the UART line to the host.
+BOARD_OUTPUTS = ("busy", "error", "link_error", "tx")
+
+
+async def _watch_outputs(dut):
+    """Fail the test at the first falling clock edge where a board output is
+    neither 0 nor 1."""
+    cycle = 0
+    while True:
+        await FallingEdge(dut.clk)
+        for name in BOARD_OUTPUTS:
+            value = getattr(dut, name).value
+            assert value.is_resolvable, f"the {name} output is {value} in cycle {cycle} after power-up"
+        cycle += 1
+
+
+@cocotb.test(timeout_time=20, timeout_unit="ms")
+async def power_up(dut):
+    """Started as an FPGA starts, with no reset pulse (``rst`` held low, every
+    flip-flop at its initial value), the board outputs are 0 or 1 from the
+    first cycle on, idle for ``TPU_PART_IDLE`` cycles (the LEDs off, the
+    UART line high) and while the host reads the part's ID."""
+    config = config_from_env()
+    seed = _seed()
+    dut.rst.value = 0
+    link = _link(dut, config, seed=seed, gaps=False)
+    cocotb.start_soon(_watch_outputs(dut))
+    idle = int(os.environ.get("TPU_PART_IDLE", "3000"))
+    for _ in range(idle):
+        await RisingEdge(dut.clk)
+    assert (dut.busy.value, dut.error.value, dut.link_error.value, dut.tx.value) == (0, 0, 0, 1), \
+        "an idle part's LEDs are not off or its UART line is not idle"
+    ident = await link.read32(R.ID)
+    assert ident == MATRIX_PART_MAGIC << 16 | config.rows << 8 | config.cols, f"ID 0x{ident:08x}"
+    await FallingEdge(dut.clk)
+    dut._log.info(f"board outputs defined for {idle} idle cycles and the link's first frames")
