@@ -258,6 +258,7 @@ class ECP5Multiplier(Multiplier):
 
     def __init__(self, site=None):
         if site is not None and not isinstance(site, str):
+            self._MustUse__silence = True   # refused, so never elaborated
             raise TypeError(f"ECP5Multiplier site must be None or a BEL name, not {site!r}")
         self.site = site
         super().__init__()
@@ -344,6 +345,7 @@ class ECP5PipelinedMultiplier(Multiplier):
 
     def __init__(self, site=None):
         if site is not None and not isinstance(site, str):
+            self._MustUse__silence = True   # refused, so never elaborated
             raise TypeError(f"ECP5PipelinedMultiplier site must be None or a BEL name, "
                             f"not {site!r}")
         self.site = site
