@@ -30,8 +30,9 @@ class Staircase(wiring.Component):
         The lanes, delayed.
     """
 
-    def __init__(self, *, width, lanes, first, step):
+    def __init__(self, *, width, lanes, first, step, keep=False):
         self._width, self._lanes, self._first, self._step = width, lanes, first, step
+        self._keep = keep
         self._delays = [first + k * step for k in range(lanes)]
         if min(self._delays) < 0:
             raise ValueError(f"Staircase delays must be >= 0, not {self._delays}")
@@ -53,7 +54,7 @@ class Staircase(wiring.Component):
         for k, delay in enumerate(self._delays):
             value = self.i[k * w:(k + 1) * w]
             for d in range(delay):
-                reg = Signal(w, name=f"lane{k}_d{d}")
+                reg = Signal(w, name=f"lane{k}_d{d}", attrs={"keep": 1} if self._keep else {})
                 m.d.sync += reg.eq(value)
                 value = reg
             m.d.comb += self.o[k * w:(k + 1) * w].eq(value)

@@ -238,10 +238,10 @@ class SystolicArray(wiring.Component):
                 value = reg
             return value
 
-        def staircase(name, values, width, first, step):
+        def staircase(name, values, width, first, step, keep=False):
             """`values` (lanes of `width` bits), lane k delayed first + k * step cycles."""
             m.submodules[name] = stairs = Staircase(width=width, lanes=len(values), first=first,
-                                                    step=step)
+                                                    step=step, keep=keep)
             m.d.comb += stairs.i.eq(Cat(values))
             return [stairs.o[k * width:(k + 1) * width] for k in range(len(values))]
 
@@ -255,7 +255,11 @@ class SystolicArray(wiring.Component):
             m.d.comb += wide.eq(Mux(self.act_unsigned, byte, byte.as_signed()))
             lane_in.append(wide)
         lane_act = [v.as_signed() for v in staircase("skew_act", lane_in, 9, 0, 1)]
-        lane_switch = staircase("skew_switch", [self.act_switch] * rows, 1, 0, 1)
+        # With copied controls each row's switch lane is kept apart too:
+        # otherwise Yosys merges it with the PE switch register that carries
+        # the same delay, far across the array.
+        lane_switch = staircase("skew_switch", [self.act_switch] * rows, 1, 0, 1,
+                                keep=self._control_fanout is not None)
 
         def column_controls(name, control):
             """Per row, `control` for each column, column n n cycles late."""
