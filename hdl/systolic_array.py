@@ -71,8 +71,9 @@ class SystolicArray(wiring.Component):
         The most rows that one register of a column's weight shift or
         capture drives. None (the default): one register per column drives
         the whole column. An int: each column's last skew register is copied
-        once per ``control_fanout`` rows (column 0 is the port itself), and
-        every PE's switch register is its own; the copies are marked
+        once per ``control_fanout`` rows (column 0 is the port itself),
+        every PE's switch register is its own, and so is every register of
+        the switch flag's input skew; the copies are marked
         ``keep``, so that synthesis does not merge them back (the FPGA flow
         carries the mark from the signal to its flip-flop). The timing is
         the same either way: only the fanout of the nets differs, which on

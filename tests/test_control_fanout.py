@@ -210,6 +210,9 @@ def test_synthesis_keeps_the_copies(tmp_path):
     kept = set(_flip_flops(array, [KEEP_FLIP_FLOPS], tmp_path))
     assert copies <= kept, f"copies merged: {sorted(copies - kept)}"
     assert switches <= kept, f"switch registers merged: {sorted(switches - kept)}"
+    # Each row's lane of the switch skew too (lane k delays it k cycles).
+    lanes = {f"skew_switch.lane{k}_d{d}" for k in range(ROWS) for d in range(k)}
+    assert lanes <= kept, f"switch skew lanes merged: {sorted(lanes - kept)}"
     # Without the flow's command yosys merges them: the command is what keeps them.
     merged = set(_flip_flops(SystolicArray(rows=ROWS, cols=COLS, control_fanout=2), [], tmp_path))
     assert not copies <= merged
