@@ -241,7 +241,24 @@ class ECP5CarryChainMultiplier(Multiplier):
         return total - (Mux(b[7], a, 0) << 7)
 
 
-class ECP5Multiplier(Multiplier):
+class _SitedMultiplier(Multiplier):
+    """A :class:`Multiplier` on an FPGA block that may be given a `site`:
+    the nextpnr BEL it is placed on, or None to leave it to nextpnr."""
+
+    def __init__(self, site=None):
+        if site is not None and not isinstance(site, str):
+            self._MustUse__silence = True   # refused, so never elaborated
+            raise TypeError(f"{type(self).__name__} site must be None or a BEL name, "
+                            f"not {site!r}")
+        self.site = site
+        super().__init__()
+
+    @property
+    def module_key(self):
+        return type(self).__name__ + ("" if self.site is None else f"@{self.site}")
+
+
+class ECP5Multiplier(_SitedMultiplier):
     """:class:`Multiplier` as one ECP5 ``MULT18X18D``, operands and product
     registered inside the block (``REG_INPUTA``, ``REG_INPUTB``,
     ``REG_OUTPUT``, all on ``CLK0``/``CE0``/``RST0``, reset synchronously with
@@ -255,17 +272,6 @@ class ECP5Multiplier(Multiplier):
     ``"X4/Y10/MULT18_0"``; `tpu.fpga.ecp5_floorplan`), carried to nextpnr as
     the instance's ``BEL`` attribute; None leaves the placement to nextpnr.
     """
-
-    def __init__(self, site=None):
-        if site is not None and not isinstance(site, str):
-            self._MustUse__silence = True   # refused, so never elaborated
-            raise TypeError(f"ECP5Multiplier site must be None or a BEL name, not {site!r}")
-        self.site = site
-        super().__init__()
-
-    @property
-    def module_key(self):
-        return type(self).__name__ + ("" if self.site is None else f"@{self.site}")
 
     def elaborate(self, platform):
         m = Module()
@@ -333,7 +339,7 @@ class PipelinedLUTMultiplier(Multiplier):
         return m
 
 
-class ECP5PipelinedMultiplier(Multiplier):
+class ECP5PipelinedMultiplier(_SitedMultiplier):
     """:class:`ECP5Multiplier` with its product registered once more, in
     logic: the net from the DSP block to the partial-sum adder, the slowest
     path of a PE on a ``MULT18X18D``, gets a cycle to itself (the placer puts
@@ -342,18 +348,6 @@ class ECP5PipelinedMultiplier(Multiplier):
     as for :class:`ECP5Multiplier`."""
 
     latency = 3
-
-    def __init__(self, site=None):
-        if site is not None and not isinstance(site, str):
-            self._MustUse__silence = True   # refused, so never elaborated
-            raise TypeError(f"ECP5PipelinedMultiplier site must be None or a BEL name, "
-                            f"not {site!r}")
-        self.site = site
-        super().__init__()
-
-    @property
-    def module_key(self):
-        return type(self).__name__ + ("" if self.site is None else f"@{self.site}")
 
     def elaborate(self, platform):
         m = Module()
