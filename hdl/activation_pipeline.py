@@ -272,7 +272,9 @@ class ActivationPipeline(wiring.Component):
             """The value of the group entering the requantizers."""
             return values[0] if steps == 1 else Array(values)[step]
 
-        m.submodules.pooling = pooling = PoolingUnit(lanes=cols, max_width=self._max_width)
+        # The pooling unit shares the requantizers' lanes, group by group.
+        m.submodules.pooling = pooling = PoolingUnit(lanes=lanes, max_width=self._max_width,
+                                                     groups=steps)
         lane_out = []
         for n in range(lanes):
             # Column of lane `n` in each group; a short last group repeats group 0's.
@@ -302,22 +304,23 @@ class ActivationPipeline(wiring.Component):
             m.d.comb += result.eq(Mux(use_table, entry, clamped))
             lane_out.append(result)
 
-        # The groups before the last wait in `collected` for the last one.
-        early = (steps - 1) * lanes
-        collected = [Signal(signed(VALUE_WIDTH), name=f"collected{c}") for c in range(early)]
-        for g in range(steps - 1):
-            with m.If(valid[-1] & (group[-1] == g)):
-                m.d.sync += [collected[g * lanes + n].eq(lane_out[n]) for n in range(lanes)]
-        function_out = collected + lane_out[:cols - early]
-
         m.d.comb += [
             pooling.restart.eq(restart),
             pooling.settings.eq(settings),
-            pooling.i_data.eq(Cat(*function_out)),
-            pooling.i_valid.eq(valid[-1] & final[-1]),
+            pooling.i_data.eq(Cat(*lane_out)),
+            pooling.i_valid.eq(valid[-1]),
+            pooling.i_group.eq(group[-1]),
             pooling.i_last.eq(last[-1]),
-            queue.w_en.eq(pooling.o_valid),
-            queue.w_data.eq(pooling.o_data),
+        ]
+        # The output groups before the last wait in `collected` for the last one.
+        early = (steps - 1) * lanes
+        collected = Signal(8 * early)
+        for g in range(steps - 1):
+            with m.If(pooling.o_valid & (pooling.o_group == g)):
+                m.d.sync += collected[8 * g * lanes:8 * (g + 1) * lanes].eq(pooling.o_data)
+        m.d.comb += [
+            queue.w_en.eq(pooling.o_valid & (pooling.o_group == steps - 1)),
+            queue.w_data.eq(Cat(collected, pooling.o_data.as_value()[:8 * (cols - early)])),
         ]
         # Rows accepted and not yet through the pooling unit's last stage.
         # A row counts from the cycle it is taken; until its last group has

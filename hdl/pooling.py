@@ -34,6 +34,16 @@ class PoolingUnit(wiring.Component):
     Global pooling keeps one running sum or maximum and emits it with the
     operation's last row. Pooling NONE passes every row.
 
+    With ``groups`` > 1 a row arrives as ``groups`` groups of ``lanes``
+    values (columns ``g * lanes ..`` in group ``g``), at most one a cycle,
+    the last group last: the lanes serve every group in turn, each group's
+    window history and running global value are kept in a small memory
+    indexed by the group, its line buffer entries beside the other groups',
+    and the row's position in the image advances with its last group. The
+    activation pipeline's shared requantizers deliver rows this way, so the
+    pooling unit shares their lanes and a row's output is still complete
+    `latency` cycles after its last group.
+
     A pipeline without stalls: horizontal and global reduction, vertical
     reduction and reciprocal multiply are registered stages, the rounding and
     clamp is combinational at the output. The output for a row that
@@ -47,34 +57,44 @@ class PoolingUnit(wiring.Component):
         Pooling mode and shape, divisor, reciprocal and output signedness;
         stable while rows are in flight.
     i_valid, i_last : In(1)
-        A row is presented; it is the last of its operation.
+        A row (a group of it) is presented; the row is the last of its
+        operation.
+    i_group : In(range(groups))
+        The group presented.
     i_data : In(ArrayLayout(signed(9), lanes))
-        The row's values, in the output type's range.
+        The group's values, in the output type's range.
     o_valid : Out(1)
-        `o_data` holds an output row (for one cycle).
+        `o_data` holds an output row's group `o_group` (for one cycle).
+    o_group : Out(range(groups))
+        The group in `o_data`.
     o_data : Out(ArrayLayout(unsigned(8), lanes))
-        The output row's bytes.
+        The output group's bytes.
     pending : Out(range(latency + 1))
-        Rows in the pipeline, whether or not they will produce an output.
+        Rows in the pipeline (counted by their last group), whether or not
+        they will produce an output.
     """
 
     latency = 3
 
-    def __init__(self, *, lanes, max_width):
-        for name, value, high in (("lanes", lanes, 256), ("max_width", max_width, 1 << 16)):
+    def __init__(self, *, lanes, max_width, groups=1):
+        for name, value, high in (("lanes", lanes, 256), ("max_width", max_width, 1 << 16),
+                                  ("groups", groups, 256)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, not {value!r}")
             if not 1 <= value <= high:
                 raise ValueError(f"{name} must be in 1..{high}, not {value}")
         self._lanes = lanes
         self._max_width = max_width
+        self._groups = groups
         super().__init__({
             "restart":  In(1),
             "settings": In(SettingsLayout(max_width)),
             "i_valid":  In(1),
             "i_last":   In(1),
+            "i_group":  In(range(groups)),
             "i_data":   In(data.ArrayLayout(signed(VALUE_WIDTH), lanes)),
             "o_valid":  Out(1),
+            "o_group":  Out(range(groups)),
             "o_data":   Out(data.ArrayLayout(unsigned(8), lanes)),
             "pending":  Out(range(self.latency + 1)),
         })
@@ -86,6 +106,10 @@ class PoolingUnit(wiring.Component):
     @property
     def max_width(self):
         return self._max_width
+
+    @property
+    def groups(self):
+        return self._groups
 
     def elaborate(self, platform):
         m = Module()
@@ -135,7 +159,9 @@ class PoolingUnit(wiring.Component):
         h_end = cur_xn == 0
         v_end = cur_yn == 0
         line_end = cur_x == cfg.pool_width - 1
-        step = self.i_valid
+        final = Signal()                    # the row's last group
+        m.d.comb += final.eq(self.i_group == self._groups - 1)
+        step = self.i_valid & final
 
         with m.If(self.restart):
             m.d.sync += first.eq(1)
@@ -166,32 +192,57 @@ class PoolingUnit(wiring.Component):
         p3_row = Signal()
         m.d.comb += self.o_data.eq(Cat(*out))
 
+        def group_state(name, shape):
+            """A register per lane of the group presented, and its next value.
+            One group: plain registers; more: a memory read asynchronously
+            (LUT RAM on an FPGA) at the group presented, written with the
+            next value when a group is presented."""
+            layout = data.ArrayLayout(shape, lanes)
+            current = Signal(layout, name=name)
+            following = Signal(layout, name=f"{name}_next")
+            if self._groups == 1:
+                m.d.sync += current.eq(following)
+            else:
+                state = Memory(shape=layout, depth=self._groups, init=[])
+                m.submodules[name] = state
+                rd = state.read_port(domain="comb")
+                wr = state.write_port()
+                m.d.comb += [rd.addr.eq(self.i_group), current.eq(rd.data),
+                             wr.addr.eq(self.i_group), wr.data.eq(following),
+                             wr.en.eq(self.i_valid)]
+            return current, following
+
         # Stage 1: horizontal window (from a shift register of the previous
         # values) and global reduction.
+        history_layout = data.ArrayLayout(signed(VALUE_WIDTH), MAX_POOL_SIZE - 1)
+        histories, next_histories = group_state("history", history_layout)
+        runnings, next_runnings = group_state("running", signed(SUM_WIDTH))
         p1_row = Signal()
         p1_h = Signal()
         p1_emit = Signal()
         p1_v_end = Signal()
         p1_ox = Signal.like(ox)
+        p1_group = Signal.like(self.i_group)
         for n in range(lanes):
             value = Signal(signed(VALUE_WIDTH), name=f"value{n}")
             m.d.comb += value.eq(self.i_data[n])
             history = [Signal(signed(VALUE_WIDTH), name=f"hist{n}_{j}")
                        for j in range(MAX_POOL_SIZE - 1)]
-            with m.If(step):
-                m.d.sync += history[0].eq(value)
-                m.d.sync += [history[j].eq(history[j - 1]) for j in range(1, len(history))]
             running = Signal(signed(SUM_WIDTH), name=f"global{n}")
+            m.d.comb += [running.eq(runnings[n]),
+                         *(h.eq(histories[n][j]) for j, h in enumerate(history))]
+            m.d.comb += next_histories[n].eq(Mux(self.i_valid, Cat(value, *history[:-1]),
+                                                 Cat(*history)))
             update = Signal(signed(SUM_WIDTH), name=f"global{n}_next")
             m.d.comb += update.eq(Mux(first, value,
                                       Mux(maximum, Mux(value > running, value, running),
                                           running + value)))
-            with m.If(step):
-                m.d.sync += running.eq(update)
+            m.d.comb += next_runnings[n].eq(Mux(self.i_valid, update, running))
             m.d.sync += p1_value[n].eq(Mux(window, reduce(value, history),
                                            Mux(global_, update, value)))
         m.d.sync += [
-            p1_row.eq(self.i_valid),
+            p1_group.eq(self.i_group),
+            p1_row.eq(self.i_valid & final),
             p1_h.eq(self.i_valid & window & h_end),
             p1_emit.eq(self.i_valid & ((cfg.pool == Pooling.NONE) | (global_ & self.i_last))),
             p1_v_end.eq(v_end),
@@ -200,30 +251,33 @@ class PoolingUnit(wiring.Component):
 
         # Stage 2: vertical window, from the line buffer entry of this window
         # column (the previous horizontal results, newest first), one memory
-        # per lane.
+        # per lane, the groups of a window column side by side.
         entry = data.ArrayLayout(signed(H_WIDTH), MAX_POOL_SIZE - 1)
         p2_valid = Signal()
+        p2_group = Signal.like(self.i_group)
         for n in range(lanes):
-            lines = Memory(shape=entry, depth=self._max_width, init=[])
+            lines = Memory(shape=entry, depth=self._max_width << len(self.i_group), init=[])
             m.submodules[f"lines{n}"] = lines
             rd = lines.read_port()
             wr = lines.write_port()
             h = p1_value[n]
             old = [rd.data[j] for j in range(MAX_POOL_SIZE - 1)]
             m.d.comb += [
-                rd.addr.eq(cur_ox),
+                rd.addr.eq(Cat(self.i_group, cur_ox)),
                 wr.en.eq(p1_h),
-                wr.addr.eq(p1_ox),
+                wr.addr.eq(Cat(p1_group, p1_ox)),
                 wr.data.eq(Cat(h[:H_WIDTH], *old[:-1])),
             ]
             m.d.sync += p2_value[n].eq(Mux(window, reduce(h, old), h))
         m.d.sync += [
             p2_valid.eq(p1_emit | (p1_h & p1_v_end)),
             p2_row.eq(p1_row),
+            p2_group.eq(p1_group),
         ]
 
         # Stage 3: average = sign * ((|sum| + count // 2) * reciprocal >> 32).
         p3_valid = Signal()
+        p3_group = Signal.like(self.i_group)
         half = cfg.pool_count >> 1
         for n in range(lanes):
             v = p2_value[n]
@@ -236,6 +290,7 @@ class PoolingUnit(wiring.Component):
         m.d.sync += [
             p3_valid.eq(p2_valid),
             p3_row.eq(p2_row),
+            p3_group.eq(p2_group),
         ]
 
         # Output: sign and clamp to the output type.
@@ -248,6 +303,7 @@ class PoolingUnit(wiring.Component):
             m.d.comb += out[n].eq(Mux(average, clamped, p3_value[n])[:8])
         m.d.comb += [
             self.o_valid.eq(p3_valid),
+            self.o_group.eq(p3_group),
             self.pending.eq(p1_row + p2_row + p3_row),
         ]
         return m
