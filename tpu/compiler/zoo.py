@@ -385,12 +385,70 @@ def quantize(float_model, calibration_inputs, *, form="qdq", per_channel=False,
         return onnx.load(dst)
 
 
-def ort_session(model):
-    """An ONNX Runtime CPU session of ``model`` (a ModelProto, bytes or path),
-    logging only errors."""
+# Integer products whose first (activation) operand's zero point is input 2.
+_INTEGER_PRODUCTS = ("QLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger")
+
+
+def _exact_products_apply(model):
+    """Whether ONNX Runtime's "session.x64quantprecision" can be asked for
+    ``model`` (a ModelProto). It turns every constant int8 weight of an
+    integer product (and of a DequantizeLinear) into uint8, which ONNX
+    Runtime cannot run in two cases: a product over int8 activations (it
+    has no s8 x u8 kernels; its s8 x s8 ones sum in int32 and need no help)
+    and a per-axis DequantizeLinear without a zero point (it is given a
+    scalar one, which a per-axis DequantizeLinear refuses)."""
+    graph = model.graph
+    types = {t.name: t.data_type for t in graph.initializer}
+    types.update((v.name, v.type.tensor_type.elem_type)
+                 for v in [*graph.input, *graph.value_info] if v.type.HasField("tensor_type"))
+    sizes = {t.name: int(np.prod(t.dims)) for t in graph.initializer}
+    int8 = TensorProto.INT8
+    for node in graph.node:
+        inputs = list(node.input)
+        if node.op_type in _INTEGER_PRODUCTS:
+            operand = inputs[2] if len(inputs) > 2 and inputs[2] else inputs[0]
+            if types.get(operand) == int8:
+                return False
+        if node.op_type == "DequantizeLinear" and types.get(inputs[0]) == int8 \
+                and sizes.get(inputs[1], 1) > 1 and (len(inputs) < 3 or not inputs[2]):
+            return False
+    return True
+
+
+def _ort_options(model):
+    """ONNX Runtime session options for ``model`` (a ModelProto): only errors
+    logged, and exact integer products on every x86-64 processor. Without
+    VNNI (AVX2, or AVX-512 without VNNI) ONNX Runtime multiplies uint8
+    activations by int8 weights with VPMADDUBSW, which adds the products in
+    pairs in saturating int16: a pair past 32767 (255 * 127 * 2 is) makes a
+    QLinearConv, QLinearMatMul, QGemm or MatMulInteger wrong, by up to a
+    hundred steps after requantization, on such processors only (QDQ
+    models with int8 activations too: ONNX Runtime moves them to uint8).
+    "session.x64quantprecision" makes it use exact uint8 x uint8 products
+    there; it changes nothing on a processor with VNNI."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if _exact_products_apply(model):
+        options.add_session_config_entry("session.x64quantprecision", "1")
+    return options
+
+
+def _as_proto(model):
+    """``model`` (a ModelProto, bytes or path) as a ModelProto, with no
+    external data loaded."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, bytes):
+        return onnx.load_from_string(model)
+    return onnx.load(str(model), load_external_data=False)
+
+
+def ort_session(model):
+    """An ONNX Runtime CPU session of ``model`` (a ModelProto, bytes or path),
+    logging only errors, with exact integer products (`_ort_options`)."""
+    import onnxruntime as ort
+    options = _ort_options(_as_proto(model))
     if isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()
     elif not isinstance(model, bytes):
@@ -403,8 +461,7 @@ def ort_optimized(model):
     (QDQ groups fused into QLinearConv, QLinearMatMul, QLinearAveragePool,
     ...), as a ModelProto whose tensors keep their names."""
     import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options = _ort_options(_as_proto(model))
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     if isinstance(model, onnx.ModelProto):
         model = model.SerializeToString()
