@@ -21,7 +21,7 @@ then through the rows in logic to the next line.
 from ..hdl.multiplier import ECP5PipelinedMultiplier, PipelinedLUTMultiplier
 
 
-__all__ = ["DSP_LINES", "mult18_sites", "band_rows", "banded_multipliers"]
+__all__ = ["DSP_LINES", "mult18_sites", "band_rows", "band_sites", "banded_multipliers"]
 
 #: The Y of each line of DSP blocks on the LFE5U-85F, top to bottom.
 DSP_LINES = (10, 34, 58)
@@ -60,15 +60,12 @@ def band_rows(rows, cols):
     return [list(range(start, start + per_band)) for start in starts]
 
 
-def banded_multipliers(rows, cols):
-    """A ``multiplier`` for :class:`~tpu.hdl.systolic_array.SystolicArray`
-    (a function of a PE's row and column): the PEs of :func:`band_rows` on
-    :class:`~tpu.hdl.multiplier.ECP5PipelinedMultiplier` at fixed sites,
-    PE(r, j) of a band on site ``j * per_band + r'`` of its line (``r'``
-    the row's place in its band; the spare sites of a line spread between
-    the columns), the others on
-    :class:`~tpu.hdl.multiplier.PipelinedLUTMultiplier`. Three cycles every
-    PE, like the ``mix3`` builds."""
+def band_sites(rows, cols):
+    """The ``MULT18X18D`` site of each PE of :func:`band_rows`, as a dict
+    ``{(row, col): BEL name}``: PE(r, j) of a band on site ``j * per_band +
+    r'`` of its line (``r'`` the row's place in its band; the spare sites of
+    a line spread between the columns, where the chip's other DSP users can
+    go)."""
     bands = band_rows(rows, cols)
     site_of = {}
     for line, band in zip(DSP_LINES, bands):
@@ -78,6 +75,18 @@ def banded_multipliers(rows, cols):
             first = col * len(band) + (col * spare) // cols
             for place, row in enumerate(band):
                 site_of[row, col] = sites[first + place]
+    return site_of
+
+
+def banded_multipliers(rows, cols):
+    """A ``multiplier`` for :class:`~tpu.hdl.systolic_array.SystolicArray`
+    (a function of a PE's row and column): the PEs of :func:`band_sites` on
+    :class:`~tpu.hdl.multiplier.ECP5PipelinedMultiplier` at their sites, the
+    others on :class:`~tpu.hdl.multiplier.PipelinedLUTMultiplier`. Three
+    cycles every PE, like the ``mix3`` builds. (The chip's own banded array,
+    ``TPUConfig.dsp_bands``, takes the same sites with the two-cycle
+    multipliers.)"""
+    site_of = band_sites(rows, cols)
 
     def make(row, col):
         site = site_of.get((row, col))

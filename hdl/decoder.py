@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import TPUConfig
 from ..isa import LAYOUTS, MAX_POOL_COUNT, Fault, Opcode, Pool, ldl_rows, ldq_rows, INSTRUCTION_BITS
 from .bounded_product import bounded_product
-from .device_family import is_ice40
+from .device_family import is_ecp5, is_ice40
 from .serial_divider import SerialDivider, divider_cycles
 from .window import DmaWindows, inside_a_window
 
@@ -228,9 +228,10 @@ class InstructionDecoder(wiring.Component):
 
         # The geometry's products only matter below the UB's size (at or above
         # it the instruction faults): on an iCE40, whose 8 DSP blocks the
-        # array needs, they are bounded products in logic. (Not on an ECP5:
-        # there the 9 MULT18X18D they take cost less logic as soft PEs.)
-        if is_ice40(platform):
+        # array needs, they are bounded products in logic. On an ECP5 only
+        # with the array in DSP bands, which leave too few blocks for them:
+        # otherwise the 9 MULT18X18D they take cost less logic as soft PEs.
+        if is_ice40(platform) or (is_ecp5(platform) and cfg.dsp_bands):
             ub_bits = cfg.ub_rows.bit_length()
 
             def product(a, b):

@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
 from .accumulators import Accumulators, AccReadSignature, AccWriteSignature
+from .device_family import is_ecp5
 from .systolic_array import SystolicArray
 
 
@@ -84,8 +85,15 @@ class MatrixEngine(wiring.Component):
         rows = cfg.rows
 
         tag = data.StructLayout({"acc_addr": range(cfg.acc_rows), "accumulate": 1})
+        dsp_sites = None
+        if cfg.dsp_bands and is_ecp5(platform):
+            # Imported here: the floorplan belongs to the FPGA flow, which
+            # imports this package.
+            from ..fpga.ecp5_floorplan import band_sites
+            dsp_sites = band_sites(rows, cfg.cols)
         m.submodules.array = array = SystolicArray(rows=rows, cols=cfg.cols, tag_width=tag.size,
-                                                   dsp_multipliers=cfg.dsp_multipliers or None)
+                                                   dsp_multipliers=cfg.dsp_multipliers or None,
+                                                   dsp_sites=dsp_sites)
         m.submodules.accumulators = accs = Accumulators(acc_rows=cfg.acc_rows, cols=cfg.cols)
 
         # Weight queue state: beats in the transit chain, a tile in shadow, and

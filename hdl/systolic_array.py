@@ -92,14 +92,20 @@ class SystolicArray(wiring.Component):
         and logic for the rest). None (the default) chooses by the
         platform (`tpu.hdl.device_family`): for an iCE40
         :func:`~tpu.hdl.multiplier.ice40_dual_multipliers`, two PEs to an
-        SB_MAC16; for an ECP5 with `dsp_multipliers`, that many PEs on
-        :class:`~tpu.hdl.multiplier.ECP5Multiplier` and the rest on
+        SB_MAC16; for an ECP5 with `dsp_multipliers` or `dsp_sites`, those
+        PEs on :class:`~tpu.hdl.multiplier.ECP5Multiplier` and the rest on
         :class:`~tpu.hdl.multiplier.ECP5CarryChainMultiplier`; else
         :class:`~tpu.hdl.multiplier.Multiplier`.
     dsp_multipliers : int or None
         With the platform's multipliers on an ECP5: how many PEs (the first,
         row by row) multiply in a ``MULT18X18D``; the rest multiply in
         logic. None (the default): every PE's ``*`` is left to synthesis.
+    dsp_sites : dict or None
+        With the platform's multipliers on an ECP5, instead of
+        `dsp_multipliers`: ``{(row, col): BEL name}``, the PEs that multiply
+        in a ``MULT18X18D`` and the block each is placed on (e.g.
+        :func:`~tpu.fpga.ecp5_floorplan.band_sites`); the rest multiply in
+        logic.
 
     Members
     -------
@@ -126,7 +132,7 @@ class SystolicArray(wiring.Component):
     """
 
     def __init__(self, *, rows, cols, tag_width=1, multiplier=None, control_fanout=None,
-                 dsp_multipliers=None):
+                 dsp_multipliers=None, dsp_sites=None):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or not 1 <= value <= 256:
                 raise ValueError(f"SystolicArray {name} must be an int in 1..256, not {value!r}")
@@ -144,6 +150,26 @@ class SystolicArray(wiring.Component):
             raise ValueError(f"SystolicArray dsp_multipliers must be None or a non-negative int, "
                              f"not {dsp_multipliers!r}")
         self._dsp_multipliers = dsp_multipliers
+        if dsp_sites is not None:
+            problem = None
+            if dsp_multipliers is not None:
+                problem = "cannot be given with dsp_multipliers"
+            elif not isinstance(dsp_sites, dict):
+                problem = f"must be None or a dict {{(row, col): BEL name}}, not {dsp_sites!r}"
+            else:
+                for pe, site in dsp_sites.items():
+                    if (not isinstance(pe, tuple) or len(pe) != 2
+                            or not all(isinstance(i, int) for i in pe)
+                            or not (0 <= pe[0] < rows and 0 <= pe[1] < cols)):
+                        problem = f"has {pe!r}, not the (row, col) of a PE of a {rows}x{cols} array"
+                    elif not isinstance(site, str):
+                        problem = f"gives PE{pe!r} the site {site!r}, not a BEL name"
+                    if problem:
+                        break
+            if problem:
+                self._MustUse__silence = True   # refused, so never elaborated
+                raise ValueError(f"SystolicArray dsp_sites {problem}")
+        self._dsp_sites = dsp_sites
         if not isinstance(tag_width, int) or tag_width < 1:
             raise ValueError(f"SystolicArray tag_width must be a positive int, not {tag_width!r}")
         self._platform_multiplier = multiplier is None
@@ -296,6 +322,10 @@ class SystolicArray(wiring.Component):
         elif self._platform_multiplier and is_ecp5(platform) and self._dsp_multipliers is not None:
             make = multiplier_mix(self._dsp_multipliers, cols=cols, hard_multiplier=ECP5Multiplier,
                                   soft_multiplier=ECP5CarryChainMultiplier)
+        elif self._platform_multiplier and is_ecp5(platform) and self._dsp_sites is not None:
+            def make(k, n):
+                site = self._dsp_sites.get((k, n))
+                return ECP5CarryChainMultiplier() if site is None else ECP5Multiplier(site)
         if make is not None:
             for mul in (mul for row in multipliers for mul in row):
                 mul._MustUse__silence = True

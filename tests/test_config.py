@@ -23,6 +23,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "max_read_request": (128, 4096), "read_tags": (1, 32), "cpl_timeout": (16, 1 << 24),
         "dma_windows": (1, 16), "requantizers": (0, 256), "requantizer_multiplier_width": (8, 32),
         "host_addr_bits": (32, 64), "counter_bits": (32, 64), "dsp_multipliers": (0, 65536),
+        "dsp_bands": (0, 1),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -102,6 +103,13 @@ def test_ulx3s16_profile_is_a_16x16_chip_with_a_dsp_budget():
     assert 0 < ULX3S16_PROFILE.dsp_multipliers < 156
     assert all(getattr(ULX3S16_PROFILE, name) == value for name, value in UP5K_HOST_FIELDS.items())
     assert TPUConfig().dsp_multipliers == 0
+
+
+def test_dsp_bands_refuses_a_dsp_budget():
+    assert TPUConfig(dsp_bands=1).dsp_bands == 1
+    with pytest.raises(ConfigError, match=r"dsp_bands = 1 places the array's DSP blocks itself: "
+                                          r"dsp_multipliers must be 0 with it, not 141"):
+        TPUConfig.from_options({"dsp_bands": 1}, "ulx3s16")
 
 
 def test_host_widths_default_to_64_bits_and_up5k_fields_are_valid():

@@ -1,6 +1,8 @@
 """The core's blocks as built for an ECP5 (`generate_verilog(...,
 family="ecp5")` with `TPUConfig.dsp_multipliers`: the first PEs on
-MULT18X18D, the rest multiplying on hand-instantiated CCU2C carry chains),
+MULT18X18D, the rest multiplying on hand-instantiated CCU2C carry chains;
+or with `TPUConfig.dsp_bands`: bands of rows on MULT18X18D at fixed sites,
+and the decoder's products in logic),
 simulated as RTL with
 the behavioural model of the MULT18X18D (fpga/models/MULT18X18D.v) and
 Yosys's models of the carry cells (`tpu.fpga.gate_level`), bit for bit
@@ -41,13 +43,31 @@ def test_ecp5_engine_puts_the_first_pes_on_mult18x18d():
     assert "MULT18X18D" not in plain and re.search(r" \* ", plain)
 
 
+#: 4x3 in bands: rows 0, 1 and 3 on the three lines of DSP blocks, row 2
+#: in logic.
+BANDED_ENGINE_CONFIG = TPUConfig(rows=4, cols=3, acc_rows=64, dsp_bands=1)
+
+
+def test_ecp5_banded_engine_places_its_bands():
+    from tpu.fpga.ecp5_floorplan import band_sites
+    text = generate_verilog(BANDED_ENGINE_CONFIG, top="engine", family="ecp5")
+    sites = re.findall(r'\(\* BEL = "([^"]+)" \*\)\s*MULT18X18D #\(', text)
+    assert sorted(sites) == sorted(band_sites(4, 3).values()) and len(set(sites)) == 9
+    assert {row for row, _ in band_sites(4, 3)} == {0, 1, 3}
+    assert not re.search(r" \* ", text)
+    assert "MULT18X18D" not in generate_verilog(BANDED_ENGINE_CONFIG, top="engine")
+
+
 @pytest.mark.rtl
-@pytest.mark.parametrize("testcase", ["random_operations", "extreme_values"])
-def test_ecp5_matrix_engine(simulator, testcase):
+@pytest.mark.parametrize("config, testcase", [
+    (ENGINE_CONFIG, "random_operations"), (ENGINE_CONFIG, "extreme_values"),
+    (BANDED_ENGINE_CONFIG, "random_operations"),
+], ids=["random", "extreme", "bands-random"])
+def test_ecp5_matrix_engine(simulator, config, testcase):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
-    source = _with_model(generate_verilog(ENGINE_CONFIG, top="engine", family="ecp5"))
-    tests, failures = run(ENGINE_CONFIG, simulator, "tpu.sim.testbenches.tb_matrix_engine",
+    source = _with_model(generate_verilog(config, top="engine", family="ecp5"))
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_matrix_engine",
                           testcase=testcase, seed=seed, toplevel=ENGINE_NAME, verilog_source=source)
     assert tests == 1, f"{testcase} did not run (see the simulation log)"
     assert failures == 0, f"{testcase} failed with seed {seed} (replay with TPU_SEED={seed})"
@@ -57,29 +77,35 @@ def test_ecp5_matrix_engine(simulator, testcase):
 CORE_CONFIG = TPUConfig(rows=4, cols=4, acc_rows=32, ub_rows=64, weight_mem_tiles=8, weight_fifo_tiles=2,
                         weight_mem_latency=3, weight_mem_bytes_per_cycle=4, pool_max_width=8,
                         dsp_multipliers=6)
+#: The same core in bands (rows 0, 1 and 3 on DSP blocks), its decoder's
+#: geometry products bounded in logic.
+BANDED_CORE_CONFIG = CORE_CONFIG.replace(dsp_multipliers=0, dsp_bands=1)
 _CORE = {}
 
 
-def _core_source():
-    if not _CORE:
-        _CORE["text"] = _with_model(generate_verilog(CORE_CONFIG, top="core", family="ecp5"))
-    return _CORE["text"]
+def _core_source(config):
+    if config not in _CORE:
+        _CORE[config] = _with_model(generate_verilog(config, top="core", family="ecp5"))
+    return _CORE[config]
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("testcase, env", [
-    ("random_programs", {"TPU_LENGTH": "40"}),
-    ("random_programs", {"TPU_LENGTH": "20", "TPU_FAULT": "ub_range"}),
-    ("edge_programs", {}),
-], ids=["random", "ub_range", "edge"])
-def test_ecp5_core(simulator, testcase, env):
+@pytest.mark.parametrize("config, testcase, env", [
+    (CORE_CONFIG, "random_programs", {"TPU_LENGTH": "40"}),
+    (CORE_CONFIG, "random_programs", {"TPU_LENGTH": "20", "TPU_FAULT": "ub_range"}),
+    (CORE_CONFIG, "edge_programs", {}),
+    (BANDED_CORE_CONFIG, "random_programs", {"TPU_LENGTH": "20", "TPU_FAULT": "ub_range"}),
+    (BANDED_CORE_CONFIG, "edge_programs", {}),
+], ids=["random", "ub_range", "edge", "bands-ub_range", "bands-edge"])
+def test_ecp5_core(simulator, config, testcase, env):
     """Random programs (convolution MMCs and pooling ACTs among them), UB
     range faults, and each opcode at the last UB row and one past it, with
-    a mixed array inside the whole core."""
+    a mixed array inside the whole core; in bands, the UB's edges are
+    where the decoder's bounded products must still be exact."""
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
-    tests, failures = run(CORE_CONFIG, simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
-                          seed=seed, toplevel=CORE_NAME, verilog_source=_core_source(), extra_env=env)
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
+                          seed=seed, toplevel=CORE_NAME, verilog_source=_core_source(config), extra_env=env)
     assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed} (replay with TPU_SEED={seed})"
 
 
@@ -97,3 +123,19 @@ def test_ulx3s_board_build_takes_the_budget():
     rtlil = ULX3S_85F_Platform().prepare(BoardChip("ulx3s-85f", config), "tpu_chip").files["tpu_chip.il"]
     assert len(re.findall(r"^\s*cell \\MULT18X18D ", rtlil, re.M)) == 3
     assert 5 * 6 <= len(re.findall(r"^\s*cell \\CCU2C ", rtlil, re.M)) <= 8 * 6
+
+
+def test_ulx3s_board_build_places_the_bands():
+    """With `dsp_bands` the board build's array takes exactly the band
+    sites, each MULT18X18D carrying its BEL for nextpnr."""
+    pytest.importorskip("amaranth_boards")
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    from tpu.fpga.board_top import BoardChip
+    from tpu.fpga.ecp5_floorplan import band_sites
+
+    config = TPUConfig(rows=4, cols=3, acc_rows=64, ub_rows=256, weight_mem_tiles=16, link_dw=1,
+                       max_payload=128, max_read_request=128, read_tags=1, dma_windows=1,
+                       dsp_bands=1)
+    rtlil = ULX3S_85F_Platform().prepare(BoardChip("ulx3s-85f", config), "tpu_chip").files["tpu_chip.il"]
+    sites = re.findall(r'attribute \\BEL "([^"]+)"\s*cell \\MULT18X18D ', rtlil)
+    assert sorted(sites) == sorted(band_sites(4, 3).values())

@@ -116,6 +116,18 @@ def test_array_rejects_a_bad_dsp_multipliers(bad):
         SystolicArray(rows=2, cols=2, dsp_multipliers=bad)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(dsp_sites={(0, 0): "X4/Y10/MULT18_0"}, dsp_multipliers=1), "cannot be given with dsp_multipliers"),
+    (dict(dsp_sites=[(0, 0)]), r"must be None or a dict \{\(row, col\): BEL name\}, not \[\(0, 0\)\]"),
+    (dict(dsp_sites={(2, 0): "X4/Y10/MULT18_0"}), r"has \(2, 0\), not the \(row, col\) of a PE of a 2x2 array"),
+    (dict(dsp_sites={0: "X4/Y10/MULT18_0"}), r"has 0, not the \(row, col\)"),
+    (dict(dsp_sites={(1, 1): 5}), r"gives PE\(1, 1\) the site 5, not a BEL name"),
+])
+def test_array_rejects_bad_dsp_sites(kwargs, message):
+    with pytest.raises(ValueError, match=rf"SystolicArray dsp_sites {message}"):
+        SystolicArray(rows=2, cols=2, **kwargs)
+
+
 def test_array_latency_follows_its_multipliers():
     assert SystolicArray(rows=3, cols=4, multiplier=lambda k, n: Multiplier()).latency == \
         3 + 4 + MULTIPLIER_LATENCY - 1

@@ -43,6 +43,8 @@ _RANGES = {
                                        "2**counter_bits"),
     "dsp_multipliers":   (0, 65536,    "PEs that multiply in a DSP block when built for an ECP5, the "
                                        "first ones row by row, the rest in logic (0: every PE)"),
+    "dsp_bands":         (0, 1,        "1: built for the ECP5-85F, the PEs that multiply in a DSP block "
+                                       "are three bands of rows, each on a line of DSP blocks"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
@@ -110,6 +112,14 @@ class TPUConfig:
         (`tpu.hdl.multiplier.ECP5CarryChainMultiplier`), so that an array larger
         than the device's DSP blocks fits (same results, same cycles). Other
         builds ignore it.
+    dsp_bands : int
+        1: built for an ECP5-85F, the PEs that multiply in a ``MULT18X18D``
+        are instead three bands of adjacent array rows, each placed on one of
+        the device's three lines of DSP blocks
+        (`tpu.fpga.ecp5_floorplan.band_sites`: 144 PEs at 16x16), the rest
+        in logic; the instruction decoder's products then go into logic too,
+        so that the chip's other DSP users fit the 12 sites left. Needs
+        `dsp_multipliers` 0; other builds ignore it.
 
     Raises
     ------
@@ -139,6 +149,7 @@ class TPUConfig:
     host_addr_bits: int = 64
     counter_bits: int = 64
     dsp_multipliers: int = 0
+    dsp_bands: int = 0
 
     def __post_init__(self):
         for f in fields(self):
@@ -151,6 +162,9 @@ class TPUConfig:
                                   f"{meaning} must be in {low}..{high}")
             if f.name in _POWERS_OF_TWO and value & (value - 1):
                 raise ConfigError(f"TPUConfig.{f.name} = {value} is not a power of two: {meaning}")
+        if self.dsp_bands and self.dsp_multipliers:
+            raise ConfigError(f"TPUConfig.dsp_bands = 1 places the array's DSP blocks itself: "
+                              f"dsp_multipliers must be 0 with it, not {self.dsp_multipliers}")
         if self.requantizers > self.cols:
             raise ConfigError(f"TPUConfig.requantizers = {self.requantizers} is more than "
                               f"cols = {self.cols}: at most one requantizer per column")
