@@ -96,11 +96,11 @@ def test_up5k_profile_and_overrides():
         TPUConfig.from_options({}, "up6k")
 
 
-def test_ulx3s16_profile_is_a_16x16_chip_with_a_dsp_budget():
+def test_ulx3s16_profile_is_a_16x16_chip_in_dsp_bands():
     from tpu.config import UP5K_HOST_FIELDS, ULX3S16_PROFILE
     assert TPUConfig.from_options({}, "ulx3s16") == ULX3S16_PROFILE
     assert (ULX3S16_PROFILE.rows, ULX3S16_PROFILE.cols, ULX3S16_PROFILE.requantizers) == (16, 16, 1)
-    assert 0 < ULX3S16_PROFILE.dsp_multipliers < 156
+    assert (ULX3S16_PROFILE.dsp_bands, ULX3S16_PROFILE.dsp_multipliers) == (1, 0)
     assert all(getattr(ULX3S16_PROFILE, name) == value for name, value in UP5K_HOST_FIELDS.items())
     assert TPUConfig().dsp_multipliers == 0
 
@@ -109,7 +109,8 @@ def test_dsp_bands_refuses_a_dsp_budget():
     assert TPUConfig(dsp_bands=1).dsp_bands == 1
     with pytest.raises(ConfigError, match=r"dsp_bands = 1 places the array's DSP blocks itself: "
                                           r"dsp_multipliers must be 0 with it, not 141"):
-        TPUConfig.from_options({"dsp_bands": 1}, "ulx3s16")
+        TPUConfig.from_options({"dsp_multipliers": 141}, "ulx3s16")
+    assert TPUConfig.from_options({"dsp_multipliers": 141, "dsp_bands": 0}, "ulx3s16").dsp_multipliers == 141
 
 
 def test_host_widths_default_to_64_bits_and_up5k_fields_are_valid():
