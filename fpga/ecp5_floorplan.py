@@ -18,7 +18,7 @@ move right along a line, partial sums down a band's few adjacent sites and
 then through the rows in logic to the next line.
 """
 
-from ..hdl.multiplier import ECP5PipelinedMultiplier, PipelinedLUTMultiplier
+from ..hdl.multiplier import ECP5PipelinedMultiplier, PipelinedLUTMultiplier, multiplier_sites
 
 
 __all__ = ["DSP_LINES", "mult18_sites", "band_rows", "band_sites", "banded_multipliers"]
@@ -86,9 +86,5 @@ def banded_multipliers(rows, cols):
     cycles every PE, like the ``mix3`` builds. (The chip's own banded array,
     ``TPUConfig.dsp_bands``, takes the same sites with the two-cycle
     multipliers.)"""
-    site_of = band_sites(rows, cols)
-
-    def make(row, col):
-        site = site_of.get((row, col))
-        return PipelinedLUTMultiplier() if site is None else ECP5PipelinedMultiplier(site)
-    return make
+    return multiplier_sites(band_sites(rows, cols), hard_multiplier=ECP5PipelinedMultiplier,
+                            soft_multiplier=PipelinedLUTMultiplier)

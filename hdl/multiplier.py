@@ -43,7 +43,8 @@ from amaranth.lib.wiring import In, Out
 
 __all__ = ["MultiplierSignature", "Multiplier", "LUTMultiplier", "SplitLUTMultiplier",
            "CarryChainMultiplier", "ECP5CarryChainMultiplier", "ECP5Multiplier",
-           "PipelinedLUTMultiplier", "ECP5PipelinedMultiplier", "multiplier_mix", "MULTIPLIER_LATENCY",
+           "PipelinedLUTMultiplier", "ECP5PipelinedMultiplier", "multiplier_mix", "multiplier_sites",
+           "MULTIPLIER_LATENCY",
            "ICE40DualMultiplier", "ice40_dual_multipliers"]
 
 
@@ -368,6 +369,17 @@ def multiplier_mix(hard, *, cols, hard_multiplier=ECP5Multiplier, soft_multiplie
 
     def make(row, col):
         return hard_multiplier() if row * cols + col < hard else soft_multiplier()
+    return make
+
+
+def multiplier_sites(sites, *, hard_multiplier, soft_multiplier):
+    """A ``multiplier`` for :class:`~tpu.hdl.systolic_array.SystolicArray`
+    that gives each PE of `sites` (``{(row, col): BEL name}``) a
+    ``hard_multiplier(site)`` placed there and the others a
+    ``soft_multiplier()``."""
+    def make(row, col):
+        site = sites.get((row, col))
+        return soft_multiplier() if site is None else hard_multiplier(site)
     return make
 
 

@@ -9,7 +9,8 @@ from amaranth.lib.wiring import In, Out
 from .device_family import is_ecp5, is_ice40
 from .module_library import ModuleLibrary, add_submodule
 from .multiplier import (MULTIPLIER_LATENCY, ECP5CarryChainMultiplier, ECP5Multiplier, Multiplier,
-                         MultiplierSignature, ice40_dual_multipliers, multiplier_mix)
+                         MultiplierSignature, ice40_dual_multipliers, multiplier_mix,
+                         multiplier_sites)
 from .staircase import Staircase
 
 
@@ -323,9 +324,8 @@ class SystolicArray(wiring.Component):
             make = multiplier_mix(self._dsp_multipliers, cols=cols, hard_multiplier=ECP5Multiplier,
                                   soft_multiplier=ECP5CarryChainMultiplier)
         elif self._platform_multiplier and is_ecp5(platform) and self._dsp_sites is not None:
-            def make(k, n):
-                site = self._dsp_sites.get((k, n))
-                return ECP5CarryChainMultiplier() if site is None else ECP5Multiplier(site)
+            make = multiplier_sites(self._dsp_sites, hard_multiplier=ECP5Multiplier,
+                                    soft_multiplier=ECP5CarryChainMultiplier)
         if make is not None:
             for mul in (mul for row in multipliers for mul in row):
                 mul._MustUse__silence = True
