@@ -314,8 +314,35 @@ def _check_router(router):
         raise ValueError(f"router must be router1 or router2, not {router!r}")
 
 
+#: nextpnr's placers: its default, ``heap`` (analytic, then annealing), and
+#: ``static`` (electrostatic, then annealing), which spreads a large design
+#: more evenly; ``sa`` (annealing alone) is too slow for a whole chip.
+PLACERS = ("heap", "static", "sa")
+
+
+#: (profile, board) -> the `tpu build` options a board profile is built with
+#: unless given: the ``ulx3s16`` chip fills the ECP5-85F enough that only
+#: ``router2`` after the ``static`` placer routes it, and it meets 16.67 MHz
+#: (20.33 MHz routed) where 18.75 would need 0.7% more (docs/fpga.md, "A
+#: sixth run").
+PROFILE_BUILD_OPTIONS = {
+    ("ulx3s16", "ulx3s-85f"): {"clock_mhz": 16.6667, "router": "router2", "placer": "static"},
+}
+
+
+def _check_placer(placer):
+    if placer not in (None, *PLACERS):
+        raise ValueError(f"placer must be one of {', '.join(PLACERS)}, not {placer!r}")
+
+
+def _place_and_route_options(router, placer):
+    """nextpnr's command-line options choosing `router` and `placer` (None: its own)."""
+    return "".join(f" --{name} {value}" for name, value in (("router", router), ("placer", placer))
+                   if value is not None)
+
+
 def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", router=None,
-              control_fanout=None):
+              control_fanout=None, placer=None):
     """Synthesise, place and route ``MxuBenchTop(rows, cols)`` for `board`.
 
     Parameters
@@ -352,6 +379,8 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
     router : str or None
         nextpnr's router (``"router1"``, its default, or ``"router2"``,
         much faster on a large, crowded design).
+    placer : str or None
+        nextpnr's placer (`PLACERS`; None: its default, ``"heap"``).
     control_fanout : int or None
         The array's ``control_fanout`` (:class:`~tpu.hdl.systolic_array.SystolicArray`):
         the most rows one copy of a column's weight shift or capture drives.
@@ -389,6 +418,7 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
     if not isinstance(dsp, bool):
         raise TypeError(f"dsp must be a bool, not {dsp!r}")
     _check_router(router)
+    _check_placer(placer)
     if control_fanout is not None and (not isinstance(control_fanout, int)
                                        or isinstance(control_fanout, bool) or control_fanout < 1):
         # Checked before any elaboratable is made, so a refused one is not left unused.
@@ -409,14 +439,13 @@ def build_mxu(board, rows, cols, *, build_dir, dsp=True, multipliers="auto", rou
     overrides = synth_overrides(board, name, synth_opts)
     if multipliers != "auto":
         overrides["script_after_read"] += "\ntechmap t:$mul"
-    if router is not None:
-        overrides["nextpnr_opts"] += f" --router {router}"
+    overrides["nextpnr_opts"] += _place_and_route_options(router, placer)
     plan = platform.prepare(top, name, **overrides)
     plan.extract(build_dir)
 
     result = {
         "board": board, "device": spec.device, "rows": rows, "cols": cols, "dsp": dsp,
-        "multipliers": multipliers, "router": router or "router1",
+        "multipliers": multipliers, "router": router or "router1", "placer": placer or "heap",
         "control_fanout": control_fanout,
         "dsp_primitive": spec.dsp_primitive, "synth_opts": synth_opts,
         "build_dir": str(build_dir), "tools": tool_versions(board),
@@ -480,7 +509,7 @@ def _fits_message(board, usage):
 
 
 def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=True,
-               progress=None, top="chip", router=None):
+               progress=None, top="chip", router=None, placer=None):
     """Synthesise, place and route the whole chip (`tpu.fpga.board_top.BoardChip`,
     the chip behind its UART bridge) for `board`, with a chip clock of
     `clock_hz` (None: the board's default, `BOARD_CLOCK_HZ`; on the ULX3S
@@ -497,7 +526,8 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
     target); the ``bitstream`` path. `progress`, if given, is called with
     each line the tools print; `router` is nextpnr's router as for
     `build_mxu` (``"router2"`` routes a large chip in a fraction of
-    ``router1``'s time). Raises like `build_mxu`.
+    ``router1``'s time), `placer` its placer (``"static"`` spreads a large
+    chip more evenly than the default ``"heap"``). Raises like `build_mxu`.
     """
     from .board_top import BoardChip
 
@@ -511,6 +541,7 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
     if top not in BUILD_TOPS:
         raise ValueError(f"unknown top {top!r}: choose one of {', '.join(BUILD_TOPS)}")
     _check_router(router)
+    _check_placer(placer)
     name = BUILD_TOPS[top]
     if top == "matrix":
         from .matrix_part_top import BoardMatrixPart
@@ -532,8 +563,7 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
         stale.unlink(missing_ok=True)
     synth_opts = spec.dsp_opt if dsp else spec.nodsp_opt
     overrides = synth_overrides(board, name, synth_opts)
-    if router is not None:
-        overrides["nextpnr_opts"] += f" --router {router}"
+    overrides["nextpnr_opts"] += _place_and_route_options(router, placer)
     plan = platform.prepare(design, name, **overrides)
     plan.extract(build_dir)
 
@@ -543,8 +573,8 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
               "pll": None if pll is None else {
                   "clki_div": pll.clki_div, "clkfb_div": pll.clkfb_div,
                   "clkop_div": pll.clkop_div, "vco_mhz": pll.vco_hz / 1e6},
-              "dsp": dsp, "router": router or "router1", "build_dir": str(build_dir),
-              "tools": tool_versions(board)}
+              "dsp": dsp, "router": router or "router1", "placer": placer or "heap",
+              "build_dir": str(build_dir), "tools": tool_versions(board)}
     start = time.monotonic()
     lines = []
     with subprocess.Popen(["sh", f"{plan.script}.sh"], cwd=build_dir, env=_environment(spec),

@@ -12,7 +12,8 @@ The last field says where the multipliers go: "dsp" (plain `*`, which
 synthesis maps to DSP blocks), "nodsp" (logic), "mix" (ECP5: the 156
 MULT18X18D instantiated with their registers, logic for the other PEs) or
 "mix3" (the same with three-cycle multipliers). --router router2 picks
-nextpnr's faster router for large arrays; --control-fanout N copies each
+nextpnr's faster router for large arrays, --placer static its placer that spreads
+a large design more evenly; --control-fanout N copies each
 column's weight shift and capture once per N rows.
 
 Results are printed as a table and saved as JSON (build/bench/fpga.json by
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from tpu.bench.fpga import (DEFAULT_RUNS, build_mxus, load_mxus, mxu_table, parse_run, save_mxus,
                             text_table)
-from tpu.fpga.build import BOARDS, FPGAToolMissing
+from tpu.fpga.build import BOARDS, PLACERS, FPGAToolMissing
 
 
 def _run(text):
@@ -51,6 +52,8 @@ def main(argv=None):
                              f"boards: {', '.join(BOARDS)}")
     parser.add_argument("--router", choices=("router1", "router2"),
                         help="nextpnr's router (default: nextpnr's own, router1)")
+    parser.add_argument("--placer", choices=PLACERS,
+                        help="nextpnr's placer (default: nextpnr's own, heap)")
     parser.add_argument("--control-fanout", type=int, metavar="N",
                         help="copy each column's weight shift and capture register once per N "
                              "rows (default: one register per column)")
@@ -75,7 +78,8 @@ def main(argv=None):
     runs = args.run or [parse_run(text) for text in DEFAULT_RUNS]
     try:
         results = build_mxus(runs, args.build_dir, log=lambda line: print(line, flush=True),
-                             router=args.router, control_fanout=args.control_fanout)
+                             router=args.router, control_fanout=args.control_fanout,
+                             placer=args.placer)
     except (FPGAToolMissing, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -140,11 +140,21 @@ def test_bad_router(capsys, tmp_path):
                          router="fast")
 
 
+def test_bad_placer(capsys, tmp_path):
+    assert "invalid choice: 'quadratic'" in _error(capsys, ["build", "--board", "ulx3s-85f",
+                                                            "--placer", "quadratic"])
+    with pytest.raises(ValueError, match="placer must be one of heap, static, sa, not 'fast'"):
+        build.build_chip("ulx3s-85f", TPUConfig(rows=2, cols=2), build_dir=tmp_path,
+                         placer="fast")
+    with pytest.raises(ValueError, match="placer must be one of heap, static, sa, not 'fast'"):
+        build.build_mxu("ulx3s-85f", 2, 2, build_dir=tmp_path, placer="fast")
+
+
 class _Stop(Exception):
     pass
 
 
-def test_router_reaches_nextpnr(tmp_path, monkeypatch):
+def test_router_and_placer_reach_nextpnr(tmp_path, monkeypatch):
     # The build script is written before the tools run; stop there and read it.
     scripts = []
 
@@ -153,9 +163,32 @@ def test_router_reaches_nextpnr(tmp_path, monkeypatch):
         raise _Stop
 
     monkeypatch.setattr(build.subprocess, "Popen", popen)
-    for router, option in (("router2", "--router router2"), (None, "--router")):
+    for router, placer in (("router2", "static"), (None, None), (None, "sa")):
         with pytest.raises(_Stop):
             build.build_chip("ulx3s-85f", TPUConfig(rows=2, cols=2), build_dir=tmp_path,
-                             router=router)
+                             router=router, placer=placer)
         nextpnr = next(line for line in scripts[-1].splitlines() if "NEXTPNR_ECP5\"" in line)
-        assert (option in nextpnr) == (router is not None), nextpnr
+        assert ("--router router2" in nextpnr) == (router is not None), nextpnr
+        assert (f"--placer {placer}" in nextpnr) == (placer is not None), nextpnr
+        assert ("--placer" in nextpnr) == (placer is not None), nextpnr
+
+
+@pytest.mark.parametrize("argv, expected", [
+    # The 16x16 profile is built as it routes: router2 after the static placer, 16.67 MHz.
+    (["--profile", "ulx3s16"], dict(clock_hz=16_667_000, router="router2", placer="static")),
+    (["--profile", "ulx3s16", "--clock-mhz", "12.5", "--placer", "heap"],
+     dict(clock_hz=12_500_000, router="router2", placer="heap")),
+    ([], dict(clock_hz=18_750_000, router=None, placer=None)),
+    (["--profile", "up5k"], dict(clock_hz=18_750_000, router=None, placer=None)),
+])
+def test_profile_build_options(argv, expected, monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_build(board, config, *, build_dir, baudrate, top, clock_hz, progress, router, placer):
+        seen.update(clock_hz=clock_hz, router=router, placer=placer)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(build, "build_chip", fake_build)
+    monkeypatch.chdir(tmp_path)
+    assert cli_fpga.main(["build", "--board", "ulx3s-85f", *argv]) == 2
+    assert {**seen, "clock_hz": round(seen["clock_hz"], -3)} == expected

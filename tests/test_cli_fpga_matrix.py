@@ -28,7 +28,7 @@ def test_the_part_has_its_own_sizes(monkeypatch, tmp_path):
     its own directory; options override them."""
     seen = {}
 
-    def fake_build(board, config, *, build_dir, baudrate, top, clock_hz, progress, router):
+    def fake_build(board, config, *, build_dir, baudrate, top, clock_hz, progress, router, placer):
         seen.update(config=config, build_dir=build_dir, top=top)
         raise RuntimeError("stop here")
 

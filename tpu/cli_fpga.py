@@ -72,8 +72,13 @@ def _usage(entry):
 
 def cmd_build(args):
     from .fpga.board_top import BOARD_OSCILLATOR_HZ, board_clock, uart_divisor
-    from .fpga.build import BOARDS, FPGAToolMissing, build_chip, missing_fpga_tools
+    from .fpga.build import (BOARDS, PROFILE_BUILD_OPTIONS, FPGAToolMissing, build_chip,
+                             missing_fpga_tools)
     config = _config(args)
+    profile = getattr(args, "profile", None) if args.top == "chip" else None
+    for name, value in PROFILE_BUILD_OPTIONS.get((profile, args.board), {}).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     reason = missing_fpga_tools(args.board)
     if reason:
         raise _error(reason)
@@ -98,7 +103,7 @@ def cmd_build(args):
           f"hour)", flush=True)
     try:
         result = build_chip(args.board, config, build_dir=out, baudrate=args.baud, top=args.top,
-                            router=args.router,
+                            router=args.router, placer=args.placer,
                             clock_hz=clock_hz,
                             progress=lambda line: print(f"  {line}", flush=True) if line else None)
     except (FPGAToolMissing, RuntimeError) as error:
@@ -153,6 +158,7 @@ def cmd_flash(args):
 def add_fpga_commands(subparsers, add_config_options):
     """Add ``build`` and ``flash`` to `subparsers` (an argparse subparsers
     action); `add_config_options(parser)` adds the chip configuration options."""
+    from .fpga.build import PLACERS
     p = subparsers.add_parser("build", help="build the chip's bitstream for an FPGA board",
                               description="Synthesise, place and route the whole chip behind its "
                                           "UART bridge for a board and write its bitstream.")
@@ -165,10 +171,14 @@ def add_fpga_commands(subparsers, add_config_options):
                    help="the UART's bit rate (default 115200)")
     p.add_argument("--clock-mhz", type=float, metavar="MHZ",
                    help="the chip's clock (default: 12 on the icebreaker, its oscillator; 18.75 "
-                        "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator)")
+                        "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator, 16.6667 "
+                        "with --profile ulx3s16)")
     p.add_argument("--router", choices=("router1", "router2"),
-                   help="nextpnr's router (default: nextpnr's own, router1; router2 routes a "
-                        "large chip much faster)")
+                   help="nextpnr's router (default: nextpnr's own, router1, and router2 with "
+                        "--profile ulx3s16; router2 routes a large chip much faster)")
+    p.add_argument("--placer", choices=PLACERS,
+                   help="nextpnr's placer (default: nextpnr's own, heap, and static with "
+                        "--profile ulx3s16; static spreads a large chip more evenly)")
     p.add_argument("--out", metavar="DIR", help="build directory (default build/fpga/BOARD)")
     p.set_defaults(func=cmd_build)
 

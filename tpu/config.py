@@ -258,13 +258,14 @@ PROFILES = {
                  cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                  requantizers=1, requantizer_multiplier_width=16),
     # ECP5-85F (ULX3S): a 16x16 array, 144 of its PEs in three bands of
-    # rows on the three lines of MULT18X18D (the placement nearest to routing; the
-    # decoder's products then go into logic, and the pooling unit, which
-    # shares the requantizer's one lane, the requantizer, the activation
-    # unit and the decoder's remaining products take 10 of the 12 blocks
-    # left) and 112 in logic, one requantizer with a 16 x 16-bit multiplier
-    # (ACT takes 64 cycles a row), a weight memory of 512 tiles, the UP5K's
-    # host interface for a UART (docs/fpga.md).
+    # rows on the three lines of MULT18X18D (the placement that routes,
+    # with nextpnr's static placer; the decoder's products then go into
+    # logic, and the pooling unit, which shares the requantizer's one lane,
+    # the requantizer, the activation unit and the decoder's remaining
+    # products take 10 of the 12 blocks left) and 112 in logic, one
+    # requantizer with a 16 x 16-bit multiplier (ACT takes 64 cycles a
+    # row), a weight memory of 512 tiles, the UP5K's host interface for a
+    # UART (docs/fpga.md).
     "ulx3s16": dict(rows=16, cols=16, weight_mem_tiles=512, cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                     requantizers=1, requantizer_multiplier_width=16, dsp_bands=1),
 }

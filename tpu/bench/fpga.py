@@ -175,10 +175,10 @@ def text_table(results):
     return "\n".join(lines)
 
 
-def build_mxus(runs, build_dir, log=print, router=None, control_fanout=None):
+def build_mxus(runs, build_dir, log=print, router=None, control_fanout=None, placer=None):
     """Synthesise, place and route the matrix unit for each ``(board, rows, cols,
     kind)`` of `runs` (under ``build_dir/BOARD_RxC_KIND``, ``_fN`` added for a
-    `control_fanout`) with nextpnr's `router` (None: its default); the
+    `control_fanout`) with nextpnr's `router` and `placer` (None: its defaults); the
     `build_mxu` results.
     A design that does not fit is a result; a missing tool raises FPGAToolMissing
     before anything is built."""
@@ -194,7 +194,7 @@ def build_mxus(runs, build_dir, log=print, router=None, control_fanout=None):
         result = build_mxu(board, rows, cols, build_dir=Path(build_dir) / tag,
                            dsp=kind != "nodsp",
                            multipliers=kind if kind not in ("dsp", "nodsp") else "auto", router=router,
-                           control_fanout=control_fanout)
+                           control_fanout=control_fanout, placer=placer)
         if result["fits"]:
             log(f"  fits: {result['fmax_mhz']:.1f} MHz ({_gops(result):.1f} GOPS), "
                 f"logic {_usage(result['logic'])}, DSP {_usage(result['dsp_blocks'])} "
