@@ -132,22 +132,18 @@ def test_board_chip_elaborates_for_both_boards():
         assert top.chip.divisor == round(top.clock_hz / 115200)
 
 
-def test_bad_router(capsys, tmp_path):
-    assert "invalid choice: 'router3'" in _error(capsys, ["build", "--board", "ulx3s-85f",
-                                                          "--router", "router3"])
-    with pytest.raises(ValueError, match="router must be router1 or router2, not 'fast'"):
+@pytest.mark.parametrize("option, message", [
+    ("router", "router must be router1 or router2, not 'fast'"),
+    ("placer", "placer must be one of heap, static, sa, not 'fast'"),
+])
+def test_bad_router_or_placer(option, message, capsys, tmp_path):
+    assert "invalid choice: 'fast'" in _error(capsys, ["build", "--board", "ulx3s-85f",
+                                                       f"--{option}", "fast"])
+    with pytest.raises(ValueError, match=message):
         build.build_chip("ulx3s-85f", TPUConfig(rows=2, cols=2), build_dir=tmp_path,
-                         router="fast")
-
-
-def test_bad_placer(capsys, tmp_path):
-    assert "invalid choice: 'quadratic'" in _error(capsys, ["build", "--board", "ulx3s-85f",
-                                                            "--placer", "quadratic"])
-    with pytest.raises(ValueError, match="placer must be one of heap, static, sa, not 'fast'"):
-        build.build_chip("ulx3s-85f", TPUConfig(rows=2, cols=2), build_dir=tmp_path,
-                         placer="fast")
-    with pytest.raises(ValueError, match="placer must be one of heap, static, sa, not 'fast'"):
-        build.build_mxu("ulx3s-85f", 2, 2, build_dir=tmp_path, placer="fast")
+                         **{option: "fast"})
+    with pytest.raises(ValueError, match=message):
+        build.build_mxu("ulx3s-85f", 2, 2, build_dir=tmp_path, **{option: "fast"})
 
 
 class _Stop(Exception):
