@@ -12,9 +12,9 @@ The last field says where the multipliers go: "dsp" (plain `*`, which
 synthesis maps to DSP blocks), "nodsp" (logic), "mix" (ECP5: the 156
 MULT18X18D instantiated with their registers, logic for the other PEs) or
 "mix3" (the same with three-cycle multipliers). --router router2 picks
-nextpnr's faster router for large arrays, --placer static its placer that spreads
-a large design more evenly; --control-fanout N copies each
-column's weight shift and capture once per N rows.
+nextpnr's faster router for large arrays, --placer static its placer that
+spreads a large design more evenly; --control-fanout N copies each column's
+weight shift and capture once per N rows.
 
 Results are printed as a table and saved as JSON (build/bench/fpga.json by
 default); --markdown prints the table for docs/fpga.md (with each critical
