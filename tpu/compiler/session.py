@@ -462,7 +462,11 @@ class InferenceSession:
             raise TypeError("run_options are not supported")
         chosen = self._select(output_names)
         arrays, samples = self._prepare(feeds)
-        outputs = self.run_quantized(arrays)
+        return self.model_outputs(self.run_quantized(arrays), chosen)
+
+    def model_outputs(self, outputs, chosen):
+        """Quantized IR outputs (tensor name -> array) as the model gives the
+        `chosen` outputs (`ir.GraphOutput`s): dequantized if float, in its layout."""
         results = []
         for o in chosen:
             value = outputs[o.tensor]
