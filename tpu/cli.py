@@ -628,8 +628,13 @@ def _fpga_parsers(commands):
     add_fpga_commands(commands, _add_config_options)
 
 
+def _serve_parser(commands):
+    from .serve.cli import add_serve_command
+    add_serve_command(commands, _add_config_options)
+
+
 _PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _demo_parser, _model_parsers, _bench_parser,
-            _fpga_parsers, _asm_parser, _disasm_parser]
+            _fpga_parsers, _asm_parser, _disasm_parser, _serve_parser]
 
 
 def _parser():

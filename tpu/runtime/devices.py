@@ -261,6 +261,8 @@ class ProcessDevice:
             text = self.log_path.read_text(errors="replace").strip().splitlines()[-lines:]
         except OSError:
             return "no log"
+        if not text:
+            return f"its log ({self.log_path}) is empty"
         return f"its log ({self.log_path}) ends: " + " | ".join(text)
 
     def _receive(self, timeout, what):

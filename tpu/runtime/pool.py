@@ -360,7 +360,8 @@ class DevicePool:
                 orphans, self._queue = list(self._queue), collections.deque()
         if not retry:
             attempts = "; then ".join(f"on {name}: {message}" for name, message in job.failures)
-            why = "" if self.alive else " (no device of the pool is left working)"
+            why = "" if self.alive else \
+                f" (no device of the pool is left working: {self._dead_reasons()})"
             job.future.set_exception(PoolError(f"the job failed{why}: {attempts}"))
         for orphan in orphans:
             orphan.future.set_exception(PoolError(

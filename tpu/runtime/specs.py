@@ -2,7 +2,9 @@
 
 ``parse_devices("golden:4")`` -> four golden devices; ``"verilator:2"``,
 ``"icarus:1"``; ``"serial:/dev/ttyUSB1,/dev/ttyUSB3"`` -> a board on each
-port; several groups joined by ``+`` (``"golden:2+verilator:1"``).
+port; ``"golden-process:2"``: golden models each in a process of its own
+(they then use more than one core); several groups joined by ``+``
+(``"golden:2+verilator:1"``).
 """
 
 from dataclasses import dataclass, field
@@ -13,7 +15,7 @@ __all__ = ["DeviceSpec", "parse_devices", "SIMULATORS", "BACKEND_KINDS"]
 #: backends whose chip is an RTL simulation (CPU-bound: one process each)
 SIMULATORS = ("icarus", "verilator")
 #: every backend a pool opens from a text specification
-BACKEND_KINDS = ("golden", *SIMULATORS, "serial")
+BACKEND_KINDS = ("golden", "golden-process", *SIMULATORS, "serial")
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,9 @@ class DeviceSpec:
     @property
     def label(self):
         port = self.options.get("port")
-        return f"{self.backend}:{port}" if port else self.backend
+        if port:
+            return f"{self.backend}:{port}"
+        return "golden-process" if self.backend == "golden" and self.process else self.backend
 
 
 def parse_devices(text):
@@ -71,5 +75,8 @@ def parse_devices(text):
         if not count.isdigit() or int(count) < 1:
             raise ValueError(f"devices: the count in {group!r} must be a whole number >= 1, "
                              f"not {count!r}")
-        specs += [DeviceSpec(backend) for _ in range(int(count))]
+        if backend == "golden-process":
+            specs += [DeviceSpec("golden", process=True) for _ in range(int(count))]
+        else:
+            specs += [DeviceSpec(backend) for _ in range(int(count))]
     return specs
