@@ -134,6 +134,11 @@ class TpuModel(Model):
             outputs = [InferOutput(o.model_name, list(v.shape),
                                    V2_DATATYPES.get(v.dtype, str(v.dtype)), data=v)
                        for o, v in zip(chosen, values)]
+            if payload.from_grpc:
+                # As raw bytes: kserve's to_grpc tests an array's truth value
+                # (an error for more than one element) when given the array.
+                for output, value in zip(outputs, values):
+                    output.set_data_from_numpy(value, binary_data=True)
             outcome = "ok"
             return InferResponse(response_id=payload.id or str(uuid.uuid4()), model_name=self.name,
                                  infer_outputs=outputs,

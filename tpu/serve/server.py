@@ -12,6 +12,7 @@ Retry-After header; a request the model cannot take, 400 with one line.
 import contextlib
 import logging
 import sys
+import warnings
 from pathlib import Path
 
 
@@ -21,6 +22,10 @@ __all__ = ["serve", "load_models", "parse_model_argument", "import_kserve"]
 def import_kserve():
     """The `kserve` module, imported with an empty command line: its
     `model_server` module parses ``sys.argv`` when imported."""
+    # kserve answers through FastAPI's ORJSONResponse, which FastAPI now
+    # deprecates: a warning at each request that is kserve's to change, not
+    # an error of this server's (tests run with PYTHONWARNINGS=error).
+    warnings.filterwarnings("ignore", message="ORJSONResponse is deprecated")
     argv = sys.argv
     sys.argv = argv[:1]
     try:
@@ -77,6 +82,26 @@ def _add_handlers(app, overloaded):
 
     app.add_exception_handler(overloaded, on_overloaded)
     app.add_exception_handler(RequestValidationError, on_invalid_request)
+    app.add_middleware(_JsonUnlessBinary)
+
+
+class _JsonUnlessBinary:
+    """ASGI middleware: an infer request without Inference-Header-Content-Length
+    is all JSON (the protocol's binary extension says so), whatever its
+    Content-Type. tritonclient sends JSON-only requests without one, which
+    kserve would otherwise take for binary data."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST" \
+                and scope["path"].endswith("/infer"):
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            names = {k for k, _ in scope["headers"]}
+            if b"inference-header-content-length" not in names:
+                scope = {**scope, "headers": headers + [(b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
 
 
 def serve(models, devices="golden:1", *, port=8080, grpc_port=0, batch=None, config=None,
