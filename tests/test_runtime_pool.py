@@ -204,3 +204,33 @@ def test_closing_fails_what_is_queued(tiny):
             assert "closed" in str(error)
             outcomes.append("closed")
     assert "closed" in outcomes
+
+
+def test_devices_as_ray_actors(tiny):
+    """Devices in actors of a local Ray instance: the same answers; an actor
+    killed in a job is replaced and the job retried."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install ray)")
+    rng = np.random.default_rng(SEED + 8)
+    session = InferenceSession(tiny, backend="golden")
+    long_job = chunks_of(session, tiny_inputs(rng, 4 * 60))
+    short = [chunks_of(session, tiny_inputs(rng, 3)) for _ in range(6)]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        with DevicePool("ray:golden:2", tiny.config) as pool:
+            assert [d.spec.label for d in pool.devices] == ["ray:golden"] * 2
+            victim = pool.devices[0]
+            first = pool.submit(tiny, long_job)
+            others = [pool.submit(tiny, chunks) for chunks in short]
+            wait_busy(pool, victim.name)
+            victim.kill()
+            same(first.result(180), reference_results(tiny, long_job))
+            for future, chunks in zip(others, short):
+                same(future.result(120), reference_results(tiny, chunks))
+            assert pool.stats[victim.name].alive
+            assert sum(s.restarts for s in pool.stats.values()) == 1
+            with InferenceSession(tiny, devices=pool) as on_ray:
+                x = tiny_inputs(rng, 9)
+                np.testing.assert_array_equal(on_ray.run(None, {"x": x})[0],
+                                              session.run(None, {"x": x})[0])
+    finally:
+        ray.shutdown()

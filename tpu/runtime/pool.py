@@ -130,9 +130,14 @@ class DevicePool:
         for spec in self.specs:
             name = f"{spec.label}#{counters[spec.label]}"
             counters[spec.label] += 1
-            kind = ProcessDevice if spec.process else LocalDevice
             args = (name, spec, self.config, arena_bytes)
-            self.devices.append(kind(*args, self._log_dir.name) if spec.process else kind(*args))
+            if spec.ray is not None:
+                from .ray_devices import RayDevice
+                self.devices.append(RayDevice(*args))
+            elif spec.process:
+                self.devices.append(ProcessDevice(*args, self._log_dir.name))
+            else:
+                self.devices.append(LocalDevice(*args))
         self.stats = {d.name: DeviceStats(d.name, d.spec.backend) for d in self.devices}
         self._cond = threading.Condition()
         self._queue = collections.deque()
@@ -211,13 +216,13 @@ class DevicePool:
 
     def arena_limit(self):
         """Host bytes a job may need on every device of the pool."""
-        process_sims = [d for d in self.devices if d.spec.backend not in ("golden",)]
+        process_sims = [d for d in self.devices if d.spec.backend != "golden"]
         return SIMULATED_ARENA if process_sims else self.arena_bytes
 
     def _model(self, compiled):
         entry = self._models.get(id(compiled))
         if entry is None or entry[0] is not compiled:
-            needs_bytes = any(isinstance(d, ProcessDevice) for d in self.devices)
+            needs_bytes = any(not isinstance(d, LocalDevice) for d in self.devices)
             entry = (compiled, model_bytes(compiled) if needs_bytes else None)
             self._models[id(compiled)] = entry
         return entry[1]
@@ -293,11 +298,11 @@ class DevicePool:
                 return
             started = time.monotonic()
             try:
-                if isinstance(device, ProcessDevice):
+                if isinstance(device, LocalDevice):
+                    results = device.execute(job.compiled, job.chunks, self._timeout(device, job))
+                else:
                     results = device.execute(job.compiled, job.chunks,
                                              self._timeout(device, job), job.model)
-                else:
-                    results = device.execute(job.compiled, job.chunks, self._timeout(device, job))
             except ValueError as error:
                 self._finish(device, job, started, error=error)
                 continue

@@ -2,7 +2,8 @@
 
 ``parse_devices("golden:4")`` -> four golden devices; ``"verilator:2"``,
 ``"icarus:1"``; ``"serial:/dev/ttyUSB1,/dev/ttyUSB3"`` -> a board on each
-port; ``"golden-process:2"``: golden models each in a process of its own
+port; ``"ray:golden:4"`` (any of these after ``ray:``): each device in a
+Ray actor; ``"golden-process:2"``: golden models each in a process of its own
 (they then use more than one core); several groups joined by ``+``
 (``"golden:2+verilator:1"``).
 """
@@ -27,10 +28,13 @@ class DeviceSpec:
         ``seed=``/``host_latency=`` for simulators, `GoldenLink` parameters)
     process : run the device in a process of its own (always for simulators;
         for golden, a choice: in-process by default)
+    ray : None, or a dict of Ray actor options (``{}`` for the defaults): the
+        device runs in a Ray actor (`tpu.runtime.ray_devices`)
     """
     backend: str
     options: dict = field(default_factory=dict, compare=False)
     process: bool | None = None
+    ray: dict | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if not isinstance(self.backend, str) or not self.backend:
@@ -46,9 +50,11 @@ class DeviceSpec:
     @property
     def label(self):
         port = self.options.get("port")
+        prefix = "ray:" if self.ray is not None else ""
         if port:
-            return f"{self.backend}:{port}"
-        return "golden-process" if self.backend == "golden" and self.process else self.backend
+            return f"{prefix}{self.backend}:{port}"
+        name = "golden-process" if self.backend == "golden" and self.process else self.backend
+        return prefix + name
 
 
 def parse_devices(text):
@@ -60,7 +66,12 @@ def parse_devices(text):
                          f"serial:/dev/ttyUSB1,/dev/ttyUSB3, not {text!r}")
     specs = []
     for group in text.split("+"):
-        backend, _, rest = group.strip().partition(":")
+        group = group.strip()
+        if group.startswith("ray:"):
+            specs += [DeviceSpec(s.backend, s.options, s.process, ray={})
+                      for s in parse_devices(group[4:])]
+            continue
+        backend, _, rest = group.partition(":")
         if backend not in BACKEND_KINDS:
             raise ValueError(f"devices: unknown backend {backend!r} in {group!r}; "
                              f"known: {', '.join(BACKEND_KINDS)}")
