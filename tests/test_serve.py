@@ -359,6 +359,20 @@ def test_verilator_device_answers_equal_golden(tmp_path):
         for x, future in pending:
             np.testing.assert_array_equal(future.get_result().as_numpy("y"),
                                           golden.run(None, {"x": x})[0])
+        # The simulation killed in a request: a new one answers it.
+        (worker,) = device_processes(server)
+        simulations = worker.children(recursive=True)
+        assert simulations, "the device process started no simulation"
+        x = tiny_inputs(rng, 2)
+        tensor = httpclient.InferInput("x", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        future = client.async_infer("tiny", [tensor])
+        time.sleep(0.5)
+        for process in simulations:
+            process.kill()
+        np.testing.assert_array_equal(future.get_result().as_numpy("y"),
+                                      golden.run(None, {"x": x})[0])
         client.close()
         metrics = server.metrics()
         assert metrics[("tpu_device_chip_cycles_total", '{device="verilator#0"}')] > 0
+        assert metrics[("tpu_device_restarts_total", '{device="verilator#0"}')] == 1

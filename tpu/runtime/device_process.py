@@ -68,10 +68,13 @@ async def serve_device(device):
 def main():
     from ..config import TPUConfig
     from ..driver import run as driver_run
+    # By its module's real name, not __main__'s: a simulation process finds
+    # `main` by module and function name.
+    from tpu.runtime.device_process import serve_device as main_of_device
     spec = json.loads(os.environ[ENV_SPEC])
     config = TPUConfig(**spec["config"])
     try:
-        driver_run(serve_device, backend=spec["backend"], config=config, **spec["options"])
+        driver_run(main_of_device, backend=spec["backend"], config=config, **spec["options"])
     except Exception as error:
         print(f"{spec['name']}: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
