@@ -213,16 +213,25 @@ def tiny_model(path, config, batch):
     return compiled
 
 
-def bench(devices_list, *, clients, requests, time_limit, samples, batch, max_delay_ms, log=print):
+#: ``--chip``: the default chip, or the small one the host-interface tests
+#: simulate (its Verilator model is built by the test suite already)
+CHIPS = {"default": {}, "narrow": dict(rows=4, cols=4, acc_rows=256, ub_rows=1024,
+                                       weight_mem_tiles=64, link_dw=1, max_payload=128,
+                                       max_read_request=128, read_tags=2, cpl_timeout=2000)}
+
+
+def bench(devices_list, *, clients, requests, time_limit, samples, batch, max_delay_ms,
+          chip="default", log=print):
     from tpu import TPUConfig
-    config = TPUConfig()
+    config = TPUConfig(**CHIPS[chip])
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "mlp64.tpu"
         compiled = tiny_model(path, config, batch)
         cases = make_cases(compiled, 128, samples)
         for devices in devices_list:
-            with Server([f"mlp64={path}"], devices, "--max-delay-ms", str(max_delay_ms)) as server:
+            with Server([f"mlp64={path}"], devices, "--max-delay-ms", str(max_delay_ms),
+                        ready_timeout=3600) as server:
                 before = server.metrics()
                 result = asyncio.run(load(server.url, "mlp64", cases, clients=clients,
                                           requests=requests, time_limit=time_limit))
@@ -252,11 +261,13 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=1, help="most samples in one request")
     parser.add_argument("--batch", type=int, default=16, help="the model's compiled batch")
     parser.add_argument("--max-delay-ms", type=float, default=5.0)
+    parser.add_argument("--chip", choices=sorted(CHIPS), default="default",
+                        help="the chip configuration (narrow: the 4x4 chip of the tests)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     rows = bench(args.devices, clients=args.clients, requests=args.requests,
                  time_limit=args.time_limit, samples=args.samples, batch=args.batch,
-                 max_delay_ms=args.max_delay_ms)
+                 max_delay_ms=args.max_delay_ms, chip=args.chip)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     bad = sum(r["wrong"] + r["lost"] + r["failed"] for r in rows)
