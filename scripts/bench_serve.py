@@ -243,6 +243,41 @@ def bench(devices_list, *, clients, requests, time_limit, samples, batch, max_de
     return rows
 
 
+def pool_bench(devices_list, *, chunks, batch, chip="default", log=print):
+    """The pool alone, without the server: `chunks` chunks of the model as
+    independent jobs; chunks/s and chip cycles/s per device."""
+    from tpu import TPUConfig
+    from tpu.compiler.session import InferenceSession
+    from tpu.runtime import DevicePool
+    config = TPUConfig(**CHIPS[chip])
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        compiled = tiny_model(Path(scratch) / "mlp64.tpu", config, batch)
+        session = InferenceSession(compiled, backend="golden")
+        x = np.random.default_rng(0).normal(size=(batch, 64)).astype(np.float32)
+        arrays, samples = session._prepare({"x": x})
+        (chunk,) = session._chunks(arrays, samples)
+        for devices in devices_list:
+            with DevicePool(devices, config) as pool:
+                started = time.monotonic()
+                futures = [pool.submit(compiled, [chunk]) for _ in range(chunks)]
+                for future in futures:
+                    future.result()
+                seconds = time.monotonic() - started
+                per = [{"device": s.name, "chunks": s.chunks,
+                        "chip_cycles_per_s": s.cycles / seconds,
+                        "busy_share": s.busy_seconds / seconds} for s in pool.stats.values()]
+            row = {"devices": devices, "chunks": chunks, "seconds": seconds,
+                   "chunks_per_s": chunks / seconds, "samples_per_s": chunks * batch / seconds,
+                   "per_device": per}
+            rows.append(row)
+            log(f"{devices:<18} {chunks} chunks of {batch} in {seconds:.1f} s: "
+                f"{row['chunks_per_s']:,.1f} chunks/s, {row['samples_per_s']:,.0f} samples/s | "
+                + ", ".join(f"{d['device']} {d['chip_cycles_per_s'] / 1e3:,.1f} kcycles/s "
+                            f"busy {d['busy_share']:.0%}" for d in per))
+    return rows
+
+
 def format_row(r):
     per = ", ".join(f"{d['device']} {d['chip_cycles_per_s'] / 1e3:,.1f} kcycles/s "
                     f"util {d['mxu_utilization']:.1%} busy {d['busy_share']:.0%}"
@@ -263,8 +298,15 @@ def main(argv=None):
     parser.add_argument("--max-delay-ms", type=float, default=5.0)
     parser.add_argument("--chip", choices=sorted(CHIPS), default="default",
                         help="the chip configuration (narrow: the 4x4 chip of the tests)")
+    parser.add_argument("--pool-only", type=int, metavar="CHUNKS",
+                        help="measure the device pool alone: CHUNKS jobs of one chunk each")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
+    if args.pool_only:
+        rows = pool_bench(args.devices, chunks=args.pool_only, batch=args.batch, chip=args.chip)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return 0
     rows = bench(args.devices, clients=args.clients, requests=args.requests,
                  time_limit=args.time_limit, samples=args.samples, batch=args.batch,
                  max_delay_ms=args.max_delay_ms, chip=args.chip)

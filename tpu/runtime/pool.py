@@ -344,6 +344,10 @@ class DevicePool:
             stats.failures += 1
         job.failures.append((device.name, failure.message))
         job.excluded.add(device.name)
+        if self._closed:
+            job.future.set_exception(PoolError(f"the pool was closed while {device.name} "
+                                               f"failed the job: {failure.message}"))
+            return
         # The device comes back first, so a pool of one retries on it.
         try:
             device.recover(failure.kind)
