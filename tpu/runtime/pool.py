@@ -174,7 +174,7 @@ class DevicePool:
         if errors:
             self.close()
             raise PoolError("devices failed to open: " + "; ".join(
-                f"{name}: {error}" for name, error in errors.items()))
+                f"{name}: {getattr(error, 'message', error)}" for name, error in errors.items()))
         for device in self.devices:
             thread = threading.Thread(target=self._serve, args=(device,), daemon=True,
                                       name=f"tpu-pool-{device.name}")

@@ -29,6 +29,10 @@ def add_serve_command(subparsers, add_config_options):
     p.add_argument("--timeout", type=float, metavar="S",
                    help="seconds a chunk may take before its device counts as hung "
                         "(default by backend: golden 60, verilator 900)")
+    p.add_argument("--baud", type=int, metavar="N",
+                   help="serial devices: the UART's baud rate (default 115200)")
+    p.add_argument("--clock-mhz", type=float, metavar="F",
+                   help="serial devices: the chip's clock in MHz (default 12)")
     add_config_options(p)
     p.set_defaults(func=cmd_serve)
 
@@ -45,7 +49,13 @@ def cmd_serve(args):
         for name, path in models.items():
             if not path.exists():
                 raise ValueError(f"{path}: no such model file")
-        parse_devices(args.devices)
+        devices = parse_devices(args.devices)
+        for spec in devices:
+            if spec.backend == "serial":
+                if args.baud is not None:
+                    spec.options["baudrate"] = args.baud
+                if args.clock_mhz is not None:
+                    spec.options["clock_hz"] = args.clock_mhz * 1e6
         for option in ("port", "grpc_port"):
             value = getattr(args, option)
             if not 0 <= value <= 65535 or (option == "port" and value == 0):
@@ -65,7 +75,7 @@ def cmd_serve(args):
               + (f", gRPC port {args.grpc_port}" if args.grpc_port else ""), file=sys.stderr,
               flush=True)
     try:
-        serve(models, args.devices, port=args.port, grpc_port=args.grpc_port, batch=args.batch,
+        serve(models, devices, port=args.port, grpc_port=args.grpc_port, batch=args.batch,
               config=_config(args), max_delay=args.max_delay_ms / 1000,
               max_queue=args.max_queue, timeout=args.timeout, ready=ready)
     except PoolError as error:
