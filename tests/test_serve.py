@@ -330,14 +330,19 @@ def test_full_queue_answers_503_with_a_retry_hint(models):
             statuses.count(503)
 
 
-def test_serve_command_errors(tmp_path, models):
+def test_serve_command_errors(tmp_path, models, capsys):
     from tpu.cli import main
     paths, _ = models
     for argv, words in [([str(tmp_path / "none.tpu")], "no such model file"),
-                        ([str(paths["tiny"]), "--devices", "gold:2"], "unknown backend"),
+                        ([str(paths["tiny"]), "--devices", "gold:2"], "unknown backend 'gold'"),
+                        ([str(paths["tiny"]), "--devices", "golden:0"], "whole number >= 1"),
                         ([str(paths["tiny"]), "--port", "0"], "--port must be a TCP port"),
-                        ([f"a={paths['tiny']}", f"a={paths['conv']}"], "same name")]:
+                        ([str(paths["tiny"]), "--max-queue", "0"], "--max-queue"),
+                        ([f"a={paths['tiny']}", f"a={paths['conv']}"], "same name"),
+                        ([f"a b={paths['tiny']}"], "a model's name is letters")]:
         assert main(["serve", *argv]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, err
 
 
 @pytest.mark.rtl
