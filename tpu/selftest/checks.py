@@ -6,6 +6,8 @@ docs/driver.md says. They use only the `Device` API and its link, so a
 simulation backend of the RTL runs them unchanged: `CHECKS` maps a name to
 each. A check leaves the device idle, soft-reset where it changed registers,
 and wants a freshly opened device (registers at their power-on values).
+Every check runs on every `TPUConfig` except where `why_not` gives the
+reason it cannot (memories too small for what it needs).
 """
 
 import asyncio
@@ -21,13 +23,13 @@ from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, UNMAPPED, Cont
                               Status, config_words, register_bits, registers)
 from ..isa import Act, Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
 from ..sim.models.cycle_model import estimate_cycles
-from ..sim.stimulus.programs import blocked, mlp_program
-from .device import Device, HostBuffer
-from .errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
-from .link import Link
+from ..sim.stimulus.programs import mlp_program, mlp_shape
+from ..driver.device import Device, HostBuffer
+from ..driver.errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
+from ..driver.link import Link
 
 
-__all__ = ["CHECKS", "relocate", "long_program", "fault_programs", "load_program_data",
+__all__ = ["CHECKS", "why_not", "relocate", "long_program", "fault_programs", "load_program_data",
            "together", "copy_program"]
 
 
@@ -347,14 +349,14 @@ async def check_mlp(device, seed=1):
     """The two-layer MLP of tpu.sim.stimulus.programs: weights by WFILL, data in host
     buffers, the program by doorbell; the output equals the integer reference."""
     cfg = device.config
-    p = mlp_program(seed, config=cfg)
+    p = mlp_program(seed, config=cfg, **mlp_shape(cfg))
     await device.load_weights(p.weights)
     program, buffers = load_program_data(device, p)
     result = await device.run(program, timeout=1e-2)
     assert result.halted, result
     (out_addr, expected), = p.expected_host.items()
     got = device.read(buffers[out_addr])
-    assert got == blocked(p.reference["y"], cfg.cols) == expected, "MLP output differs from the reference"
+    assert got == expected, "MLP output differs from the reference"
     counters = estimate_cycles(cfg, encode_program(program))["counters"]
     for name in ("mxu_active", "useful_macs", "weight_shift"):
         assert result.counters[name] == counters[name], \
@@ -725,7 +727,7 @@ async def check_stop_mid_program(device, seed=None):
                 f"{what}: the stopped program's WHM to 0x{addr:x} went on writing"
         for buffer in buffers:
             device.free(buffer)
-    if cfg.rows == cfg.cols:        # the MLP's shape needs a square array
+    if _mlp_unfit(cfg) is None:
         await check_mlp(device)
 
 
@@ -1056,3 +1058,44 @@ CHECKS = {
     "buffers": check_buffers,
     "empty_program": check_empty_program,
 }
+
+
+# ---------------------------------------------------------------------------------------
+# Configurations a check cannot run on
+
+
+def _mlp_unfit(config):
+    try:
+        mlp_shape(config)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _weight_tiles(count):
+    def unfit(config):
+        if config.weight_mem_tiles < count:
+            return (f"it loads weights at {count} different tiles, weight_mem_tiles is "
+                    f"{config.weight_mem_tiles}")
+        return None
+    return unfit
+
+
+#: check name -> function of the `TPUConfig`: None, or why the check cannot run on it.
+_UNFIT = {
+    "mlp": _mlp_unfit,
+    "timeout": _mlp_unfit,
+    "abort": _mlp_unfit,
+    "interrupts": _mlp_unfit,
+    "weights_at_tile": _weight_tiles(2),
+    "concurrent_runs": _weight_tiles(2),
+}
+
+
+def why_not(name, config):
+    """None if the check `name` of `CHECKS` runs on `config`, else the reason
+    it cannot (one line)."""
+    if name not in CHECKS:
+        raise ValueError(f"unknown check {name!r}; the checks are {', '.join(CHECKS)}")
+    unfit = _UNFIT.get(name)
+    return unfit(config) if unfit else None
