@@ -15,12 +15,12 @@ __all__ = ["add_selftest_command", "cmd_selftest"]
 
 
 def _command_error(message):
-    from .cli import CommandError
+    from .common import CommandError
     return CommandError(message)
 
 
 def cmd_selftest(args, config):
-    from .selftest import CHECKS, selftest, why_not
+    from ..selftest import CHECKS, selftest, why_not
     if args.list:
         for name, check in CHECKS.items():
             reason = why_not(name, config)
@@ -67,7 +67,7 @@ def _summary(doc, width=90):
 
 def _backend_options(args):
     if args.backend == "serial":
-        from .cli_model import _serial_options
+        from .model import _serial_options
         options = _serial_options(args)
     elif args.port is not None:
         raise _command_error(f"--port {args.port} is for --backend serial, not --backend {args.backend}")
@@ -79,7 +79,7 @@ def _backend_options(args):
                                  f"icarus or verilator, not {args.backend}")
         options["seed"] = args.seed
     if args.backend in ("icarus", "verilator"):
-        from .sim.harness import missing_simulator
+        from ..sim.harness import missing_simulator
         reason = missing_simulator(args.backend)
         if reason:
             raise _command_error(reason)
