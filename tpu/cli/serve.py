@@ -1,4 +1,8 @@
-"""The ``tpu serve`` command: `add_serve_command(subparsers, add_config_options)`."""
+"""``tpu serve``: models behind the Open Inference Protocol (`tpu.serve`).
+
+tpu serve MODEL... [--devices golden:4 | verilator:2 | serial:/dev/ttyUSB1,/dev/ttyUSB3]
+          [--port N] [--grpc-port N] [--max-delay-ms MS] [--max-queue N] [config options]
+"""
 
 import sys
 
@@ -38,10 +42,10 @@ def add_serve_command(subparsers, add_config_options):
 
 
 def cmd_serve(args):
-    from ..cli import CommandError
-    from ..cli_model import _config
     from ..runtime import PoolError, parse_devices
-    from .server import import_kserve, parse_model_argument, serve
+    from ..serve.server import import_kserve, parse_model_argument, serve
+    from .common import CommandError
+    from .model import _config
     try:
         models = dict(parse_model_argument(m) for m in args.models)
         if len(models) != len(args.models):
