@@ -490,7 +490,7 @@ def _fpga_parsers(commands):
 
 def _selftest_parser(commands):
     from .selftest import add_selftest_command
-    add_selftest_command(commands, _add_config_options, _config_from)
+    add_selftest_command(commands)
 
 
 _PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _selftest_parser, _demo_parser, _model_parsers,
