@@ -15,7 +15,7 @@ STAMP   = $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,fpga]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fpga,serve]'
 	touch $(STAMP)
 
 demo: $(STAMP)

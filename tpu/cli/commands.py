@@ -493,8 +493,13 @@ def _selftest_parser(commands):
     add_selftest_command(commands)
 
 
+def _serve_parser(commands):
+    from .serve import add_serve_command
+    add_serve_command(commands, _add_config_options)
+
+
 _PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _selftest_parser, _demo_parser, _model_parsers,
-            _bench_parser, _fpga_parsers, _asm_parser, _disasm_parser]
+            _bench_parser, _fpga_parsers, _asm_parser, _disasm_parser, _serve_parser]
 
 
 def _parser():
