@@ -490,7 +490,7 @@ def _fpga_parsers(commands):
 
 def _selftest_parser(commands):
     from .selftest import add_selftest_command
-    add_selftest_command(commands, _add_config_options, _config_from)
+    add_selftest_command(commands)
 
 
 def _serve_parser(commands):
