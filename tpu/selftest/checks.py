@@ -22,6 +22,7 @@ from ..asm import parse
 from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, UNMAPPED, Control, HostError, Irq,
                               Status, config_words, register_bits, registers)
 from ..isa import Act, Conv, Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
+from ..programs import relocate
 from ..sim.models.cycle_model import estimate_cycles
 from ..sim.stimulus.programs import mlp_program, mlp_shape
 from ..driver.device import Device, HostBuffer
@@ -39,24 +40,6 @@ FREE_RUNNING = ("CYCLES_LO", "CYCLES_HI", "NON_MATRIX_LO", "NON_MATRIX_HI")
 
 # ---------------------------------------------------------------------------------------
 # Helpers
-
-
-def relocate(program, regions):
-    """`program` (instructions) with every RHM/WHM host address moved:
-    `regions` are ``(old_address, size, HostBuffer)``; an address inside
-    ``[old, old + size)`` moves to the same offset in the buffer."""
-    out = []
-    for instruction in program:
-        if isinstance(instruction, (Rhm, Whm)):
-            for old, size, buffer in regions:
-                if old <= instruction.host < old + size:
-                    instruction = dataclasses.replace(instruction,
-                                                      host=buffer.addr + instruction.host - old)
-                    break
-            else:
-                raise ValueError(f"{instruction} addresses no region of the program's data")
-        out.append(instruction)
-    return out
 
 
 def load_program_data(device, chip_program):
