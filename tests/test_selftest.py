@@ -162,6 +162,8 @@ def test_selftest_command_skips_and_fails(capsys, monkeypatch):
     (["--check", "nope"], "unknown check nope"),
     (["--check", "mlp", "--weight-mem-tiles", "1"], "check mlp cannot run on 8x8 as given"),
     (["--backend", "serial"], "--backend serial needs --port"),
+    (["--backend", "serial", "--port", "/nonexistent/tty"], "serial port /nonexistent/tty does not exist"),
+    (["--backend", "serial", "--port", "loop://", "--baud", "0"], "--baud: must be a positive integer"),
     (["--port", "/dev/ttyUSB1"], "--port /dev/ttyUSB1 is for --backend serial"),
     (["--seed", "3"], "--seed draws a simulated host's timing"),
     (["--backend", "board"], "invalid choice: 'board'"),
@@ -171,3 +173,18 @@ def test_selftest_command_bad_options(capsys, args, words):
     assert main(["selftest", *args]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+@pytest.mark.rtl
+def test_selftest_command_on_the_rtl(simulator, capsys):
+    """`tpu selftest` on the chip's RTL (the build test_host_interface_rtl shares)."""
+    from test_host_interface_rtl import NARROW
+    options = [arg for name, value in NARROW.to_dict().items()
+               for arg in (f"--{name.replace('_', '-')}", str(value))]
+    seed = base_seed()
+    status = main(["selftest", "--backend", simulator, *options, "--seed", str(seed),
+                   "--check", "open", "--check", "empty_program"])
+    out = capsys.readouterr().out
+    assert status == 0, f"seed {seed}: {out}"
+    assert out.splitlines()[0] == f"selftest of 4x4 on the {simulator} backend: 2 checks"
+    assert out.splitlines()[-1] == "2 passed, 0 failed"
