@@ -10,6 +10,8 @@ when every check that applies passes, 1 when one fails, 2 for bad options.
 
 import argparse
 
+from .common import _seed
+
 
 __all__ = ["add_selftest_command", "cmd_selftest"]
 
@@ -96,16 +98,6 @@ def _positive_number(kind):
             raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
         return value
     return parse
-
-
-def _seed(text):
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: not an integer") from None
-    if not 0 <= value < 1 << 32:
-        raise argparse.ArgumentTypeError(f"seed {value} is out of range 0..{(1 << 32) - 1}")
-    return value
 
 
 def add_selftest_command(commands, add_config_options, config_from):
