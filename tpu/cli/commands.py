@@ -5,7 +5,7 @@ Commands
 tpu verilog   write the Verilog of a configuration (and the map of its ports)
 tpu sim       run the cocotb testbenches of a top level under a simulator
 tpu exec      run a program on the chip through the host driver
-tpu selftest  check a chip (board or simulation) with its own checks (tpu.cli.selftest)
+tpu selftest  check a chip (board or simulation) with its own checks
 tpu demo      the main job: digits classified by compiled networks on the chip
 tpu compile   compile a quantized ONNX or TFLite model (tpu.cli.model)
 tpu run       run a model on the chip with a per-layer report (tpu.cli.model)
@@ -490,11 +490,16 @@ def _fpga_parsers(commands):
 
 def _selftest_parser(commands):
     from .selftest import add_selftest_command
-    add_selftest_command(commands, _add_config_options, _config_from)
+    add_selftest_command(commands)
+
+
+def _serve_parser(commands):
+    from .serve import add_serve_command
+    add_serve_command(commands, _add_config_options)
 
 
 _PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _selftest_parser, _demo_parser, _model_parsers,
-            _bench_parser, _fpga_parsers, _asm_parser, _disasm_parser]
+            _bench_parser, _fpga_parsers, _asm_parser, _disasm_parser, _serve_parser]
 
 
 def _parser():

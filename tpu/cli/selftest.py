@@ -8,36 +8,32 @@ the configuration is reported as not for it, with the reason. Exit status 0
 when every check that applies passes, 1 when one fails, 2 for bad options.
 """
 
-import argparse
-
-from .common import _seed
+from .common import (EXIT_CHIP_ERROR, EXIT_OK, CommandError, _add_config_options, _config_from,
+                     _positive_count, _seed_option, _simulator)
+from .model import _positive_float, _serial_options
 
 
 __all__ = ["add_selftest_command", "cmd_selftest"]
 
 
-def _command_error(message):
-    from .common import CommandError
-    return CommandError(message)
-
-
-def cmd_selftest(args, config):
+def cmd_selftest(args):
     from ..selftest import CHECKS, selftest, why_not
+    config = _config_from(args)
     if args.list:
         for name, check in CHECKS.items():
             reason = why_not(name, config)
             doc = _summary(check.__doc__)
             print(f"{name:<18} {doc}" + (f" [not for this configuration: {reason}]" if reason else ""))
-        return 0
+        return EXIT_OK
     names = list(dict.fromkeys(args.check)) if args.check else list(CHECKS)
     unknown = [name for name in names if name not in CHECKS]
     if unknown:
-        raise _command_error(f"unknown check {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")
+        raise CommandError(f"unknown check {', '.join(unknown)}; the checks are {', '.join(CHECKS)}")
     if args.check:
         for name in names:
             reason = why_not(name, config)
             if reason:
-                raise _command_error(f"check {name} cannot run on {config.name} as given: {reason}")
+                raise CommandError(f"check {name} cannot run on {config.name} as given: {reason}")
     options = _backend_options(args)
     print(f"selftest of {config.name} on the {args.backend} backend: {len(names)} "
           f"check{'s' if len(names) != 1 else ''}", flush=True)
@@ -58,7 +54,7 @@ def cmd_selftest(args, config):
     counts = {kind: sum(o.kind == kind for o in outcomes) for kind in ("pass", "fail", "skip")}
     note = f", {counts['skip']} not for this configuration" if counts["skip"] else ""
     print(f"{counts['pass']} passed, {counts['fail']} failed{note}")
-    return 1 if counts["fail"] else 0
+    return EXIT_CHIP_ERROR if counts["fail"] else EXIT_OK
 
 
 def _summary(doc, width=90):
@@ -69,40 +65,23 @@ def _summary(doc, width=90):
 
 def _backend_options(args):
     if args.backend == "serial":
-        from .model import _serial_options
         options = _serial_options(args)
     elif args.port is not None:
-        raise _command_error(f"--port {args.port} is for --backend serial, not --backend {args.backend}")
+        raise CommandError(f"--port {args.port} is for --backend serial, not --backend {args.backend}")
     else:
         options = {}
     if args.seed is not None:
         if args.backend not in ("icarus", "verilator"):
-            raise _command_error(f"--seed draws a simulated host's timing: it is for --backend "
+            raise CommandError(f"--seed draws a simulated host's timing: it is for --backend "
                                  f"icarus or verilator, not {args.backend}")
         options["seed"] = args.seed
     if args.backend in ("icarus", "verilator"):
-        from ..sim.harness import missing_simulator
-        reason = missing_simulator(args.backend)
-        if reason:
-            raise _command_error(reason)
+        _simulator(args.backend)
     return options
 
 
-def _positive_number(kind):
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = 0
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
-        return value
-    return parse
-
-
-def add_selftest_command(commands, add_config_options, config_from):
-    """Add ``selftest`` to the ``tpu`` parser's sub-commands; `config_from(args)`
-    gives the configuration the options name."""
+def add_selftest_command(commands):
+    """Add ``selftest`` to the ``tpu`` parser's sub-commands."""
     p = commands.add_parser(
         "selftest", help="check a chip (a board or a simulation) with its own checks",
         description="Run the chip's checks (registers, programs, faults, DMA, interrupts, the "
@@ -116,15 +95,14 @@ def add_selftest_command(commands, add_config_options, config_from):
     p.add_argument("--check", action="append", metavar="NAME",
                    help="run only this check (repeatable; --list names them)")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
-    p.add_argument("--seed", type=_seed,
-                   help="simulation backends: draws the host's timing (default 1)")
+    _seed_option(p, "simulation backends: draws the host's timing; default 1")
     p.add_argument("--port", metavar="PORT",
                    help="--backend serial: the board's serial port (e.g. /dev/ttyUSB1) or a "
                         "pyserial URL")
-    p.add_argument("--baud", type=_positive_number(int), default=115200, metavar="BAUD",
+    p.add_argument("--baud", type=_positive_count, default=115200, metavar="BAUD",
                    help="--backend serial: the UART's bit rate, as built (default 115200)")
-    p.add_argument("--clock-mhz", type=_positive_number(float), default=100.0, metavar="MHZ",
+    p.add_argument("--clock-mhz", type=_positive_float, default=100.0, metavar="MHZ",
                    help="--backend serial: the board's chip clock (default 100; 12 on the "
                         "iCEBreaker)")
-    add_config_options(p)
-    p.set_defaults(func=lambda args: cmd_selftest(args, config_from(args)))
+    _add_config_options(p)
+    p.set_defaults(func=cmd_selftest)
