@@ -131,16 +131,18 @@ def _write(path, data):
         raise CommandError(f"cannot write {path}: {error.strerror or error}") from None
 
 
+def _seed(text):
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: not an integer") from None
+    if not 0 <= value < 1 << 32:
+        raise argparse.ArgumentTypeError(f"seed {value} is out of range 0..{(1 << 32) - 1}")
+    return value
+
+
 def _seed_option(parser, default):
-    def seed(text):
-        try:
-            value = int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid seed {text!r}: not an integer") from None
-        if not 0 <= value < 1 << 32:
-            raise argparse.ArgumentTypeError(f"seed {value} is out of range 0..{(1 << 32) - 1}")
-        return value
-    parser.add_argument("--seed", type=seed, help=f"random seed, 0..2**32-1 ({default})")
+    parser.add_argument("--seed", type=_seed, help=f"random seed, 0..2**32-1 ({default})")
 
 
 def _simulator(name):
