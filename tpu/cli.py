@@ -132,23 +132,26 @@ def _read(path, text, what="file"):
                            f"{error.start}); is it a binary? (try 'tpu disasm')") from None
 
 
-def _output_path(name, inputs=(), what="output"):
-    """The path `name` for writing, refused if empty, a directory, or one of `inputs`."""
+def _output_path(name, inputs=(), what="output", outputs=()):
+    """The path `name` for writing, refused if empty, a directory, or the
+    same file as one of `inputs` or `outputs` (`tpu.output_files`)."""
+    from .output_files import OutputRefused, check_outputs
     if name is not None and not name:
         raise CommandError(f"the {what} path is empty")
     path = Path(name)
-    if path.is_dir():
-        raise CommandError(f"{path} is a directory; name the {what} file")
-    for source in inputs:
-        if path.resolve() == Path(source).resolve():
-            raise CommandError(f"the {what} {path} would overwrite the input {source}")
+    try:
+        check_outputs([*((f"the {what}", o) for o in outputs), (f"the {what}", path)],
+                      [("the input", source) for source in inputs])
+    except OutputRefused as error:
+        raise CommandError(str(error)) from None
     return path
 
 
 def _write(path, data):
+    """Write exactly `path` (missing directories created), whole or not at all."""
+    from .output_files import write_output
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        write_output(path, data)
     except OSError as error:
         raise CommandError(f"cannot write {path}: {error.strerror or error}") from None
 
@@ -186,12 +189,13 @@ def cmd_verilog(args):
         sys.stdout.write(format_port_map(design(config, args.top), module))
         return EXIT_OK
     output = None if args.output in (None, "-") else _output_path(args.output, what="Verilog output")
+    if output is not None:
+        ports = _output_path(output.with_suffix(".ports"), what="port map", outputs=[output])
     _check_memory(config, args.top)
     if output is None:
         sys.stdout.write(generate_verilog(config, top=args.top))
         return EXIT_OK
     text, port_list = generate_with_ports(config, top=args.top)
-    ports = output.with_suffix(".ports")
     _write(output, text.encode())
     _write(ports, format_port_map(port_list, module).encode())
     print(f"wrote {output} (module {module}, {len(text.splitlines())} lines) and its port map "
@@ -373,6 +377,7 @@ def _positive_seconds(text):
 
 def cmd_exec(args):
     from .exec_program import ExecError, execute, load_program
+    from .host_registers import counters_line
     config = _config_from(args)
     program_path = _input_path(args.program, "program")
     inputs = []
@@ -387,10 +392,11 @@ def cmd_exec(args):
         sources.append(Path(args.weights))
     outputs = []
     for addr, nbytes, name in args.output or ():
-        outputs.append((addr, nbytes, _output_path(name, sources, what="output")))
-    names = [path.resolve() for *_, path in outputs]
-    if len(set(names)) != len(names):
-        raise CommandError("two --output options name the same file")
+        outputs.append((addr, nbytes, _output_path(name, sources, what="output",
+                                                   outputs=[path for *_, path in outputs])))
+    if args.waves:
+        _output_path(args.waves, sources, what="waves file",
+                     outputs=[path for *_, path in outputs])
     if args.waves and args.backend == "golden":
         raise CommandError("--waves needs a simulation backend (--backend icarus or verilator)")
     if args.backend != "golden":
@@ -413,8 +419,7 @@ def cmd_exec(args):
               f" after {result['elapsed'] * 1e6:.1f} us of link time")
     if result["int_codes"]:
         print(f"interrupt codes: {', '.join(str(code) for code in result['int_codes'])}")
-    counters = result["counters"] or {}
-    print("counters: " + ", ".join(f"{name} {value}" for name, value in counters.items()))
+    print(counters_line(result["counters"]))
     for (addr, nbytes, path), data in zip(outputs, result["outputs"]):
         _write(path, data)
         print(f"wrote {path} ({nbytes} bytes from host offset 0x{addr:x})")
@@ -459,13 +464,15 @@ def cmd_demo(args):
     from .hdl.verilog import DEFAULT_TOP, TOPS, format_port_map, generate_with_ports
     config = _config_from(args)
     output = _output_path(args.output, what="Verilog output")
+    ports_path = _output_path(output.with_suffix(".ports"), what="port map", outputs=[output])
     given = " ".join(_given_config_options(args)) or "the default configuration"
     if config.rows != config.cols:
         raise CommandError(f"the demo does not fit {given}: rows must equal cols "
                            f"(the compiler needs a square array: docs/isa.md, open points)")
     _check_memory(config, DEFAULT_TOP)
     module = TOPS[DEFAULT_TOP]
-    started = time.perf_counter()
+    demo_started = started = time.perf_counter()
+    print(f"configuration: {_config_line(config)}", flush=True)
     text, ports = generate_with_ports(config, top=DEFAULT_TOP)
     elapsed = time.perf_counter() - started
 
@@ -478,13 +485,26 @@ def cmd_demo(args):
     except TpuError as error:
         raise ChipError(f"the chip failed running the demo: {error}") from None
     # Written last, so that a configuration the networks do not fit leaves nothing behind.
-    ports_path = output.with_suffix(".ports")
     _write(output, text.encode())
     _write(ports_path, format_port_map(ports, module).encode())
-    print(f"configuration: {config}")
     print(f"module {module} (the chip): {len(text.splitlines())} lines of Verilog in {output} "
           f"(generated in {elapsed:.2f} s), {len(ports)} ports; port map in {ports_path}")
+    # Last, once everything is done and written.
+    print(f"the demo took {time.perf_counter() - demo_started:.0f} s")
     return EXIT_OK if result["ok"] else EXIT_CHIP_ERROR
+
+
+def _config_line(config):
+    """A configuration in one short line: its array and the memories that
+    bound a model, and any other field that differs from the default."""
+    from .config import TPUConfig
+    default = TPUConfig()
+    shown = ("rows", "cols", "ub_rows", "acc_rows", "weight_mem_tiles")
+    others = [f"{name}={value}" for name, value in config.to_dict().items()
+              if name not in shown and value != getattr(default, name)]
+    return (f"{config.rows}x{config.cols} array, {config.ub_rows} UB rows, {config.acc_rows} "
+            f"accumulator rows, {config.weight_mem_tiles} weight tiles"
+            + (f" ({', '.join(others)})" if others else ""))
 
 
 def _demo_parser(commands):
@@ -643,7 +663,7 @@ def _parser():
 
 
 def main(argv=None):
-    from .sim.harness import SimulationError, SimulatorMissing
+    from .sim.harness import MachineTooSmall, SimulationError, SimulatorMissing
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -651,7 +671,7 @@ def main(argv=None):
             parser.print_help()
             return EXIT_USAGE
         return args.func(args)
-    except (CommandError, ConfigError, SimulatorMissing) as error:
+    except (CommandError, ConfigError, SimulatorMissing, MachineTooSmall) as error:
         print(f"tpu: error: {error}", file=sys.stderr)
         return getattr(error, "exit_status", EXIT_USAGE)
     except BrokenPipeError:
