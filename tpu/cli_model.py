@@ -228,10 +228,19 @@ def cmd_run(args):
     feeds = _feeds(session, args.input)
     names = [o.name for o in session.get_outputs()]
     from .compiler.session import SIMULATION_BACKENDS
-    if args.backend in SIMULATION_BACKENDS and sys.stderr.isatty():
-        session.progress = lambda done, total: print(
-            f"\r{args.backend}: {done}/{total} chunks", end="\n" if done == total else "",
-            file=sys.stderr, flush=True)
+    if args.backend in SIMULATION_BACKENDS:
+        long = _warn_if_long(session, args.backend, next(iter(feeds.values())).shape[0])
+        if sys.stderr.isatty():
+            session.progress = lambda done, total: print(
+                f"\r{args.backend}: {done}/{total} chunks", end="\n" if done == total else "",
+                file=sys.stderr, flush=True)
+        elif long:
+            # In a log: a line at every tenth.
+            def tenths(done, total, said=[-1]):
+                if 10 * done // total != said[0]:
+                    said[0] = 10 * done // total
+                    print(f"{args.backend}: {done}/{total} chunks", file=sys.stderr, flush=True)
+            session.progress = tenths
     try:
         outputs = session.run(None, feeds)
     except TpuError as error:
@@ -270,6 +279,26 @@ def cmd_run(args):
     if args.trace:
         _write_trace(args.trace, session, model)
     return 0
+
+
+def _warn_if_long(session, simulator, samples):
+    """Say before a simulation that will take more than a minute how long
+    it will roughly take; True if it did."""
+    from .estimate import format_seconds, simulated_cycles_per_second
+    compiled = session.compiled
+    if compiled is None:
+        return False
+    cycles = sum(getattr(step, "estimated_cycles", 0) for step in compiled.steps)
+    chunks = -(-samples // max(1, compiled.batch))
+    speed = simulated_cycles_per_second(compiled.config, simulator)
+    seconds = cycles * chunks / speed
+    if seconds <= 60:
+        return False
+    print(f"this run simulates about {cycles * chunks:,} chip cycles ({chunks} chunks of batch "
+          f"{compiled.batch}) under {simulator}: about {format_seconds(seconds)} at roughly "
+          f"{speed:,.0f} cycles/s; a smaller input or the golden backend is faster",
+          file=sys.stderr, flush=True)
+    return True
 
 
 def _write_trace(path, session, model):
