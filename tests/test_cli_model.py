@@ -242,7 +242,7 @@ def test_run_serial_without_a_chip_fails_in_one_line(model_file, capsys):
 
 def test_a_long_simulation_is_announced(model_file, capsys):
     """Before a simulation of over a minute, tpu run says roughly how long."""
-    from tpu.cli_model import _warn_if_long
+    from tpu.cli.model import _warn_if_long
     from tpu.compiler.session import InferenceSession
     path, _, _ = model_file
     session = InferenceSession(str(path), backend="golden")

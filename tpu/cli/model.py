@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ConfigError, TPUConfig
+from ..config import ConfigError, TPUConfig
 
 
 __all__ = ["add_model_commands", "cmd_compile", "cmd_run", "disassemble_model", "is_model_file",
@@ -29,12 +29,12 @@ __all__ = ["add_model_commands", "cmd_compile", "cmd_run", "disassemble_model", 
 def chip_failure(message):
     """A ``tpu.cli.ChipError`` (one line, exit status 1): the chip faulted or
     timed out while running a model."""
-    from .cli import ChipError
+    from .common import ChipError
     return ChipError(message)
 
 
 def _command_error(message):
-    from .cli import CommandError
+    from .common import CommandError
     return CommandError(message)
 
 
@@ -53,8 +53,8 @@ def _config(args, required=False):
 
 def _user_errors():
     """The exceptions that mean bad input rather than a broken chip."""
-    from .compiler.ir import IRError
-    from .compiler.errors import CompileError
+    from ..compiler.ir import IRError
+    from ..compiler.errors import CompileError
     return (ValueError, TypeError, OSError, KeyError, IRError, CompileError)
 
 
@@ -77,7 +77,7 @@ def _serial_options(args):
 
 
 def _session(args, model, config, batch):
-    from .compiler.session import InferenceSession
+    from ..compiler.session import InferenceSession
     options = _serial_options(args)
     if getattr(args, "seed", None) is not None:
         options["seed"] = args.seed
@@ -186,7 +186,7 @@ def _feeds(session, path):
 def _checked_output(path, what, inputs, outputs=()):
     """`path`, refused (exit status 2) if it is one of `inputs` or
     `outputs` (``(what, path)`` pairs) or a directory: `tpu.output_files`."""
-    from .output_files import OutputRefused, check_outputs
+    from ..output_files import OutputRefused, check_outputs
     try:
         check_outputs([*outputs, (what, path)], inputs)
     except OutputRefused as error:
@@ -196,7 +196,7 @@ def _checked_output(path, what, inputs, outputs=()):
 
 def _save_outputs(path, names, values):
     """Written to exactly `path` (np.save given a name would add .npy)."""
-    from .output_files import write_output
+    from ..output_files import write_output
     path = Path(path)
     if path.suffix == ".npz":
         def save(file):
@@ -214,7 +214,7 @@ def _save_outputs(path, names, values):
 
 
 def cmd_run(args):
-    from .driver import TpuError
+    from ..driver import TpuError
     model = _model_path(args.model, (".onnx", ".tflite", ".tpu"))
     inputs = [("the model", model), ("--input", args.input)]
     written = []
@@ -227,7 +227,7 @@ def cmd_run(args):
     session = _session(args, model, _config(args), args.batch)
     feeds = _feeds(session, args.input)
     names = [o.name for o in session.get_outputs()]
-    from .compiler.session import SIMULATION_BACKENDS
+    from ..compiler.session import SIMULATION_BACKENDS
     if args.backend in SIMULATION_BACKENDS:
         long = _warn_if_long(session, args.backend, next(iter(feeds.values())).shape[0])
         if sys.stderr.isatty():
@@ -245,7 +245,7 @@ def cmd_run(args):
         outputs = session.run(None, feeds)
     except TpuError as error:
         if getattr(error, "counters", None) is not None:
-            from .host_registers import counters_line
+            from ..host_registers import counters_line
             print(counters_line(error.counters), flush=True)
         raise chip_failure(f"{model} on {args.backend}: {_one_line(error)}") from None
     except _user_errors() as error:
@@ -268,7 +268,7 @@ def cmd_run(args):
     if args.json:
         data["model"] = str(model)
         data["backend"] = args.backend
-        from .output_files import write_output
+        from ..output_files import write_output
         try:
             write_output(args.json, (json.dumps(data, indent=1) + "\n").encode())
         except OSError as error:
@@ -284,7 +284,7 @@ def cmd_run(args):
 def _warn_if_long(session, simulator, samples):
     """Say before a simulation that will take more than a minute how long
     it will roughly take; True if it did."""
-    from .estimate import format_seconds, simulated_cycles_per_second
+    from ..estimate import format_seconds, simulated_cycles_per_second
     compiled = session.compiled
     if compiled is None:
         return False
@@ -303,7 +303,7 @@ def _warn_if_long(session, simulator, samples):
 
 def _write_trace(path, session, model):
     """The run's timeline: the cycle model's schedule of the parts it executed (one batch)."""
-    from .bench.trace import write_trace
+    from ..bench.trace import write_trace
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_trace(path, session.compiled, Path(model).stem)
@@ -322,7 +322,7 @@ def is_model_file(path):
 
 def disassemble_model(path):
     """The text of a compiled model: its description and every program part's assembly."""
-    from .compiler.artifact import CompiledModel
+    from ..compiler.artifact import CompiledModel
     path = Path(path)
     if not path.is_file():
         raise _command_error(f"{path}: no such file")
@@ -343,7 +343,7 @@ def cmd_disasm_model(args):
     if output in (None, "-"):
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
-        from .output_files import write_output
+        from ..output_files import write_output
         _checked_output(output, "-o", [("the model", args.file)])
         try:
             write_output(output, text.encode())
@@ -366,7 +366,7 @@ def _positive_float(text):
 
 def add_model_commands(subparsers, add_config_options):
     """Add ``compile`` and ``run`` to the ``tpu`` parser's `subparsers`."""
-    from .cli import _positive_count
+    from .common import _positive_count
     p = subparsers.add_parser(
         "compile", help="compile a quantized ONNX or TFLite model for a chip",
         description="Import MODEL (a quantized .onnx file, QDQ or QOperator form, or an int8 "
