@@ -120,8 +120,7 @@ def cmd_sim(args):
           f"(replay with --seed {seed}): {len(cases)} testcase{'s' if len(cases) != 1 else ''}",
           flush=True)
     started = time.perf_counter()
-    print(f"building the {args.sim} model{' for waveforms' if args.waves else ''}, or reusing it if "
-          f"built before (a Verilator build takes minutes)", flush=True)
+    # A model not built yet is announced, with its estimated time, as its build starts.
     # A model that does not build is one error (exit status 1), not one per testcase.
     waves = None
     if args.waves or waves_requested():
