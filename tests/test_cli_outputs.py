@@ -117,3 +117,9 @@ def test_two_outputs_that_are_one_file_are_refused(inputs, tmp_path, capsys):
     assert status == 2 and not (d / "chip.ports").exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("tpu: error: ") for line in err), err
+
+
+def test_a_device_is_written_in_place(inputs, capsys):
+    """/dev/null stays a device: an output that is no regular file is not replaced."""
+    assert cli.main(["asm", str(inputs / "prog.s"), "-o", os.devnull]) == 0
+    assert not os.path.isfile(os.devnull) and os.path.exists(os.devnull)

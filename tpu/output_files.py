@@ -9,7 +9,8 @@
   `tpu verilog`'s port map, is named in its help and checked the same way.)
 * Missing parent directories are created.
 * A file is written whole or not at all: into a temporary file in its
-  directory, renamed over the target when complete.
+  directory, renamed over the target when complete (a device or a pipe,
+  such as /dev/stdout, is written in place).
 """
 
 import os
@@ -62,6 +63,11 @@ def write_output(path, data):
     exactly `path`, creating missing parent directories, whole or not at
     all."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        # A device or a pipe (/dev/stdout): written in place, never replaced.
+        with open(path, "wb") as file:
+            data(file) if callable(data) else file.write(data)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, scratch = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
