@@ -238,3 +238,16 @@ def test_run_serial_without_a_chip_fails_in_one_line(model_file, capsys):
                      "--port", "loop://", "--baud", "1000000", "--clock-mhz", "12"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("tpu: error:") and "on serial" in err and "\n" not in err, err
+
+
+def test_a_long_simulation_is_announced(model_file, capsys):
+    """Before a simulation of over a minute, tpu run says roughly how long."""
+    from tpu.cli.model import _warn_if_long
+    from tpu.compiler.session import InferenceSession
+    path, _, _ = model_file
+    session = InferenceSession(str(path), backend="golden")
+    assert not _warn_if_long(session, "verilator", 1)
+    assert capsys.readouterr().err == ""
+    assert _warn_if_long(session, "icarus", 100_000)
+    err = capsys.readouterr().err
+    assert "under icarus: about" in err and "cycles/s" in err and len(err.splitlines()) == 1

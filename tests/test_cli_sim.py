@@ -151,6 +151,12 @@ def test_exec_on_the_rtl(simulator, capsys, tmp_path):
     status = main(["exec", str(program), "--backend", simulator, *_options(NARROW)])
     printed = capsys.readouterr().out
     assert status == 1 and "HOST_RANGE" in printed, printed
+    from test_cli_errors import _counters
+    golden = main(["exec", str(program), *_options(NARROW)]), _counters(capsys.readouterr().out)
+    # The halted core's counters on both, by the same definitions.
+    for counters in (_counters(printed), golden[1]):
+        assert counters["non_matrix"] == counters["cycles"] - counters["mxu_active"] > 0, printed
+    assert golden[0] == 1
 
 
 def test_a_model_that_does_not_build_is_one_line(capsys, monkeypatch):

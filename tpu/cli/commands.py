@@ -56,12 +56,13 @@ def cmd_verilog(args):
         sys.stdout.write(format_port_map(design(config, args.top), module))
         return EXIT_OK
     output = None if args.output in (None, "-") else _output_path(args.output, what="Verilog output")
+    if output is not None:
+        ports = _output_path(output.with_suffix(".ports"), what="port map", outputs=[output])
     _check_memory(config, args.top)
     if output is None:
         sys.stdout.write(generate_verilog(config, top=args.top))
         return EXIT_OK
     text, port_list = generate_with_ports(config, top=args.top)
-    ports = output.with_suffix(".ports")
     _write(output, text.encode())
     _write(ports, format_port_map(port_list, module).encode())
     print(f"wrote {output} (module {module}, {len(text.splitlines())} lines) and its port map "
@@ -119,8 +120,7 @@ def cmd_sim(args):
           f"(replay with --seed {seed}): {len(cases)} testcase{'s' if len(cases) != 1 else ''}",
           flush=True)
     started = time.perf_counter()
-    print(f"building the {args.sim} model{' for waveforms' if args.waves else ''}, or reusing it if "
-          f"built before (a Verilator build takes minutes)", flush=True)
+    # A model not built yet is announced, with its estimated time, as its build starts.
     # A model that does not build is one error (exit status 1), not one per testcase.
     waves = None
     if args.waves or waves_requested():
@@ -233,6 +233,7 @@ def _positive_seconds(text):
 
 def cmd_exec(args):
     from ..exec_program import ExecError, execute, load_program
+    from ..host_registers import counters_line
     config = _config_from(args)
     program_path = _input_path(args.program, "program")
     inputs = []
@@ -247,10 +248,11 @@ def cmd_exec(args):
         sources.append(Path(args.weights))
     outputs = []
     for addr, nbytes, name in args.output or ():
-        outputs.append((addr, nbytes, _output_path(name, sources, what="output")))
-    names = [path.resolve() for *_, path in outputs]
-    if len(set(names)) != len(names):
-        raise CommandError("two --output options name the same file")
+        outputs.append((addr, nbytes, _output_path(name, sources, what="output",
+                                                   outputs=[path for *_, path in outputs])))
+    if args.waves:
+        _output_path(args.waves, sources, what="waves file",
+                     outputs=[path for *_, path in outputs])
     if args.waves and args.backend == "golden":
         raise CommandError("--waves needs a simulation backend (--backend icarus or verilator)")
     if args.backend != "golden":
@@ -273,8 +275,7 @@ def cmd_exec(args):
               f" after {result['elapsed'] * 1e6:.1f} us of link time")
     if result["int_codes"]:
         print(f"interrupt codes: {', '.join(str(code) for code in result['int_codes'])}")
-    counters = result["counters"] or {}
-    print("counters: " + ", ".join(f"{name} {value}" for name, value in counters.items()))
+    print(counters_line(result["counters"]))
     for (addr, nbytes, path), data in zip(outputs, result["outputs"]):
         _write(path, data)
         print(f"wrote {path} ({nbytes} bytes from host offset 0x{addr:x})")
@@ -319,13 +320,15 @@ def cmd_demo(args):
     from ..hdl.verilog import DEFAULT_TOP, TOPS, format_port_map, generate_with_ports
     config = _config_from(args)
     output = _output_path(args.output, what="Verilog output")
+    ports_path = _output_path(output.with_suffix(".ports"), what="port map", outputs=[output])
     given = " ".join(_given_config_options(args)) or "the default configuration"
     if config.rows != config.cols:
         raise CommandError(f"the demo does not fit {given}: rows must equal cols "
                            f"(the compiler needs a square array: docs/isa.md, open points)")
     _check_memory(config, DEFAULT_TOP)
     module = TOPS[DEFAULT_TOP]
-    started = time.perf_counter()
+    demo_started = started = time.perf_counter()
+    print(f"configuration: {_config_line(config)}", flush=True)
     text, ports = generate_with_ports(config, top=DEFAULT_TOP)
     elapsed = time.perf_counter() - started
 
@@ -338,13 +341,26 @@ def cmd_demo(args):
     except TpuError as error:
         raise ChipError(f"the chip failed running the demo: {error}") from None
     # Written last, so that a configuration the networks do not fit leaves nothing behind.
-    ports_path = output.with_suffix(".ports")
     _write(output, text.encode())
     _write(ports_path, format_port_map(ports, module).encode())
-    print(f"configuration: {config}")
     print(f"module {module} (the chip): {len(text.splitlines())} lines of Verilog in {output} "
           f"(generated in {elapsed:.2f} s), {len(ports)} ports; port map in {ports_path}")
+    # Last, once everything is done and written.
+    print(f"the demo took {time.perf_counter() - demo_started:.0f} s")
     return EXIT_OK if result["ok"] else EXIT_CHIP_ERROR
+
+
+def _config_line(config):
+    """A configuration in one short line: its array and the memories that
+    bound a model, and any other field that differs from the default."""
+    from ..config import TPUConfig
+    default = TPUConfig()
+    shown = ("rows", "cols", "ub_rows", "acc_rows", "weight_mem_tiles")
+    others = [f"{name}={value}" for name, value in config.to_dict().items()
+              if name not in shown and value != getattr(default, name)]
+    return (f"{config.rows}x{config.cols} array, {config.ub_rows} UB rows, {config.acc_rows} "
+            f"accumulator rows, {config.weight_mem_tiles} weight tiles"
+            + (f" ({', '.join(others)})" if others else ""))
 
 
 def _demo_parser(commands):
@@ -513,7 +529,7 @@ def _parser():
 
 
 def main(argv=None):
-    from ..sim.harness import SimulationError, SimulatorMissing
+    from ..sim.harness import MachineTooSmall, SimulationError, SimulatorMissing
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -521,7 +537,7 @@ def main(argv=None):
             parser.print_help()
             return EXIT_USAGE
         return args.func(args)
-    except (CommandError, ConfigError, SimulatorMissing) as error:
+    except (CommandError, ConfigError, SimulatorMissing, MachineTooSmall) as error:
         print(f"tpu: error: {error}", file=sys.stderr)
         return getattr(error, "exit_status", EXIT_USAGE)
     except BrokenPipeError:

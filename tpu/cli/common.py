@@ -110,23 +110,26 @@ def _read(path, text, what="file"):
                            f"{error.start}); is it a binary? (try 'tpu disasm')") from None
 
 
-def _output_path(name, inputs=(), what="output"):
-    """The path `name` for writing, refused if empty, a directory, or one of `inputs`."""
+def _output_path(name, inputs=(), what="output", outputs=()):
+    """The path `name` for writing, refused if empty, a directory, or the
+    same file as one of `inputs` or `outputs` (`tpu.output_files`)."""
+    from ..output_files import OutputRefused, check_outputs
     if name is not None and not name:
         raise CommandError(f"the {what} path is empty")
     path = Path(name)
-    if path.is_dir():
-        raise CommandError(f"{path} is a directory; name the {what} file")
-    for source in inputs:
-        if path.resolve() == Path(source).resolve():
-            raise CommandError(f"the {what} {path} would overwrite the input {source}")
+    try:
+        check_outputs([*((f"the {what}", o) for o in outputs), (f"the {what}", path)],
+                      [("the input", source) for source in inputs])
+    except OutputRefused as error:
+        raise CommandError(str(error)) from None
     return path
 
 
 def _write(path, data):
+    """Write exactly `path` (missing directories created), whole or not at all."""
+    from ..output_files import write_output
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        write_output(path, data)
     except OSError as error:
         raise CommandError(f"cannot write {path}: {error.strerror or error}") from None
 
