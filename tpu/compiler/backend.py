@@ -34,7 +34,8 @@ from .pools import split_pools
 from .layout import Layout, as_image
 from .lower import PartAddresses, lower_part, ring_slots, useful_macs
 from .schedule import insert_weight_reads
-from .tiling import act_settings, kept_tiles, lut, m_tiles, quant_tables, weight_tiles
+from .tiling import (act_settings, kept_tiles, lut, m_rows, m_tiles, quant_tables, tile_work,
+                     weight_tiles)
 
 
 __all__ = ["compile_graph"]
@@ -427,9 +428,16 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     program = insert_weight_reads(lead + pre + body[len(lead):] + post, config)
     nt = -(-chip.n_out // config.cols)
     kt = len(step["k_tiles"])
+    kept = step["kept"][n0:n1, k0:k1]
+    rows = m_rows(chip, batch, config)
+    skipped_work = int(tile_work(chip, config)[n0:n1, k0:k1][~kept].sum())
     name = chip.name + (f"[n{n0}:{n1}" + (f" k{k0}:{k1}" if k1 - k0 < kt else "") + "]"
                         if step["split"] else "")
     return ChipStep(name=name, layers=list(chip.layers), program=encode_program(program),
                     weights=step["weights"], weight_base=step["mem_base"],
                     estimated_cycles=int(estimate_cycles(config, program)["cycles"]),
-                    useful_macs=useful_macs(chip, batch) * (n1 - n0) * (k1 - k0) // (nt * kt))
+                    useful_macs=useful_macs(chip, batch) * (n1 - n0) * (k1 - k0) // (nt * kt),
+                    performed_macs=int(kept.sum()) * rows * config.rows * config.cols,
+                    skipped_tiles=int((~kept).sum()),
+                    skipped_macs=skipped_work * (batch if chip.kind == "dense"
+                                                 else batch * chip.conv_out[0] * chip.conv_out[1]))

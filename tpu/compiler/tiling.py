@@ -25,7 +25,8 @@ from .errors import CompileError
 from .fold import fold_zero_point
 
 
-__all__ = ["KTile", "MTile", "weight_tiles", "kept_tiles", "m_tiles", "quant_tables", "lut"]
+__all__ = ["KTile", "MTile", "weight_tiles", "kept_tiles", "tile_work", "m_rows", "m_tiles",
+           "quant_tables", "lut"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,30 @@ def kept_tiles(tiles):
     kept = tiles.any(axis=(2, 3))
     kept[~kept.any(axis=1), 0] = True
     return kept
+
+
+def tile_work(chip, config):
+    """``(N tiles, K tiles)`` counts of the model's multiply-accumulates
+    per output pixel (dense: per sample) that each weight tile holds: its
+    real input lanes times real output channels, or for a depthwise
+    convolution (block-diagonal weights, `report.conv_macs_per_pixel`) its
+    diagonal entries only. What a skipped all-zero tile leaves undone."""
+    from dataclasses import replace
+    from .report import conv_macs_per_pixel
+    mask = np.ones(chip.weight.shape, dtype=np.int8)
+    if chip.kind == "conv":
+        kh, kw, cin, cout = chip.weight.shape
+        if conv_macs_per_pixel(chip.weight) < kh * kw * cin * cout:
+            mask[:] = 0
+            mask[:, :, np.arange(cout) // (cout // cin), np.arange(cout)] = 1
+    _, tiles = weight_tiles(replace(chip, weight=mask), config)
+    return tiles.astype(np.int64).sum(axis=(2, 3))
+
+
+def m_rows(chip, batch, config):
+    """Rows each MMC of a K tile streams over the whole batch: the M tiles'
+    rows (a pooled layer's bands of whole windows may overlap)."""
+    return sum(t.rows_per_sample * len(t.samples) for t in m_tiles(chip, batch, config))
 
 
 def _ranges(n, per):
