@@ -32,7 +32,7 @@ from .errors import CompileError
 from .fuse import ChipLayer, plan_layers
 from .pools import split_pools
 from .layout import Layout, as_image
-from .lower import PartAddresses, lower_part, ring_slots, useful_macs
+from .lower import BandRing, PartAddresses, lower_part, ring_slots, useful_macs
 from .schedule import insert_weight_reads
 from .tiling import (act_settings, kept_tiles, lut, m_rows, m_tiles, quant_tables, tile_work,
                      weight_tiles)
@@ -186,16 +186,40 @@ def _compile_graph(graph, config, batch):
                      and chip_cons.get(step["item"].input) == [s]), None)
 
     streamed = set()        # keys of in/out blocks that hold a ring, not the whole tensor
+    banded = set()          # keys of in/out blocks streamed in bands of rows
+    band_limit = {}         # chip layer name -> output rows per band
+
+    def chip_of(s):
+        item = steps[s]["item"]
+        return replace(item, band_rows=band_limit[item.name]) if item.name in band_limit else item
 
     def slots(key, s):
         # (a part reading its input several tiles at a time paces its writes
         # behind those reads: its output ring is as deep)
-        return ring_slots(steps[s]["item"], batch, config, steps[s]["reads"], key[0] == "out")
+        return ring_slots(chip_of(s), batch, config, steps[s]["reads"], key[0] == "out")
 
     def ring_rows(key, t, s):
         lay = ub_layout(t, key)
+        if key in banded:
+            chip = chip_of(s)
+            return BandRing(layout_of(t), chip, m_tiles(chip, batch, config), key[0] == "out").rows
         return lay.blocks * min(batch, slots(key, s)) * lay.sample_stride if key in streamed \
             else lay.rows
+
+    def bandable(key):
+        """Whether the part(s) of `key` can stream it in bands: a
+        convolution not pooled globally and not split by K tiles."""
+        if key[0] not in ("in", "out"):
+            return False
+        parts = [key[2]] if key[0] == "in" else chip_prod[key[1]]
+        return all(steps[p]["item"].kind == "conv" and steps[p]["k"] == (0, len(steps[p]["k_tiles"]))
+                   and (steps[p]["item"].pool is None or steps[p]["item"].pool[0] != "global")
+                   for p in parts)
+
+    def band_rows_of(s):
+        tiles = m_tiles(chip_of(s), batch, config)
+        pooled = chip_of(s).pool is not None
+        return max((t.p1 - t.p0) if pooled else (t.r1 - t.r0) for t in tiles)
 
     def blocks_for(spilled):
         blocks = {}
@@ -251,7 +275,30 @@ def _compile_graph(graph, config, batch):
             if wide:
                 steps[wide[0]]["reads"] -= 1
                 continue
-            need = sum(b.rows for b in blocks.values() if b.start <= bad.start <= b.end)
+            # Stream a convolution's input or output in bands of output rows
+            # (each band's input rows with their halo), then make the bands
+            # of the parts there smaller, down to one row.
+            here = [b for b in blocks.values() if b.start <= bad.start <= b.end]
+            band = [b for b in here if b.key not in banded and bandable(b.key)]
+            if band:
+                key = max(band, key=lambda b: b.rows).key
+                banded.add(key)
+                streamed.discard(key)
+                for p in ([key[2]] if key[0] == "in" else chip_prod[key[1]]):
+                    steps[p]["reads"] = 1
+                continue
+            shrink = [b for b in here if b.key in banded and band_rows_of(b.start) > 1]
+            if shrink:
+                s = max(shrink, key=lambda b: b.rows).start
+                band_limit[steps[s]["item"].name] = band_rows_of(s) // 2
+                continue
+            need = sum(b.rows for b in here)
+            if any(b.key in banded for b in here):
+                raise CompileError(
+                    f"layer {steps[bad.start]['item'].name!r}: streamed in bands of one output "
+                    f"row, its input and output bands, tables and the tensors kept there need "
+                    f"{need} unified-buffer rows; the unified buffer has {config.ub_rows}: "
+                    f"compile with --ub-rows {_at_least(need)} or more (batch {batch})")
             raise CompileError(f"layer {steps[bad.start]['item'].name!r}: its input, output and "
                                f"tables need {need} unified-buffer rows at once; the unified "
                                f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
@@ -262,10 +309,13 @@ def _compile_graph(graph, config, batch):
     deep = {s: step["reads"] for s, step in enumerate(steps) if step.get("reads", 1) > 1}
     blocks, spilled = allocate()
     if deep:
-        kept = (blocks, spilled, set(streamed), {s: steps[s]["reads"] for s in deep})
+        kept = (blocks, spilled, set(streamed), {s: steps[s]["reads"] for s in deep},
+                set(banded), dict(band_limit))
         for s in deep:
             steps[s]["reads"] = 1
         streamed.clear()
+        banded.clear()
+        band_limit.clear()
         blocks, spilled = allocate()
         if not kept[1] - spilled:      # no more spills with the deeper rings
             blocks, spilled = kept[:2]
@@ -273,7 +323,17 @@ def _compile_graph(graph, config, batch):
             streamed.update(kept[2])
             for s, reads in kept[3].items():
                 steps[s]["reads"] = reads
+            banded.clear()
+            banded.update(kept[4])
+            band_limit.clear()
+            band_limit.update(kept[5])
+    for s, step in enumerate(steps):
+        if step["kind"] == "chip":
+            step["item"] = chip_of(s)
     host_side |= spilled | relayout
+    # A banded output is written band by band, its padding never: the host
+    # copy holds the fill value from the start.
+    prefill = {k[1] for k in banded if k[0] == "out" and any(layout_of(k[1]).pad)} - relayout
 
     # The host region: constants, then tensors kept in host memory.
     host = bytearray()
@@ -299,7 +359,7 @@ def _compile_graph(graph, config, batch):
             fills[byte] = max(fills.get(byte, 0), max(runs))
     fill_host = {byte: put(bytes([byte]) * (rows * R)) for byte, rows in sorted(fills.items())}
     host_off = {}
-    for t in sorted(relayout):      # padding rows hold the fill value from the start
+    for t in sorted(relayout | prefill):   # padding rows hold the fill value from the start
         lay = layout_of(t)
         host_off[t] = put(bytes([lay.fill & 0xFF]) * lay.nbytes)
     first = []
@@ -311,7 +371,7 @@ def _compile_graph(graph, config, batch):
         host.extend(data)
         first = [steps[prefixed]["item"].input]
     constants = bytes(host)
-    for t in first + sorted(host_side - relayout - set(first)):
+    for t in first + sorted(host_side - relayout - prefill - set(first)):
         host_off[t] = put(bytes(0))
         host.extend(bytes(layout_of(t).nbytes))
     host_size = max(len(host), _ALIGN)
@@ -327,7 +387,7 @@ def _compile_graph(graph, config, batch):
                 outputs=[(t, host_off[t], layout_of(t)) for t in item.outputs]))
             continue
         out_steps.append(_chip_step(s, step, item, config, batch, blocks, layout_of, host_off,
-                                    fill_host, chip_prod, host_side, streamed, ub_layout))
+                                    fill_host, chip_prod, host_side, streamed, ub_layout, banded))
 
     weights = (np.concatenate(image) if image
                else np.zeros((0, R, config.cols), dtype=np.int8)).astype(np.int8)
@@ -343,6 +403,12 @@ def _compile_graph(graph, config, batch):
                           else None)
 
     notes = [f"tensor {t!r} spilled to host memory" for t in sorted(spilled)]
+    for k in sorted(banded, key=str):
+        s = blocks[k].start
+        tiles = m_tiles(steps[s]["item"], batch, config)
+        notes.append(f"tensor {k[1]!r} streamed in {len(tiles)} bands of at most "
+                     f"{band_rows_of(s)} output rows ({'written by' if k[0] == 'out' else 'read by'} "
+                     f"{steps[s]['item'].name!r}, {blocks[k].rows} unified-buffer rows)")
     notes += [f"tensor {k[1]!r} streamed through the unified buffer "
               f"({'written by' if k[0] == 'out' else 'read by'} {steps[blocks[k].start]['item'].name!r})"
               for k in sorted(streamed, key=str)]
@@ -373,8 +439,13 @@ def _layer(graph, name):
     raise CompileError(f"no layer named {name!r}")
 
 
+def _at_least(rows):
+    """`rows` rounded up to a multiple of 64 (a `--ub-rows` to suggest)."""
+    return -(-rows // 64) * 64
+
+
 def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_host,
-               chip_prod, host_side, streamed, ub_layout):
+               chip_prod, host_side, streamed, ub_layout, banded=()):
     """The `ChipStep` of part `s`: tables, activation registers, the lowered
     layer, HALT; RWs scheduled; its cycle estimate."""
     n0, n1 = step["n"]
@@ -382,15 +453,18 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     pre = []
     # The input: resident since an earlier part, or read from host memory now.
     ring_in = ring_out = None
+    in_band = False
     if ("in", chip.input, s) in blocks:
         in_block = blocks[("in", chip.input, s)]
         load = True
         ring_in = ring_slots(chip, batch, config, step["reads"]) \
             if ("in", chip.input, s) in streamed else None
+        in_band = ("in", chip.input, s) in banded
     else:
         in_block = blocks[("res", chip.input)]
         load = chip.input not in chip_prod and in_block.start == s
     prefix = 0
+    out_band = ("out", chip.output) in banded
     if ("tables", s) in blocks:
         tables = blocks[("tables", s)]
         tables_load = [Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"])]
@@ -411,6 +485,7 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
             if ("out", chip.output) in streamed else None
     out_host_layout = outl
     outl = ub_layout(chip.output, out_block.key)
+    fill = fill_host[outl.fill & 0xFF] if any(outl.pad) and not out_band else None
     k0, k1 = step["k"]
     body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), k_range=(k0, k1),
                       kept=step["kept"], addr=PartAddresses(
@@ -418,9 +493,10 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         out_host_layout=out_host_layout,
         in_host=host_off[chip.input] if load else None,
         out_host=host_off[chip.output] if chip.output in host_side else None,
-        fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,
+        fill_host=fill,
         in_slots=ring_in, out_slots=ring_out, tables_load=tables_load,
-        in_reads=step["reads"] if load else 1, in_prefix=prefix))
+        in_reads=step["reads"] if load else 1, in_prefix=prefix,
+        in_band=in_band, out_band=out_band))
     post = [Halt()]
     # The registers are for the ACTs, much later: set them behind the first
     # input read (the MMCs wait for it), not before it.

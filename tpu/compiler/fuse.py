@@ -52,6 +52,7 @@ class ChipLayer:
     im2col: dict = None          # conv of host-made patches: the original geometry
     in_fill: int = None          # what the input's padding holds (None: its zero point)
     rounding: str = "double"     # "single", "float32": ACTs with single_round (ir.ROUNDINGS)
+    band_rows: int = None        # at most this many output rows (pooled rows) per M tile
 
     @property
     def n_out(self):

@@ -41,7 +41,7 @@ from .report import conv_macs_per_pixel
 from .tiling import act_settings, m_tiles
 
 
-__all__ = ["PartAddresses", "lower_part", "ring_slots", "useful_macs"]
+__all__ = ["BandRing", "PartAddresses", "lower_part", "ring_slots", "useful_macs"]
 
 
 _FUNC = {ir.ActivationKind.NONE: Func.NONE, ir.ActivationKind.RELU: Func.RELU,
@@ -69,6 +69,8 @@ class PartAddresses:
     tables_load: list = None  # RHM (and LDL) of the tables, read after the first tile's input
     in_reads: int = 1        # M tiles per input read (> 1: `_paced_reads`; rings of 2x that)
     in_prefix: int = 0       # rows (the tables) just before the input in the UB and host memory
+    in_band: bool = False    # the input streamed in bands of rows (`BandRing`)
+    out_band: bool = False   # the output streamed in bands of rows (`BandRing`)
 
 
 class _Ring:
@@ -99,11 +101,90 @@ class _Ring:
             return b
         return self.where.get(b, b % self.slots)
 
-    def row(self, b, y, x, j):
+    def row(self, b, y, x, j, mt=None):
         return self.layout.row(self.slot(b), y, x, j)
 
     def __getattr__(self, name):
         return getattr(self.layout, name)
+
+
+class BandRing:
+    """The UB copy of a tensor streamed in bands of rows: M tile ``t``'s
+    rows (the input rows its output rows read, halo included, or the output
+    rows it writes) in slot ``t % slots``, so the DMA of the next band goes
+    on while the array works on this one. A slot holds per channel block,
+    per sample of the tile, the band's rows one after another: an input
+    band in the layout's padded width (MMC's CONV addressing steps rows of
+    ``padded_w``), an output band unpadded (its WHMs write it row by row
+    where the host's layout is padded)."""
+
+    def __init__(self, layout, chip, tiles, output, slots=2):
+        self.full = layout
+        self.output = output
+        self.index = {id(mt): i for i, mt in enumerate(tiles)}
+        self.spans = {id(mt): self._span(chip, mt) for mt in tiles}
+        self.pad = (0, 0, 0, 0) if output else layout.pad
+        self.padded_w = layout.width if output else layout.padded_w
+        self.width, self.height, self.blocks = layout.width, layout.height, layout.blocks
+        self.band = max((b - a for a, b in self.spans.values()), default=1)
+        self.group = max((len(mt.samples) for mt in tiles), default=1)
+        self.sample_rows = self.band * self.padded_w
+        self.block_rows = self.group * self.sample_rows
+        self.slot_rows = self.blocks * self.block_rows
+        self.slots = slots
+        self.rows = slots * self.slot_rows
+        self.read = set()
+
+    def _span(self, chip, mt):
+        """Rows ``[y0, y1)`` of the band: output rows (unpadded), input rows
+        in padded coordinates (the taps' reach)."""
+        if self.output:
+            if chip.pool is not None and chip.pool[0] == "global":
+                return 0, 1
+            if chip.pool is not None:
+                return mt.p0, mt.p1
+            return mt.r0, mt.r1
+        kh = chip.weight.shape[0]
+        sh, pt = chip.stride[0], chip.padding[0]
+        top = self.full.pad[0]
+        return (max(0, mt.r0 * sh - pt + top),
+                min(self.full.padded_h, (mt.r1 - 1) * sh - pt + kh + top))
+
+    def row(self, b, y, x, j, mt):
+        y0 = self.spans[id(mt)][0]
+        return ((self.index[id(mt)] % self.slots) * self.slot_rows + j * self.block_rows
+                + mt.samples.index(b) * self.sample_rows
+                + (y + self.pad[0] - y0) * self.padded_w + x + self.pad[1])
+
+    def reads(self, mt, base, host, lanes):
+        """The RHMs of tile `mt`'s input band (none once read)."""
+        if id(mt) in self.read:
+            return []
+        self.read.add(id(mt))
+        y0, y1 = self.spans[id(mt)]
+        top, left = self.full.pad[0], self.full.pad[1]
+        return [Rhm(ub=base + self.row(b, y0 - top, -left, j, mt), rows=(y1 - y0) * self.padded_w,
+                    host=host + self.full.row(b, y0 - top, -left, j) * lanes)
+                for j in range(self.blocks) for b in mt.samples]
+
+    def writes(self, mt, n, chip, base, host, lanes):
+        """The WHMs of tile `mt`'s output band of channel block `n`."""
+        y0, y1 = self.spans[id(mt)]
+        if chip.pool is not None and chip.pool[0] == "global":
+            x0, x1 = 0, 1
+        elif chip.pool is not None:
+            x0, x1 = mt.q0, mt.q1
+        else:
+            x0, x1 = mt.c0, mt.c1
+        out = []
+        for b in mt.samples:
+            if x0 == 0 and x1 == self.width and not (self.full.pad[1] or self.full.pad[3]):
+                out.append(Whm(ub=base + self.row(b, y0, 0, n, mt), rows=(y1 - y0) * self.width,
+                               host=host + self.full.row(b, y0, 0, n) * lanes))
+            else:
+                out += [Whm(ub=base + self.row(b, y, x0, n, mt), rows=x1 - x0,
+                            host=host + self.full.row(b, y, x0, n) * lanes) for y in range(y0, y1)]
+        return out
 
 
 def _merge(pairs):
@@ -143,8 +224,10 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     in_full, out_full = addr.in_layout, addr.out_host_layout or addr.out_layout
     tiles = m_tiles(chip, batch, config)
     group = max(len(t.samples) for t in tiles)
-    inl = _Ring(in_full, addr.in_slots, group)
-    outl = _Ring(addr.out_layout, addr.out_slots)
+    inl = BandRing(in_full, chip, tiles, False) if addr.in_band else \
+        _Ring(in_full, addr.in_slots, group)
+    outl = BandRing(out_full, chip, tiles, True) if addr.out_band else \
+        _Ring(addr.out_layout, addr.out_slots)
     unsigned_in = bool(chip.in_q.unsigned)
     ow = chip.conv_out[1]
     # M tiles outermost: a tile's input, read once, serves every N tile
@@ -189,7 +272,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             runs = []
             for si, b in enumerate(mt.samples):
                 ub = addr.in_base + inl.row(b, mt.r0 * sh + kt_.y - pt, mt.c0 * sw + kt_.x - pl,
-                                            kt_.j)
+                                            kt_.j, mt)
                 if dense_rows and runs and runs[-1][0] + runs[-1][1] == ub:
                     runs[-1][1] += rps
                 else:
@@ -216,28 +299,30 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             # stacked one after another: one ACT pools the whole tile (each
             # windowed ACT's decode costs 3 serial divisions).
             mode = Pool.MAX if pool[0] == "max" else Pool.AVG
-            return [Act(acc=base, ub=addr.out_base + outl.row(mt.samples[0], mt.p0, 0, n),
+            return [Act(acc=base, ub=addr.out_base + outl.row(mt.samples[0], mt.p0, 0, n, mt),
                         rows=rps * len(mt.samples), pool=mode, pool_size=pool[1],
                         pool_stride=pool[2], in_w=cw, **flags)]
         for si, b in enumerate(mt.samples):
             first = base + si * rps
             if pool is None:
-                pairs += [(first + (oy - mt.r0) * cw, addr.out_base + outl.row(b, oy, mt.c0, n), cw)
+                pairs += [(first + (oy - mt.r0) * cw, addr.out_base + outl.row(b, oy, mt.c0, n, mt),
+                           cw)
                           for oy in range(mt.r0, mt.r1)]
             elif pool[0] == "global":
-                out.append(Act(acc=first, ub=addr.out_base + outl.row(b, 0, 0, n), rows=rps,
+                out.append(Act(acc=first, ub=addr.out_base + outl.row(b, 0, 0, n, mt), rows=rps,
                                pool=Pool.GLOBAL_AVG, **flags))
             else:
                 kind, k, s = pool
                 mode = Pool.MAX if kind == "max" else Pool.AVG
                 window = dict(pool=mode, pool_size=k, pool_stride=s, in_w=cw)
                 if outl.pad[1] == 0 and outl.pad[3] == 0 and cw == ow:
-                    out.append(Act(acc=first, ub=addr.out_base + outl.row(b, mt.p0, 0, n),
+                    out.append(Act(acc=first, ub=addr.out_base + outl.row(b, mt.p0, 0, n, mt),
                                    rows=rps, **window, **flags))
                 else:
                     for py in range(mt.p0, mt.p1):
                         out.append(Act(acc=first + (py * s - mt.r0) * cw,
-                                       ub=addr.out_base + outl.row(b, py, mt.q0, n), rows=k * cw,
+                                       ub=addr.out_base + outl.row(b, py, mt.q0, n, mt),
+                                       rows=k * cw,
                                        **window, **flags))
         out += [Act(acc=a, ub=u, rows=r, **flags) for a, u, r in _merge(pairs)]
         return out
@@ -251,6 +336,10 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         are not in the UB yet: one per block when they are consecutive in
         host memory and in the ring."""
         out = []
+        if addr.in_band:
+            for mt in unit:
+                out += inl.reads(mt, addr.in_base, addr.in_host, R)
+            return _coalesce(out, R)
         unit = [mt for mt in unit if not all(inl.holds(b) for b in mt.samples)]
         if addr.in_host is None:
             return out
@@ -283,6 +372,8 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         if addr.out_host is None or not finish:
             return []
         n, mt = jobs[index]
+        if addr.out_band:
+            return _coalesce(outl.writes(mt, n, chip, addr.out_base, addr.out_host, R), R)
         oh, ow_ = chip.conv_out
         last = chip.kind == "dense" or (
             (mt.r1 == oh or (mt.p1 and mt.p1 == chip.out_shape[0]))
@@ -372,7 +463,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
                                    reads, stores, config, lead)
     # The next M tile's input is read while the current M tile runs all its
     # N tiles, when the input's ring has room for both (or there is none).
-    ahead_ok = inl.slots is None or inl.slots // group >= 2
+    ahead_ok = addr.in_band or inl.slots is None or inl.slots // group >= 2
     dense = chip.kind == "dense"
     ahead, steps, late = [], [], []
     # The last tile's pieces: [ACTs, WHMs, rows from which the ACTs may go]

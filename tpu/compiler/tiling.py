@@ -144,7 +144,9 @@ def m_tiles(chip, batch, config):
     """The M tiles of `chip` for `batch` samples, each at most half the
     accumulator rows: runs of samples, whole images of several samples, or
     bands of rows (and, for images wider than an accumulator region or, with
-    windowed pooling, than ``pool_max_width``, chunks of columns) of one."""
+    windowed pooling, than ``pool_max_width``, chunks of columns) of one.
+    A layer streamed in bands (``chip.band_rows``, `backend`) has bands of
+    at most that many output rows (pooled rows when it pools)."""
     region = config.acc_rows // 2
     if chip.kind == "dense":
         per = min(batch, region)
@@ -170,12 +172,13 @@ def m_tiles(chip, batch, config):
         chunks = _ranges(pw, qn)
         cw = max((q1 - 1) * s + k - q0 * s for q0, q1 in chunks)
         pr = 1
-        while pr < ph and (pr * s + k) * cw <= region:
+        while pr < min(ph, chip.band_rows or ph) and (pr * s + k) * cw <= region:
             pr += 1
         bands = [(p0 * s, (p1 - 1) * s + k, q0 * s, (q1 - 1) * s + k, p0, p1, q0, q1)
                  for p0, p1 in _ranges(ph, pr) for q0, q1 in chunks]
     elif ow <= region:
-        bands = [(r0, r1, 0, ow, 0, 0, 0, 0) for r0, r1 in _ranges(oh, min(oh, region // ow))]
+        per = min(oh, region // ow, chip.band_rows or oh)
+        bands = [(r0, r1, 0, ow, 0, 0, 0, 0) for r0, r1 in _ranges(oh, per)]
     else:
         bands = [(r, r + 1, c0, c1, 0, 0, 0, 0) for r in range(oh) for c0, c1 in _ranges(ow, region)]
     if len(bands) == 1:
