@@ -69,8 +69,10 @@ class PartAddresses:
     tables_load: list = None  # RHM (and LDL) of the tables, read after the first tile's input
     in_reads: int = 1        # M tiles per input read (> 1: `_paced_reads`; rings of 2x that)
     in_prefix: int = 0       # rows (the tables) just before the input in the UB and host memory
-    in_band: bool = False    # the input streamed in bands of rows (`BandRing`)
+    in_band: int = 0         # the input streamed in bands of rows (`BandRing`): its slots
     out_band: bool = False   # the output streamed in bands of rows (`BandRing`)
+    in_window: tuple = None  # (first, end): only these input rows, read at once (a K part)
+    in_blocks: tuple = None  # (first, end): the input channel blocks a banded part reads
 
 
 class _Ring:
@@ -118,14 +120,16 @@ class BandRing:
     ``padded_w``), an output band unpadded (its WHMs write it row by row
     where the host's layout is padded)."""
 
-    def __init__(self, layout, chip, tiles, output, slots=2):
+    def __init__(self, layout, chip, tiles, output, slots=2, block_range=None):
         self.full = layout
+        # (an output band holds the channel blocks of the part's N tiles)
+        self.first_block, end = block_range or (0, layout.blocks)
         self.output = output
         self.index = {id(mt): i for i, mt in enumerate(tiles)}
         self.spans = {id(mt): self._span(chip, mt) for mt in tiles}
         self.pad = (0, 0, 0, 0) if output else layout.pad
         self.padded_w = layout.width if output else layout.padded_w
-        self.width, self.height, self.blocks = layout.width, layout.height, layout.blocks
+        self.width, self.height, self.blocks = layout.width, layout.height, end - self.first_block
         self.band = max((b - a for a, b in self.spans.values()), default=1)
         self.group = max((len(mt.samples) for mt in tiles), default=1)
         self.sample_rows = self.band * self.padded_w
@@ -152,7 +156,8 @@ class BandRing:
 
     def row(self, b, y, x, j, mt):
         y0 = self.spans[id(mt)][0]
-        return ((self.index[id(mt)] % self.slots) * self.slot_rows + j * self.block_rows
+        return ((self.index[id(mt)] % self.slots) * self.slot_rows
+                + (j - self.first_block) * self.block_rows
                 + mt.samples.index(b) * self.sample_rows
                 + (y + self.pad[0] - y0) * self.padded_w + x + self.pad[1])
 
@@ -165,7 +170,8 @@ class BandRing:
         top, left = self.full.pad[0], self.full.pad[1]
         return [Rhm(ub=base + self.row(b, y0 - top, -left, j, mt), rows=(y1 - y0) * self.padded_w,
                     host=host + self.full.row(b, y0 - top, -left, j) * lanes)
-                for j in range(self.blocks) for b in mt.samples]
+                for j in range(self.first_block, self.first_block + self.blocks)
+                for b in mt.samples]
 
     def writes(self, mt, n, chip, base, host, lanes):
         """The WHMs of tile `mt`'s output band of channel block `n`."""
@@ -198,13 +204,16 @@ def _merge(pairs):
     return runs
 
 
-def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=None):
+def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=None,
+               m_range=None):
     """Instructions (switching MMCs as ``(Mmc, weight-memory tile)``) of N
     tiles `n_range` of `chip`, K tiles `k_range` (default all; a part that
     does not end K leaves its sums in the accumulators for the next, and
     only the last activates). `kept` (``tiling.kept_tiles``, default all)
     says which (N tile, K tile) to multiply; the part's kept tiles are in
-    weight memory from ``addr.mem_base`` on, N-major."""
+    weight memory from ``addr.mem_base`` on, N-major. `m_range` (default
+    all) is the range of M tiles the part runs (a layer split by K runs
+    them two at a time, a region of the accumulators each)."""
     n0, n1 = n_range
     k0, k1 = k_range or (0, len(k_tiles))
     memory, first = {}, {}
@@ -223,10 +232,12 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     # full layouts.
     in_full, out_full = addr.in_layout, addr.out_host_layout or addr.out_layout
     tiles = m_tiles(chip, batch, config)
+    if m_range is not None:
+        tiles = tiles[m_range[0]:m_range[1]]
     group = max(len(t.samples) for t in tiles)
-    inl = BandRing(in_full, chip, tiles, False) if addr.in_band else \
+    inl = BandRing(in_full, chip, tiles, False, addr.in_band, addr.in_blocks) if addr.in_band else \
         _Ring(in_full, addr.in_slots, group)
-    outl = BandRing(out_full, chip, tiles, True) if addr.out_band else \
+    outl = BandRing(out_full, chip, tiles, True, block_range=n_range) if addr.out_band else \
         _Ring(addr.out_layout, addr.out_slots)
     unsigned_in = bool(chip.in_q.unsigned)
     ow = chip.conv_out[1]
@@ -259,7 +270,8 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
                 rows = len(mt.samples)
                 ss = inl.sample_stride
                 conv = Conv(out_w=1, col_step=0, row_step=ss) if ss != 1 and rows > 1 else None
-                out.append(mmc(addr.in_base + inl.row(b0, kt_.y, kt_.x, kt_.j), rows, base,
+                shift = addr.in_window[0] if addr.in_window else 0
+                out.append(mmc(addr.in_base + inl.row(b0, kt_.y, kt_.x, kt_.j) - shift, rows, base,
                                accumulate, tile, conv))
                 continue
             sh, sw = chip.stride
@@ -330,12 +342,19 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     R = config.rows
     chunk = max(R, config.acc_rows // 8)   # rows of the first reads' and the last drain's pieces
     filled = set()
+    filled_window = []
 
     def reads(unit):
         """RHMs of the M tiles `unit` (one after another in the ring) that
         are not in the UB yet: one per block when they are consecutive in
         host memory and in the ring."""
         out = []
+        if addr.in_window and addr.in_host is not None:
+            if not filled_window:
+                filled_window.append(True)
+                first, end = addr.in_window
+                out.append(Rhm(ub=addr.in_base, rows=end - first, host=addr.in_host + first * R))
+            return out
         if addr.in_band:
             for mt in unit:
                 out += inl.reads(mt, addr.in_base, addr.in_host, R)
@@ -463,7 +482,9 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
                                    reads, stores, config, lead)
     # The next M tile's input is read while the current M tile runs all its
     # N tiles, when the input's ring has room for both (or there is none).
-    ahead_ok = addr.in_band or inl.slots is None or inl.slots // group >= 2
+    # (a band ring of one slot is read once the tile before is done with it)
+    single = addr.in_band == 1
+    ahead_ok = (addr.in_band == 2 or inl.slots is None or inl.slots // group >= 2) and not single
     dense = chip.kind == "dense"
     ahead, steps, late = [], [], []
     # The last tile's pieces: [ACTs, WHMs, rows from which the ACTs may go]
@@ -496,7 +517,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             tail = stores(i - 1) if chip.kind == "dense" else []
             late = [] if chip.kind == "dense" else stores(i - 1)
         threshold, rows = lead, 0
-        load_at = sum(w.rows for w in out) + lead
+        load_at = float("inf") if single else sum(w.rows for w in out) + lead
         loaded_next = i + 1 >= len(jobs)
         before = current[0]
         ops = mmcs(i, n, mt)

@@ -130,10 +130,14 @@ def tile_work(chip, config):
     return tiles.astype(np.int64).sum(axis=(2, 3))
 
 
-def m_rows(chip, batch, config):
-    """Rows each MMC of a K tile streams over the whole batch: the M tiles'
-    rows (a pooled layer's bands of whole windows may overlap)."""
-    return sum(t.rows_per_sample * len(t.samples) for t in m_tiles(chip, batch, config))
+def m_rows(chip, batch, config, m_range=None):
+    """Rows each MMC of a K tile streams over the whole batch (or M tiles
+    `m_range`): the M tiles' rows (a pooled layer's bands of whole windows
+    may overlap)."""
+    tiles = m_tiles(chip, batch, config)
+    if m_range is not None:
+        tiles = tiles[m_range[0]:m_range[1]]
+    return sum(t.rows_per_sample * len(t.samples) for t in tiles)
 
 
 def _ranges(n, per):
