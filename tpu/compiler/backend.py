@@ -587,7 +587,7 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     outl = ub_layout(chip.output, out_block.key)
     fill = fill_host[outl.fill & 0xFF] if any(outl.pad) and not out_band else None
     k0, k1 = step["k"]
-    window = _window(step, batch, config, inl) if load else None
+    window = _window(step, batch, config, inl) if ("in", chip.input, s) in blocks else None
     if window:
         ring_in = None
     body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), k_range=(k0, k1),

@@ -232,7 +232,9 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     # full layouts.
     in_full, out_full = addr.in_layout, addr.out_host_layout or addr.out_layout
     tiles = m_tiles(chip, batch, config)
+    others = []
     if m_range is not None:
+        others = tiles[:m_range[0]] + tiles[m_range[1]:]
         tiles = tiles[m_range[0]:m_range[1]]
     group = max(len(t.samples) for t in tiles)
     inl = BandRing(in_full, chip, tiles, False, addr.in_band, addr.in_blocks) if addr.in_band else \
@@ -476,7 +478,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             body.extend(tables_load + [Ldq(ub=addr.tables_base + (n - n0) * q_rows)])
             table[0] = n
             tables_load = []
-    if addr.in_reads > 1 and _pacing_applies(chip, addr, jobs, finish):
+    if addr.in_reads > 1 and _pacing_applies(chip, addr, jobs, finish) and not others:
         return body + _paced_reads(addr.in_reads, [mt for _, mt in jobs], first_loads,
                                    tables_load, lambda t: mmcs(t, *jobs[t]), drain,
                                    reads, stores, config, lead)
@@ -622,6 +624,11 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     elif jobs:
         body.extend(_drain_in_chunks(drain(len(jobs) - 1), late + stores(len(jobs) - 1),
                                      chunk, R))
+    if others and addr.in_host is not None and addr.in_slots is None and not addr.in_band \
+            and not addr.in_window:
+        # (a part of some M tiles that reads an input the other parts keep
+        # in the UB reads the other tiles' samples too, after its own work)
+        body.extend(reads(others))
     return body
 
 
