@@ -103,7 +103,7 @@ def test_compile_then_run_and_disasm(model_file, tmp_path, capsys):
     compiled = tmp_path / "mlp.tpu"
     assert cli.main(["compile", str(path), "-o", str(compiled), "--batch", "4"]) == 0
     assert compiled.exists()
-    capsys.readouterr()
+    assert "batch 4 (as asked with --batch)" in capsys.readouterr().err
     out_chip, out_ref = tmp_path / "chip.npy", tmp_path / "ref.npy"
     report = tmp_path / "r.json"
     assert cli.main(["run", str(compiled), "--input", str(data), "--output", str(out_chip),
@@ -251,3 +251,15 @@ def test_a_long_simulation_is_announced(model_file, capsys):
     assert _warn_if_long(session, "icarus", 100_000)
     err = capsys.readouterr().err
     assert "under icarus: about" in err and "cycles/s" in err and len(err.splitlines()) == 1
+
+
+@needs_backend
+def test_compile_says_which_batch_and_why(model_file, tmp_path, capsys):
+    """A model of dynamic batch compiles at batch 1, and the command says
+    what a larger --batch would give (the cycle model's cycles per
+    inference at that batch)."""
+    path, _, _ = model_file
+    assert cli.main(["compile", str(path), "-o", str(tmp_path / "mlp.tpu")]) == 0
+    err = capsys.readouterr().err
+    assert "batch 1 (the model's batch is dynamic" in err
+    assert "--batch " in err and "cycles per inference instead of" in err

@@ -62,3 +62,30 @@ def test_table_and_json():
 def test_bad_clock():
     with pytest.raises(ValueError, match="clock"):
         report.build_report(small_graph(), TPUConfig(), profile(), 1, clock_hz=0)
+
+
+def test_skipped_tiles_are_not_counted_as_done():
+    """A dense layer whose weights are zero but for one block: the skipped
+    all-zero tiles' MACs are reported apart, and utilisation (from the MACs
+    done, at most those performed) stays at or under 100%."""
+    import numpy as np
+    from tpu.compiler.ir import Dense, Graph, GraphInput, GraphOutput, QuantType, Tensor
+    from tpu.compiler.session import InferenceSession
+    rng = np.random.default_rng(5)
+    weight = np.zeros((64, 8), dtype=np.int8)
+    weight[:8] = rng.integers(-128, 128, (8, 8))
+    graph = Graph(
+        tensors={"x": Tensor("x", (64,), QuantType(0.05, 0)), "y": Tensor("y", (8,), QuantType(0.1, 3))},
+        layers=[Dense("fc", "x", "y", weight=weight, weight_scale=0.01)],
+        inputs=[GraphInput("x", "x", (None, 64), np.dtype(np.int8), "nc")],
+        outputs=[GraphOutput("y", "y", (None, 8), np.dtype(np.int8), "nc")]).validate()
+    session = InferenceSession(graph, config=TPUConfig(), batch=8)
+    step = session.compiled.steps[0]
+    assert step.skipped_tiles == 7 and step.useful_macs == 8 * 64 * 8
+    assert step.skipped_macs == 7 * 8 * 8 * 8 and step.performed_macs == 8 * 64
+    session.run(None, {"x": rng.integers(-128, 128, (8, 64)).astype(np.int8)})
+    row = session.report().rows[0]
+    assert row.performed == row.counters["useful_macs"] == 8 * 64
+    assert row.skipped == 7 and row.done_macs == 8 * 8 * 8
+    assert 0 < row.utilisation <= row.active_utilisation <= 1.0
+    assert "skipped" in session.report().format_table().splitlines()[0]

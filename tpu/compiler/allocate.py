@@ -31,10 +31,12 @@ class Block:
 def place_blocks(blocks, ub_rows):
     """Set every block's ``base``; returns None, or the first block that does
     not fit (the others then have no meaningful base)."""
-    placed = []
+    live = []       # placed blocks that a later block may still overlap
     for block in sorted(blocks, key=lambda b: (b.start, -b.rows)):
-        busy = sorted((b.base, b.base + b.rows) for b in placed
-                      if b.start <= block.end and block.start <= b.end)
+        # (blocks come by first step: one that ended before this one starts
+        # overlaps no later block either)
+        live = [b for b in live if b.end >= block.start]
+        busy = sorted((b.base, b.base + b.rows) for b in live if b.start <= block.end)
         base = 0
         for lo, hi in busy:
             if base + block.rows <= lo:
@@ -43,5 +45,5 @@ def place_blocks(blocks, ub_rows):
         if base + block.rows > ub_rows:
             return block
         block.base = base
-        placed.append(block)
+        live.append(block)
     return None

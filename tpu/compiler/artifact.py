@@ -75,7 +75,15 @@ class TensorSpec:
 class ChipStep:
     """A program part: its program (host addresses relative to the host
     region), the weight image tiles ``weights = (first, count)`` it needs
-    at weight-memory tile ``weight_base``, and its cycle estimate."""
+    at weight-memory tile ``weight_base``, and its cycle estimate.
+
+    The work it does, for the report (`tpu.compiler.report`):
+    ``useful_macs`` the model's multiply-accumulates of the part,
+    ``performed_macs`` those the array performs (``rows x cols`` for each
+    row an MMC streams, padding lanes and structural zeros included: the
+    chip's ``useful_macs`` counter), ``skipped_tiles`` the weight tiles left
+    out as all zero and ``skipped_macs`` the model's multiply-accumulates
+    in them (which no cell performs)."""
     name: str
     layers: list
     program: bytes
@@ -83,6 +91,9 @@ class ChipStep:
     weight_base: int
     estimated_cycles: int = 0
     useful_macs: int = 0
+    performed_macs: int = 0
+    skipped_tiles: int = 0
+    skipped_macs: int = 0
 
     @property
     def instructions(self):
@@ -143,6 +154,9 @@ class CompiledModel:
                 lines.append(f"  {i:3d} chip {step.name}: {step.instructions} instructions, "
                              f"tiles {first}..{first + count - 1} at {step.weight_base}, "
                              f"~{step.estimated_cycles} cycles, {step.useful_macs} MACs "
+                             f"({step.performed_macs} on the array"
+                             + (f", {step.skipped_tiles} all-zero tiles skipped" if step.skipped_tiles
+                                else "") + ") "
                              f"[{', '.join(step.layers)}]")
             else:
                 lines.append(f"  {i:3d} host {step.name}: "
@@ -208,7 +222,10 @@ class CompiledModel:
                                       program=arrays[f"program{i}"].tobytes(),
                                       weights=tuple(s["weights"]), weight_base=s["weight_base"],
                                       estimated_cycles=s["estimated_cycles"],
-                                      useful_macs=s["useful_macs"]))
+                                      useful_macs=s["useful_macs"],
+                                      performed_macs=s.get("performed_macs", 0),
+                                      skipped_tiles=s.get("skipped_tiles", 0),
+                                      skipped_macs=s.get("skipped_macs", 0)))
             else:
                 steps.append(HostStep(
                     name=s["name"], layer=s["layer"],

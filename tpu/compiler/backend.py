@@ -32,9 +32,10 @@ from .errors import CompileError
 from .fuse import ChipLayer, plan_layers
 from .pools import split_pools
 from .layout import Layout, as_image
-from .lower import PartAddresses, lower_part, ring_slots, useful_macs
+from .lower import BandRing, PartAddresses, lower_part, ring_slots, useful_macs
 from .schedule import insert_weight_reads
-from .tiling import act_settings, kept_tiles, lut, m_tiles, quant_tables, weight_tiles
+from .tiling import (act_settings, kept_tiles, lut, m_rows, m_tiles, quant_tables, tile_work,
+                     weight_tiles)
 
 
 __all__ = ["compile_graph"]
@@ -54,31 +55,47 @@ def _check_config(config, batch):
 
 
 def _parts(chip, config, batch):
-    """Weight tiles and the ``(n0, n1, k0, k1)`` ranges of the parts of
+    """Weight tiles and the ``(n0, n1, k0, k1, m)`` ranges of the parts of
     `chip`: N tiles as many as weight memory holds; a layer whose one N tile
     needs more is also split by K tiles, its partial sums kept in the
-    accumulators from one part to the next (so its M tiles, at most two,
-    must each have a region of their own: a dense layer's batch, or a
-    convolution's whole output for the batch, fits the accumulators)."""
+    accumulators from one part to the next. Those sums must have a region
+    of the accumulators each, so such a layer runs its M tiles two at a
+    time (``m``: the range of M tiles of the part, None for all): per N
+    tile, per pair of M tiles, its K parts, the weights of each loaded
+    again for each pair."""
     k_tiles, tiles = weight_tiles(chip, config)
     nt, kt = tiles.shape[:2]
     cap = config.weight_mem_tiles
-    if kt <= cap:
-        group = min(nt, cap // kt)
-        return k_tiles, tiles, [(n, min(n + group, nt), 0, kt) for n in range(0, nt, group)]
-    if len(m_tiles(chip, batch, config)) > 2:
-        if chip.kind == "dense":
-            why = (f"splitting K keeps the batch's sums in the accumulators, but batch {batch} "
-                   f"exceeds their {config.acc_rows} rows")
-        else:
-            oh, ow = chip.conv_out
-            why = (f"splitting K keeps the sums of the whole output in the accumulators, but "
-                   f"{batch} x {oh}x{ow} output pixels exceed their {config.acc_rows} rows "
-                   f"(compile for a smaller batch)")
-        raise CompileError(f"layer {chip.name!r}: one block of {config.cols} output channels "
-                           f"needs {kt} weight tiles; weight memory holds {cap} and {why}")
-    return k_tiles, tiles, [(n, n + 1, k, min(k + cap, kt)) for n in range(nt)
-                            for k in range(0, kt, cap)]
+    # (only the tiles kept, `kept_tiles`, take weight memory: a depthwise
+    # convolution's block-diagonal weights need a tile a tap per N tile)
+    kept = kept_tiles(tiles)
+    count = kept.sum(axis=1)
+    if count.max() <= cap:
+        ranges, n = [], 0
+        while n < nt:
+            end, used = n, 0
+            while end < nt and used + count[end] <= cap:
+                used += count[end]
+                end += 1
+            ranges.append((n, end, 0, kt, None))
+            n = end
+        return k_tiles, tiles, ranges
+    tiles_m = len(m_tiles(chip, batch, config))
+    pairs = [None] if tiles_m <= 2 else [(m, min(m + 2, tiles_m)) for m in range(0, tiles_m, 2)]
+    ranges = []
+    for n in range(nt):
+        ks = np.flatnonzero(kept[n])
+        cuts = [0] + [int(ks[i]) for i in range(cap, len(ks), cap)] + [kt]
+        ranges += [(n, n + 1, k0, k1, m) for m in pairs for k0, k1 in zip(cuts, cuts[1:])]
+    return k_tiles, tiles, ranges
+
+
+class _Rebands(Exception):
+    """Compile again with these band sizes (a layer split by K tiles whose
+    bands must shrink: its parts' M tiles change)."""
+    def __init__(self, bands):
+        super().__init__(bands)
+        self.bands = bands
 
 
 def compile_graph(graph, config, batch=1):
@@ -86,7 +103,12 @@ def compile_graph(graph, config, batch=1):
     error about one layer names the model operator it came from, when the
     front end recorded it (``graph.origins``)."""
     try:
-        return _compile_graph(graph, config, batch)
+        bands = {}
+        while True:
+            try:
+                return _compile_graph(graph, config, batch, bands)
+            except _Rebands as again:
+                bands = again.bands
     except CompileError as e:
         named = _LAYER_ERROR.match(str(e))
         if named is None or named[1] not in graph.origins:
@@ -98,7 +120,7 @@ def compile_graph(graph, config, batch=1):
 _LAYER_ERROR = re.compile(r"layer '([^']+)'")
 
 
-def _compile_graph(graph, config, batch):
+def _compile_graph(graph, config, batch, bands=None):
     _check_config(config, batch)
     graph = split_pools(graph.validate())
     R = config.rows
@@ -132,13 +154,15 @@ def _compile_graph(graph, config, batch):
         if not isinstance(item, ChipLayer):
             steps.append(dict(kind="host", item=item))
             continue
+        if bands and item.name in bands:
+            item = replace(item, band_rows=bands[item.name])
         k_tiles, tiles, ranges = _parts(item, config, batch)
         kept = kept_tiles(tiles)
-        for n0, n1, k0, k1 in ranges:
+        for n0, n1, k0, k1, m in ranges:
             part = tiles[n0:n1, k0:k1][kept[n0:n1, k0:k1]]
             if mem_cursor + len(part) > config.weight_mem_tiles:
                 mem_cursor = 0
-            steps.append(dict(kind="chip", item=item, n=(n0, n1), k=(k0, k1), k_tiles=k_tiles,
+            steps.append(dict(kind="chip", item=item, n=(n0, n1), k=(k0, k1), m=m, k_tiles=k_tiles,
                               kept=kept,
                               weights=(sum(len(t) for t in image), len(part)),
                               mem_base=mem_cursor, split=len(ranges) > 1,
@@ -185,16 +209,56 @@ def _compile_graph(graph, config, batch):
                      and chip_cons.get(step["item"].input) == [s]), None)
 
     streamed = set()        # keys of in/out blocks that hold a ring, not the whole tensor
+    banded = set()          # keys of in/out blocks streamed in bands of rows
+    band_limit = {}         # chip layer name -> output rows per band
+    one_slot = set()        # keys of banded inputs read into one slot (no double buffering)
+
+    def chip_of(s):
+        item = steps[s]["item"]
+        return replace(item, band_rows=band_limit[item.name]) if item.name in band_limit else item
 
     def slots(key, s):
         # (a part reading its input several tiles at a time paces its writes
         # behind those reads: its output ring is as deep)
-        return ring_slots(steps[s]["item"], batch, config, steps[s]["reads"], key[0] == "out")
+        return ring_slots(chip_of(s), batch, config, steps[s]["reads"], key[0] == "out")
+
+    memo = {}
 
     def ring_rows(key, t, s):
+        # (the allocator asks again after every change: remembered by what
+        # the answer depends on)
+        name = steps[s]["item"].name
+        at = (key, key in streamed, key in banded, key in one_slot, band_limit.get(name),
+              steps[s]["reads"])
+        if at not in memo:
+            memo[at] = _ring_rows(key, t, s)
+        return memo[at]
+
+    def _ring_rows(key, t, s):
         lay = ub_layout(t, key)
+        if key in banded:
+            parts = chip_prod[t] if key[0] == "out" else [s]
+            return max(BandRing(layout_of(t), chip_of(p), m_tiles(chip_of(p), batch, config),
+                                key[0] == "out", 1 if key in one_slot else 2,
+                                steps[p]["n"] if key[0] == "out" else _in_blocks(steps[p])).rows
+                       for p in parts)
         return lay.blocks * min(batch, slots(key, s)) * lay.sample_stride if key in streamed \
             else lay.rows
+
+    def bandable(key):
+        """Whether the part(s) of `key` can stream it in bands: a
+        convolution not pooled globally and not split by K tiles."""
+        if key[0] not in ("in", "out"):
+            return False
+        parts = [key[2]] if key[0] == "in" else chip_prod[key[1]]
+        return all(steps[p]["item"].kind == "conv"
+                   and (steps[p]["item"].pool is None or steps[p]["item"].pool[0] != "global")
+                   for p in parts)
+
+    def band_rows_of(s):
+        tiles = m_tiles(chip_of(s), batch, config)
+        pooled = chip_of(s).pool is not None
+        return max((t.p1 - t.p0) if pooled else (t.r1 - t.r0) for t in tiles)
 
     def blocks_for(spilled):
         blocks = {}
@@ -217,8 +281,23 @@ def _compile_graph(graph, config, batch):
             for c in cons:
                 key = ("in", t, c)
                 extra = len(steps[c]["tables"]) * q_rows if c == prefixed else 0
-                blocks[key] = Block(key, extra + ring_rows(key, t, c), c, c)
+                if ("window", c) not in memo:
+                    memo[("window", c)] = _window(steps[c], batch, config, layout_of(t))
+                window = memo[("window", c)]
+                if window:
+                    streamed.add(key)       # (a window is never held whole)
+                rows = window[1] - window[0] if window else ring_rows(key, t, c)
+                blocks[key] = Block(key, extra + rows, c, c)
         return blocks
+
+    def siblings(key):
+        """`key` and the same input's keys of the other parts of its layer
+        (split by N, K or M tiles: they need the same, so they get it at
+        once)."""
+        if key[0] != "in":
+            return [key]
+        name = steps[key[2]]["item"].name
+        return [("in", key[1], c) for c in chip_cons[key[1]] if steps[c]["item"].name == name]
 
     def allocate():
         """Stream, spill and place until every part fits (see the module
@@ -233,12 +312,20 @@ def _compile_graph(graph, config, batch):
             # largest tensor kept across the parts there; else stream another
             # block of those parts.
             if bad.key[0] in ("in", "out") and bad.key not in streamed:
-                streamed.add(bad.key)
+                streamed.update(siblings(bad.key))
                 continue
             at = [b for b in blocks.values() if b.start <= bad.end and bad.start <= b.end]
             live = [b for b in at if b.tensor and b.start < b.end and b.tensor not in spilled]
             if live:
                 spilled.add(max(live, key=lambda b: b.rows).tensor)
+                continue
+            if bad.key in streamed and bad.key not in banded and bandable(bad.key) \
+                    and bad.end > bad.start:
+                # (a ring across many parts, as a layer split by K or N
+                # writes: banded itself rather than everything beside it)
+                banded.add(bad.key)
+                for p in chip_prod[bad.key[1]]:
+                    steps[p]["reads"] = 1
                 continue
             ring = [b for b in at if b.key[0] in ("in", "out") and b.key not in streamed]
             if ring:
@@ -250,7 +337,38 @@ def _compile_graph(graph, config, batch):
             if wide:
                 steps[wide[0]]["reads"] -= 1
                 continue
-            need = sum(b.rows for b in blocks.values() if b.start <= bad.start <= b.end)
+            # Stream a convolution's input or output in bands of output rows
+            # (each band's input rows with their halo), then make the bands
+            # of the parts there smaller, down to one row.
+            here = [b for b in blocks.values() if b.start <= bad.start <= b.end]
+            band = [b for b in here if b.key not in banded and bandable(b.key)]
+            if band:
+                for key in siblings(max(band, key=lambda b: b.rows).key):
+                    banded.add(key)
+                    streamed.discard(key)
+                    for p in ([key[2]] if key[0] == "in" else chip_prod[key[1]]):
+                        steps[p]["reads"] = 1
+                continue
+            shrink = [b for b in here if b.key in banded and band_rows_of(b.start) > 1]
+            if shrink:
+                s = max(shrink, key=lambda b: b.rows).start
+                name = steps[s]["item"].name
+                if steps[s]["k"] != (0, len(steps[s]["k_tiles"])):
+                    raise _Rebands({**(bands or {}), **band_limit, name: band_rows_of(s) // 2})
+                band_limit[name] = band_rows_of(s) // 2
+                continue
+            single = [b for b in here if b.key in banded and b.key[0] == "in"
+                      and b.key not in one_slot]
+            if single:
+                one_slot.update(siblings(max(single, key=lambda b: b.rows).key))
+                continue
+            need = sum(b.rows for b in here)
+            if any(b.key in banded for b in here):
+                raise CompileError(
+                    f"layer {steps[bad.start]['item'].name!r}: streamed in bands of one output "
+                    f"row, its input and output bands, tables and the tensors kept there need "
+                    f"{need} unified-buffer rows; the unified buffer has {config.ub_rows}: "
+                    f"compile with --ub-rows {_at_least(need)} or more (batch {batch})")
             raise CompileError(f"layer {steps[bad.start]['item'].name!r}: its input, output and "
                                f"tables need {need} unified-buffer rows at once; the unified "
                                f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
@@ -261,10 +379,14 @@ def _compile_graph(graph, config, batch):
     deep = {s: step["reads"] for s, step in enumerate(steps) if step.get("reads", 1) > 1}
     blocks, spilled = allocate()
     if deep:
-        kept = (blocks, spilled, set(streamed), {s: steps[s]["reads"] for s in deep})
+        kept = (blocks, spilled, set(streamed), {s: steps[s]["reads"] for s in deep},
+                set(banded), dict(band_limit), set(one_slot))
         for s in deep:
             steps[s]["reads"] = 1
         streamed.clear()
+        banded.clear()
+        band_limit.clear()
+        one_slot.clear()
         blocks, spilled = allocate()
         if not kept[1] - spilled:      # no more spills with the deeper rings
             blocks, spilled = kept[:2]
@@ -272,7 +394,19 @@ def _compile_graph(graph, config, batch):
             streamed.update(kept[2])
             for s, reads in kept[3].items():
                 steps[s]["reads"] = reads
+            banded.clear()
+            banded.update(kept[4])
+            band_limit.clear()
+            band_limit.update(kept[5])
+            one_slot.clear()
+            one_slot.update(kept[6])
+    for s, step in enumerate(steps):
+        if step["kind"] == "chip":
+            step["item"] = chip_of(s)
     host_side |= spilled | relayout
+    # A banded output is written band by band, its padding never: the host
+    # copy holds the fill value from the start.
+    prefill = {k[1] for k in banded if k[0] == "out" and any(layout_of(k[1]).pad)} - relayout
 
     # The host region: constants, then tensors kept in host memory.
     host = bytearray()
@@ -298,7 +432,7 @@ def _compile_graph(graph, config, batch):
             fills[byte] = max(fills.get(byte, 0), max(runs))
     fill_host = {byte: put(bytes([byte]) * (rows * R)) for byte, rows in sorted(fills.items())}
     host_off = {}
-    for t in sorted(relayout):      # padding rows hold the fill value from the start
+    for t in sorted(relayout | prefill):   # padding rows hold the fill value from the start
         lay = layout_of(t)
         host_off[t] = put(bytes([lay.fill & 0xFF]) * lay.nbytes)
     first = []
@@ -310,7 +444,7 @@ def _compile_graph(graph, config, batch):
         host.extend(data)
         first = [steps[prefixed]["item"].input]
     constants = bytes(host)
-    for t in first + sorted(host_side - relayout - set(first)):
+    for t in first + sorted(host_side - relayout - prefill - set(first)):
         host_off[t] = put(bytes(0))
         host.extend(bytes(layout_of(t).nbytes))
     host_size = max(len(host), _ALIGN)
@@ -326,7 +460,8 @@ def _compile_graph(graph, config, batch):
                 outputs=[(t, host_off[t], layout_of(t)) for t in item.outputs]))
             continue
         out_steps.append(_chip_step(s, step, item, config, batch, blocks, layout_of, host_off,
-                                    fill_host, chip_prod, host_side, streamed, ub_layout))
+                                    fill_host, chip_prod, host_side, streamed, ub_layout,
+                                    {k: 1 if k in one_slot else 2 for k in banded}))
 
     weights = (np.concatenate(image) if image
                else np.zeros((0, R, config.cols), dtype=np.int8)).astype(np.int8)
@@ -342,6 +477,12 @@ def _compile_graph(graph, config, batch):
                           else None)
 
     notes = [f"tensor {t!r} spilled to host memory" for t in sorted(spilled)]
+    for k in sorted(banded, key=str):
+        s = blocks[k].start
+        tiles = m_tiles(steps[s]["item"], batch, config)
+        notes.append(f"tensor {k[1]!r} streamed in {len(tiles)} bands of at most "
+                     f"{band_rows_of(s)} output rows ({'written by' if k[0] == 'out' else 'read by'} "
+                     f"{steps[s]['item'].name!r}, {blocks[k].rows} unified-buffer rows)")
     notes += [f"tensor {k[1]!r} streamed through the unified buffer "
               f"({'written by' if k[0] == 'out' else 'read by'} {steps[blocks[k].start]['item'].name!r})"
               for k in sorted(streamed, key=str)]
@@ -372,8 +513,39 @@ def _layer(graph, name):
     raise CompileError(f"no layer named {name!r}")
 
 
+def _window(step, batch, config, layout):
+    """``(first, end)``: the input rows a dense part split by K reads (its
+    K tiles' rows of its samples), when they are fewer than the whole
+    input; else None. Such a part reads just these rows."""
+    chip = step["item"]
+    if chip.kind != "dense" or step["k"] == (0, len(step["k_tiles"])):
+        return None
+    tiles = m_tiles(chip, batch, config)
+    if step["m"] is not None:
+        tiles = tiles[step["m"][0]:step["m"][1]]
+    samples = [b for t in tiles for b in t.samples]
+    rows = [layout.row(b, kt.y, kt.x, kt.j) for kt in step["k_tiles"][step["k"][0]:step["k"][1]]
+            for b in (samples[0], samples[-1])]
+    first, end = min(rows), max(rows) + 1
+    return (first, end) if end - first < layout.rows else None
+
+
+def _in_blocks(step):
+    """``(first, end)``: the input channel blocks the kept K tiles of a
+    convolution part read (a depthwise convolution's N tile, one)."""
+    (n0, n1), (k0, k1) = step["n"], step["k"]
+    js = [step["k_tiles"][k].j for n in range(n0, n1) for k in range(k0, k1) if step["kept"][n, k]]
+    return (min(js), max(js) + 1) if js else None
+
+
+def _at_least(rows):
+    """`rows` rounded up to a multiple of 64 (a `--ub-rows` to suggest)."""
+    return -(-rows // 64) * 64
+
+
 def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_host,
-               chip_prod, host_side, streamed, ub_layout):
+               chip_prod, host_side, streamed, ub_layout, banded=None):
+    banded = banded or {}
     """The `ChipStep` of part `s`: tables, activation registers, the lowered
     layer, HALT; RWs scheduled; its cycle estimate."""
     n0, n1 = step["n"]
@@ -381,15 +553,18 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     pre = []
     # The input: resident since an earlier part, or read from host memory now.
     ring_in = ring_out = None
+    in_band = False
     if ("in", chip.input, s) in blocks:
         in_block = blocks[("in", chip.input, s)]
         load = True
         ring_in = ring_slots(chip, batch, config, step["reads"]) \
             if ("in", chip.input, s) in streamed else None
+        in_band = banded.get(("in", chip.input, s), 0)
     else:
         in_block = blocks[("res", chip.input)]
         load = chip.input not in chip_prod and in_block.start == s
     prefix = 0
+    out_band = ("out", chip.output) in banded
     if ("tables", s) in blocks:
         tables = blocks[("tables", s)]
         tables_load = [Rhm(ub=tables.base, rows=tables.rows, host=step["tables_host"])]
@@ -410,16 +585,22 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
             if ("out", chip.output) in streamed else None
     out_host_layout = outl
     outl = ub_layout(chip.output, out_block.key)
+    fill = fill_host[outl.fill & 0xFF] if any(outl.pad) and not out_band else None
     k0, k1 = step["k"]
+    window = _window(step, batch, config, inl) if ("in", chip.input, s) in blocks else None
+    if window:
+        ring_in = None
     body = lower_part(chip, config, batch, step["k_tiles"], (n0, n1), k_range=(k0, k1),
-                      kept=step["kept"], addr=PartAddresses(
+                      m_range=step["m"], kept=step["kept"], addr=PartAddresses(
         inl, in_block.base, outl, out_block.base, tables.base, step["mem_base"],
         out_host_layout=out_host_layout,
         in_host=host_off[chip.input] if load else None,
         out_host=host_off[chip.output] if chip.output in host_side else None,
-        fill_host=fill_host[outl.fill & 0xFF] if any(outl.pad) else None,
+        fill_host=fill,
         in_slots=ring_in, out_slots=ring_out, tables_load=tables_load,
-        in_reads=step["reads"] if load else 1, in_prefix=prefix))
+        in_reads=step["reads"] if load else 1, in_prefix=prefix,
+        in_band=in_band, out_band=out_band, in_window=window,
+        in_blocks=_in_blocks(step) if in_band else None))
     post = [Halt()]
     # The registers are for the ACTs, much later: set them behind the first
     # input read (the MMCs wait for it), not before it.
@@ -427,9 +608,18 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     program = insert_weight_reads(lead + pre + body[len(lead):] + post, config)
     nt = -(-chip.n_out // config.cols)
     kt = len(step["k_tiles"])
-    name = chip.name + (f"[n{n0}:{n1}" + (f" k{k0}:{k1}" if k1 - k0 < kt else "") + "]"
+    kept = step["kept"][n0:n1, k0:k1]
+    rows = m_rows(chip, batch, config, step["m"])
+    skipped_work = int(tile_work(chip, config)[n0:n1, k0:k1][~kept].sum())
+    m = step["m"]
+    name = chip.name + (f"[n{n0}:{n1}" + (f" m{m[0]}:{m[1]}" if m else "")
+                        + (f" k{k0}:{k1}" if k1 - k0 < kt else "") + "]"
                         if step["split"] else "")
     return ChipStep(name=name, layers=list(chip.layers), program=encode_program(program),
                     weights=step["weights"], weight_base=step["mem_base"],
                     estimated_cycles=int(estimate_cycles(config, program)["cycles"]),
-                    useful_macs=useful_macs(chip, batch) * (n1 - n0) * (k1 - k0) // (nt * kt))
+                    useful_macs=useful_macs(chip, batch) * (n1 - n0) * (k1 - k0) // (nt * kt),
+                    performed_macs=int(kept.sum()) * rows * config.rows * config.cols,
+                    skipped_tiles=int((~kept).sum()),
+                    skipped_macs=skipped_work * (batch if chip.kind == "dense"
+                                                 else batch * chip.conv_out[0] * chip.conv_out[1]))

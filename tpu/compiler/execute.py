@@ -46,7 +46,8 @@ async def execute(device, compiled, inputs, *, profile=True):
     `inputs` maps IR input tensor names to integer arrays ``(batch, *shape)``.
     Returns ``(outputs, profile)``: outputs by IR tensor name, and per step a
     dict (``name``, ``kind``, ``layers``; for chip parts ``counters`` from the
-    chip, ``estimated_cycles``, ``useful_macs``, ``weights_loaded``).
+    chip, ``estimated_cycles``, ``useful_macs``, ``performed_macs``,
+    ``skipped_tiles``, ``skipped_macs``, ``weights_loaded``).
     """
     cfg = compiled.config
     if device.config != cfg:
@@ -93,7 +94,9 @@ async def _run_part(device, compiled, step, region, resident, clock):
     result = await device.run(program, timeout=part_timeout(compiled.config, program, clock))
     return dict(name=step.name, kind="chip", layers=list(step.layers),
                 counters=dict(result.counters), estimated_cycles=step.estimated_cycles,
-                useful_macs=step.useful_macs, weights_loaded=loaded)
+                useful_macs=step.useful_macs, performed_macs=step.performed_macs,
+                skipped_tiles=step.skipped_tiles, skipped_macs=step.skipped_macs,
+                weights_loaded=loaded)
 
 
 def _run_host(device, compiled, graph, step, region):

@@ -52,6 +52,7 @@ class ChipLayer:
     im2col: dict = None          # conv of host-made patches: the original geometry
     in_fill: int = None          # what the input's padding holds (None: its zero point)
     rounding: str = "double"     # "single", "float32": ACTs with single_round (ir.ROUNDINGS)
+    band_rows: int = None        # at most this many output rows (pooled rows) per M tile
 
     @property
     def n_out(self):
@@ -233,9 +234,10 @@ def _maybe_im2col(chip, graph, graph_inputs, consumers, config):
     if kh * kw == 1 or 2 * cin > R or -(-kh * kw * cin // R) >= kh * kw * -(-cin // R):
         return
     oh, ow = chip.conv_out
-    # the patches of two samples (a streamed input's ring) must leave the
-    # unified buffer room: a large image reads its taps from the image itself
-    if 2 * oh * ow * -(-kh * kw * cin // R) > config.ub_rows // 2:
+    # the patches of two bands of one output row (a streamed input's ring
+    # of bands, `backend`) must leave the unified buffer room: else the
+    # image's taps are read from the image itself
+    if 2 * ow * -(-kh * kw * cin // R) > config.ub_rows // 2:
         return
     chip.im2col = dict(kernel=[kh, kw], stride=list(chip.stride), padding=list(chip.padding),
                        fill=int(chip.in_q.zero_point))

@@ -41,7 +41,7 @@ from .report import conv_macs_per_pixel
 from .tiling import act_settings, m_tiles
 
 
-__all__ = ["PartAddresses", "lower_part", "ring_slots", "useful_macs"]
+__all__ = ["BandRing", "PartAddresses", "lower_part", "ring_slots", "useful_macs"]
 
 
 _FUNC = {ir.ActivationKind.NONE: Func.NONE, ir.ActivationKind.RELU: Func.RELU,
@@ -69,6 +69,10 @@ class PartAddresses:
     tables_load: list = None  # RHM (and LDL) of the tables, read after the first tile's input
     in_reads: int = 1        # M tiles per input read (> 1: `_paced_reads`; rings of 2x that)
     in_prefix: int = 0       # rows (the tables) just before the input in the UB and host memory
+    in_band: int = 0         # the input streamed in bands of rows (`BandRing`): its slots
+    out_band: bool = False   # the output streamed in bands of rows (`BandRing`)
+    in_window: tuple = None  # (first, end): only these input rows, read at once (a K part)
+    in_blocks: tuple = None  # (first, end): the input channel blocks a banded part reads
 
 
 class _Ring:
@@ -99,11 +103,94 @@ class _Ring:
             return b
         return self.where.get(b, b % self.slots)
 
-    def row(self, b, y, x, j):
+    def row(self, b, y, x, j, mt=None):
         return self.layout.row(self.slot(b), y, x, j)
 
     def __getattr__(self, name):
         return getattr(self.layout, name)
+
+
+class BandRing:
+    """The UB copy of a tensor streamed in bands of rows: M tile ``t``'s
+    rows (the input rows its output rows read, halo included, or the output
+    rows it writes) in slot ``t % slots``, so the DMA of the next band goes
+    on while the array works on this one. A slot holds per channel block,
+    per sample of the tile, the band's rows one after another: an input
+    band in the layout's padded width (MMC's CONV addressing steps rows of
+    ``padded_w``), an output band unpadded (its WHMs write it row by row
+    where the host's layout is padded)."""
+
+    def __init__(self, layout, chip, tiles, output, slots=2, block_range=None):
+        self.full = layout
+        # (an output band holds the channel blocks of the part's N tiles)
+        self.first_block, end = block_range or (0, layout.blocks)
+        self.output = output
+        self.index = {id(mt): i for i, mt in enumerate(tiles)}
+        self.spans = {id(mt): self._span(chip, mt) for mt in tiles}
+        self.pad = (0, 0, 0, 0) if output else layout.pad
+        self.padded_w = layout.width if output else layout.padded_w
+        self.width, self.height, self.blocks = layout.width, layout.height, end - self.first_block
+        self.band = max((b - a for a, b in self.spans.values()), default=1)
+        self.group = max((len(mt.samples) for mt in tiles), default=1)
+        self.sample_rows = self.band * self.padded_w
+        self.block_rows = self.group * self.sample_rows
+        self.slot_rows = self.blocks * self.block_rows
+        self.slots = slots
+        self.rows = slots * self.slot_rows
+        self.read = set()
+
+    def _span(self, chip, mt):
+        """Rows ``[y0, y1)`` of the band: output rows (unpadded), input rows
+        in padded coordinates (the taps' reach)."""
+        if self.output:
+            if chip.pool is not None and chip.pool[0] == "global":
+                return 0, 1
+            if chip.pool is not None:
+                return mt.p0, mt.p1
+            return mt.r0, mt.r1
+        kh = chip.weight.shape[0]
+        sh, pt = chip.stride[0], chip.padding[0]
+        top = self.full.pad[0]
+        return (max(0, mt.r0 * sh - pt + top),
+                min(self.full.padded_h, (mt.r1 - 1) * sh - pt + kh + top))
+
+    def row(self, b, y, x, j, mt):
+        y0 = self.spans[id(mt)][0]
+        return ((self.index[id(mt)] % self.slots) * self.slot_rows
+                + (j - self.first_block) * self.block_rows
+                + mt.samples.index(b) * self.sample_rows
+                + (y + self.pad[0] - y0) * self.padded_w + x + self.pad[1])
+
+    def reads(self, mt, base, host, lanes):
+        """The RHMs of tile `mt`'s input band (none once read)."""
+        if id(mt) in self.read:
+            return []
+        self.read.add(id(mt))
+        y0, y1 = self.spans[id(mt)]
+        top, left = self.full.pad[0], self.full.pad[1]
+        return [Rhm(ub=base + self.row(b, y0 - top, -left, j, mt), rows=(y1 - y0) * self.padded_w,
+                    host=host + self.full.row(b, y0 - top, -left, j) * lanes)
+                for j in range(self.first_block, self.first_block + self.blocks)
+                for b in mt.samples]
+
+    def writes(self, mt, n, chip, base, host, lanes):
+        """The WHMs of tile `mt`'s output band of channel block `n`."""
+        y0, y1 = self.spans[id(mt)]
+        if chip.pool is not None and chip.pool[0] == "global":
+            x0, x1 = 0, 1
+        elif chip.pool is not None:
+            x0, x1 = mt.q0, mt.q1
+        else:
+            x0, x1 = mt.c0, mt.c1
+        out = []
+        for b in mt.samples:
+            if x0 == 0 and x1 == self.width and not (self.full.pad[1] or self.full.pad[3]):
+                out.append(Whm(ub=base + self.row(b, y0, 0, n, mt), rows=(y1 - y0) * self.width,
+                               host=host + self.full.row(b, y0, 0, n) * lanes))
+            else:
+                out += [Whm(ub=base + self.row(b, y, x0, n, mt), rows=x1 - x0,
+                            host=host + self.full.row(b, y, x0, n) * lanes) for y in range(y0, y1)]
+        return out
 
 
 def _merge(pairs):
@@ -117,13 +204,16 @@ def _merge(pairs):
     return runs
 
 
-def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=None):
+def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=None,
+               m_range=None):
     """Instructions (switching MMCs as ``(Mmc, weight-memory tile)``) of N
     tiles `n_range` of `chip`, K tiles `k_range` (default all; a part that
     does not end K leaves its sums in the accumulators for the next, and
     only the last activates). `kept` (``tiling.kept_tiles``, default all)
     says which (N tile, K tile) to multiply; the part's kept tiles are in
-    weight memory from ``addr.mem_base`` on, N-major."""
+    weight memory from ``addr.mem_base`` on, N-major. `m_range` (default
+    all) is the range of M tiles the part runs (a layer split by K runs
+    them two at a time, a region of the accumulators each)."""
     n0, n1 = n_range
     k0, k1 = k_range or (0, len(k_tiles))
     memory, first = {}, {}
@@ -142,9 +232,15 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     # full layouts.
     in_full, out_full = addr.in_layout, addr.out_host_layout or addr.out_layout
     tiles = m_tiles(chip, batch, config)
+    others = []
+    if m_range is not None:
+        others = tiles[:m_range[0]] + tiles[m_range[1]:]
+        tiles = tiles[m_range[0]:m_range[1]]
     group = max(len(t.samples) for t in tiles)
-    inl = _Ring(in_full, addr.in_slots, group)
-    outl = _Ring(addr.out_layout, addr.out_slots)
+    inl = BandRing(in_full, chip, tiles, False, addr.in_band, addr.in_blocks) if addr.in_band else \
+        _Ring(in_full, addr.in_slots, group)
+    outl = BandRing(out_full, chip, tiles, True, block_range=n_range) if addr.out_band else \
+        _Ring(addr.out_layout, addr.out_slots)
     unsigned_in = bool(chip.in_q.unsigned)
     ow = chip.conv_out[1]
     # M tiles outermost: a tile's input, read once, serves every N tile
@@ -176,7 +272,8 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
                 rows = len(mt.samples)
                 ss = inl.sample_stride
                 conv = Conv(out_w=1, col_step=0, row_step=ss) if ss != 1 and rows > 1 else None
-                out.append(mmc(addr.in_base + inl.row(b0, kt_.y, kt_.x, kt_.j), rows, base,
+                shift = addr.in_window[0] if addr.in_window else 0
+                out.append(mmc(addr.in_base + inl.row(b0, kt_.y, kt_.x, kt_.j) - shift, rows, base,
                                accumulate, tile, conv))
                 continue
             sh, sw = chip.stride
@@ -189,7 +286,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             runs = []
             for si, b in enumerate(mt.samples):
                 ub = addr.in_base + inl.row(b, mt.r0 * sh + kt_.y - pt, mt.c0 * sw + kt_.x - pl,
-                                            kt_.j)
+                                            kt_.j, mt)
                 if dense_rows and runs and runs[-1][0] + runs[-1][1] == ub:
                     runs[-1][1] += rps
                 else:
@@ -216,28 +313,30 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             # stacked one after another: one ACT pools the whole tile (each
             # windowed ACT's decode costs 3 serial divisions).
             mode = Pool.MAX if pool[0] == "max" else Pool.AVG
-            return [Act(acc=base, ub=addr.out_base + outl.row(mt.samples[0], mt.p0, 0, n),
+            return [Act(acc=base, ub=addr.out_base + outl.row(mt.samples[0], mt.p0, 0, n, mt),
                         rows=rps * len(mt.samples), pool=mode, pool_size=pool[1],
                         pool_stride=pool[2], in_w=cw, **flags)]
         for si, b in enumerate(mt.samples):
             first = base + si * rps
             if pool is None:
-                pairs += [(first + (oy - mt.r0) * cw, addr.out_base + outl.row(b, oy, mt.c0, n), cw)
+                pairs += [(first + (oy - mt.r0) * cw, addr.out_base + outl.row(b, oy, mt.c0, n, mt),
+                           cw)
                           for oy in range(mt.r0, mt.r1)]
             elif pool[0] == "global":
-                out.append(Act(acc=first, ub=addr.out_base + outl.row(b, 0, 0, n), rows=rps,
+                out.append(Act(acc=first, ub=addr.out_base + outl.row(b, 0, 0, n, mt), rows=rps,
                                pool=Pool.GLOBAL_AVG, **flags))
             else:
                 kind, k, s = pool
                 mode = Pool.MAX if kind == "max" else Pool.AVG
                 window = dict(pool=mode, pool_size=k, pool_stride=s, in_w=cw)
                 if outl.pad[1] == 0 and outl.pad[3] == 0 and cw == ow:
-                    out.append(Act(acc=first, ub=addr.out_base + outl.row(b, mt.p0, 0, n),
+                    out.append(Act(acc=first, ub=addr.out_base + outl.row(b, mt.p0, 0, n, mt),
                                    rows=rps, **window, **flags))
                 else:
                     for py in range(mt.p0, mt.p1):
                         out.append(Act(acc=first + (py * s - mt.r0) * cw,
-                                       ub=addr.out_base + outl.row(b, py, mt.q0, n), rows=k * cw,
+                                       ub=addr.out_base + outl.row(b, py, mt.q0, n, mt),
+                                       rows=k * cw,
                                        **window, **flags))
         out += [Act(acc=a, ub=u, rows=r, **flags) for a, u, r in _merge(pairs)]
         return out
@@ -245,12 +344,23 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     R = config.rows
     chunk = max(R, config.acc_rows // 8)   # rows of the first reads' and the last drain's pieces
     filled = set()
+    filled_window = []
 
     def reads(unit):
         """RHMs of the M tiles `unit` (one after another in the ring) that
         are not in the UB yet: one per block when they are consecutive in
         host memory and in the ring."""
         out = []
+        if addr.in_window and addr.in_host is not None:
+            if not filled_window:
+                filled_window.append(True)
+                first, end = addr.in_window
+                out.append(Rhm(ub=addr.in_base, rows=end - first, host=addr.in_host + first * R))
+            return out
+        if addr.in_band:
+            for mt in unit:
+                out += inl.reads(mt, addr.in_base, addr.in_host, R)
+            return _coalesce(out, R)
         unit = [mt for mt in unit if not all(inl.holds(b) for b in mt.samples)]
         if addr.in_host is None:
             return out
@@ -283,6 +393,8 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         if addr.out_host is None or not finish:
             return []
         n, mt = jobs[index]
+        if addr.out_band:
+            return _coalesce(outl.writes(mt, n, chip, addr.out_base, addr.out_host, R), R)
         oh, ow_ = chip.conv_out
         last = chip.kind == "dense" or (
             (mt.r1 == oh or (mt.p1 and mt.p1 == chip.out_shape[0]))
@@ -366,13 +478,15 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             body.extend(tables_load + [Ldq(ub=addr.tables_base + (n - n0) * q_rows)])
             table[0] = n
             tables_load = []
-    if addr.in_reads > 1 and _pacing_applies(chip, addr, jobs, finish):
+    if addr.in_reads > 1 and _pacing_applies(chip, addr, jobs, finish) and not others:
         return body + _paced_reads(addr.in_reads, [mt for _, mt in jobs], first_loads,
                                    tables_load, lambda t: mmcs(t, *jobs[t]), drain,
                                    reads, stores, config, lead)
     # The next M tile's input is read while the current M tile runs all its
     # N tiles, when the input's ring has room for both (or there is none).
-    ahead_ok = inl.slots is None or inl.slots // group >= 2
+    # (a band ring of one slot is read once the tile before is done with it)
+    single = addr.in_band == 1
+    ahead_ok = (addr.in_band == 2 or inl.slots is None or inl.slots // group >= 2) and not single
     dense = chip.kind == "dense"
     ahead, steps, late = [], [], []
     # The last tile's pieces: [ACTs, WHMs, rows from which the ACTs may go]
@@ -405,7 +519,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             tail = stores(i - 1) if chip.kind == "dense" else []
             late = [] if chip.kind == "dense" else stores(i - 1)
         threshold, rows = lead, 0
-        load_at = sum(w.rows for w in out) + lead
+        load_at = float("inf") if single else sum(w.rows for w in out) + lead
         loaded_next = i + 1 >= len(jobs)
         before = current[0]
         ops = mmcs(i, n, mt)
@@ -510,6 +624,11 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     elif jobs:
         body.extend(_drain_in_chunks(drain(len(jobs) - 1), late + stores(len(jobs) - 1),
                                      chunk, R))
+    if others and addr.in_host is not None and addr.in_slots is None and not addr.in_band \
+            and not addr.in_window:
+        # (a part of some M tiles that reads an input the other parts keep
+        # in the UB reads the other tiles' samples too, after its own work)
+        body.extend(reads(others))
     return body
 
 

@@ -12,9 +12,17 @@ one row per chip layer (program part) or host step, with
   Conv2D, ``OH x OW x KH x KW x Cout`` of a depthwise one, whose
   block-diagonal weights' zero taps are no work: `conv_macs_per_pixel`), so
   that padding lanes and identity layers do not count as work;
-* ``utilisation`` = macs / (cycles x rows x cols) and ``active_utilisation``
-  = macs / (mxu_active x rows x cols): how much of the array did model work
-  over the whole layer, and while rows were entering it;
+* ``performed``: the multiply-accumulates the array performed (``rows x
+  cols`` for every row that entered it: the chip's ``useful_macs``
+  counter, padding lanes and structural zeros included), and ``skipped``:
+  the weight tiles left out because they are all zero, with
+  ``skipped_macs`` the model's multiply-accumulates in them (a zero weight
+  times anything: no cell did them, and they are not counted as done);
+* ``utilisation`` = done / (cycles x rows x cols) and ``active_utilisation``
+  = done / (mxu_active x rows x cols), where done = the model's MACs less
+  the skipped ones, at most the performed ones: how much of the array did
+  model work over the whole layer, and while rows were entering it. Neither
+  exceeds 100%;
 * TPU v1's counter breakdown (Table 3): ``mxu_active``, ``weight_stall``,
   ``weight_shift``, ``non_matrix``, ``raw_stall``, ``host_stall``.
 
@@ -100,19 +108,30 @@ class LayerRow:
     cols: int = 1
     op: str = ""                    #: host steps: what the host computes
     host_ops: int = 0               #: host steps: element operations (`host_layer_ops`)
+    performed: int = 0              #: MACs the array performed (rows x cols a row)
+    skipped: int = 0                #: all-zero weight tiles left out (per run of the part)
+    skipped_macs: int = 0           #: the model's MACs in those tiles
+
+    @property
+    def done_macs(self):
+        """The model's MACs the array did: not those of skipped tiles, and
+        never more than it performed."""
+        done = max(self.macs - self.skipped_macs, 0)
+        return min(done, self.performed) if self.performed else done
 
     @property
     def utilisation(self):
-        return self.macs / (self.cycles * self.rows * self.cols) if self.cycles else 0.0
+        return self.done_macs / (self.cycles * self.rows * self.cols) if self.cycles else 0.0
 
     @property
     def active_utilisation(self):
         active = self.counters.get("mxu_active", 0)
-        return self.macs / (active * self.rows * self.cols) if active else 0.0
+        return self.done_macs / (active * self.rows * self.cols) if active else 0.0
 
     def to_dict(self):
         d = asdict(self)
         d.pop("rows"), d.pop("cols")
+        d["done_macs"] = self.done_macs
         d["utilisation"] = self.utilisation
         d["active_utilisation"] = self.active_utilisation
         return d
@@ -146,6 +165,9 @@ class Report:
             total.cycles += row.cycles
             total.estimate += row.estimate
             total.macs += row.macs
+            total.performed += row.performed
+            total.skipped += row.skipped
+            total.skipped_macs += row.skipped_macs
             total.weight_tiles_loaded += row.weight_tiles_loaded
             for name, value in row.counters.items():
                 total.counters[name] = total.counters.get(name, 0) + value
@@ -185,7 +207,8 @@ class Report:
 
     def format_table(self):
         """The per-layer table as text."""
-        head = ["layer", "where", "cycles", "estimate", "MACs", "util", "util(act)",
+        head = ["layer", "where", "cycles", "estimate", "MACs", "performed", "skipped", "util",
+                "util(act)",
                 *(_HEADINGS[n] for n in BREAKDOWN)]
         lines = []
         shares = {h["name"]: h["share"] for h in self.host_operators()}
@@ -193,9 +216,10 @@ class Report:
         def cells(row):
             where = row.where
             if where == "host":
-                return [row.name, where, "-", "-", f"{row.host_ops} ops",
+                return [row.name, where, "-", "-", f"{row.host_ops} ops", "-", "-",
                         f"{100 * shares[row.name]:.2f}%", "-", *("-" for _ in BREAKDOWN)]
             return [row.name, where, str(row.cycles), str(row.estimate), str(row.macs),
+                    str(row.performed), str(row.skipped),
                     f"{100 * row.utilisation:.1f}%", f"{100 * row.active_utilisation:.1f}%",
                     *(str(row.counters.get(n, 0)) for n in BREAKDOWN)]
         body = [cells(row) for row in self.rows]
@@ -249,6 +273,10 @@ def build_report(graph, config, profile, samples, clock_hz=DEFAULT_CLOCK_HZ, bat
             if _get(part, "useful_macs") is not None:
                 row.macs += int(round(int(_get(part, "useful_macs")) * real))
             counters = _get(part, "counters", None) or {}
+            # (the array's work: the chip's counter, else the compiler's count)
+            row.performed += int(counters.get("useful_macs", _get(part, "performed_macs", 0) or 0))
+            row.skipped += int(_get(part, "skipped_tiles", 0) or 0)
+            row.skipped_macs += int(round(int(_get(part, "skipped_macs", 0) or 0) * real))
             row.cycles += int(counters.get("cycles", 0))
             row.weight_tiles_loaded += int(_get(part, "weights_loaded", 0) or 0)
             row.estimate += _estimate_cycles(_get(part, "estimated_cycles",

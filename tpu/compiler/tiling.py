@@ -25,7 +25,8 @@ from .errors import CompileError
 from .fold import fold_zero_point
 
 
-__all__ = ["KTile", "MTile", "weight_tiles", "kept_tiles", "m_tiles", "quant_tables", "lut"]
+__all__ = ["KTile", "MTile", "weight_tiles", "kept_tiles", "tile_work", "m_rows", "m_tiles",
+           "quant_tables", "lut"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,34 @@ def kept_tiles(tiles):
     return kept
 
 
+def tile_work(chip, config):
+    """``(N tiles, K tiles)`` counts of the model's multiply-accumulates
+    per output pixel (dense: per sample) that each weight tile holds: its
+    real input lanes times real output channels, or for a depthwise
+    convolution (block-diagonal weights, `report.conv_macs_per_pixel`) its
+    diagonal entries only. What a skipped all-zero tile leaves undone."""
+    from dataclasses import replace
+    from .report import conv_macs_per_pixel
+    mask = np.ones(chip.weight.shape, dtype=np.int8)
+    if chip.kind == "conv":
+        kh, kw, cin, cout = chip.weight.shape
+        if conv_macs_per_pixel(chip.weight) < kh * kw * cin * cout:
+            mask[:] = 0
+            mask[:, :, np.arange(cout) // (cout // cin), np.arange(cout)] = 1
+    _, tiles = weight_tiles(replace(chip, weight=mask), config)
+    return tiles.astype(np.int64).sum(axis=(2, 3))
+
+
+def m_rows(chip, batch, config, m_range=None):
+    """Rows each MMC of a K tile streams over the whole batch (or M tiles
+    `m_range`): the M tiles' rows (a pooled layer's bands of whole windows
+    may overlap)."""
+    tiles = m_tiles(chip, batch, config)
+    if m_range is not None:
+        tiles = tiles[m_range[0]:m_range[1]]
+    return sum(t.rows_per_sample * len(t.samples) for t in tiles)
+
+
 def _ranges(n, per):
     return [(i, min(i + per, n)) for i in range(0, n, per)]
 
@@ -119,7 +148,9 @@ def m_tiles(chip, batch, config):
     """The M tiles of `chip` for `batch` samples, each at most half the
     accumulator rows: runs of samples, whole images of several samples, or
     bands of rows (and, for images wider than an accumulator region or, with
-    windowed pooling, than ``pool_max_width``, chunks of columns) of one."""
+    windowed pooling, than ``pool_max_width``, chunks of columns) of one.
+    A layer streamed in bands (``chip.band_rows``, `backend`) has bands of
+    at most that many output rows (pooled rows when it pools)."""
     region = config.acc_rows // 2
     if chip.kind == "dense":
         per = min(batch, region)
@@ -145,12 +176,13 @@ def m_tiles(chip, batch, config):
         chunks = _ranges(pw, qn)
         cw = max((q1 - 1) * s + k - q0 * s for q0, q1 in chunks)
         pr = 1
-        while pr < ph and (pr * s + k) * cw <= region:
+        while pr < min(ph, chip.band_rows or ph) and (pr * s + k) * cw <= region:
             pr += 1
         bands = [(p0 * s, (p1 - 1) * s + k, q0 * s, (q1 - 1) * s + k, p0, p1, q0, q1)
                  for p0, p1 in _ranges(ph, pr) for q0, q1 in chunks]
     elif ow <= region:
-        bands = [(r0, r1, 0, ow, 0, 0, 0, 0) for r0, r1 in _ranges(oh, min(oh, region // ow))]
+        per = min(oh, region // ow, chip.band_rows or oh)
+        bands = [(r0, r1, 0, ow, 0, 0, 0, 0) for r0, r1 in _ranges(oh, per)]
     else:
         bands = [(r, r + 1, c0, c1, 0, 0, 0, 0) for r in range(oh) for c0, c1 in _ranges(ow, region)]
     if len(bands) == 1:
