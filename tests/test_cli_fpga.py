@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from tpu import cli_fpga
+from tpu.cli import fpga as cli_fpga
 from tpu.fpga import build
 from tpu.fpga.board_top import BoardChip, uart_divisor
 from tpu import TPUConfig

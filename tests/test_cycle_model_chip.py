@@ -7,7 +7,7 @@ import pytest
 from tpu.bench.common import dense_graph, random_feed
 from tpu.compiler.backend import compile_graph
 from tpu.config import TPUConfig
-from tpu.driver.checks import relocate
+from tpu.selftest.checks import relocate
 from tpu.isa import Halt, Nop, Rhm, Whm
 from tpu.sim.models.cycle_model import HostLink, _rhm_link_end, estimate_cycles
 from tpu.sim.models.link_model import LinkTiming

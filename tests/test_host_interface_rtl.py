@@ -6,7 +6,7 @@ import pytest
 from conftest import base_seed
 from tpu import TPUConfig
 from tpu.config import UP5K_HOST_FIELDS
-from tpu.driver.checks import CHECKS
+from tpu.selftest.checks import CHECKS
 from tpu.hdl.verilog import CHIP_NAME, generate_verilog
 from tpu.sim.harness import run
 
@@ -42,13 +42,13 @@ def test_registers(simulator, config):
 @pytest.mark.rtl
 @pytest.mark.parametrize("check", sorted(CHECKS))
 def test_driver_check(simulator, check):
-    _run(NARROW, simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+    _run(NARROW, simulator, "check", TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
 
 
 @pytest.mark.rtl
 @pytest.mark.parametrize("check", ["mlp", "faults", "abort"])
 def test_driver_check_wide(simulator, check):
-    _run(WIDE, simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+    _run(WIDE, simulator, "check", TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
 
 
 @pytest.mark.rtl
@@ -56,7 +56,7 @@ def test_driver_check_wide(simulator, check):
                                    "counter_latch", "weights_at_tile"])
 def test_driver_check_up5k_host(simulator, check):
     """The same driver checks on the host profile of a small FPGA."""
-    _run(UP5K_HOST, simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+    _run(UP5K_HOST, simulator, "check", TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
 
 
 @pytest.mark.rtl

@@ -11,7 +11,7 @@ outputs back. It returns the unpacked outputs and a profile per step.
 
 import numpy as np
 
-from ..driver.checks import relocate
+from ..selftest.checks import relocate
 from ..isa import decode_program
 from ..sim.models.cycle_model import estimate_cycles
 from . import reference

@@ -37,7 +37,7 @@ _SUFFIX = {"icebreaker": ".bin", "ulx3s-85f": ".bit"}
 
 
 def _error(message):
-    from .cli import CommandError
+    from .common import CommandError
     return CommandError(message)
 
 
@@ -47,19 +47,19 @@ def default_out(board, top="chip"):
 
 
 def _config(args):
-    from .config import ConfigError, TPUConfig
+    from ..config import ConfigError, TPUConfig
     values = {name: getattr(args, name) for name in TPUConfig.field_names()
               if getattr(args, name, None) is not None}
     profile = getattr(args, "profile", None)
     matrix = getattr(args, "top", "chip") == "matrix"
     if matrix and profile is None:
         # The matrix part's own sizes for the UP5K, under the options given.
-        from .hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
+        from ..hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
         values = {**UP5K_MATRIX_PART_FIELDS, **values}
     try:
         config = TPUConfig.from_options(values, profile)
         if matrix:
-            from .hdl.matrix_part import check_matrix_part_config
+            from ..hdl.matrix_part import check_matrix_part_config
             check_matrix_part_config(config)
         return config
     except (ConfigError, TypeError, ValueError) as error:
@@ -71,8 +71,8 @@ def _usage(entry):
 
 
 def cmd_build(args):
-    from .fpga.board_top import BOARD_OSCILLATOR_HZ, board_clock, uart_divisor
-    from .fpga.build import (BOARDS, PROFILE_BUILD_OPTIONS, FPGAToolMissing, build_chip,
+    from ..fpga.board_top import BOARD_OSCILLATOR_HZ, board_clock, uart_divisor
+    from ..fpga.build import (BOARDS, PROFILE_BUILD_OPTIONS, FPGAToolMissing, build_chip,
                              missing_fpga_tools)
     config = _config(args)
     profile = getattr(args, "profile", None) if args.top == "chip" else None
@@ -168,7 +168,7 @@ def cmd_flash(args):
 def add_fpga_commands(subparsers, add_config_options):
     """Add ``build`` and ``flash`` to `subparsers` (an argparse subparsers
     action); `add_config_options(parser)` adds the chip configuration options."""
-    from .fpga.build import PLACERS
+    from ..fpga.build import PLACERS
     p = subparsers.add_parser("build", help="build the chip's bitstream for an FPGA board",
                               description="Synthesise, place and route the whole chip behind its "
                                           "UART bridge for a board and write its bitstream.")
@@ -204,7 +204,7 @@ def add_fpga_commands(subparsers, add_config_options):
 
 def main(argv=None):
     """Run ``build`` or ``flash`` alone, with the ``tpu`` command line's errors."""
-    from .cli import CommandError, _add_config_options, _Parser
+    from .common import CommandError, _add_config_options, _Parser
     parser = _Parser(prog="tpu")
     add_fpga_commands(parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser),
                       _add_config_options)

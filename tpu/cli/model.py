@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ConfigError, TPUConfig
+from ..config import ConfigError, TPUConfig
 
 
 __all__ = ["add_model_commands", "cmd_compile", "cmd_run", "disassemble_model", "is_model_file",
@@ -29,12 +29,12 @@ __all__ = ["add_model_commands", "cmd_compile", "cmd_run", "disassemble_model", 
 def chip_failure(message):
     """A ``tpu.cli.ChipError`` (one line, exit status 1): the chip faulted or
     timed out while running a model."""
-    from .cli import ChipError
+    from .common import ChipError
     return ChipError(message)
 
 
 def _command_error(message):
-    from .cli import CommandError
+    from .common import CommandError
     return CommandError(message)
 
 
@@ -53,8 +53,8 @@ def _config(args, required=False):
 
 def _user_errors():
     """The exceptions that mean bad input rather than a broken chip."""
-    from .compiler.ir import IRError
-    from .compiler.errors import CompileError
+    from ..compiler.ir import IRError
+    from ..compiler.errors import CompileError
     return (ValueError, TypeError, OSError, KeyError, IRError, CompileError)
 
 
@@ -77,7 +77,7 @@ def _serial_options(args):
 
 
 def _session(args, model, config, batch):
-    from .compiler.session import InferenceSession
+    from ..compiler.session import InferenceSession
     options = _serial_options(args)
     if getattr(args, "seed", None) is not None:
         options["seed"] = args.seed
@@ -198,14 +198,14 @@ def _save_outputs(path, names, values):
 
 
 def cmd_run(args):
-    from .driver import TpuError
+    from ..driver import TpuError
     model = _model_path(args.model, (".onnx", ".tflite", ".tpu"))
     if args.trace and args.backend == "reference":
         raise _command_error("--trace: the reference backend runs no chip program to trace")
     session = _session(args, model, _config(args), args.batch)
     feeds = _feeds(session, args.input)
     names = [o.name for o in session.get_outputs()]
-    from .compiler.session import SIMULATION_BACKENDS
+    from ..compiler.session import SIMULATION_BACKENDS
     if args.backend in SIMULATION_BACKENDS and sys.stderr.isatty():
         session.progress = lambda done, total: print(
             f"\r{args.backend}: {done}/{total} chunks", end="\n" if done == total else "",
@@ -247,7 +247,7 @@ def cmd_run(args):
 
 def _write_trace(path, session, model):
     """The run's timeline: the cycle model's schedule of the parts it executed (one batch)."""
-    from .bench.trace import write_trace
+    from ..bench.trace import write_trace
     try:
         write_trace(path, session.compiled, Path(model).stem)
     except OSError as error:
@@ -265,7 +265,7 @@ def is_model_file(path):
 
 def disassemble_model(path):
     """The text of a compiled model: its description and every program part's assembly."""
-    from .compiler.artifact import CompiledModel
+    from ..compiler.artifact import CompiledModel
     path = Path(path)
     if not path.is_file():
         raise _command_error(f"{path}: no such file")
@@ -307,7 +307,7 @@ def _positive_float(text):
 
 def add_model_commands(subparsers, add_config_options):
     """Add ``compile`` and ``run`` to the ``tpu`` parser's `subparsers`."""
-    from .cli import _positive_count
+    from .common import _positive_count
     p = subparsers.add_parser(
         "compile", help="compile a quantized ONNX or TFLite model for a chip",
         description="Import MODEL (a quantized .onnx file, QDQ or QOperator form, or an int8 "
