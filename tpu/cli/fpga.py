@@ -115,11 +115,21 @@ def cmd_build(args):
             if entry is not None:
                 print(f"  {name:6} {_usage(entry)}")
         for net, clock in result["clocks"].items():
-            print(f"  clock {net}: {clock['fmax_mhz']} MHz (target {clock['target_mhz']} MHz)")
+            gops = ""
+            if args.top == "chip" and clock["fmax_mhz"] and clock["target_mhz"] == round(clock_hz / 1e6, 2):
+                # The chip's clock: what the whole chip's array could do at its Fmax.
+                gops = f", peak {peak_gops(config, clock['fmax_mhz']):.1f} GOPS at that clock " \
+                       f"(2 x {config.rows} x {config.cols} x Fmax)"
+            print(f"  clock {net}: {clock['fmax_mhz']} MHz (target {clock['target_mhz']} MHz){gops}")
         print(f"bitstream: {result['bitstream']}")
     if result["problem"]:
         raise _error(result["problem"])
     return 0
+
+
+def peak_gops(config, mhz):
+    """The array's peak rate at `mhz`: a multiply and an add per PE per cycle."""
+    return 2 * config.rows * config.cols * mhz / 1000
 
 
 def flash_command(board, bitstream):
