@@ -15,7 +15,7 @@ STAMP   = $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,fpga]'
+	$(BIN)/python -m pip install --quiet -e '.[test,fpga,serve]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -42,9 +42,11 @@ regress: $(STAMP)
 	  $(BIN)/python -m pytest -n $(JOBS) -q tests/test_regress.py -k 'core_batch or dma_batch' $(PYTEST_ARGS)
 	$(BIN)/python -m tpu.sim.regress $(REGRESS_DIR)
 
-# Mutation testing: apply each mutant of scripts/mutants.toml, run its tests.
+# Mutation testing: apply each mutant of scripts/mutants.toml, run its tests;
+# with SAMPLE=N, N mutants drawn (seed SEED) from the generated ones of hdl/.
+SEED ?= 1
 mutants: $(STAMP)
-	$(BIN)/python scripts/mutants.py $(MUTANTS_ARGS)
+	$(BIN)/python scripts/mutants.py $(if $(SAMPLE),--sample $(SAMPLE) --draw-seed $(SEED)) $(MUTANTS_ARGS)
 
 # The default chip's Verilog (module tpu_chip) and its port map.
 verilog: $(STAMP)

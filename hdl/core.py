@@ -180,18 +180,24 @@ class TPUCore(wiring.Component):
             self.busy.eq(~seq.idle),
         ]
 
-        # Performance counters.
+        # Performance counters. They count until the core halts: HALT and
+        # the decoder's faults wait for every unit to be idle, but DMA_ERROR
+        # halts at once, and an MMC or the failed RHM may go on after it;
+        # counting those too would break non_matrix = cycles - mxu_active
+        # and leave host_stall growing past cycles. (Tile shifts are not
+        # gated: prefetched tiles may shift in after a HALT, and the cycle
+        # model counts them.)
         running = ~seq.halted
-        row_in = engine.act.valid & engine.act.ready
+        row_in = running & engine.act.valid & engine.act.ready
         events = {
             "cycles":       running,
             "mxu_active":   row_in,
-            "weight_stall": engine.act.valid & ~engine.act.ready,
+            "weight_stall": running & engine.act.valid & ~engine.act.ready,
             "weight_shift": engine.weights.valid & engine.weights.ready,
             "non_matrix":   running & ~row_in,
-            "raw_stall":    seq.raw_stall,
-            "host_stall":   (~rhm.idle & ~self.host_read_data.valid) |
-                            (self.host_write_data.valid & ~self.host_write_data.ready),
+            "raw_stall":    running & seq.raw_stall,
+            "host_stall":   running & ((~rhm.idle & ~self.host_read_data.valid) |
+                                       (self.host_write_data.valid & ~self.host_write_data.ready)),
         }
         for name, event in events.items():
             counter = getattr(self.counters, name)

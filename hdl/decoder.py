@@ -3,7 +3,7 @@
 import functools
 
 from amaranth import *
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
@@ -14,7 +14,21 @@ from .serial_divider import SerialDivider, divider_cycles
 from .window import DmaWindows, inside_a_window
 
 
-__all__ = ["InstructionDecoder", "field", "decode_cycles"]
+__all__ = ["InstructionDecoder", "field", "decode_cycles", "Ranges", "RANGE_KINDS", "DECODE_STAGES"]
+
+
+#: An inclusive range of UB or accumulator rows, with a valid bit.
+RowRange = data.StructLayout({"valid": 1, "lo": 25, "hi": 25})
+
+#: What an instruction reads and writes: UB rows, accumulator rows.
+RANGE_KINDS = ("ub_r", "ub_w", "acc_r", "acc_w")
+Ranges = data.StructLayout({kind: RowRange for kind in RANGE_KINDS})
+
+#: Cycles after the word is presented (2 cycles after ``start`` for a word
+#: without divisions): the ranges and derived values are registered, then
+#: the fault, then ``done`` rises. After divisions, the products, their sums
+#: and the larger sum are registered first: 3 more.
+DECODE_STAGES = 3
 
 
 def _fields(opcode):
@@ -29,10 +43,10 @@ def decode_cycles(word):
     """Cycles from `InstructionDecoder`'s ``start`` to its ``done`` for the
     128-bit `word` (an int, or its 16 bytes), legal or not.
 
-    2 for most words. An MMC with CONV and rows divides ``rows - 1`` by
-    ``out_w``: ``3 + divider_cycles(rows - 1)``. An ACT with MAX or AVG
+    3 for most words. An MMC with CONV and rows divides ``rows - 1`` by
+    ``out_w``: ``8 + divider_cycles(rows - 1)``. An ACT with MAX or AVG
     pooling and rows divides ``rows`` by ``in_w`` (``in_h``, the quotient):
-    ``3 + divider_cycles(rows)`` when the rows are not whole image rows of at
+    ``8 + divider_cycles(rows)`` when the rows are not whole image rows of at
     least ``pool_size`` x ``pool_size`` pixels (the instruction faults),
     else two more divisions, of ``in_h - pool_size`` and of ``in_w -
     pool_size`` by the stride, and 4 cycles around them.
@@ -47,16 +61,16 @@ def _decode_cycles(word):
     if opcode == Opcode.MMC:
         mmc = _values(word, Opcode.MMC)
         if mmc["conv"] and mmc["rows"]:
-            return 3 + divider_cycles(mmc["rows"] - 1)
+            return 8 + divider_cycles(mmc["rows"] - 1)
     elif opcode == Opcode.ACT:
         act = _values(word, Opcode.ACT)
         rows, in_w, k = act["rows"], act["in_w"], act["pool_size"]
         if act["pool"] in (Pool.MAX, Pool.AVG) and rows:
-            cycles = 3 + divider_cycles(rows)
+            cycles = 8 + divider_cycles(rows)
             if in_w == 0 or rows % in_w or rows // in_w < k or in_w < k:
                 return cycles
             return cycles + 4 + divider_cycles(rows // in_w - k) + divider_cycles(in_w - k)
-    return 2
+    return 3
 
 
 def field(word, opcode, name):
@@ -76,8 +90,11 @@ class InstructionDecoder(wiring.Component):
     bytes inside one of the DMA ``windows`` (HOST_RANGE). Convolution and
     pooling geometry need divisions, on a serial divider that takes as many
     cycles as the dividend has bits; `decode_cycles` gives the cycles from
-    ``start`` to ``done`` of every word: 2 but for an MMC with CONV (one
-    division) and an ACT with windowed pooling (up to three).
+    ``start`` to ``done`` of every word: 3 but for an MMC with CONV (one
+    division) and an ACT with windowed pooling (up to three). Every result
+    is registered, and no product, sum and comparison are chained in one
+    cycle: the outputs come from flip-flops and feed the sequencer's issue
+    logic without adding to its depth.
 
     Members
     -------
@@ -95,6 +112,10 @@ class InstructionDecoder(wiring.Component):
         MMC: the largest UB row read; ACT: the largest UB row written.
     out_rows : Out(24)
         ACT: the UB rows written.
+    ranges : Out(Ranges)
+        The UB and accumulator rows the instruction reads and writes (what
+        the sequencer's interlocks compare), valid from the cycle before
+        ``done``, so that the comparisons can be registered too.
     """
 
     def __init__(self, config):
@@ -109,6 +130,7 @@ class InstructionDecoder(wiring.Component):
             "fault":    Out(4),
             "ub_last":  Out(25),
             "out_rows": Out(24),
+            "ranges":   Out(Ranges),
         })
 
     def elaborate(self, platform):
@@ -161,70 +183,27 @@ class InstructionDecoder(wiring.Component):
         windowed = is_act & ((act["pool"] == Pool.MAX) | (act["pool"] == Pool.AVG)) & (act["rows"] != 0)
         conv = is_mmc & mmc["conv"] & (mmc["rows"] != 0)
 
-        # RHM and WHM: inside one DMA window. The comparisons are wide
-        # (65-bit window end) and would sit on the issue path, so the result
-        # is registered with the geometry, which RHM and WHM do not need.
-        dma = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
-        dma_end = dma["host"] + dma["rows"] * cfg.rows
-        inside = inside_a_window(m, self.windows, dma["host"], dma["rows"] * cfg.rows)
-        outside_windows = Signal()
-
         in_h = Signal(24)
         win_bad = Signal()
         out_h = Signal(24)
         out_w = Signal(24)
         conv_y = Signal(24)
         conv_x = Signal(24)
-        geometry_done = Signal()
+        # The stages after the geometry: each registers its results, so no
+        # product, sum and comparison are chained in one cycle. `derive`
+        # registers the ranges and derived values, `check` the fault, and
+        # `done` rises in the cycle after (`DECODE_STAGES`).
+        derive = Signal()
+        check = Signal()
+        done = Signal()
 
-        with m.FSM():
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [geometry_done.eq(0), win_bad.eq(0)]
-                    m.next = "START"
-            with m.State("START"):
-                m.d.sync += outside_windows.eq(~inside)
-                with m.If(windowed):
-                    m.d.comb += [div.start.eq(1), div.dividend.eq(act["rows"]),
-                                 div.divisor.eq(act["in_w"])]
-                    m.next = "IN_H"
-                with m.Elif(conv):
-                    m.d.comb += [div.start.eq(1), div.dividend.eq(mmc["rows"] - 1),
-                                 div.divisor.eq(mmc["out_w"])]
-                    m.next = "CONV"
-                with m.Else():
-                    m.d.sync += geometry_done.eq(1)
-                    m.next = "IDLE"
-            with m.State("CONV"):
-                with m.If(div.done):
-                    m.d.sync += [conv_y.eq(div.quotient), conv_x.eq(div.remainder),
-                                 geometry_done.eq(1)]
-                    m.next = "IDLE"
-            with m.State("IN_H"):
-                with m.If(div.done):
-                    m.d.sync += in_h.eq(div.quotient)
-                    k = act["pool_size"]
-                    with m.If((div.remainder != 0) | (div.quotient < k) | (act["in_w"] < k)):
-                        m.d.sync += [win_bad.eq(1), geometry_done.eq(1)]
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.next = "OUT_H_START"
-            with m.State("OUT_H_START"):
-                m.d.comb += [div.start.eq(1), div.dividend.eq(in_h - act["pool_size"]),
-                             div.divisor.eq(act["pool_stride"])]
-                m.next = "OUT_H"
-            with m.State("OUT_H"):
-                with m.If(div.done):
-                    m.d.sync += out_h.eq(div.quotient + 1)
-                    m.next = "OUT_W_START"
-            with m.State("OUT_W_START"):
-                m.d.comb += [div.start.eq(1), div.dividend.eq(act["in_w"] - act["pool_size"]),
-                             div.divisor.eq(act["pool_stride"])]
-                m.next = "OUT_W"
-            with m.State("OUT_W"):
-                with m.If(div.done):
-                    m.d.sync += [out_w.eq(div.quotient + 1), geometry_done.eq(1)]
-                    m.next = "IDLE"
+        # Checks of the word alone, registered in START.
+        bad_opcode = Signal()
+        bad_field = Signal()
+        word_ub_bad = Signal()
+        acc_bad = Signal()
+        wmem_bad = Signal()
+        host_bad = Signal()
 
         # The geometry's products only matter below the UB's size (at or above
         # it the instruction faults): on an iCE40, whose 8 DSP blocks the
@@ -243,6 +222,94 @@ class InstructionDecoder(wiring.Component):
             def product(a, b):
                 return a * b
 
+        # PRODUCT: the geometry's products, registered.
+        if is_ice40(platform):
+            # (conv_y - 1) * row_step as one product less; the bounded
+            # one stays exact or at least the UB's size (an operand
+            # clamped at 2**ub_bits: (2**ub_bits - 1) * row_step).
+            rows_part_next = product(conv_y, mmc["row_step"])
+            row_step = Mux(mmc["row_step"] >> ub_bits, 1 << ub_bits, mmc["row_step"])
+            full_rows_part_next = rows_part_next - row_step
+        else:
+            rows_part_next = conv_y * mmc["row_step"]
+            full_rows_part_next = (conv_y - 1) * mmc["row_step"]
+        rows_part = Signal(48)
+        full_rows_part = Signal(48)
+        col_part = Signal(48)
+        full_col_part = Signal(48)
+        pooled_rows = Signal(24)
+        # SUM and PICK: the last UB row of a convolution, from the end of its
+        # last full line of output pixels or of its last pixel.
+        tail = Signal(48)
+        full = Signal(48)
+        conv_span = Signal(48)
+
+        with m.FSM() as fsm:
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [done.eq(0), win_bad.eq(0)]
+                    m.next = "START"
+            with m.State("START"):
+                with m.If(windowed):
+                    m.d.comb += [div.start.eq(1), div.dividend.eq(act["rows"]),
+                                 div.divisor.eq(act["in_w"])]
+                    m.next = "IN_H"
+                with m.Elif(conv):
+                    m.d.comb += [div.start.eq(1), div.dividend.eq(mmc["rows"] - 1),
+                                 div.divisor.eq(mmc["out_w"])]
+                    m.next = "CONV"
+                with m.Else():
+                    m.d.comb += derive.eq(1)
+                    m.next = "CHECK"
+            with m.State("CONV"):
+                with m.If(div.done):
+                    m.d.sync += [conv_y.eq(div.quotient), conv_x.eq(div.remainder)]
+                    m.next = "PRODUCT"
+            with m.State("IN_H"):
+                with m.If(div.done):
+                    m.d.sync += in_h.eq(div.quotient)
+                    k = act["pool_size"]
+                    with m.If((div.remainder != 0) | (div.quotient < k) | (act["in_w"] < k)):
+                        m.d.sync += win_bad.eq(1)
+                        m.next = "PRODUCT"
+                    with m.Else():
+                        m.next = "OUT_H_START"
+            with m.State("OUT_H_START"):
+                m.d.comb += [div.start.eq(1), div.dividend.eq(in_h - act["pool_size"]),
+                             div.divisor.eq(act["pool_stride"])]
+                m.next = "OUT_H"
+            with m.State("OUT_H"):
+                with m.If(div.done):
+                    m.d.sync += out_h.eq(div.quotient + 1)
+                    m.next = "OUT_W_START"
+            with m.State("OUT_W_START"):
+                m.d.comb += [div.start.eq(1), div.dividend.eq(act["in_w"] - act["pool_size"]),
+                             div.divisor.eq(act["pool_stride"])]
+                m.next = "OUT_W"
+            with m.State("OUT_W"):
+                with m.If(div.done):
+                    m.d.sync += out_w.eq(div.quotient + 1)
+                    m.next = "PRODUCT"
+            with m.State("PRODUCT"):
+                m.d.sync += [rows_part.eq(rows_part_next), full_rows_part.eq(full_rows_part_next),
+                             col_part.eq(product(conv_x, mmc["col_step"])),
+                             full_col_part.eq(product(mmc["out_w"] - 1, mmc["col_step"])),
+                             pooled_rows.eq(product(out_h, out_w))]
+                m.next = "SUM"
+            with m.State("SUM"):
+                m.d.sync += [tail.eq(rows_part + col_part), full.eq(full_rows_part + full_col_part)]
+                m.next = "PICK"
+            with m.State("PICK"):
+                m.d.sync += conv_span.eq(Mux((conv_y != 0) & (full > tail), full, tail))
+                m.next = "DERIVE"
+            with m.State("DERIVE"):
+                m.d.comb += derive.eq(1)
+                m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += check.eq(1)
+                m.d.sync += done.eq(1)
+                m.next = "IDLE"
+
         # ACT output rows.
         out_rows = Signal(24)
         with m.If(act["rows"] == 0):
@@ -250,29 +317,14 @@ class InstructionDecoder(wiring.Component):
         with m.Elif(act["pool"] == Pool.GLOBAL_AVG):
             m.d.comb += out_rows.eq(1)
         with m.Elif(windowed):
-            m.d.comb += out_rows.eq(product(out_h, out_w))
+            m.d.comb += out_rows.eq(pooled_rows)
         with m.Else():
             m.d.comb += out_rows.eq(act["rows"])
 
         # MMC: the largest UB row read.
         mmc_last = Signal(48)
         with m.If(conv):
-            if is_ice40(platform):
-                # (conv_y - 1) * row_step as one product less; the bounded
-                # one stays exact or at least the UB's size (an operand
-                # clamped at 2**ub_bits: (2**ub_bits - 1) * row_step).
-                rows_part = product(conv_y, mmc["row_step"])
-                row_step = Mux(mmc["row_step"] >> ub_bits, 1 << ub_bits, mmc["row_step"])
-                full_rows_part = rows_part - row_step
-            else:
-                rows_part = conv_y * mmc["row_step"]
-                full_rows_part = (conv_y - 1) * mmc["row_step"]
-            tail = rows_part + product(conv_x, mmc["col_step"])
-            full = full_rows_part + product(mmc["out_w"] - 1, mmc["col_step"])
-            with m.If((conv_y != 0) & (full > tail)):
-                m.d.comb += mmc_last.eq(mmc["ub"] + full)
-            with m.Else():
-                m.d.comb += mmc_last.eq(mmc["ub"] + tail)
+            m.d.comb += mmc_last.eq(mmc["ub"] + conv_span)
         with m.Else():
             m.d.comb += mmc_last.eq(mmc["ub"] + mmc["rows"] - 1)
 
@@ -280,57 +332,92 @@ class InstructionDecoder(wiring.Component):
         def span_bad(first, count, size):
             return (count != 0) & ((first + count) > size)
 
-        ub_bad = Signal()
-        acc_bad = Signal()
-        wmem_bad = Signal()
-        host_bad = Signal()
-        with m.Switch(opcode):
-            with m.Case(Opcode.RHM, Opcode.WHM):
-                m.d.comb += [
-                    ub_bad.eq(span_bad(dma["ub"], dma["rows"], cfg.ub_rows)),
-                    host_bad.eq((dma["rows"] != 0) & ((dma_end > (1 << 64)) | outside_windows)),
-                ]
-            with m.Case(Opcode.RW):
-                rw = {name: field(word, Opcode.RW, name) for name in _fields(Opcode.RW)}
-                m.d.comb += wmem_bad.eq(span_bad(rw["tile"], rw["count"], cfg.weight_mem_tiles))
-            with m.Case(Opcode.MMC):
-                m.d.comb += [
-                    ub_bad.eq((mmc["rows"] != 0) & (mmc_last >= cfg.ub_rows)),
-                    acc_bad.eq(span_bad(mmc["acc"], mmc["rows"], cfg.acc_rows)),
-                ]
-            with m.Case(Opcode.ACT):
-                m.d.comb += [
-                    ub_bad.eq(span_bad(act["ub"], out_rows, cfg.ub_rows)),
-                    acc_bad.eq(span_bad(act["acc"], act["rows"], cfg.acc_rows)),
-                ]
-            with m.Case(Opcode.LDQ):
-                m.d.comb += ub_bad.eq(field(word, Opcode.LDQ, "ub") + ldq_rows(cfg) > cfg.ub_rows)
-            with m.Case(Opcode.LDL):
-                m.d.comb += ub_bad.eq(field(word, Opcode.LDL, "ub") + ldl_rows(cfg) > cfg.ub_rows)
+        # RHM and WHM: inside one DMA window. The comparisons are wide
+        # (65-bit window end), so they are registered with the word's other
+        # checks.
+        dma = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
+        dma_end = dma["host"] + dma["rows"] * cfg.rows
+        inside = inside_a_window(m, self.windows, dma["host"], dma["rows"] * cfg.rows)
 
         # Limits of the activation unit this chip was built with.
-        unsupported = Signal()
-        m.d.comb += unsupported.eq(is_act & (
+        unsupported = is_act & (
             (windowed & (act["in_w"] > cfg.pool_max_width)) |
-            ((act["pool"] == Pool.GLOBAL_AVG) & (act["rows"] > MAX_POOL_COUNT))))
+            ((act["pool"] == Pool.GLOBAL_AVG) & (act["rows"] > MAX_POOL_COUNT)))
 
-        with m.If(~legal_opcode):
-            m.d.comb += self.fault.eq(Fault.ILLEGAL_OPCODE)
-        with m.Elif(illegal_field | (windowed & win_bad) | unsupported):
-            m.d.comb += self.fault.eq(Fault.ILLEGAL_FIELD)
-        with m.Elif(ub_bad):
-            m.d.comb += self.fault.eq(Fault.UB_RANGE)
-        with m.Elif(acc_bad):
-            m.d.comb += self.fault.eq(Fault.ACC_RANGE)
-        with m.Elif(wmem_bad):
-            m.d.comb += self.fault.eq(Fault.WEIGHT_MEM_RANGE)
-        with m.Elif(host_bad):
-            m.d.comb += self.fault.eq(Fault.HOST_RANGE)
+        with m.If(fsm.ongoing("START")):
+            m.d.sync += [bad_opcode.eq(~legal_opcode), bad_field.eq(illegal_field | unsupported),
+                         word_ub_bad.eq(0), acc_bad.eq(0), wmem_bad.eq(0), host_bad.eq(0)]
+            with m.Switch(opcode):
+                with m.Case(Opcode.RHM, Opcode.WHM):
+                    m.d.sync += [
+                        word_ub_bad.eq(span_bad(dma["ub"], dma["rows"], cfg.ub_rows)),
+                        host_bad.eq((dma["rows"] != 0) & ((dma_end > (1 << 64)) | ~inside)),
+                    ]
+                with m.Case(Opcode.RW):
+                    rw = {name: field(word, Opcode.RW, name) for name in _fields(Opcode.RW)}
+                    m.d.sync += wmem_bad.eq(span_bad(rw["tile"], rw["count"], cfg.weight_mem_tiles))
+                with m.Case(Opcode.MMC):
+                    m.d.sync += acc_bad.eq(span_bad(mmc["acc"], mmc["rows"], cfg.acc_rows))
+                with m.Case(Opcode.ACT):
+                    m.d.sync += acc_bad.eq(span_bad(act["acc"], act["rows"], cfg.acc_rows))
+                with m.Case(Opcode.LDQ):
+                    m.d.sync += word_ub_bad.eq(field(word, Opcode.LDQ, "ub") + ldq_rows(cfg) > cfg.ub_rows)
+                with m.Case(Opcode.LDL):
+                    m.d.sync += word_ub_bad.eq(field(word, Opcode.LDL, "ub") + ldl_rows(cfg) > cfg.ub_rows)
 
-        # Illegal words skip the geometry: their fields mean nothing.
+        # DERIVE: what the sequencer and the units need, registered.
+        ub_last = Signal(48)
+        out_rows_r = Signal(24)
+        ranges = {kind: self.ranges[kind] for kind in ("ub_r", "ub_w", "acc_r", "acc_w")}
+
+        def rows_range(kind, first, count_):
+            return [ranges[kind].valid.eq(count_ != 0), ranges[kind].lo.eq(first),
+                    ranges[kind].hi.eq(first + count_ - 1)]
+
+        with m.If(derive):
+            m.d.sync += [out_rows_r.eq(out_rows), ub_last.eq(Mux(is_act, act["ub"] + out_rows - 1, mmc_last))]
+            m.d.sync += [r.valid.eq(0) for r in ranges.values()]
+            with m.Switch(opcode):
+                with m.Case(Opcode.RHM):
+                    m.d.sync += rows_range("ub_w", dma["ub"], dma["rows"])
+                with m.Case(Opcode.WHM):
+                    m.d.sync += rows_range("ub_r", dma["ub"], dma["rows"])
+                with m.Case(Opcode.MMC):
+                    m.d.sync += [ranges["ub_r"].valid.eq(mmc["rows"] != 0), ranges["ub_r"].lo.eq(mmc["ub"]),
+                                 ranges["ub_r"].hi.eq(mmc_last)]
+                    m.d.sync += rows_range("acc_w", mmc["acc"], mmc["rows"])
+                with m.Case(Opcode.ACT):
+                    m.d.sync += rows_range("acc_r", act["acc"], act["rows"])
+                    m.d.sync += [ranges["ub_w"].valid.eq(out_rows != 0), ranges["ub_w"].lo.eq(act["ub"]),
+                                 ranges["ub_w"].hi.eq(act["ub"] + out_rows - 1)]
+                with m.Case(Opcode.LDQ):
+                    m.d.sync += rows_range("ub_r", field(word, Opcode.LDQ, "ub"), ldq_rows(cfg))
+                with m.Case(Opcode.LDL):
+                    m.d.sync += rows_range("ub_r", field(word, Opcode.LDL, "ub"), ldl_rows(cfg))
+
+        # CHECK: the fault, the lowest-numbered first.
+        mmc_ub_bad = is_mmc & (mmc["rows"] != 0) & (ub_last >= cfg.ub_rows)
+        act_ub_bad = is_act & (out_rows_r != 0) & (ub_last > cfg.ub_rows - 1)
+        ub_bad = word_ub_bad | mmc_ub_bad | act_ub_bad
+        with m.If(check):
+            with m.If(bad_opcode):
+                m.d.sync += self.fault.eq(Fault.ILLEGAL_OPCODE)
+            with m.Elif(bad_field | (windowed & win_bad)):
+                m.d.sync += self.fault.eq(Fault.ILLEGAL_FIELD)
+            with m.Elif(ub_bad):
+                m.d.sync += self.fault.eq(Fault.UB_RANGE)
+            with m.Elif(acc_bad):
+                m.d.sync += self.fault.eq(Fault.ACC_RANGE)
+            with m.Elif(wmem_bad):
+                m.d.sync += self.fault.eq(Fault.WEIGHT_MEM_RANGE)
+            with m.Elif(host_bad):
+                m.d.sync += self.fault.eq(Fault.HOST_RANGE)
+            with m.Else():
+                m.d.sync += self.fault.eq(Fault.NONE)
+
         m.d.comb += [
-            self.done.eq(geometry_done),
-            self.out_rows.eq(out_rows),
-            self.ub_last.eq(Mux(is_act, act["ub"] + out_rows - 1, mmc_last)),
+            self.done.eq(done),
+            self.out_rows.eq(out_rows_r),
+            self.ub_last.eq(ub_last),
         ]
         return m

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
 from ..isa import INSTRUCTION_BITS, Fault, Opcode, ldl_rows, ldq_rows
-from .decoder import InstructionDecoder, field
+from .decoder import RANGE_KINDS, InstructionDecoder, field
 from .window import DmaWindows
 
 
@@ -30,6 +30,13 @@ UNITS = ("rhm", "whm", "mmc", "act")
 ACC_SLOTS = 4
 
 
+def _registered(m, value, name=None):
+    """`value` a cycle later, from a flip-flop."""
+    register = Signal.like(Value.cast(value), name=name)
+    m.d.sync += register.eq(value)
+    return register
+
+
 class _Range:
     """An inclusive row range with a valid bit."""
 
@@ -37,9 +44,6 @@ class _Range:
         self.valid = Signal(name=f"{name}_valid")
         self.lo = Signal(width, name=f"{name}_lo")
         self.hi = Signal(width, name=f"{name}_hi")
-
-    def overlaps(self, other):
-        return self.valid & other.valid & (self.lo <= other.hi) & (other.lo <= self.hi)
 
     def assign(self, valid, lo, hi):
         return [self.valid.eq(valid), self.lo.eq(lo), self.hi.eq(hi)]
@@ -168,29 +172,9 @@ class Sequencer(wiring.Component):
         # Nothing issues from the cycle a DMA error is seen.
         ready = loaded & decoder.done & ~halted & ~self.dma_error
 
-        # What the instruction reads and writes.
-        ub_r, ub_w, acc_r, acc_w = (_Range(n) for n in ("d_ub_r", "d_ub_w", "d_acc_r", "d_acc_w"))
-
-        def rows_range(rng, first, count_):
-            return rng.assign(count_ != 0, first, first + count_ - 1)
-
-        with m.Switch(opcode):
-            with m.Case(Opcode.RHM):
-                m.d.comb += rows_range(ub_w, field(word, Opcode.RHM, "ub"), field(word, Opcode.RHM, "rows"))
-            with m.Case(Opcode.WHM):
-                m.d.comb += rows_range(ub_r, field(word, Opcode.WHM, "ub"), field(word, Opcode.WHM, "rows"))
-            with m.Case(Opcode.MMC):
-                rows = field(word, Opcode.MMC, "rows")
-                m.d.comb += ub_r.assign(rows != 0, field(word, Opcode.MMC, "ub"), decoder.ub_last)
-                m.d.comb += rows_range(acc_w, field(word, Opcode.MMC, "acc"), rows)
-            with m.Case(Opcode.ACT):
-                m.d.comb += rows_range(acc_r, field(word, Opcode.ACT, "acc"), field(word, Opcode.ACT, "rows"))
-                m.d.comb += ub_w.assign(decoder.out_rows != 0, field(word, Opcode.ACT, "ub"),
-                                        decoder.ub_last)
-            with m.Case(Opcode.LDQ):
-                m.d.comb += rows_range(ub_r, field(word, Opcode.LDQ, "ub"), ldq_rows(cfg))
-            with m.Case(Opcode.LDL):
-                m.d.comb += rows_range(ub_r, field(word, Opcode.LDL, "ub"), ldl_rows(cfg))
+        # What the instruction reads and writes: registered by the decoder
+        # in the cycle before its ``done``.
+        ub_r, ub_w, acc_r, acc_w = (decoder.ranges[kind] for kind in RANGE_KINDS)
 
         # The unit each opcode goes to.
         target = {unit: Signal(name=f"to_{unit}") for unit in (*UNITS, "rw")}
@@ -210,18 +194,34 @@ class Sequencer(wiring.Component):
         slots = [_Range(f"acc_slot{i}") for i in range(ACC_SLOTS)]
         idle_in = {unit: getattr(self, f"{unit}_idle") for unit in UNITS}
 
+        # The range comparisons are registered: every cycle, the waiting
+        # instruction's ranges (from the decoder's registers) against the
+        # running units' and the accumulator slots'. Their bounds change only
+        # when an instruction issues, and the next one's ranges are
+        # registered at least a cycle later (`DECODE_STAGES`), so at its
+        # ``done`` the comparisons are of the bounds of this cycle; only the
+        # running ranges' valid bits, which clear when a unit is idle, are
+        # combined in the issue cycle.
+        def bounds_meet(a, b):
+            return (a.lo <= b.hi) & (b.lo <= a.hi)
+
+        pairs = (("ub_w", "ub_r"), ("ub_w", "ub_w"), ("ub_r", "ub_w"),
+                 ("acc_w", "acc_r"), ("acc_w", "acc_w"), ("acc_r", "acc_w"))
+        candidate = dict(ub_r=ub_r, ub_w=ub_w, acc_r=acc_r, acc_w=acc_w)
         hazard_terms = []
         for unit in UNITS:
             r = running[unit]
-            terms = [
-                ub_w.overlaps(r["ub_r"]), ub_w.overlaps(r["ub_w"]), ub_r.overlaps(r["ub_w"]),
-                acc_w.overlaps(r["acc_r"]), acc_w.overlaps(r["acc_w"]), acc_r.overlaps(r["acc_w"]),
-            ]
-            hazard_terms.append(~target[unit] & Cat(*terms).any())
+            for mine, theirs in pairs:
+                met = _registered(m, ~target[unit] & candidate[mine].valid &
+                                  bounds_meet(candidate[mine], r[theirs]), f"meets_{unit}_{mine}_{theirs}")
+                hazard_terms.append(met & r[theirs].valid)
         # MMCs write their accumulator rows in issue order, so only other
         # units wait for a slot.
-        hazard_terms.append(~target["mmc"] & Cat(*[acc_r.overlaps(slot) | acc_w.overlaps(slot)
-                                                   for slot in slots]).any())
+        for i, slot in enumerate(slots):
+            for mine in ("acc_r", "acc_w"):
+                met = _registered(m, ~target["mmc"] & candidate[mine].valid & bounds_meet(candidate[mine], slot),
+                                  f"meets_slot{i}_{mine}")
+                hazard_terms.append(met & slot.valid)
         # Host memory is one more shared memory: RHM and WHM wait for each
         # other, so a read never overtakes an earlier write, nor a write an
         # earlier read.
@@ -238,8 +238,11 @@ class Sequencer(wiring.Component):
         rw_count = field(word, Opcode.RW, "count")
         switch = (opcode == Opcode.MMC) & field(word, Opcode.MMC, "switch") & \
             (field(word, Opcode.MMC, "rows") != 0)
-        underflow = switch & (pending == 0)
-        overflow = (opcode == Opcode.RW) & (pending + rw_count > cfg.weight_fifo_tiles + 2)
+        # Registered, as the comparisons above: `pending` changes only when
+        # an instruction issues.
+        underflow = _registered(m, switch & (pending == 0), "underflow")
+        overflow = _registered(m, (opcode == Opcode.RW) & (pending + rw_count > cfg.weight_fifo_tiles + 2),
+                               "overflow")
 
         fault = Signal(4)
         with m.If(decoder.fault != Fault.NONE):

@@ -5,6 +5,15 @@ survivor.
     .venv/bin/python scripts/mutants.py                 # all mutants
     .venv/bin/python scripts/mutants.py seq-range-one-row dec-mmc-last-row
     .venv/bin/python scripts/mutants.py --list
+    .venv/bin/python scripts/mutants.py --sample 20 --draw-seed 1
+    .venv/bin/python scripts/mutants.py --generated decoder-cmp-8c1f7d2e
+
+``--sample N`` draws N mutants at random (``--draw-seed``) from those
+scripts/mutant_generator.py enumerates over every hdl/ file, not from the
+hand-written list, and runs each against the tests of its file: the blocks
+of the hand-written mutants of that file (every hdl/ file has one). Report
+and console show each survivor's diff. A generated mutant no test can kill
+is named, with the reason, in scripts/mutants_equivalent.toml.
 
 Tests run under Icarus only (``-k "not verilator"``; Icarus builds take seconds) with a fixed
 ``TPU_SEED`` (``--seed``), stopping at the first failure. A mutant is killed
@@ -29,6 +38,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LIST = ROOT / "scripts" / "mutants.toml"
+EQUIVALENT = ROOT / "scripts" / "mutants_equivalent.toml"
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import mutant_generator  # noqa: E402  (a file of scripts/, beside this one)
 
 
 def load(path=LIST):
@@ -54,11 +67,46 @@ def load(path=LIST):
     return blocks, mutants
 
 
+def tests_of_files(blocks, mutants):
+    """File -> the tests of the blocks its hand-written mutants name, in order, once each."""
+    tests = {}
+    for m in mutants:
+        chosen = tests.setdefault(m["file"], [])
+        chosen += [t for t in blocks[m["block"]] if t not in chosen]
+    return tests
+
+
+def load_equivalent(path=EQUIVALENT):
+    """Generated mutant id -> why no test can kill it."""
+    if not path.exists():
+        return {}
+    entries = tomllib.loads(path.read_text()).get("equivalent", [])
+    reasons = {}
+    for e in entries:
+        if e["id"] in reasons:
+            raise SystemExit(f"mutants: error: equivalent mutant {e['id']} appears twice in {path}")
+        if not e.get("reason", "").strip():
+            raise SystemExit(f"mutants: error: equivalent mutant {e['id']} has no reason in {path}")
+        reasons[e["id"]] = e["reason"]
+    return reasons
+
+
+def generated_entry(g):
+    """A generated mutant as run_mutant and the reports take it."""
+    return {"id": g.id, "file": g.file, "line": g.line, "kind": g.kind,
+            "description": f"line {g.line}: {g.description}",
+            "mutate": lambda text, g=g: mutant_generator.apply(text, g),
+            "diff": mutant_generator.diff((ROOT / g.file).read_text(), g)}
+
+
 def run_mutant(mutant, tests, *, seed, timeout):
     """Apply `mutant`, run `tests`; ``(outcome, seconds, last lines)``."""
     path = ROOT / mutant["file"]
     original = path.read_text()
-    path.write_text(original.replace(mutant["original"], mutant["replacement"], 1))
+    if "mutate" in mutant:
+        path.write_text(mutant["mutate"](original))
+    else:
+        path.write_text(original.replace(mutant["original"], mutant["replacement"], 1))
     start = time.monotonic()
     try:
         env = {**os.environ, "TPU_SEED": str(seed), "PYTHONWARNINGS": "error", "TPU_REGRESS_SIM": "icarus"}
@@ -81,12 +129,85 @@ def run_mutant(mutant, tests, *, seed, timeout):
         path.write_text(original)
 
 
-def _markdown(results, score):
-    lines = ["# Mutation testing", "", f"Score: {score}", "",
+def _markdown(results, score, heading="Mutation testing"):
+    lines = [f"# {heading}", "", f"Score: {score}", "",
              "| mutant | file | outcome | seconds | bug |", "|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['id']} | {r['file']} | {r['outcome']} | {r['seconds']:.0f} | {r['description']} |")
+    for r in results:
+        if r.get("diff") and r["outcome"] in ("survived", "timeout", "no tests", "equivalent"):
+            lines += ["", f"## {r['id']} ({r['outcome']})", "", "```diff", r["diff"].rstrip(), "```"]
     return "\n".join(lines) + "\n"
+
+
+def _check_clean(parser):
+    dirty = subprocess.run(["git", "status", "--porcelain", "hdl"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    if dirty:
+        parser.error(f"hdl/ has uncommitted changes; commit or stash them first:\n{dirty}")
+
+
+def run_generated(args, parser, blocks, mutants):
+    """The ``--sample``/``--generated`` run: like the hand-written one, over
+    generated mutants, with their diffs."""
+    every = mutant_generator.all_mutants(ROOT)
+    equivalent = load_equivalent()
+    by_id = {g.id: g for g in every}
+    stale = sorted(set(equivalent) - set(by_id))
+    if stale:
+        print(f"mutants: warning: {len(stale)} equivalent entries name no mutant of today's hdl/: "
+              f"{', '.join(stale)}", file=sys.stderr)
+    if args.generated:
+        unknown = [i for i in args.generated if i not in by_id]
+        if unknown:
+            parser.error(f"unknown generated mutant {unknown[0]} (see --list-generated)")
+        chosen = [by_id[i] for i in args.generated]
+    elif args.sample is not None:
+        if not 0 < args.sample <= len(every):
+            parser.error(f"--sample must be from 1 to {len(every)}, the generated mutants")
+        chosen = mutant_generator.sample(every, args.sample, args.draw_seed)
+    else:
+        chosen = every
+    if args.list_generated:
+        for g in chosen:
+            print(f"{g.id:36} {g.file}:{g.line:<5} {g.description}")
+        print(f"{len(chosen)} of {len(every)} generated mutants over {len({g.file for g in every})} files")
+        return 0
+    _check_clean(parser)
+    tests_of = tests_of_files(blocks, mutants)
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = f"sample-{args.sample}-seed-{args.draw_seed}" if args.sample is not None else "generated"
+    results = []
+    start = time.monotonic()
+    for g in chosen:
+        m = generated_entry(g)
+        if g.id in equivalent:
+            outcome, seconds, tail = "equivalent", 0.0, equivalent[g.id]
+        else:
+            tests = args.tests or tests_of.get(g.file)
+            if not tests:
+                outcome, seconds, tail = "no tests", 0.0, f"no hand-written mutant names {g.file}"
+            else:
+                outcome, seconds, tail = run_mutant(m, tests, seed=args.seed, timeout=args.timeout)
+        results.append({k: v for k, v in m.items() if k != "mutate"} | {"outcome": outcome, "seconds": seconds,
+                                                                        "tail": tail})
+        print(f"{g.id:36} {outcome:10} {seconds:6.0f} s  {g.file}:{g.line} {g.description}", flush=True)
+        (args.out / f"{name}.json").write_text(json.dumps(results, indent=1))
+    score = _score(results)
+    total = time.monotonic() - start
+    (args.out / f"{name}.md").write_text(_markdown(results, f"{score}; {total:.0f} s in all",
+                                                   f"Generated mutants: {name}"))
+    print(f"mutation score: {score} ({total:.0f} s, {total / max(1, len(results)):.0f} s a mutant)")
+    for r in results:
+        if r["outcome"] in ("survived", "no tests", "timeout"):
+            print(f"  {r['outcome']}: {r['id']} ({r['file']}): {r['description']}\n{r['diff']}")
+    return 0
+
+
+def _score(results):
+    scored = [r for r in results if r["outcome"] not in ("equivalent", "no tests", "timeout")]
+    killed = sum(r["outcome"].startswith("killed") for r in scored)
+    return f"{killed} of {len(scored)} killed ({100 * killed / max(1, len(scored)):.0f}%)"
 
 
 def _stop(signum, frame):
@@ -104,11 +225,19 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1, help="TPU_SEED of the tests (default 1)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per mutant (default 1800)")
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "mutants", help="report directory")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="draw N generated mutants at random instead of the hand-written list")
+    parser.add_argument("--draw-seed", type=int, default=1, help="seed of the --sample draw (default 1)")
+    parser.add_argument("--generated", nargs="+", metavar="ID", help="run these generated mutants")
+    parser.add_argument("--list-generated", action="store_true",
+                        help="list the generated mutants (of --sample, if given) and exit")
     parser.add_argument("--tests", nargs="+", metavar="TEST",
                         help="run these tests (pytest arguments) instead of each block's; e.g. whole "
                              "test files, to confirm a survivor of a block's narrowed selection")
     args = parser.parse_args(argv)
     blocks, mutants = load()
+    if args.sample is not None or args.generated or args.list_generated:
+        return run_generated(args, parser, blocks, mutants)
     if args.list:
         for m in mutants:
             print(f"{m['id']:32} {m['file']:28} {m['description']}")
@@ -117,10 +246,7 @@ def main(argv=None):
     unknown = set(args.ids) - {m["id"] for m in mutants}
     if unknown:
         parser.error(f"unknown mutant {sorted(unknown)[0]} (see --list)")
-    dirty = subprocess.run(["git", "status", "--porcelain", "hdl"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
-    if dirty:
-        parser.error(f"hdl/ has uncommitted changes; commit or stash them first:\n{dirty}")
+    _check_clean(parser)
     chosen = [m for m in mutants if not args.ids or m["id"] in args.ids]
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -133,9 +259,7 @@ def main(argv=None):
         results.append({**m, "outcome": outcome, "seconds": seconds, "tail": tail})
         print(f"{m['id']:32} {outcome:18} {seconds:6.0f} s  {m['description']}", flush=True)
         (args.out / "report.json").write_text(json.dumps(results, indent=1))
-    scored = [r for r in results if r["outcome"] not in ("equivalent", "no tests", "timeout")]
-    killed = sum(r["outcome"].startswith("killed") for r in scored)
-    score = f"{killed} of {len(scored)} killed ({100 * killed / max(1, len(scored)):.0f}%)"
+    score = _score(results)
     (args.out / "report.md").write_text(_markdown(results, score))
     print(f"mutation score: {score}")
     for r in results:

@@ -5,33 +5,55 @@ Each (simulator, top level, configuration) is built once into
 as its Verilog (or, for a generated top level, the hdl/ sources) and build
 flags are unchanged, so a test session pays for every Verilator build once.
 A model built for waveforms (``WAVES=1``, `run_outcomes`'s `waves`) is kept
-beside the plain one. ``<build>`` is ``$TPU_BUILD_DIR``, else ``build`` in the
-current directory. Each run writes ``runs/<testcase>-<seed>/sim.log`` there.
+beside the plain one. ``<build>`` is ``$TPU_BUILD_DIR``, else the per-user
+cache ``$XDG_CACHE_HOME/tpu`` (``~/.cache/tpu``), so every working directory
+reuses the same models; the test suite keeps its own under ``build/``
+(tests/conftest.py). Each run writes ``runs/<testcase>-<seed>/sim.log``
+there (``-2``, ``-3``... while another process runs the same one).
+
+A build that is about to start says so on stderr (which model, that it is
+built once, about how long), and one the machine has too little memory for
+is refused before it starts (`MachineTooSmall`).
 """
 
 import hashlib
+import itertools
 import json
 import os
 import re
 import shutil
+import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 from xml.etree import ElementTree
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from ..config import TPUConfig
 from .flop_resets import move_resets_into_flops
 
 
-__all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "missing_simulator", "build", "run",
-           "run_outcomes", "Outcome", "BUILD_ROOT", "verilator_path", "trace_format", "waves_requested"]
+__all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "MachineTooSmall",
+           "missing_simulator", "build", "run", "run_outcomes", "Outcome", "BUILD_ROOT",
+           "default_build_root", "build_estimate", "verilator_path", "trace_format",
+           "waves_requested"]
 
 SIMULATORS = ("icarus", "verilator")
 
-BUILD_ROOT = Path(os.environ.get("TPU_BUILD_DIR", Path.cwd() / "build"))
+
+def default_build_root():
+    """Where simulation models are kept: ``$TPU_BUILD_DIR``, else the
+    per-user cache (``$XDG_CACHE_HOME/tpu``, by default ``~/.cache/tpu``)."""
+    if os.environ.get("TPU_BUILD_DIR"):
+        return Path(os.environ["TPU_BUILD_DIR"]).absolute()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache).absolute() / "tpu"
+
+
+BUILD_ROOT = default_build_root()
 
 # Amaranth's output trips style warnings (unused bits, wide temporaries) that
 # say nothing about correctness; they are documented in docs/verilog.md.
@@ -60,6 +82,46 @@ class SimulatorMissing(RuntimeError):
 class SimulationError(RuntimeError):
     """A model did not build, or a simulation ended without results; the
     message names the log."""
+
+
+class MachineTooSmall(RuntimeError):
+    """Building or simulating a model would need more memory than this
+    machine has available (checked before the work starts)."""
+
+
+def build_estimate(config, simulator, top="chip"):
+    """``(seconds, bytes)``: roughly how long building the model of `top`
+    for `config` takes (wall time on an otherwise idle core) and its peak
+    memory, generating the Verilog included. Fitted to the builds measured
+    in docs/benchmarks.md (8x8: about 80 s; 64x64 flat: 204 s of CPU and
+    0.63 GiB; 128x128 and 256x256 hierarchical: 588 and 646 s, 1.9 and
+    5.0 GiB) and docs/verilog.md."""
+    from ..estimate import elaboration_memory
+    pes = config.rows * config.cols
+    generate = elaboration_memory(config, top)
+    if simulator == "icarus":
+        return 5 + pes // 100, generate
+    if _hierarchical(config):
+        return 500 + pes // 450, max(generate, (1 << 30) + pes * (62 << 10))
+    return 80 + pes // 33, max(generate, (300 << 20) + pes * (80 << 10))
+
+
+def simulation_memory(config, simulator):
+    """Rough peak bytes of simulating the chip of `config`: its memories (the
+    unified buffer, accumulators and weight memory), which Icarus keeps at
+    several bytes per bit, plus the simulator and Python."""
+    memory = (config.ub_rows * config.rows + config.acc_rows * config.cols * 4
+              + config.weight_mem_tiles * config.tile_bytes)
+    return (300 << 20) + memory * (32 if simulator == "icarus" else 2)
+
+
+def _check_fits(what, need):
+    from ..estimate import available_memory, format_bytes
+    have = available_memory()
+    if have is not None and need > have:
+        raise MachineTooSmall(f"{what} would need about {format_bytes(need)} of memory, and "
+                              f"{format_bytes(have)} is available; choose a smaller chip "
+                              f"(--rows/--cols, --ub-rows, --weight-mem-tiles)")
 
 
 def _verilator_bin():
@@ -159,6 +221,11 @@ def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, wa
     if reason:
         raise SimulatorMissing(reason)
     top, toplevel = _design_names(verilog_source, toplevel, top)
+    if top in ("chip", "core"):
+        # Before building: a model whose memories the machine cannot hold
+        # would only fail when it runs.
+        _check_fits(f"simulating the {config.name} {top} under {simulator}",
+                    simulation_memory(config, simulator))
     waves = trace_format(simulator) if waves is True else (waves or None)
     if waves not in (None, "fst", "vcd"):
         raise ValueError(f"waves must be 'fst', 'vcd', True or None, not {waves!r}")
@@ -191,6 +258,7 @@ def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, wa
     found = directory(f"{top}\0{json.dumps(config.to_dict(), sort_keys=True)}\0{_design_digest()}")
     if (found / "built.stamp").exists():
         return found
+    _announce(config, simulator, top, toplevel, model_dir.parent)
     text = generate_verilog(config, top=top, name=toplevel)
     built = _build_once(config, simulator, toplevel, text, directory(text), build_args, cxx_opt, waves)
     if found.is_symlink():      # to a model since deleted
@@ -212,6 +280,18 @@ def _digest(*parts):
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
 
 
+def _announce(config, simulator, top, toplevel, where):
+    """Say, before it starts, which model is built, that it happens once and
+    about how long it takes; refuse one the machine cannot hold."""
+    from ..estimate import format_bytes
+    seconds, need = build_estimate(config, simulator, top or "engine")
+    what = f"the {simulator.capitalize()} model of {toplevel} for the {config.name} chip"
+    _check_fits(f"building {what}", need)
+    length = f"about {seconds} s" if seconds < 120 else f"about {round(seconds / 60)} minutes"
+    print(f"building {what}: once (kept in {where} and reused), {length} and up to "
+          f"{format_bytes(need)} of memory", file=sys.stderr, flush=True)
+
+
 def _build_once(config, simulator, toplevel, text, build_dir, build_args, cxx_opt, waves):
     """The model of Verilog `text` in `build_dir`, built unless it is."""
     stamp = build_dir / "built.stamp"
@@ -220,9 +300,21 @@ def _build_once(config, simulator, toplevel, text, build_dir, build_args, cxx_op
     build_dir.parent.mkdir(parents=True, exist_ok=True)
     # Test sessions run in several processes at once: the first to want a
     # model builds it, the others wait for it instead of building it again.
-    with FileLock(build_dir.with_name(build_dir.name + ".lock")):
+    lock = FileLock(build_dir.with_name(build_dir.name + ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"waiting for another process to finish building {build_dir.name}",
+              file=sys.stderr, flush=True)
+        lock.acquire()
+    try:
         if not stamp.exists():
+            started = time.monotonic()
             _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_opt, waves)
+            print(f"built {build_dir} in {time.monotonic() - started:.0f} s", file=sys.stderr,
+                  flush=True)
+    finally:
+        lock.release()
     return build_dir
 
 
@@ -462,8 +554,33 @@ def run_outcomes(config, simulator, test_module, *, testcase=None, seed=0, extra
     runner = _runner(simulator)
     # Runs of one model in parallel test processes each get a directory.
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    test_dir = build_dir / "runs" / f"{run_name or testcase or 'all'}-{seed}{'-' + worker if worker else ''}"
-    test_dir.mkdir(parents=True, exist_ok=True)
+    test_dir, run_lock = _claim_run_dir(
+        build_dir / "runs", f"{run_name or testcase or 'all'}-{seed}{'-' + worker if worker else ''}")
+    try:
+        return _run_in(config, simulator, test_module, runner, build_dir, test_dir, toplevel,
+                       testcase, seed, extra_env, waves, waves_file, trace, quiet)
+    finally:
+        run_lock.release()
+
+
+def _claim_run_dir(runs, name):
+    """A directory under `runs` for one run, and the lock that keeps it
+    ours: `name`, or `name-2`, `name-3`... while other processes (another
+    working directory sharing the cache) run there."""
+    runs.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        test_dir = runs / (name if n == 1 else f"{name}-{n}")
+        lock = FileLock(test_dir.with_name(test_dir.name + ".lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        test_dir.mkdir(exist_ok=True)
+        return test_dir, lock
+
+
+def _run_in(config, simulator, test_module, runner, build_dir, test_dir, toplevel, testcase, seed,
+            extra_env, waves, waves_file, trace, quiet):
     if waves and waves_file is None:
         waves_file = test_dir / f"waves.{trace}"
     env = {

@@ -77,16 +77,42 @@ def _core():
     return cases
 
 
+def _check_unfit(name):
+    def unfit(config):
+        from ..selftest.checks import why_not
+        return why_not(name, config)
+    return unfit
+
+
+def _dma_faults_unfit(stage):
+    def unfit(config):
+        from ..selftest.checks import why_not
+        reason = why_not("mlp", config)     # it ends with the MLP
+        if reason:
+            return reason
+        if stage == "wfill":
+            least = max(3, config.max_read_request // config.tile_bytes + 1)
+            if least > min(config.weight_mem_tiles, 3 * config.max_read_request // config.tile_bytes):
+                return (f"it fills more weight tiles than one read request brings "
+                        f"({config.max_read_request} bytes, tiles of {config.tile_bytes}) and "
+                        f"at most three requests' worth, within weight_mem_tiles "
+                        f"{config.weight_mem_tiles}")
+        return None
+    return unfit
+
+
 def _chip():
-    from ..driver.checks import CHECKS
+    from ..selftest.checks import CHECKS
     module = "tpu.sim.testbenches.tb_host"
     cases = [Testcase("registers", module, "registers_test", "BAR0 register reset values and access")]
     cases += [Testcase(f"check_{name}", module, "check",
-                       f"the driver check {name!r} of tpu.driver.checks",
-                       {"TPU_HOST_CHECK": f"tpu.driver.checks:{function.__name__}"})
+                       f"the driver check {name!r} of tpu.selftest.checks",
+                       {"TPU_HOST_CHECK": f"tpu.selftest.checks:{function.__name__}"},
+                       unfit=_check_unfit(name))
               for name, function in CHECKS.items()]
     cases += [Testcase(f"dma_faults_{stage}", module, "dma_faults",
-                       f"every bad answer to a DMA read during {what}", {"TPU_DMA_STAGE": stage})
+                       f"every bad answer to a DMA read during {what}", {"TPU_DMA_STAGE": stage},
+                       unfit=_dma_faults_unfit(stage))
               for stage, what in [("rhm", "an RHM"), ("fetch", "a program fetch"),
                                   ("wfill", "a weight fill")]]
     cases += [Testcase("bad_tlps", module, "bad_tlps", "malformed and unsupported packets"),

@@ -1,9 +1,16 @@
 import os
+from pathlib import Path
 
 import pytest
 
-from tpu import TPUConfig
-from tpu.sim.harness import SIMULATORS, missing_simulator
+# The suite keeps its simulation models under the checkout's build/, apart
+# from the per-user cache the tpu commands use (sim/harness.py): its models
+# are built without C++ optimisation (below), and parallel checkouts on one
+# machine then never share a run directory.
+os.environ.setdefault("TPU_BUILD_DIR", str(Path(__file__).resolve().parent.parent / "build"))
+
+from tpu import TPUConfig       # noqa: E402 -- after TPU_BUILD_DIR, which the harness reads
+from tpu.sim.harness import SIMULATORS, missing_simulator       # noqa: E402
 
 
 # Test simulations are short: build Verilator models without C++ optimisation,

@@ -55,7 +55,7 @@ def test_tiny_bench_writes_consistent_report(tmp_path):
 
 
 def test_bench_command_parses():
-    from tpu.cli import _parser
+    from tpu.cli.commands import _parser
     args = _parser().parse_args(["bench", "--quick", "--out", "x", "--rows", "16", "--cols", "16"])
     assert args.quick and args.out == "x" and args.rows == 16
 

@@ -92,7 +92,13 @@ def test_demo_honours_the_configuration(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "compiled for a 4x4 array" in result.stdout
     assert "compiled for a 8x8 array" not in result.stdout
-    assert "rows=4, cols=4" in result.stdout
+    lines = result.stdout.strip().splitlines()
+    # One short configuration line first (no TPUConfig dump), the total last.
+    assert lines[0].startswith("configuration: 4x4 array, ") and len(lines[0]) < 120, lines[0]
+    assert "TPUConfig(" not in result.stdout
+    assert lines[-1].startswith("the demo took ") and lines[-1].endswith(" s"), lines[-1]
+    # --quick: the golden model's accuracy also on the images the chip ran.
+    assert "the chip ran: golden model" in result.stdout
 
 
 @pytest.mark.parametrize("args, fragments", [

@@ -156,7 +156,16 @@ def test_chip_fault_is_status_1(files, capsys):
     out, err = capsys.readouterr()
     assert status == 1, (out, err)
     assert "status: error: chip stopped with HOST_RANGE (7) at instruction 0" in out
-    assert "counters: cycles" in out
+    counters = _counters(out)
+    # The counters of the halted core, not of the one the driver aborted after.
+    assert counters["non_matrix"] == counters["cycles"] - counters["mxu_active"] > 0, out
+
+
+def _counters(printed):
+    """The counters `tpu exec` printed."""
+    line, = [line for line in printed.splitlines() if line.startswith("counters: ")]
+    return {name: int(value) for name, value in
+            (item.split() for item in line[len("counters: "):].split(", "))}
 
 
 def test_exec_copies_through_host_memory(files, capsys):

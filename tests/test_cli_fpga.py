@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from tpu import cli_fpga
+from tpu.cli import fpga as cli_fpga
 from tpu.fpga import build
 from tpu.fpga.board_top import BoardChip, uart_divisor
 from tpu import TPUConfig
@@ -188,3 +188,19 @@ def test_profile_build_options(argv, expected, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     assert cli_fpga.main(["build", "--board", "ulx3s-85f", *argv]) == 2
     assert {**seen, "clock_hz": round(seen["clock_hz"], -3)} == expected
+
+
+def test_build_prints_peak_gops_beside_the_chip_clock(monkeypatch, tmp_path, capsys):
+    def fake_build(board, config, *, build_dir, baudrate, top, clock_hz, progress, router, placer):
+        return {"seconds": 1.0, "fits": True, "resources": {}, "problem": None, "bitstream": "x.bit",
+                "clocks": {"$glbnet$clk": {"fmax_mhz": 101.5, "target_mhz": 100.0},
+                           "clk25": {"fmax_mhz": 300.0, "target_mhz": 25.0}}}
+
+    monkeypatch.setattr(build, "build_chip", fake_build)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    assert cli_fpga.main(["build", "--board", "ulx3s-85f", "--clock-mhz", "100", "--out", "out"]) == 0
+    out = capsys.readouterr().out
+    # 2 x 8 x 8 x 101.5 MHz, for the chip's clock only.
+    assert "clock $glbnet$clk: 101.5 MHz (target 100.0 MHz), peak 13.0 GOPS" in out
+    assert "clock clk25: 300.0 MHz (target 25.0 MHz)\n" in out

@@ -2,7 +2,7 @@
 sizes and bad input, before any synthesis (tests/test_cli_fpga.py covers
 the options both tops share)."""
 
-from tpu import cli_fpga
+from tpu.cli import fpga as cli_fpga
 from tpu.hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
 
 

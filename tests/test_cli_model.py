@@ -240,6 +240,19 @@ def test_run_serial_without_a_chip_fails_in_one_line(model_file, capsys):
     assert err.startswith("tpu: error:") and "on serial" in err and "\n" not in err, err
 
 
+def test_a_long_simulation_is_announced(model_file, capsys):
+    """Before a simulation of over a minute, tpu run says roughly how long."""
+    from tpu.cli.model import _warn_if_long
+    from tpu.compiler.session import InferenceSession
+    path, _, _ = model_file
+    session = InferenceSession(str(path), backend="golden")
+    assert not _warn_if_long(session, "verilator", 1)
+    assert capsys.readouterr().err == ""
+    assert _warn_if_long(session, "icarus", 100_000)
+    err = capsys.readouterr().err
+    assert "under icarus: about" in err and "cycles/s" in err and len(err.splitlines()) == 1
+
+
 @needs_backend
 def test_compile_says_which_batch_and_why(model_file, tmp_path, capsys):
     """A model of dynamic batch compiles at batch 1, and the command says

@@ -63,6 +63,30 @@ def test_core_and_chip_testcases(simulator, capsys):
     assert out.startswith("chip (tpu_chip) of 4x4")
 
 
+#: `tpu sim` testcases of the chip on a 2x2 array (the up5k profile's; the build
+#: test_host_interface_rtl shares) and a rectangular 3x5 one. The whole list
+#: passes on both; these run the MLP with its hidden layer through ACT's
+#: min(rows, cols) channels (after an ABORT on 2x2), the faults, and weights at
+#: the far end of weight memory. (test_host_interface_rtl runs more checks on 2x2.)
+SMALL_AND_RECTANGULAR = {"2x2": ("UP5K_HOST", ["check_abort"]),
+                         "3x5": ("RECTANGULAR", ["check_mlp", "check_faults", "check_weights_at_tile"])}
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("shape", sorted(SMALL_AND_RECTANGULAR))
+def test_chip_testcases_on_small_and_rectangular_arrays(simulator, capsys, shape):
+    import test_host_interface_rtl
+    name, cases = SMALL_AND_RECTANGULAR[shape]
+    config = getattr(test_host_interface_rtl, name)
+    assert config.name == shape
+    seed = base_seed()
+    status, out, err = _sim(capsys, *_options(config), "--sim", simulator, "--seed", str(seed),
+                            *(arg for case in cases for arg in ("--testcase", case)))
+    assert status == 0 and f"{len(cases)} passed, 0 failed" in out, f"seed {seed}: {out}{err}"
+    status, out, err = _sim(capsys, *_options(config), "--list")
+    assert status == 0 and "not for this configuration" not in out, out
+
+
 @pytest.mark.rtl
 def test_a_failing_testcase_names_its_log(capsys, monkeypatch):
     """A testcase that breaks says how, and where its log is; exit status 1."""
@@ -127,6 +151,12 @@ def test_exec_on_the_rtl(simulator, capsys, tmp_path):
     status = main(["exec", str(program), "--backend", simulator, *_options(NARROW)])
     printed = capsys.readouterr().out
     assert status == 1 and "HOST_RANGE" in printed, printed
+    from test_cli_errors import _counters
+    golden = main(["exec", str(program), *_options(NARROW)]), _counters(capsys.readouterr().out)
+    # The halted core's counters on both, by the same definitions.
+    for counters in (_counters(printed), golden[1]):
+        assert counters["non_matrix"] == counters["cycles"] - counters["mxu_active"] > 0, printed
+    assert golden[0] == 1
 
 
 def test_a_model_that_does_not_build_is_one_line(capsys, monkeypatch):

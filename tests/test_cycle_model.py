@@ -2,8 +2,8 @@
 can be worked out by hand from the rules in docs/core_performance.md.
 
 Cycle 0 is the cycle the first instruction is offered; it can be decoded
-from cycle 2 and issues at 4; each later instruction is decoded from the
-cycle the one before it issues, and issues two cycles later at the earliest.
+from cycle 2 and issues at 5; each later instruction is decoded from the
+cycle the one before it issues, and issues three cycles later at the earliest.
 """
 
 import pytest
@@ -31,98 +31,98 @@ def issues(result):
 
 def test_halt_alone():
     r = est([Halt()])
-    assert r["cycles"] == 5                      # HALT issues at 4; halted from 5
-    assert r["counters"] == {"cycles": 5, "mxu_active": 0, "useful_macs": 0, "weight_stall": 0,
-                             "weight_shift": 0, "non_matrix": 5, "raw_stall": 0, "host_stall": 0}
+    assert r["cycles"] == 6                      # HALT issues at 5; halted from 6
+    assert r["counters"] == {"cycles": 6, "mxu_active": 0, "useful_macs": 0, "weight_stall": 0,
+                             "weight_shift": 0, "non_matrix": 6, "raw_stall": 0, "host_stall": 0}
 
 
-def test_two_cycles_per_instruction():
+def test_three_cycles_per_instruction():
     r = est([Nop(), Nop(), Cfg("out_zero_point", 3), Halt()])
-    assert issues(r) == [4, 6, 8, 10]
-    assert r["cycles"] == 11
+    assert issues(r) == [5, 8, 11, 14]
+    assert r["cycles"] == 15
 
 
 def test_accepts_instructions_or_bytes():
     program = [Nop(), Halt()]
     assert estimate_cycles(CFG, program)["cycles"] == estimate_cycles(
-        CFG, encode_program(program))["cycles"] == 7
+        CFG, encode_program(program))["cycles"] == 9
 
 
 @pytest.mark.parametrize("n", [1, 5, 64])
 def test_rhm(n):
-    # Rows are written in cycles 6 .. n + 5; the unit is idle at n + 6, when
-    # HALT (decoded by 6) sees every unit idle.
+    # Rows are written in cycles 7 .. n + 6; the unit is idle at n + 7, when
+    # HALT (decoded by 8) sees every unit idle.
     r = est([Rhm(0, n, 0x1000), Halt()])
-    assert issues(r) == [4, n + 6]
-    assert r["cycles"] == n + 7
+    assert issues(r) == [5, n + 7]
+    assert r["cycles"] == n + 8
     assert r["counters"]["host_stall"] == 1      # the request cycle
     assert r["counters"]["raw_stall"] == 0       # HALT waits, but not on a hazard
 
 
 def test_host_latency():
     n, h = 10, 7
-    assert est([Rhm(0, n, 0x1000), Halt()], host_latency=h)["cycles"] == n + 7 + h
+    assert est([Rhm(0, n, 0x1000), Halt()], host_latency=h)["cycles"] == n + 8 + h
     assert est([Rhm(0, n, 0x1000), Halt()], host_latency=h)["counters"]["host_stall"] == 1 + h
 
 
 def test_read_after_write_interlock():
     # WHM of the rows an RHM writes waits until the cycle after the RHM is
-    # idle (n + 7); it is ready at 6, so it waits n + 1 cycles on the hazard.
+    # idle (n + 8); it is ready at 8, so it waits n cycles on the hazard.
     n = 16
     r = est([Rhm(0, n, 0x1000), Whm(0, n, 0x2000), Halt()])
-    assert issues(r) == [4, n + 7, 2 * n + 10]   # WHM idle n + 7 + 3 + n
-    assert r["counters"]["raw_stall"] == n + 1
-    assert r["cycles"] == 2 * n + 11
+    assert issues(r) == [5, n + 8, 2 * n + 11]   # WHM idle n + 8 + 3 + n
+    assert r["counters"]["raw_stall"] == n
+    assert r["cycles"] == 2 * n + 12
 
 
 def test_no_interlock_on_other_rows():
     # An MMC reading other UB rows than the RHM writes issues at once.
     n = 16
     r = est([Rhm(0, n, 0x1000), Mmc(n, 4, 0), Halt()])
-    assert issues(r)[:2] == [4, 6]
+    assert issues(r)[:2] == [5, 8]
     assert r["counters"]["raw_stall"] == 0
 
 
 def test_rhm_and_whm_never_overlap():
     # Host memory is read and written in program order: a WHM of other rows
-    # still waits for the RHM, from the cycle the RHM is idle (n + 6; one
+    # still waits for the RHM, from the cycle the RHM is idle (n + 7; one
     # cycle earlier than a hazard on UB rows clears).
     n = 16
     r = est([Rhm(0, n, 0x1000), Whm(n, n, 0x2000), Rhm(2 * n, 4, 0x3000), Halt()])
-    assert issues(r) == [4, n + 6, 2 * n + 9, 2 * n + 15]
-    assert r["counters"]["raw_stall"] == n + (2 * n + 9 - (n + 8))
+    assert issues(r) == [5, n + 7, 2 * n + 10, 2 * n + 16]
+    assert r["counters"]["raw_stall"] == (n + 7 - 8) + (2 * n + 10 - (n + 10))
 
 
 def test_first_tile_and_mmc_latency():
-    # RW at 4 requests tile 0 at 7; its rows are read from 7 + L, one per
-    # cycle, and reach the array 4 cycles after their read: 19 .. 26 with
-    # L = 8. The tile is captured at 27 and the switching row enters at 28.
-    # The MMC issued at 6 reads its row at 7, which is at the array at 9.
+    # RW at 5 requests tile 0 at 8; its rows are read from 8 + L, one per
+    # cycle, and reach the array 4 cycles after their read: 20 .. 27 with
+    # L = 8. The tile is captured at 28 and the switching row enters at 29.
+    # The MMC issued at 8 reads its row at 9, which is at the array at 11.
     r = est([Rw(0, 1), Mmc(0, 1, 0, switch=True), Halt()])
-    assert r["matrix_phase"]["first_row"] == L + R + 12 == 28
-    assert r["counters"]["weight_stall"] == 28 - 9
-    # HALT waits until the row is stored (28 + LATENCY) and the engine idle.
-    assert r["cycles"] == 28 + LATENCY + 2
+    assert r["matrix_phase"]["first_row"] == L + R + 13 == 29
+    assert r["counters"]["weight_stall"] == 29 - 11
+    # HALT waits until the row is stored (29 + LATENCY) and the engine idle.
+    assert r["cycles"] == 29 + LATENCY + 2
     assert r["counters"]["weight_shift"] == R
     assert r["counters"]["mxu_active"] == 1
     assert r["counters"]["useful_macs"] == R * C
 
 
-@pytest.mark.parametrize("latency, first", [(0, 22), (1, 22), (2, 22), (3, 23), (30, 50)])
+@pytest.mark.parametrize("latency, first", [(0, 23), (1, 23), (2, 23), (3, 24), (30, 51)])
 def test_weight_memory_latency(latency, first):
     # The first row is read max(latency, 2) cycles after the request.
     cfg = CFG.replace(weight_mem_latency=latency)
     r = est([Rw(0, 1), Mmc(0, 1, 0, switch=True), Halt()], config=cfg)
-    assert r["matrix_phase"]["first_row"] == first == max(latency, 2) + R + 12
+    assert r["matrix_phase"]["first_row"] == first == max(latency, 2) + R + 13
 
 
 @pytest.mark.parametrize("bpc, gap", [(8, 1), (4, 2), (3, 3), (2, 4), (1, 8)])
 def test_weight_memory_bandwidth(bpc, gap):
     # A row every ceil(cols / bytes_per_cycle) cycles: the last row of tile 0
-    # is read at 15 + 7 * gap and reaches the array 4 cycles later.
+    # is read at 16 + 7 * gap and reaches the array 4 cycles later.
     cfg = CFG.replace(weight_mem_bytes_per_cycle=bpc)
     r = est([Rw(0, 1), Mmc(0, 1, 0, switch=True), Halt()], config=cfg)
-    assert r["matrix_phase"]["first_row"] == 15 + (R - 1) * gap + 4 + 2
+    assert r["matrix_phase"]["first_row"] == 16 + (R - 1) * gap + 4 + 2
 
 
 def test_tile_switches_rows_cycles_apart():
@@ -130,8 +130,8 @@ def test_tile_switches_rows_cycles_apart():
     # consecutive switches are exactly R cycles apart.
     program = [Rw(0, 6)] + [Mmc(0, 2, 2 * t, switch=True) for t in range(6)] + [Halt()]
     r = est(program)
-    assert r["matrix_phase"]["first_row"] == 28
-    assert r["matrix_phase"]["last_row"] == 28 + 5 * R + 1
+    assert r["matrix_phase"]["first_row"] == 29
+    assert r["matrix_phase"]["last_row"] == 29 + 5 * R + 1
     assert r["utilisation"]["matrix_phase"] == pytest.approx(12 / (5 * R + 2))
 
 
@@ -144,12 +144,12 @@ def test_back_to_back_mmcs_without_bubbles():
     assert phase["cycles"] == 4 * B
     assert r["utilisation"]["matrix_phase"] == 1.0
     assert r["counters"]["weight_stall"] == 0
-    # The first MMC waits for the RHM (idle at B + 6) and issues at B + 7;
+    # The first MMC waits for the RHM (idle at B + 7) and issues at B + 8;
     # its first row is at the array 3 cycles later. The next MMC issues in the
     # cycle the last row of the one before is read.
-    assert phase["first_row"] == B + 10
+    assert phase["first_row"] == B + 11
     mmc = [s["issue"] for s in r["schedule"] if s["instruction"].startswith("mmc")]
-    assert mmc == [B + 7 + k * B for k in range(4)]
+    assert mmc == [B + 8 + k * B for k in range(4)]
 
 
 def test_act_waits_for_its_rows():
@@ -173,7 +173,7 @@ def test_act_on_other_rows_does_not_wait():
                Mmc(0, B, 0), Act(B, B, B), Halt()]
     r = est(program)
     mmc2, act = r["schedule"][4], r["schedule"][5]
-    assert act["issue"] == mmc2["issue"] + 2
+    assert act["issue"] == mmc2["issue"] + 3
 
 
 def test_rows_between_mmcs_in_flight_are_free():
@@ -182,7 +182,7 @@ def test_rows_between_mmcs_in_flight_are_free():
     program = [Rw(0, 2), Mmc(0, R, 0, switch=True), Mmc(0, R, 32, switch=True),
                Act(16, 100, R), Halt()]
     r = est(program)
-    assert r["schedule"][3]["issue"] == r["schedule"][2]["issue"] + 2
+    assert r["schedule"][3]["issue"] == r["schedule"][2]["issue"] + 3
 
 
 def test_act_waits_only_for_the_mmc_of_its_rows():
@@ -203,31 +203,32 @@ def test_act_waits_only_for_the_mmc_of_its_rows():
 def test_slots_exhausted_merge_into_the_youngest(reads, waits_for):
     # ACC_SLOTS one-row MMCs (rows 0, 1, ...) take every slot; the next MMC
     # (6 rows) is merged into the youngest slot, which then holds until its
-    # last row is stored. Row k's MMC issues at 4 + 2k, its row enters at
-    # 7 + 2k; the 6-row MMC's last row enters last.
+    # last row is stored. Row k's MMC issues at 5 + 3k, its row enters at
+    # 8 + 3k; the 6-row MMC's last row enters last.
     n = ACC_SLOTS
     program = [Mmc(0, 1, k) for k in range(n)] + [Mmc(0, 6, n), Act(reads, 100, 1), Halt()]
     r = est(program)
     act = r["schedule"][n + 1]
     if waits_for == "own":
-        assert act["issue"] == 7 + 2 * reads + LATENCY + 2
+        assert act["issue"] == 8 + 3 * reads + LATENCY + 2
     else:
         assert act["issue"] == r["matrix_phase"]["last_row"] + LATENCY + 2
 
 
 def test_decode_of_convolution_and_windowed_pooling():
     # A division takes a cycle per bit of its dividend: rows - 1 = 3 (2 bits)
-    # for the CONV MMC, 3 cycles more around it.
+    # for the CONV MMC, 8 cycles more around it (3 before, 5 after: the
+    # products, their sums, the larger, the ranges, the fault).
     conv = est([Mmc(0, 4, 0, conv=Conv(2, 1, 4)), Halt()])
     plain = est([Mmc(0, 4, 0), Halt()])
-    assert issues(conv)[0] == 2 + 3 + 2 and issues(plain)[0] == 4
+    assert issues(conv)[0] == 2 + 8 + 2 and issues(plain)[0] == 5
     # One too long for the UB faults, once decoded: rows - 1 has 20 bits.
     long_conv = est([Mmc(0, 1 << 20, 0, conv=Conv(2, 1, 4)), Halt()])
-    assert long_conv["schedule"][0]["ready"] == 2 + 3 + 20
+    assert long_conv["schedule"][0]["ready"] == 2 + 8 + 20
     # rows 16 (5 bits) / in_w 4 = in_h 4, then (4 - 2) / 2 and (4 - 2) / 2 (2
-    # bits each), 7 cycles around the three.
+    # bits each), 12 cycles around the three.
     pooled = est([Act(0, 0, 16, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=4), Halt()])
-    assert issues(pooled)[0] == 2 + 7 + 5 + 2 + 2
+    assert issues(pooled)[0] == 2 + 12 + 5 + 2 + 2
 
 
 def test_average_pooling_reciprocal():
@@ -240,12 +241,12 @@ def test_average_pooling_reciprocal():
 def test_underflow_fault_halts():
     # MMC with SWITCH and no tile requested: the chip halts when it is decoded.
     r = est([Mmc(0, 4, 0, switch=True), Nop(), Halt()])
-    assert r["cycles"] == 5
+    assert r["cycles"] == 6
     assert r["counters"]["mxu_active"] == 0
 
 
 def test_no_halt_ends_when_idle():
-    assert est([Rhm(0, 10, 0x1000)])["cycles"] == 4 + 2 + 10
+    assert est([Rhm(0, 10, 0x1000)])["cycles"] == 5 + 2 + 10
 
 
 # The benchmark programs (sim/bench/bench_core.py), in closed form --------------------
@@ -255,8 +256,8 @@ def stream_cycles(config, tiles, batch):
     the last row plus R + C + 4 to the ACT, B + 17 to the WHM, B + 3 to HALT."""
     R_, C_ = config.rows, config.cols
     gap = -(-C_ // min(config.weight_mem_bytes_per_cycle, C_))
-    first = max(batch + 10,                                      # after the RHM
-                config.weight_mem_latency + (R_ - 1) * gap + 15)  # after the first tile
+    first = max(batch + 11,                                      # after the RHM
+                config.weight_mem_latency + (R_ - 1) * gap + 17)  # after the first tile
     interval = max(batch, R_, R_ * gap)                          # between switches
     last = first + (tiles - 1) * interval + batch - 1
     return first, last, last + R_ + C_ + 2 * batch + 25
@@ -282,23 +283,24 @@ def test_stream_program_closed_form(config, tiles, batch):
     assert c["weight_shift"] == tiles * config.rows
     gap = -(-config.cols // min(config.weight_mem_bytes_per_cycle, config.cols))
     interval = max(batch, config.rows, config.rows * gap)
-    # The first switching row waits from when it is at the array (B + 10)
-    # for its tile; every later one waits interval - B cycles.
-    assert c["weight_stall"] == first - (batch + 10) + (tiles - 1) * (interval - batch)
+    # The first switching row waits from when it is at the array (B + 11,
+    # or 14 when the MMC, ready at 11, is decoded after the RHM's rows are
+    # written) for its tile; every later one waits interval - B cycles.
+    assert c["weight_stall"] == first - max(batch + 11, 14) + (tiles - 1) * (interval - batch)
 
 
 def test_compute_bound_utilisation():
     r = est(stream_program(CFG, tiles=16, batch=8 * R))
     assert r["utilisation"]["matrix_phase"] == 1.0
     assert r["counters"]["weight_stall"] == 0
-    # The whole program: 16 x 64 rows in 1024 + 3 x 64 + 8 + 8 + 34 cycles.
-    assert r["cycles"] == 1024 + 242
-    # Waits on hazards: the first MMC for the RHM (ready at 8, issued at B +
-    # 7), the ACT for the last MMC's rows (ready two cycles after the last MMC
-    # issues, 3 + B cycles before its last row enters; issued R + C + 4 after
-    # that row), the WHM for the ACT (B + 15).
+    # The whole program: 16 x 64 rows in 1024 + 3 x 64 + 8 + 8 + 35 cycles.
+    assert r["cycles"] == 1024 + 243
+    # Waits on hazards: the first MMC for the RHM (ready at 11, issued at B +
+    # 8), the ACT for the last MMC's rows (ready three cycles after the last
+    # MMC issues, 2 + B cycles before its last row enters; issued R + C + 4
+    # after that row), the WHM for the ACT (B + 14).
     B = 8 * R
-    assert r["counters"]["raw_stall"] == (B - 1) + (B + R + C + 4) + (B + 15) == 226
+    assert r["counters"]["raw_stall"] == (B - 3) + (B + R + C + 3) + (B + 14) == 222
     long = est(stream_program(CFG, tiles=128, batch=8 * R))
     assert long["utilisation"]["program"] > 0.95
 

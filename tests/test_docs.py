@@ -135,3 +135,30 @@ def test_driver_example_on_a_simulator(simulator, scratch):
     script.write_text(code)
     result = _run([sys.executable, str(script)], scratch, f"the driver example on {simulator}")
     assert result.stdout.count("result ") == 1, result.stdout
+
+
+#: Counts the pages state, each against where it comes from:
+#: (page, pattern whose group 1 is the number, the number now).
+def _counts():
+    from tpu.host_registers import COUNTER_NAMES
+    from tpu.sim import suites
+    return [
+        ("README.md", r"The default chip has (\d+) testcases", len(suites.testcases("chip"))),
+        ("docs/driver.md", r"the (\w+) counters", len(COUNTER_NAMES)),
+        ("docs/runtime.md", r"(\w+) counters", len(COUNTER_NAMES)),
+        ("docs/host_interface.md", r"the (\w+) performance counters", len(COUNTER_NAMES)),
+    ]
+
+
+_WORDS = {"six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+
+
+@pytest.mark.parametrize("page, pattern, actual", _counts(), ids=lambda v: str(v)[:30])
+def test_counts_in_the_docs_are_current(page, pattern, actual):
+    """A number a page states about the project is what the project has."""
+    found = [n for n in re.findall(pattern, (ROOT / page).read_text())
+             if n.isdigit() or n in _WORDS]
+    assert found, f"{page} no longer says {pattern!r}: update this test with the page"
+    assert all((int(n) if n.isdigit() else _WORDS[n]) == actual for n in found), \
+        f"{page}: {found} where there are {actual}"
+

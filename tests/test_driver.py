@@ -1,6 +1,6 @@
 """The driver and the golden model of the host interface.
 
-The checks in `tpu.driver.checks` run on every backend that is available
+The checks in `tpu.selftest.checks` run on every backend that is available
 (only "golden" here; the RTL backends run the same checks under cocotb).
 The golden-only tests below cover what a backend-independent check cannot
 reach: counters past 2**32, host memory the host does not back, the MSI log.
@@ -15,7 +15,7 @@ from tpu import TPUConfig
 from tpu.config import UP5K_HOST_FIELDS
 from tpu.driver import (BACKENDS, ChipFault, Device, DeviceTimeout, GoldenLink, JobAborted,
                         TpuError, register_backend, run)
-from tpu.driver.checks import CHECKS, long_program
+from tpu.selftest.checks import CHECKS, long_program, why_not
 from tpu.driver.errors import describe_error
 from tpu.host_registers import (COUNTER_NAMES, Control, HostError, Irq, Status, register_map,
                                 window_offset)
@@ -39,8 +39,8 @@ def golden(config, coroutine_function, **options):
 @pytest.mark.parametrize("check", sorted(CHECKS))
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.name)
 def test_check(check, config):
-    if check in ("mlp", "timeout", "abort", "interrupts") and config.rows != config.cols:
-        pytest.skip("the MLP keeps its hidden layer's N tiles as K tiles: rows == cols")
+    if why_not(check, config):
+        pytest.skip(f"not for this configuration: {why_not(check, config)}")
     golden(config, CHECKS[check])
 
 

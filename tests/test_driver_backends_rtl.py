@@ -4,7 +4,7 @@ golden model and on the RTL under each simulator."""
 import pytest
 
 from tpu.driver import run
-from tpu.driver.checks import check_mlp
+from tpu.selftest.checks import check_mlp
 from tpu.sim.host.driver_backend import main_target
 
 from test_host_interface_rtl import NARROW
@@ -26,7 +26,7 @@ def test_simulation_backends_need_module_level_functions():
         main_target(local)
     with pytest.raises(ValueError, match="module-level async function"):
         main_target(lambda device: None)
-    assert main_target(check_mlp) == "tpu.driver.checks:check_mlp"
+    assert main_target(check_mlp) == "tpu.selftest.checks:check_mlp"
     assert main_target(test_mlp_same_on_golden_and_rtl).endswith(
         "test_driver_backends_rtl.py:test_mlp_same_on_golden_and_rtl")
 

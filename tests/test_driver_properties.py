@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from tpu import TPUConfig
 from tpu.driver import ChipFault, JobAborted, TpuError, run
-from tpu.driver.checks import long_program, together
+from tpu.selftest.checks import long_program, together
 from tpu.isa import Halt, Rhm, Whm
 
 from test_host_interface_rtl import NARROW

@@ -6,7 +6,7 @@ import pytest
 from conftest import base_seed
 from tpu import TPUConfig
 from tpu.config import UP5K_HOST_FIELDS
-from tpu.driver.checks import CHECKS
+from tpu.selftest.checks import CHECKS
 from tpu.hdl.verilog import CHIP_NAME, generate_verilog
 from tpu.sim.harness import run
 
@@ -16,8 +16,12 @@ NARROW = TPUConfig(rows=4, cols=4, acc_rows=256, ub_rows=1024, weight_mem_tiles=
                    max_payload=128, max_read_request=128, read_tags=2, cpl_timeout=2000)
 WIDE = TPUConfig(rows=8, cols=8, acc_rows=256, ub_rows=1024, weight_mem_tiles=64, link_dw=4,
                  cpl_timeout=2000)
-# The small-FPGA host profile: one tag, one window, 32-bit addresses and counters.
-UP5K_HOST = NARROW.replace(**UP5K_HOST_FIELDS)
+# The small-FPGA host profile: one tag, one window, 32-bit addresses and counters,
+# on the up5k profile's 2x2 array.
+UP5K_HOST = NARROW.replace(rows=2, cols=2, **UP5K_HOST_FIELDS)
+# A rectangular array (ACT stores min(rows, cols) channels of a row): tpu sim
+# runs testcases of the chip on it (tests/test_cli_sim.py).
+RECTANGULAR = NARROW.replace(rows=3, cols=5)
 
 
 def config_id(config):
@@ -42,13 +46,13 @@ def test_registers(simulator, config):
 @pytest.mark.rtl
 @pytest.mark.parametrize("check", sorted(CHECKS))
 def test_driver_check(simulator, check):
-    _run(NARROW, simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+    _run(NARROW, simulator, "check", TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
 
 
 @pytest.mark.rtl
 @pytest.mark.parametrize("check", ["mlp", "faults", "abort"])
 def test_driver_check_wide(simulator, check):
-    _run(WIDE, simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+    _run(WIDE, simulator, "check", TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
 
 
 @pytest.mark.rtl
@@ -56,7 +60,7 @@ def test_driver_check_wide(simulator, check):
                                    "counter_latch", "weights_at_tile"])
 def test_driver_check_up5k_host(simulator, check):
     """The same driver checks on the host profile of a small FPGA."""
-    _run(UP5K_HOST, simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+    _run(UP5K_HOST, simulator, "check", TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
 
 
 @pytest.mark.rtl

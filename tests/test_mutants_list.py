@@ -25,7 +25,7 @@ def test_every_mutant_applies_and_every_hdl_file_has_one():
 def test_a_mutant_that_no_longer_applies_is_named(tmp_path):
     script = load_script("mutants")
     text = (ROOT / "scripts" / "mutants.toml").read_text()
-    broken = text.replace('original = "(mmc_last >= cfg.ub_rows)"', 'original = "(mmc_last >== cfg.ub_rows)"')
+    broken = text.replace('original = "(ub_last >= cfg.ub_rows)"', 'original = "(ub_last >== cfg.ub_rows)"')
     assert broken != text
     path = tmp_path / "mutants.toml"
     path.write_text(broken)

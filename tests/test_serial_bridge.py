@@ -150,3 +150,38 @@ def test_frames_out(dw):
     assert frames[-1] == Frame(Kind.TLP, 1, _raw(second)), frames
     assert frames.count(frames[-1]) == 1
     assert parse(frames[-1].payload).address == 0x1_0000_0000
+
+
+@pytest.mark.parametrize("dw", [1, 4])
+def test_stale_and_repeated_acks(dw):
+    """An ACK frees the frame in flight only when it carries that frame's
+    sequence bit: a stale ACK (the other bit) while the first frame waits,
+    and the previous frame's ACK again while the next is being sent, leave
+    the frame to be sent again on silence; its own ACK then frees it."""
+    first = _words(memory_write(0x2000, bytes(range(8)), requester_id=0x100))
+    second = _words(memory_read(0x4000, 16, requester_id=0x100, tag=5))
+    third = _words(memory_read(0x8000, 4, requester_id=0x100, tag=6))
+
+    async def script(ctx, io):
+        await io.send_tlp(ctx, first)
+        await ctx.tick().repeat(50 + 12 * len(first) * 4)
+        await io.send(ctx, encode_frame(Kind.ACK, 1))        # stale: answers no frame in flight
+        await ctx.tick().repeat(600)                        # longer than the retransmit timeout
+        await io.send(ctx, encode_frame(Kind.ACK, 0))
+        await io.send_tlp(ctx, second)
+        await io.send(ctx, encode_frame(Kind.ACK, 0), gap=1, then=1)    # the first's ACK repeated
+        await ctx.tick().repeat(600)
+        await io.send(ctx, encode_frame(Kind.ACK, 1))
+        await io.send_tlp(ctx, third)
+        await ctx.tick().repeat(300)
+        await io.send(ctx, encode_frame(Kind.ACK, 0))
+        await ctx.tick().repeat(600)
+
+    io = _run(dw, script, retransmit=400)
+    frames = [f for f in io.frames() if f.kind == Kind.TLP]
+    sent = [(f.seq, parse(f.payload).address) for f in frames]
+    assert sent.count((0, 0x2000)) >= 2, sent      # the stale ACK freed nothing
+    assert sent.count((1, 0x4000)) >= 2, sent      # nor did the repeated one
+    assert sent[-1] == (0, 0x8000) and sent.count((0, 0x8000)) == 1, sent
+    assert [a for _, a in sent] == sorted(a for _, a in sent), sent
+    assert frames[-1] == Frame(Kind.TLP, 0, _raw(third))

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import base_seed
 from tpu import TPUConfig
-from tpu.driver.checks import CHECKS
+from tpu.selftest.checks import CHECKS
 from tpu.hdl.verilog import SERIAL_NAME, generate_verilog
 from tpu.sim.harness import run
 
@@ -49,7 +49,7 @@ ALL = pytest.mark.skipif(not os.environ.get("TPU_SERIAL_ALL"),
                                    ["mlp", "faults", "dma_windows", "abort", "register_reset",
                                     "stop_mid_program"]])
 def test_driver_check(simulator, check):
-    _run(simulator, "check", TPU_HOST_CHECK=f"tpu.driver.checks:{CHECKS[check].__name__}")
+    _run(simulator, "check", TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
 
 
 @pytest.mark.rtl
@@ -57,7 +57,7 @@ def test_driver_check(simulator, check):
 def test_driver_check_noisy(simulator):
     """The MLP with frames damaged, cut short and lost both ways: the link
     sends again until each arrives, and the result is the reference's."""
-    _run(simulator, "check", TPU_HOST_CHECK="tpu.driver.checks:check_mlp",
+    _run(simulator, "check", TPU_HOST_CHECK="tpu.selftest.checks:check_mlp",
          TPU_SERIAL_FRAME_RATE="0.05", TPU_SERIAL_BYTE_RATE="0.001")
 
 

@@ -28,10 +28,9 @@ Raw
 
 import dataclasses
 import re
-from dataclasses import dataclass
 
 from .isa import (INSTRUCTION_BYTES, INSTRUCTIONS, Conv, FieldError, IllegalInstruction,
-                  Opcode, decode, diagnose, encode_program)
+                  Opcode, Raw, decode, diagnose, encode_program, format_instruction, operands)
 
 
 __all__ = ["AsmError", "Raw", "assemble", "parse", "disassemble", "format_instruction"]
@@ -59,54 +58,11 @@ class _LineError(Exception):
     """An error in the current line; `parse` adds file and line."""
 
 
-@dataclass(frozen=True)
-class Raw:
-    """A ``.raw`` word: any 16 bytes, written as one little-endian 128-bit number.
-
-    Lets a program hold words the assembler would refuse (tests of the fault
-    logic, or the output of the disassembler for an illegal instruction).
-    """
-
-    word: int
-
-    def __post_init__(self):
-        if not isinstance(self.word, int) or isinstance(self.word, bool):
-            raise TypeError(f".raw word must be an int, not {self.word!r}")
-        if not 0 <= self.word < 1 << (8 * INSTRUCTION_BYTES):
-            raise ValueError(f".raw word 0x{self.word:x} is out of range: 0..2**128-1")
-
-    @classmethod
-    def from_bytes(cls, data):
-        return cls(int.from_bytes(data, "little"))
-
-    def encode(self):
-        return self.word.to_bytes(INSTRUCTION_BYTES, "little")
-
-
 _MNEMONICS = {op.mnemonic: INSTRUCTIONS[op] for op in Opcode}
 _CONV_KEYS = tuple(f.name for f in dataclasses.fields(Conv))
 
 
-def _operands(cls):
-    """The operands of instruction class `cls`: name -> (kind, required, layout field)."""
-    by_name = {f.name: f for f in cls.layout()}
-    spec = {}
-    for f in dataclasses.fields(cls):
-        field = by_name[f.name]
-        if f.name in cls._COMPOSITE:
-            kind = "group"
-        elif field.is_flag:
-            kind = "flag"
-        elif field.enum is not None:
-            kind = "enum"
-        else:
-            kind = "int"
-        spec[f.name] = (kind, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-                        field)
-    return spec
-
-
-_SPECS = {cls: _operands(cls) for cls in INSTRUCTIONS.values()}
+_SPECS = {cls: operands(cls) for cls in INSTRUCTIONS.values()}
 
 
 # --------------------------------------------------------------------------------------
@@ -323,31 +279,6 @@ def assemble(text, filename="<input>", config=None):
 
 # --------------------------------------------------------------------------------------
 # Disassembling
-
-
-def format_instruction(instruction):
-    """One line of assembly for `instruction` (or a `Raw` word); fields at their default are left out."""
-    if isinstance(instruction, Raw):
-        return f".raw 0x{instruction.word:0{2 * INSTRUCTION_BYTES}x}"
-    spec = _SPECS[type(instruction)]
-    parts = []
-    for f in dataclasses.fields(instruction):
-        value = getattr(instruction, f.name)
-        if f.default is not dataclasses.MISSING and value == f.default:
-            continue
-        kind = spec[f.name][0]
-        if kind == "flag":
-            parts.append(f.name)
-        elif kind == "group":
-            inner = ", ".join(f"{key}={getattr(value, key)}" for key in _CONV_KEYS)
-            parts.append(f"{f.name}({inner})")
-        elif kind == "enum":
-            parts.append(f"{f.name}={value.keyword}")
-        elif f.metadata.get("hex"):
-            parts.append(f"{f.name}=0x{value:x}")
-        else:
-            parts.append(f"{f.name}={value}")
-    return instruction.mnemonic + (" " + ", ".join(parts) if parts else "")
 
 
 def disassemble(data, strict=False):

@@ -15,7 +15,8 @@ Yosys runtime. The constants are fitted to the measurements in
 docs/verilog.md.
 """
 
-__all__ = ["memory_bits", "elaboration_memory", "available_memory", "format_bytes"]
+__all__ = ["memory_bits", "elaboration_memory", "available_memory", "format_bytes",
+           "simulated_cycles_per_second", "format_seconds"]
 
 BASE_BYTES = 256 << 20
 BYTES_PER_MEMORY_BIT = 128
@@ -60,3 +61,23 @@ def format_bytes(n):
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} bytes"
+
+
+def simulated_cycles_per_second(config, simulator):
+    """Roughly how many chip cycles `simulator` ("icarus" or "verilator")
+    simulates per second of wall time, the driver's testbench included,
+    on an otherwise idle core: fitted to docs/benchmarks.md (Verilator
+    15 800 at 8x8, 1 000 at 64x64, 61 at 256x256; Icarus 378 at 8x8, 59 at
+    16x16)."""
+    pes = config.rows * config.cols
+    if simulator == "icarus":
+        return max(1.0, 24_000 / pes)
+    return min(16_000.0, 4e6 / pes)
+
+
+def format_seconds(seconds):
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.1f} hours"

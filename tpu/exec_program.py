@@ -165,8 +165,8 @@ async def exec_job(device):
         result.update(halted=run.halted, int_codes=list(run.int_codes), counters=run.counters,
                       elapsed=run.elapsed)
     except ChipFault as error:
-        result.update(fault=str(error), counters=await device.counters())
+        result.update(fault=str(error), counters=error.counters)
     except DeviceTimeout as error:
-        result.update(fault=f"timeout: {error}", counters=await device.counters())
+        result.update(fault=f"timeout: {error}", counters=error.counters)
     result["outputs"] = [device.read(buffer, n, offset=addr) for addr, n in spec["outputs"]]
     return result

@@ -16,7 +16,7 @@ from .isa import ISA_VERSION
 
 __all__ = ["Register", "registers", "register_map", "BAR0_BYTES", "CHIP_ID", "HW_VERSION",
            "UNMAPPED", "Control", "Status", "Irq", "HostError", "COUNTER_NAMES",
-           "window_offset", "counter_offset", "config_words", "register_bits"]
+           "window_offset", "counter_offset", "config_words", "register_bits", "counters_line"]
 
 
 BAR0_BYTES = 4096
@@ -68,6 +68,14 @@ class HostError(enum.IntEnum):
 
 COUNTER_NAMES = ("cycles", "mxu_active", "useful_macs", "weight_stall", "weight_shift",
                  "non_matrix", "raw_stall", "host_stall")
+
+
+def counters_line(counters):
+    """The eight counters as `tpu exec` and `tpu run` print them; None (a
+    program the chip never started) says so."""
+    if counters is None:
+        return "counters: none (the chip ran no instruction of this program)"
+    return "counters: " + ", ".join(f"{name} {counters[name]}" for name in COUNTER_NAMES)
 
 
 @dataclass(frozen=True)

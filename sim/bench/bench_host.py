@@ -316,7 +316,8 @@ async def dma(dut):
 @cocotb.test()
 async def programs(dut):
     """The programs of TPU_BENCH_PROGRAMS through the host link."""
-    from ...driver.checks import load_program_data, relocate
+    from ...programs import relocate
+    from ...selftest.checks import load_program_data
     from ..stimulus.programs import mlp_program
     config, latency, link, monitor, device = await _setup(dut)
     names = json.loads(os.environ.get("TPU_BENCH_PROGRAMS", '["mlp", "compute"]'))

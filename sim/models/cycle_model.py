@@ -16,9 +16,11 @@ one UB row per cycle; it takes write data at once.
 What is modelled (each rule is the RTL's, in cycles):
 
 * the instruction queue (an instruction can be decoded 2 cycles after it was
-  written), decode in 2 cycles, more for an MMC with CONV and a windowed ACT
-  (serial divisions, a cycle per bit of the dividend:
-  `tpu.hdl.decoder.decode_cycles`, e.g. 7 for a CONV MMC of 9 to 16 rows),
+  written), decode in 3 cycles (the ranges, then the fault and the range
+  comparisons registered before issue), more for an MMC with CONV and a
+  windowed ACT (serial divisions, a cycle per bit of the dividend, and the
+  geometry's products and sums registered: `tpu.hdl.decoder.decode_cycles`,
+  e.g. 12 for a CONV MMC of 9 to 16 rows),
   the next decode starting in the cycle an instruction issues;
 * in-order issue, one instruction at a time per unit, with the range-based
   interlocks: a hazard on a unit's running instruction clears in the cycle
@@ -89,7 +91,7 @@ __all__ = ["estimate_cycles", "TIMING", "HostLink"]
 #: The fixed latencies the estimate uses, in cycles (see the module docstring).
 TIMING = {
     "queue": 2,              # instruction written -> can be loaded into the decoder
-    # load -> issue: decode_cycles(word), from the decoder (2 but for divisions)
+    # load -> issue: decode_cycles(word), from the decoder (3 but for divisions)
     "rhm_first_row": 2,      # RHM issue -> first row written (ideal host)
     "whm_idle": 3,           # WHM issue -> idle, after `rows` rows
     "mmc_first_read": 1,     # MMC issue -> first UB read

@@ -39,7 +39,7 @@ from ..models.activation_model import quantize_multiplier, sigmoid_table, tanh_t
 
 __all__ = [
     "PROGRAM_CONFIG", "ChipProgram", "PROGRAMS",
-    "mlp_program", "conv_program",
+    "mlp_program", "mlp_shape", "conv_program",
     "dma_program", "mmc_program", "act_functions_program", "act_pooling_program",
     "control_program",
     "multiply_by_quantized_multiplier", "requantize", "round_average", "ldq_table", "blocked",
@@ -322,7 +322,47 @@ MLP_HOST_Q = 0x20000
 MLP_HOST_Y = 0x30000
 
 
-def mlp_program(seed=1, *, batch=16, k1=24, n1=24, n2=16, x_zero=-3, h_zero=-10, y_zero=4,
+def mlp_shape(config):
+    """Keyword arguments of `mlp_program` for a two-layer MLP that fits
+    `config`: the 8x8 chip's sizes (a batch of 16, ``k1 = n1 = 24``,
+    ``n2 = 16``) where they divide the array and fit, else 3x3 and 3x2
+    tiles, smaller where the memories are small. Raises ValueError naming
+    the memory when not even one tile a layer and one row fit."""
+    m = min(config.rows, config.cols)
+    shapes = [dict(batch=16, k1=24, n1=24, n2=16)] if not (24 % config.rows or 24 % m or 16 % m) \
+        else []
+    shapes += [dict(batch=batch, k1=kt1 * config.rows, n1=nt1 * m, n2=nt2 * m)
+               for batch, kt1, nt1, nt2 in _MLP_SHAPES]
+    for shape in shapes:
+        reason = _mlp_unfit(config, **shape)
+        if reason is None:
+            return shape
+    raise ValueError(reason)
+
+
+# (batch, K tiles of layer 1, N tiles of layer 1, N tiles of layer 2), largest first.
+_MLP_SHAPES = [(16, 3, 3, 2), (8, 2, 2, 1), (4, 1, 1, 1), (1, 1, 1, 1)]
+
+
+def _mlp_unfit(config, *, batch, k1, n1, n2):
+    """None if the MLP of these sizes fits `config`, else why not."""
+    R, C = config.rows, config.cols
+    m = min(R, C)
+    kt1, nt1, nt2 = k1 // R, n1 // m, n2 // m
+    kt2 = nt1
+    ub = batch * (kt1 + kt2 + nt2) + (nt1 + nt2) * ldq_rows(config)
+    if ub > config.ub_rows:
+        return f"the MLP needs {ub} UB rows, ub_rows is {config.ub_rows}"
+    if max(nt1, nt2) * batch > config.acc_rows:
+        return (f"the MLP needs {max(nt1, nt2) * batch} accumulator rows, "
+                f"acc_rows is {config.acc_rows}")
+    tiles = kt1 * nt1 + kt2 * nt2
+    if tiles > config.weight_mem_tiles:
+        return f"the MLP needs {tiles} weight tiles, weight_mem_tiles is {config.weight_mem_tiles}"
+    return None
+
+
+def mlp_program(seed=1, *, batch=16, k1=None, n1=None, n2=None, x_zero=-3, h_zero=-10, y_zero=4,
                 config=PROGRAM_CONFIG):
     """A two-layer perceptron on a batch of int8 inputs.
 
@@ -334,40 +374,65 @@ def mlp_program(seed=1, *, batch=16, k1=24, n1=24, n2=16, x_zero=-3, h_zero=-10,
 
     Layout: activations are stored in column blocks of ``config.rows``
     (`blocked`), the block for K tile ``k`` being ``batch`` consecutive UB
-    rows; the hidden layer's N tiles are the second layer's K tiles as they
-    are (so ``config.rows == config.cols``). The output goes to host memory
-    at ``MLP_HOST_Y`` in the same blocked layout.
+    rows. ACT stores ``m = min(rows, cols)`` channels of a result row (the
+    rest of a UB row is zero), so each N tile carries `m` channels of `h`
+    and `y`, its other columns are computed and dropped, and the hidden
+    layer's N tiles are the second layer's K tiles as they are, their rows
+    from `m` on meeting the zero bytes. `k1` is a multiple of ``rows``, `n1`
+    and `n2` of `m`; by default 3, 3 and 2 tiles (24, 24 and 16 on 8x8).
+    The output goes to host memory at ``MLP_HOST_Y`` in the same blocked
+    layout, ``rows`` bytes a row.
+
+    Weight tiles are requested as the weight FIFO allows: an N tile's K
+    tiles in one RW before its first MMC when they fit the
+    ``weight_fifo_tiles + 2`` tiles that may be requested ahead, else in
+    several, each as soon as the FIFO has room.
     """
     cfg = config
     R, C = cfg.rows, cfg.cols
-    if R != C:
-        raise ValueError("the MLP keeps the hidden layer's N tiles as K tiles: "
-                         "rows must equal cols")
-    if k1 % R or n1 % C or n2 % C:
-        raise ValueError(f"k1, n1 and n2 must be multiples of {R}")
+    m = min(R, C)
+    k1 = 3 * R if k1 is None else k1
+    n1 = 3 * m if n1 is None else n1
+    n2 = 2 * m if n2 is None else n2
+    if k1 <= 0 or n1 <= 0 or n2 <= 0 or k1 % R or n1 % m or n2 % m:
+        raise ValueError(f"k1 must be a positive multiple of rows ({R}), n1 and n2 of "
+                         f"min(rows, cols) ({m})")
     rng = np.random.default_rng(seed)
-    kt1, nt1, kt2, nt2 = k1 // R, n1 // C, n1 // R, n2 // C
+    kt1, nt1, nt2 = k1 // R, n1 // m, n2 // m
+    kt2 = nt1
     B = batch
+    # The columns of the chip's N tiles that carry channels, and the rows of
+    # the second layer's K tiles that meet them.
+    real1 = np.array([n * C + j for n in range(nt1) for j in range(m)])
+    real2 = np.array([n * C + j for n in range(nt2) for j in range(m)])
+    real_k2 = np.array([k * R + j for k in range(kt2) for j in range(m)])
 
-    # The data.
+    # The data, over every column of the tiles.
     x = rng.integers(-128, 128, size=(B, k1))
-    w1 = rng.integers(-127, 128, size=(k1, n1))
-    w2 = rng.integers(-127, 128, size=(n1, n2))
-    b1 = rng.integers(-20000, 20000, size=n1)
-    b2 = rng.integers(-20000, 20000, size=n2)
+    w1 = rng.integers(-127, 128, size=(k1, nt1 * C))
+    w2 = rng.integers(-127, 128, size=(kt2 * R, nt2 * C))
+    b1 = rng.integers(-20000, 20000, size=nt1 * C)
+    b2 = rng.integers(-20000, 20000, size=nt2 * C)
 
     # Reference: integer arithmetic straight from the definition.
     acc1 = (x - x_zero) @ w1 + b1
     m1, s1 = _multipliers(rng, acc1, 110)
     low, high = _bounds("relu", False, h_zero)
-    h = requantize(acc1, np.zeros(n1, dtype=np.int64), m1, s1, h_zero, low, high)
-    acc2 = (h - h_zero) @ w2 + b2
+    h_all = requantize(acc1, np.zeros(nt1 * C, dtype=np.int64), m1, s1, h_zero, low, high)
+    h = h_all[:, real1]
+    acc2 = (h - h_zero) @ w2[real_k2] + b2
     m2, s2 = _multipliers(rng, acc2, 110)
-    y = requantize(acc2, np.zeros(n2, dtype=np.int64), m2, s2, y_zero, -128, 127)
+    y_all = requantize(acc2, np.zeros(nt2 * C, dtype=np.int64), m2, s2, y_zero, -128, 127)
+    y = y_all[:, real2]
     # What the chip is given: the zero points folded into the biases.
     chip_b1 = b1 - x_zero * w1.sum(axis=0)
-    chip_b2 = b2 - h_zero * w2.sum(axis=0)
-    _check_int32(acc1, acc2, chip_b1, chip_b2, x @ w1 + chip_b1, h @ w2 + chip_b2)
+    chip_b2 = b2 - h_zero * w2[real_k2].sum(axis=0)
+    # The hidden layer as the UB holds it: m channels and R - m zero bytes a block.
+    h_ub = np.zeros((B, kt2 * R), dtype=np.int64)
+    h_ub[:, real_k2] = h
+    y_host = np.zeros((B, nt2 * R), dtype=np.int64)
+    y_host[:, np.array([n * R + j for n in range(nt2) for j in range(m)])] = y
+    _check_int32(acc1, acc2, chip_b1, chip_b2, x @ w1 + chip_b1, h_ub @ w2 + chip_b2)
 
     # Memory map.
     q_rows = ldq_rows(cfg)
@@ -375,24 +440,20 @@ def mlp_program(seed=1, *, batch=16, k1=24, n1=24, n2=16, x_zero=-3, h_zero=-10,
     ub_y = ub_h + B * kt2
     ub_q = ub_y + B * nt2
     n_tables = nt1 + nt2
-    if ub_q + n_tables * q_rows > cfg.ub_rows:
-        raise ValueError("the MLP does not fit the unified buffer")
-    if max(nt1, nt2) * B > cfg.acc_rows:
-        raise ValueError("the MLP does not fit the accumulators")
+    unfit = _mlp_unfit(cfg, batch=B, k1=k1, n1=n1, n2=n2)
+    if unfit:
+        raise ValueError(unfit)
     tiles = _tiles(w1, R, C) + _tiles(w2, R, C)
-    if len(tiles) > cfg.weight_mem_tiles:
-        raise ValueError("the MLP does not fit weight memory")
-    if max(kt1, kt2) > cfg.weight_fifo_tiles + 2:
-        raise ValueError("an N tile needs more weight tiles than RW may request ahead")
     tables = b"".join(
         [ldq_table(cfg, chip_b1[n * C:(n + 1) * C], m1[n * C:(n + 1) * C], s1[n * C:(n + 1) * C])
          for n in range(nt1)] +
         [ldq_table(cfg, chip_b2[n * C:(n + 1) * C], m2[n * C:(n + 1) * C], s2[n * C:(n + 1) * C])
          for n in range(nt2)])
 
+    shape = "" if R == C else f", {m} channels of each N tile stored"
     t = _Text(f"Two-layer MLP on the {R}x{C} chip: y = requant(relu(requant(x W1 + b1)) W2 + b2)",
               f"x: {B} x {k1} int8, W1: {k1} x {n1} ({kt1}x{nt1} tiles), "
-              f"W2: {n1} x {n2} ({kt2}x{nt2} tiles)",
+              f"W2: {n1} x {n2} ({kt2}x{nt2} tiles){shape}",
               f"UB rows: x {ub_x}..{ub_h - 1}, h {ub_h}..{ub_y - 1}, y {ub_y}..{ub_q - 1}, "
               f"LDQ tables {ub_q}..{ub_q + n_tables * q_rows - 1}",
               f"activations in column blocks of {R}: block k is {B} UB rows")
@@ -400,6 +461,8 @@ def mlp_program(seed=1, *, batch=16, k1=24, n1=24, n2=16, x_zero=-3, h_zero=-10,
     t(f"rhm   ub={ub_x}, rows={B * kt1}, host=0x{MLP_HOST_X:x}", "x, column-blocked")
     t(f"rhm   ub={ub_q}, rows={n_tables * q_rows}, host=0x{MLP_HOST_Q:x}",
       f"{n_tables} LDQ tables (bias, multiplier, shift)")
+    ahead = cfg.weight_fifo_tiles + 2
+    requested = 0           # tiles requested so far; tile i is the i-th switched to
     table = 0
     for layer, (ub_in, ub_out, kt, nt, first_tile, zero, func) in enumerate(
             [(ub_x, ub_h, kt1, nt1, 0, h_zero, "relu"),
@@ -407,9 +470,14 @@ def mlp_program(seed=1, *, batch=16, k1=24, n1=24, n2=16, x_zero=-3, h_zero=-10,
         t.comment()
         t.comment(f"layer {layer}: {kt} K tiles accumulate into each of {nt} N tiles")
         for n in range(nt):
-            t(f"rw    tile={first_tile + n * kt}, count={kt}",
-              f"W{layer} column block {n}: its {kt} K tiles")
+            first = first_tile + n * kt
             for k in range(kt):
+                if first + k == requested:
+                    count = min(first + kt, first + k + ahead) - requested
+                    t(f"rw    tile={requested}, count={count}",
+                      f"W{layer} column block {n}: its {kt} K tiles" if count == kt else
+                      f"W{layer} column block {n}: K tiles {k}..{k + count - 1}")
+                    requested += count
                 flags = ", switch" + (", accumulate" if k else "")
                 t(f"mmc   ub={ub_in + k * B}, rows={B}, acc={n * B}{flags}",
                   f"acc[{n * B}..{n * B + B - 1}] {'+=' if k else '='} "
@@ -428,10 +496,10 @@ def mlp_program(seed=1, *, batch=16, k1=24, n1=24, n2=16, x_zero=-3, h_zero=-10,
     return ChipProgram(
         name="mlp", config=cfg, text=t.text(), weights=np.array(tiles, dtype=np.int8),
         host={MLP_HOST_X: blocked(x, R), MLP_HOST_Q: tables},
-        expected_host={MLP_HOST_Y: blocked(y, C)},
-        reference=dict(x=x, w1=w1, b1=b1, m1=m1, s1=s1, acc1=acc1, h=h,
-                       w2=w2, b2=b2, m2=m2, s2=s2, acc2=acc2, y=y,
-                       x_zero=x_zero, h_zero=h_zero, y_zero=y_zero))
+        expected_host={MLP_HOST_Y: blocked(y_host, R)},
+        reference=dict(x=x, w1=w1[:, real1], b1=b1[real1], m1=m1, s1=s1, acc1=acc1[:, real1], h=h,
+                       w2=w2[real_k2][:, real2], b2=b2[real2], m2=m2, s2=s2,
+                       acc2=acc2[:, real2], y=y, x_zero=x_zero, h_zero=h_zero, y_zero=y_zero))
 
 
 # ---------------------------------------------------------------------------------------

@@ -438,7 +438,7 @@ async def dma_faults(dut):
     right error, writes nothing, keeps taking TLPs, and after ABORT or
     SOFT_RESET runs the next program correctly."""
     from ...driver import Device
-    from ...driver.checks import check_mlp
+    from ...selftest.checks import check_mlp
     config = config_from_env()
     seed = _seed()
     rng = random.Random(seed)

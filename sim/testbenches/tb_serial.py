@@ -71,7 +71,7 @@ async def _quiet(link, seconds=20e-6):
     await link.sleep(seconds)
 
 
-@cocotb.test(timeout_time=5, timeout_unit="ms")
+@cocotb.test(timeout_time=8, timeout_unit="ms")
 async def damaged_frames(dut):
     """A write that would change PROG_LEN, and a START, arrive damaged (a
     flipped bit, a lost byte, cut short, a wrong CRC, a bad length) or
@@ -131,6 +131,36 @@ async def damaged_frames(dut):
     assert link.stats["acks_received"] == acks + 2, link.stats
     link._tx_seq ^= 1             # the chip took it once: the next frame has the other bit
     assert await device.read_register("BAD_REQUESTS") == bad_before + 1
+    assert await device.read_register("PROG_LEN") == 5
+
+    # An ACK that answers no frame in flight frees nothing: the previous
+    # frame's ACK again, then a stale one twice (the other sequence bit,
+    # both times), while the chip waits on its answer to a read. The host
+    # takes the answer but holds back its own ACK; the chip must send the
+    # frame again, which the host then acknowledges.
+    on_frame = link._on_frame
+    wrong_acks = [1, 2]
+
+    def answer_with_wrong_acks(frame):
+        if frame is not None and frame.kind == Kind.TLP and wrong_acks and frame.seq == link._rx_expected:
+            for _ in range(wrong_acks.pop(0)):
+                link.transport.write(encode_frame(Kind.ACK, frame.seq ^ 1))
+            link._rx_expected = frame.seq ^ 1
+            link._on_tlp(frame.payload)
+            return
+        on_frame(frame)
+
+    link._on_frame = answer_with_wrong_acks
+    repeats = link.stats["repeats"]
+    assert await device.read_register("PROG_LEN") == 5
+    assert await device.read_register("BAD_REQUESTS") == bad_before + 1
+    for _ in range(30):             # the chip's retransmit timeout, at most
+        if link.stats["repeats"] == repeats + 2:
+            break
+        await _quiet(link, 50e-6)
+    link._on_frame = on_frame
+    assert not wrong_acks and link.stats["repeats"] == repeats + 2, \
+        f"a wrong ACK freed the chip's frame: {link.stats}"
     assert await device.read_register("PROG_LEN") == 5
     for _ in range(10):
         await RisingEdge(dut.clk)

@@ -61,75 +61,6 @@ def _machine():
     return f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
 
 
-def _design_summary(points, config, models=()):
-    """Whether the workloads are memory-bound like the TPU v1 paper's (4x the
-    weight bandwidth gave its applications about 3x) and why, from the sweep's
-    `points` and the models' counters at the reference (`models`: the suite's
-    model results)."""
-    def at(factor):
-        return [p for p in points if p["parameter"] == "weight bandwidth"
-                and p["factor"] == factor and p["speedup"]]
-
-    def listed(sel):
-        return ", ".join(f"{p['workload']} {p['speedup']:.2f}x" for p in sel)
-
-    bw = at(4)
-    if not bw:
-        return "No bandwidth points."
-    bound = [p for p in bw if p["speedup"] >= 1.5]
-    if bound:
-        verdict = ("Memory-bound like the paper's applications (4x bandwidth gave them about "
-                   "3x): " + ", ".join(p["workload"] for p in bound) + ".")
-    else:
-        best = max(bw, key=lambda p: p["speedup"])
-        verdict = ("Unlike the paper's applications (4x bandwidth gave them about 3x), none is "
-                   f"memory-bound: the most that 4x gives is {best['speedup']:.2f}x "
-                   f"({best['workload']}).")
-    B, cols, rows = config.weight_mem_bytes_per_cycle, config.cols, config.rows
-    why = (f"The reference weight memory delivers {B} B/cycle, "
-           + (f"at least one row of weights ({cols} bytes) per cycle, as fast as the array "
-              "shifts a tile in, so more bandwidth cannot shorten a weight load"
-              if B >= cols else f"less than one row of weights ({cols} bytes) per cycle")
-           + f"; a tile of {rows * cols} bytes is then used for as many cycles as the batch "
-           "has rows, and the compiler fetches the next tile into the weight FIFO while the "
-           "array works on the current one. TPU v1's DDR3 delivered far less per cycle than "
-           "its array could take.")
-    shares = []
-    for batch in (64, 1):
-        sel = [m for m in models if m.get("batch") == batch and m.get("cycles")]
-        if sel:
-            shares.append(f"at batch {batch} " + ", ".join(
-                f"{m['model']} {100 * m['weight_stall'] / m['cycles']:.1f}%" for m in sel))
-    if shares:
-        why += (" Weight-stall cycles (the MMC waiting for its tile) at the reference: "
-                + "; ".join(shares) + ".")
-    at64 = [m for m in models if m.get("batch") == 64 and m.get("cycles")]
-    if at64:
-        total = sum(m["cycles"] for m in at64)
-
-        def share(name):
-            return 100 * sum(m[name] for m in at64) / total
-        why += (f" At batch 64 the models spend {share('non_matrix'):.0f}% of their cycles "
-                f"without matrix work; weight stalls are {share('weight_stall'):.1f}% of all "
-                f"cycles, RAW stalls {share('raw_stall'):.0f}% and host stalls "
-                f"{share('host_stall'):.0f}% (each counted apart: they can overlap). More "
-                "bandwidth could shorten at most the weight stalls.")
-    low = at(0.25)
-    slow = [p for p in low if p["speedup"] < 0.95]
-    if slow:
-        why += (" Below the reference bandwidth the workloads with little weight reuse slow "
-                f"down: 0.25x gives {listed(low)}.")
-    elif low:
-        why += (" Even at 0.25x the reference bandwidth no workload slows by more than 5%: "
-                f"{listed(low)}.")
-    from .report import geomean_speedups
-    means = "; ".join(f"{param}: " + ", ".join(f"{f:g}x -> {u:.2f}" for f, u in line)
-                      for param, line in geomean_speedups(points).items())
-    return (f"4x the weight-memory bandwidth gives: {listed(bw)}. {verdict} {why} Geometric "
-            f"mean over the workloads (the first panel of the plot, like the paper's Figure "
-            f"11): {means}.")
-
-
 def _core_programs(config, graphs, gemm_program, batches):
     """(name, program bytes) run on the RTL core: the simulation-speed GEMM's and every
     chip part of the demo models at `batches` (compiled for `config`)."""
@@ -343,7 +274,8 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         "core_runs": core_runs, "chip_runs": chip_runs, "host": host_results,
         "conv_layers": conv, "conv_batch": conv_batch, "tflite": tflite,
         "host_summary": host_link.summary(host_results), "fpga": fpga_rows,
-        "design_space": design, "design_summary": _design_summary(design, config, model_results),
+        "design_space": design,
+        "design_summary": report.design_summary(design, config, model_results),
         "not_included": NOT_INCLUDED + (["Icarus and 16x16 simulation speed (full run only)"]
                                         if quick else []),
         "plots": plots, "traces": traces,

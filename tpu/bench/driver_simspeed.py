@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from ..driver import run
-from ..driver.checks import long_program
+from ..selftest.checks import long_program
 from ..isa import Halt, Rhm, Whm
 
 

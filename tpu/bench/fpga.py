@@ -1,5 +1,5 @@
 """The FPGA table: the last `tpu build` of each board (``build/fpga/BOARD/build.json``,
-written by `tpu.cli_fpga`) and the last `scripts/bench_fpga.py` run of the
+written by `tpu.cli.fpga`) and the last `scripts/bench_fpga.py` run of the
 matrix unit alone (``build/bench/fpga.json``). The suite builds nothing (a build
 takes minutes to an hour) and reports the ones already made; `build_mxus` is
 what scripts/bench_fpga.py runs to make the matrix unit's."""

@@ -11,8 +11,8 @@ outputs back. It returns the unpacked outputs and a profile per step.
 
 import numpy as np
 
-from ..driver.checks import relocate
 from ..isa import decode_program
+from ..programs import relocate
 from ..sim.models.cycle_model import estimate_cycles
 from . import reference
 from .artifact import ChipStep

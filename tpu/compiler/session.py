@@ -28,6 +28,7 @@ import json
 import os
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,6 +172,12 @@ class InferenceSession:
     batch : int
         Samples per chip run when compiling (the back end's default if
         None); must match a compiled model's.
+    devices : str, list or tpu.runtime.DevicePool
+        Run on a pool of devices instead of one device of `backend`:
+        ``"golden:4"``, ``"verilator:2"``, a list of `tpu.runtime.DeviceSpec`
+        (or such strings), or a pool already open (shared, not closed by the
+        session). Chunks are spread over the devices; `close()` (or ``with``)
+        stops a pool the session opened.
     backend_options
         Passed to `tpu.driver.run` (e.g. ``seed`` for the simulators).
 
@@ -186,7 +193,8 @@ class InferenceSession:
         (chip counters and cycle estimates); `tpu.compiler.report` reads it.
     """
 
-    def __init__(self, model, backend="golden", config=None, batch=None, **backend_options):
+    def __init__(self, model, backend="golden", config=None, batch=None, devices=None,
+                 **backend_options):
         if batch is not None and (not isinstance(batch, int) or batch < 1):
             raise ValueError(f"batch must be a positive integer, not {batch!r}")
         if config is not None and not isinstance(config, TPUConfig):
@@ -241,6 +249,35 @@ class InferenceSession:
                                  f"not {batch}: compile it again with this batch")
         self.config = self.compiled.config if self.compiled is not None else (config or TPUConfig())
         self.batch = self.compiled.batch if self.compiled is not None else batch
+        self.pool, self._own_pool = None, False
+        if devices is not None:
+            self._open_pool(devices, backend_options)
+
+    def _open_pool(self, devices, options):
+        from ..runtime import DevicePool
+        if self.compiled is None:
+            raise ValueError("devices run a compiled model: the reference backend has no devices")
+        if isinstance(devices, DevicePool):
+            if devices.config != self.config:
+                raise ValueError(f"the pool's devices are {devices.config}, the model was "
+                                 f"compiled for {self.config}")
+            self.pool = devices
+            return
+        self.pool = DevicePool(devices, self.config, arena_bytes=max(
+            DEFAULT_ARENA_BYTES, host_bytes(self.compiled)), **options)
+        self._own_pool = True
+        self._finalizer = weakref.finalize(self, self.pool.close)
+
+    def close(self):
+        """Stop the device pool the session opened (a given pool stays open)."""
+        if self._own_pool:
+            self.pool.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     # Description -----------------------------------------------------------------------
 
@@ -359,6 +396,11 @@ class InferenceSession:
     def _run_chunks(self, chunks):
         from ..driver import run as driver_run
         compiled = self.compiled
+        if self.pool is not None:
+            results = self.pool.run(compiled, chunks)
+            if self.progress is not None:
+                self.progress(len(chunks), len(chunks))
+            return results
         if self.backend in SIMULATION_BACKENDS:
             if host_bytes(compiled) > DEFAULT_ARENA_BYTES:
                 raise ValueError(f"one chunk of batch {compiled.batch} needs "
@@ -420,7 +462,11 @@ class InferenceSession:
             raise TypeError("run_options are not supported")
         chosen = self._select(output_names)
         arrays, samples = self._prepare(feeds)
-        outputs = self.run_quantized(arrays)
+        return self.model_outputs(self.run_quantized(arrays), chosen)
+
+    def model_outputs(self, outputs, chosen):
+        """Quantized IR outputs (tensor name -> array) as the model gives the
+        `chosen` outputs (`ir.GraphOutput`s): dequantized if float, in its layout."""
         results = []
         for o in chosen:
             value = outputs[o.tensor]

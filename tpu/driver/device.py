@@ -43,8 +43,8 @@ import numpy as np
 
 from ..asm import Raw, assemble, format_instruction
 from ..config import TPUConfig
-from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, HW_VERSION, Control, Irq,
-                              Status, config_words, register_map, window_offset)
+from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, HW_VERSION, Control, HostError,
+                              Irq, Status, config_words, register_map, window_offset)
 from ..isa import INSTRUCTION_BYTES, ISA_VERSION, IllegalInstruction, decode, encode_program
 from .arguments import flag, integer, seconds, show
 from .errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
@@ -733,11 +733,14 @@ class Device:
                 break
             remaining = deadline - link.time()
             if remaining <= 0:
+                # ABORT resets the counters: read them first.
+                counters = await self.counters() if job.kind == "program" else None
                 self._end(job)
                 await self.abort()
                 raise DeviceTimeout(
                     f"the {job.kind} job was not done after {timeout:g} s of "
-                    f"{link.backend} link time (STATUS {status!r}); the chip was aborted")
+                    f"{link.backend} link time (STATUS {status!r}); the chip was aborted",
+                    counters)
             if self.use_interrupts:
                 woken = await link.wait_interrupt(min(remaining, self.irq_recheck))
                 self._stopped(job)
@@ -758,9 +761,15 @@ class Device:
             text = None
             if job.program is not None and index is not None and index < len(job.program):
                 text = job.program[index]
+            # The core halted at the fault, so its counters hold still; ABORT
+            # would reset them. A program refused at START (FETCH_RANGE) or a
+            # fill never ran an instruction: no counters of theirs to report.
+            counters = await self.counters() \
+                if job.kind == "program" and code != HostError.FETCH_RANGE else None
+            self._stopped(job)
             self._end(job)
             await self.abort()
-            raise ChipFault(code, index, text)
+            raise ChipFault(code, index, text, counters)
         await self._take_int(result)
         irq = await self.read_register("IRQ_STATUS")
         await self.write_register("IRQ_STATUS", irq)

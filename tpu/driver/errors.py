@@ -58,12 +58,17 @@ class ChipFault(TpuError):
         for an error no instruction caused (a host-interface error).
     instruction : str or None
         The faulting instruction as assembly, when the driver knows the program.
+    counters : dict or None
+        The eight performance counters as the chip stopped (read before the
+        driver aborted it: ABORT resets them), for a program's job; None for
+        a weight fill's.
     """
 
-    def __init__(self, code, index=None, instruction=None):
+    def __init__(self, code, index=None, instruction=None, counters=None):
         self.code = error_code(code)
         self.index = index
         self.instruction = instruction
+        self.counters = counters
         name = self.code.name if hasattr(self.code, "name") else f"error {self.code}"
         where = f" at instruction {index}" if index is not None else ""
         meaning = describe_error(self.code).split(": ", 1)[-1]
@@ -99,7 +104,19 @@ class ConfigMismatch(TpuError):
 
 
 class DeviceTimeout(TpuError):
-    """The chip did not finish within the time allowed (measured in link time)."""
+    """The chip did not finish within the time allowed (measured in link time).
+
+    Attributes
+    ----------
+    counters : dict or None
+        For a program's job, the performance counters read just before the
+        driver aborted the chip; the core was still running, so they are read
+        one after another (``non_matrix`` read later than ``cycles``).
+    """
+
+    def __init__(self, message, counters=None):
+        self.counters = counters
+        super().__init__(message)
 
 
 class JobAborted(TpuError):

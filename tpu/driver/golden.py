@@ -622,4 +622,10 @@ class GoldenLink(Link):
             self._core_fault_index = index
             self._error(code, dma=True)
         elif end == "fetch":
+            # The failed fetch halts the core with DMA_ERROR (as the RTL's
+            # does): its counters stop, no row having entered the array.
+            elapsed = self._counter("cycles")
+            self._counters = dict.fromkeys(COUNTER_NAMES, 0)
+            self._counters.update(cycles=elapsed, non_matrix=elapsed)
+            self._counting_since = None
             self._error(HostError.CPL_STATUS, dma=True)

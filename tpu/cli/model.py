@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ConfigError, TPUConfig
+from ..config import ConfigError, TPUConfig
 
 
 __all__ = ["add_model_commands", "cmd_compile", "cmd_run", "disassemble_model", "is_model_file",
@@ -29,12 +29,12 @@ __all__ = ["add_model_commands", "cmd_compile", "cmd_run", "disassemble_model", 
 def chip_failure(message):
     """A ``tpu.cli.ChipError`` (one line, exit status 1): the chip faulted or
     timed out while running a model."""
-    from .cli import ChipError
+    from .common import ChipError
     return ChipError(message)
 
 
 def _command_error(message):
-    from .cli import CommandError
+    from .common import CommandError
     return CommandError(message)
 
 
@@ -53,8 +53,8 @@ def _config(args, required=False):
 
 def _user_errors():
     """The exceptions that mean bad input rather than a broken chip."""
-    from .compiler.ir import IRError
-    from .compiler.errors import CompileError
+    from ..compiler.ir import IRError
+    from ..compiler.errors import CompileError
     return (ValueError, TypeError, OSError, KeyError, IRError, CompileError)
 
 
@@ -77,7 +77,7 @@ def _serial_options(args):
 
 
 def _session(args, model, config, batch):
-    from .compiler.session import InferenceSession
+    from ..compiler.session import InferenceSession
     options = _serial_options(args)
     if getattr(args, "seed", None) is not None:
         options["seed"] = args.seed
@@ -113,7 +113,8 @@ def _model_path(text, suffixes):
 
 def cmd_compile(args):
     model = _model_path(args.model, (".onnx", ".tflite"))
-    output = Path(args.output) if args.output else model.with_suffix(".tpu")
+    output = _checked_output(args.output, "-o", [("the model", model)]) if args.output \
+        else _checked_output(model.with_suffix(".tpu"), "the compiled model", [("the model", model)])
     config = _config(args, required=True)
     session = _session(argparse.Namespace(backend="golden"), model, config, args.batch)
     compiled = session.compiled
@@ -184,42 +185,76 @@ def _feeds(session, path):
             for name, value in data.items()}
 
 
-def _save_outputs(path, names, values):
-    path = Path(path)
+def _checked_output(path, what, inputs, outputs=()):
+    """`path`, refused (exit status 2) if it is one of `inputs` or
+    `outputs` (``(what, path)`` pairs) or a directory: `tpu.output_files`."""
+    from ..output_files import OutputRefused, check_outputs
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix == ".npz":
-            np.savez(path, **dict(zip(names, values)))
-        elif len(values) == 1:
-            np.save(path, values[0])
-        else:
-            raise _command_error(f"{path}: the model has {len(values)} outputs "
-                                 f"({', '.join(names)}); write them to an .npz file")
+        check_outputs([*outputs, (what, path)], inputs)
+    except OutputRefused as error:
+        raise _command_error(str(error)) from None
+    return Path(path)
+
+
+def _save_outputs(path, names, values):
+    """Written to exactly `path` (np.save given a name would add .npy)."""
+    from ..output_files import write_output
+    path = Path(path)
+    if path.suffix == ".npz":
+        def save(file):
+            np.savez(file, **dict(zip(names, values)))
+    elif len(values) == 1:
+        def save(file):
+            np.save(file, values[0])
+    else:
+        raise _command_error(f"{path}: the model has {len(values)} outputs "
+                             f"({', '.join(names)}); write them to an .npz file")
+    try:
+        write_output(path, save)
     except OSError as error:
         raise _command_error(f"cannot write {path}: {error.strerror}") from None
 
 
 def cmd_run(args):
-    from .driver import TpuError
+    from ..driver import TpuError
     model = _model_path(args.model, (".onnx", ".tflite", ".tpu"))
+    inputs = [("the model", model), ("--input", args.input)]
+    written = []
+    for option in ("output", "json", "trace", "waves"):
+        if getattr(args, option, None):
+            _checked_output(getattr(args, option), f"--{option}", inputs, written)
+            written.append((f"--{option}", getattr(args, option)))
     if args.trace and args.backend == "reference":
         raise _command_error("--trace: the reference backend runs no chip program to trace")
     session = _session(args, model, _config(args), args.batch)
     feeds = _feeds(session, args.input)
     names = [o.name for o in session.get_outputs()]
-    from .compiler.session import SIMULATION_BACKENDS
-    if args.backend in SIMULATION_BACKENDS and sys.stderr.isatty():
-        session.progress = lambda done, total: print(
-            f"\r{args.backend}: {done}/{total} chunks", end="\n" if done == total else "",
-            file=sys.stderr, flush=True)
+    from ..compiler.session import SIMULATION_BACKENDS
+    if args.backend in SIMULATION_BACKENDS:
+        long = _warn_if_long(session, args.backend, next(iter(feeds.values())).shape[0])
+        if sys.stderr.isatty():
+            session.progress = lambda done, total: print(
+                f"\r{args.backend}: {done}/{total} chunks", end="\n" if done == total else "",
+                file=sys.stderr, flush=True)
+        elif long:
+            # In a log: a line at every tenth.
+            def tenths(done, total, said=[-1]):
+                if 10 * done // total != said[0]:
+                    said[0] = 10 * done // total
+                    print(f"{args.backend}: {done}/{total} chunks", file=sys.stderr, flush=True)
+            session.progress = tenths
     try:
         outputs = session.run(None, feeds)
     except TpuError as error:
+        if getattr(error, "counters", None) is not None:
+            from ..host_registers import counters_line
+            print(counters_line(error.counters), flush=True)
         raise chip_failure(f"{model} on {args.backend}: {_one_line(error)}") from None
     except _user_errors() as error:
         raise _command_error(_one_line(error)) from None
     except RuntimeError as error:
-        if type(error).__name__ == "SimulatorMissing":     # not installed: the user's to fix
+        # Not installed, or too large for this machine: the user's to fix.
+        if type(error).__name__ in ("SimulatorMissing", "MachineTooSmall"):
             raise _command_error(_one_line(error)) from None
         raise chip_failure(f"{model} on {args.backend}: {_one_line(error)}") from None
     if args.output:
@@ -235,8 +270,9 @@ def cmd_run(args):
     if args.json:
         data["model"] = str(model)
         data["backend"] = args.backend
+        from ..output_files import write_output
         try:
-            Path(args.json).write_text(json.dumps(data, indent=1) + "\n")
+            write_output(args.json, (json.dumps(data, indent=1) + "\n").encode())
         except OSError as error:
             raise _command_error(f"cannot write {args.json}: {error.strerror}") from None
     if args.output:
@@ -247,10 +283,31 @@ def cmd_run(args):
     return 0
 
 
+def _warn_if_long(session, simulator, samples):
+    """Say before a simulation that will take more than a minute how long
+    it will roughly take; True if it did."""
+    from ..estimate import format_seconds, simulated_cycles_per_second
+    compiled = session.compiled
+    if compiled is None:
+        return False
+    cycles = sum(getattr(step, "estimated_cycles", 0) for step in compiled.steps)
+    chunks = -(-samples // max(1, compiled.batch))
+    speed = simulated_cycles_per_second(compiled.config, simulator)
+    seconds = cycles * chunks / speed
+    if seconds <= 60:
+        return False
+    print(f"this run simulates about {cycles * chunks:,} chip cycles ({chunks} chunks of batch "
+          f"{compiled.batch}) under {simulator}: about {format_seconds(seconds)} at roughly "
+          f"{speed:,.0f} cycles/s; a smaller input or the golden backend is faster",
+          file=sys.stderr, flush=True)
+    return True
+
+
 def _write_trace(path, session, model):
     """The run's timeline: the cycle model's schedule of the parts it executed (one batch)."""
-    from .bench.trace import write_trace
+    from ..bench.trace import write_trace
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         write_trace(path, session.compiled, Path(model).stem)
     except OSError as error:
         raise _command_error(f"cannot write {path}: {error.strerror}") from None
@@ -267,7 +324,7 @@ def is_model_file(path):
 
 def disassemble_model(path):
     """The text of a compiled model: its description and every program part's assembly."""
-    from .compiler.artifact import CompiledModel
+    from ..compiler.artifact import CompiledModel
     path = Path(path)
     if not path.is_file():
         raise _command_error(f"{path}: no such file")
@@ -288,8 +345,10 @@ def cmd_disasm_model(args):
     if output in (None, "-"):
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
+        from ..output_files import write_output
+        _checked_output(output, "-o", [("the model", args.file)])
         try:
-            Path(output).write_text(text)
+            write_output(output, text.encode())
         except OSError as error:
             raise _command_error(f"cannot write {output}: {error.strerror}") from None
     return 0
@@ -309,7 +368,7 @@ def _positive_float(text):
 
 def add_model_commands(subparsers, add_config_options):
     """Add ``compile`` and ``run`` to the ``tpu`` parser's `subparsers`."""
-    from .cli import _positive_count
+    from .common import _positive_count
     p = subparsers.add_parser(
         "compile", help="compile a quantized ONNX or TFLite model for a chip",
         description="Import MODEL (a quantized .onnx file, QDQ or QOperator form, or an int8 "

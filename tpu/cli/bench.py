@@ -5,15 +5,15 @@
 
 from pathlib import Path
 
-from .config import TPUConfig
+from ..config import TPUConfig
 
 
 __all__ = ["add_bench_commands", "cmd_bench"]
 
 
 def cmd_bench(args):
-    from .bench import run_bench
-    from .cli import CommandError, _config_from
+    from ..bench import run_bench
+    from .common import CommandError, _config_from
     if args.publish:
         return _publish(args)
     if args.time_log:
@@ -35,8 +35,8 @@ def cmd_bench(args):
 
 
 def _publish(args):
-    from .bench.report import publish_run
-    from .cli import CommandError
+    from ..bench.report import publish_run
+    from .common import CommandError
     run = Path(args.publish)
     if not (run / "results.json").is_file():
         raise CommandError(f"--publish {run}: no results.json of a tpu bench run there")

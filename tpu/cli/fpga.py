@@ -37,7 +37,7 @@ _SUFFIX = {"icebreaker": ".bin", "ulx3s-85f": ".bit"}
 
 
 def _error(message):
-    from .cli import CommandError
+    from .common import CommandError
     return CommandError(message)
 
 
@@ -47,19 +47,19 @@ def default_out(board, top="chip"):
 
 
 def _config(args):
-    from .config import ConfigError, TPUConfig
+    from ..config import ConfigError, TPUConfig
     values = {name: getattr(args, name) for name in TPUConfig.field_names()
               if getattr(args, name, None) is not None}
     profile = getattr(args, "profile", None)
     matrix = getattr(args, "top", "chip") == "matrix"
     if matrix and profile is None:
         # The matrix part's own sizes for the UP5K, under the options given.
-        from .hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
+        from ..hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
         values = {**UP5K_MATRIX_PART_FIELDS, **values}
     try:
         config = TPUConfig.from_options(values, profile)
         if matrix:
-            from .hdl.matrix_part import check_matrix_part_config
+            from ..hdl.matrix_part import check_matrix_part_config
             check_matrix_part_config(config)
         return config
     except (ConfigError, TypeError, ValueError) as error:
@@ -71,8 +71,8 @@ def _usage(entry):
 
 
 def cmd_build(args):
-    from .fpga.board_top import BOARD_OSCILLATOR_HZ, board_clock, uart_divisor
-    from .fpga.build import (BOARDS, PROFILE_BUILD_OPTIONS, FPGAToolMissing, build_chip,
+    from ..fpga.board_top import BOARD_OSCILLATOR_HZ, board_clock, uart_divisor
+    from ..fpga.build import (BOARDS, PROFILE_BUILD_OPTIONS, FPGAToolMissing, build_chip,
                              missing_fpga_tools)
     config = _config(args)
     profile = getattr(args, "profile", None) if args.top == "chip" else None
@@ -115,11 +115,21 @@ def cmd_build(args):
             if entry is not None:
                 print(f"  {name:6} {_usage(entry)}")
         for net, clock in result["clocks"].items():
-            print(f"  clock {net}: {clock['fmax_mhz']} MHz (target {clock['target_mhz']} MHz)")
+            gops = ""
+            if args.top == "chip" and clock["fmax_mhz"] and clock["target_mhz"] == round(clock_hz / 1e6, 2):
+                # The chip's clock: what the whole chip's array could do at its Fmax.
+                gops = f", peak {peak_gops(config, clock['fmax_mhz']):.1f} GOPS at that clock " \
+                       f"(2 x {config.rows} x {config.cols} x Fmax)"
+            print(f"  clock {net}: {clock['fmax_mhz']} MHz (target {clock['target_mhz']} MHz){gops}")
         print(f"bitstream: {result['bitstream']}")
     if result["problem"]:
         raise _error(result["problem"])
     return 0
+
+
+def peak_gops(config, mhz):
+    """The array's peak rate at `mhz`: a multiply and an add per PE per cycle."""
+    return 2 * config.rows * config.cols * mhz / 1000
 
 
 def flash_command(board, bitstream):
@@ -158,7 +168,7 @@ def cmd_flash(args):
 def add_fpga_commands(subparsers, add_config_options):
     """Add ``build`` and ``flash`` to `subparsers` (an argparse subparsers
     action); `add_config_options(parser)` adds the chip configuration options."""
-    from .fpga.build import PLACERS
+    from ..fpga.build import PLACERS
     p = subparsers.add_parser("build", help="build the chip's bitstream for an FPGA board",
                               description="Synthesise, place and route the whole chip behind its "
                                           "UART bridge for a board and write its bitstream.")
@@ -194,7 +204,7 @@ def add_fpga_commands(subparsers, add_config_options):
 
 def main(argv=None):
     """Run ``build`` or ``flash`` alone, with the ``tpu`` command line's errors."""
-    from .cli import CommandError, _add_config_options, _Parser
+    from .common import CommandError, _add_config_options, _Parser
     parser = _Parser(prog="tpu")
     add_fpga_commands(parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser),
                       _add_config_options)

