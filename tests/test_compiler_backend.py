@@ -563,7 +563,7 @@ def test_compute_bound_gemm_schedule():
     estimate = estimate_cycles(config, decode_program(step.program))
     ideal = 512 * 8 * 8
     assert estimate["counters"]["mxu_active"] == ideal
-    assert estimate["cycles"] == 33155
+    assert estimate["cycles"] == 33170
     assert ideal / estimate["cycles"] > 0.985
     assert estimate["matrix_phase"]["first_row"] < 300        # after one block of input
     assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 100   # drained beside it
@@ -573,7 +573,7 @@ def test_gemm_of_eight_array_rows_reaches_95_percent():
     """M = 8 x rows (64x64x64 on 8x8): one M tile, so nothing hides the first
     tile's reads and the last tile's drain; the drain runs in pieces of 38,
     16 and 10 rows, and the activation unit's LDQs and ACTs go as soon as it
-    is free. Exact cycles of the cycle model: 96.0% (93.5% when the last
+    is free. Exact cycles of the cycle model: 95.7% (93.5% when the last
     tile drained whole after the array)."""
     from tpu.bench.common import dense_graph
     from tpu.sim.models.cycle_model import estimate_cycles
@@ -583,7 +583,7 @@ def test_gemm_of_eight_array_rows_reaches_95_percent():
     estimate = estimate_cycles(config, step.program)
     assert estimate["counters"]["mxu_active"] == 64 * 8 * 8
     assert estimate["counters"]["weight_stall"] == 0
-    assert estimate["cycles"] == 4267
+    assert estimate["cycles"] == 4279
     assert estimate["counters"]["mxu_active"] / estimate["cycles"] >= 0.95
     assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 70
 
