@@ -28,6 +28,7 @@ and the longest by carry (its levels beside).
 import json
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from pathlib import Path
 
 
 __all__ = ["PathDepth", "BlockDepth", "longest_paths", "depth_of_json"]
@@ -192,7 +193,7 @@ def longest_paths(module):
 
 def depth_of_json(path, module_name):
     """`BlockDepth` of `module_name` in the Yosys JSON netlist at `path`."""
-    modules = json.loads(open(path).read())["modules"]
+    modules = json.loads(Path(path).read_text())["modules"]
     module = modules.get(module_name) or modules.get("\\" + module_name)
     if module is None:
         raise ValueError(f"no module {module_name} in {path}")
