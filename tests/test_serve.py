@@ -371,17 +371,18 @@ def test_verilator_device_answers_equal_golden(tmp_path):
         for x, future in pending:
             np.testing.assert_array_equal(future.get_result().as_numpy("y"),
                                           golden.run(None, {"x": x})[0])
-        # The simulation killed in a request: a new one answers it.
+        # The simulation killed (before the request, so that the request
+        # surely meets the dead simulation however fast the machine): a new
+        # one answers it.
         (worker,) = device_processes(server)
         simulations = worker.children(recursive=True)
         assert simulations, "the device process started no simulation"
+        for process in simulations:
+            process.kill()
         x = tiny_inputs(rng, 2)
         tensor = httpclient.InferInput("x", list(x.shape), "FP32")
         tensor.set_data_from_numpy(x)
         future = client.async_infer("tiny", [tensor])
-        time.sleep(0.5)
-        for process in simulations:
-            process.kill()
         np.testing.assert_array_equal(future.get_result().as_numpy("y"),
                                       golden.run(None, {"x": x})[0])
         client.close()
