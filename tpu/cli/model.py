@@ -126,7 +126,7 @@ def cmd_compile(args):
     describe = getattr(compiled, "describe", None)
     if describe is not None:
         print(describe())
-    from .compiler.batching import batch_choice
+    from ..compiler.batching import batch_choice
     print(f"wrote {output} for {config.name}, "
           f"{batch_choice(session.graph, config, compiled, args.batch)}", file=sys.stderr)
     return 0
