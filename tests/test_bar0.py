@@ -109,3 +109,31 @@ def test_status_read_right_behind_start():
     sim.run_until(1e-6)
     assert "status" in data, "no completion for the STATUS read"
     assert data["status"] & Status.BUSY, f"STATUS read right after START is 0x{data['status']:x}, not BUSY"
+
+
+@pytest.mark.parametrize("link_dw", [1, 2])
+def test_each_completion_carries_its_reads_tag(link_dw):
+    """Reads back to back, each with its own tag and requester: each
+    completion answers with the tag and requester of the read it completes
+    (a host matches completions to reads by them)."""
+    config = TPUConfig(link_dw=link_dw)
+    dut = Bar0(config)
+    reads = [(tag, 0x100 + 17 * tag) for tag in (3, 0, 7, 1, 6, 6, 2)]
+    got = []
+
+    async def testbench(ctx):
+        ctx.set(dut.completion.ready, 1)
+        beat = dut.request.payload
+        for tag, requester in reads:
+            ctx.set(beat.header.requester_id, requester)
+            await _send(ctx, dut, FmtType.MRD_32, _offset("STATUS", config), tag=tag)
+            for _ in range(20):
+                if ctx.get(dut.completion.valid):
+                    header = dut.completion.payload.header
+                    got.append((ctx.get(header.tag), ctx.get(header.requester_id)))
+                    await ctx.tick().until(dut.completion.payload.last)
+                    break
+                await ctx.tick()
+
+    _simulate(dut, testbench)
+    assert got == reads, f"(tag, requester) of the completions {got}, of the reads {reads}"

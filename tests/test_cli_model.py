@@ -157,14 +157,14 @@ def test_run_trace_is_a_perfetto_timeline_of_the_units(model_file, tmp_path, cap
 
 @needs_backend
 def test_chip_fault_exits_1_with_one_line(model_file, monkeypatch, capsys):
-    from tpu.compiler import session
+    from tpu.compiler import chunks
     from tpu.driver import ChipFault
     from tpu.isa import Fault
 
     async def faulting(device, compiled, inputs, profile=True):
         raise ChipFault(Fault.UB_RANGE, 3, "act acc=0, ub=9999, rows=1")
 
-    monkeypatch.setattr(session, "_execute", faulting)
+    monkeypatch.setattr(chunks, "_execute", faulting)
     path, data, _ = model_file
     assert cli.main(["run", str(path), "--input", str(data)]) == 1
     err = capsys.readouterr().err.strip()

@@ -139,3 +139,13 @@ def test_ulx3s_board_build_places_the_bands():
     rtlil = ULX3S_85F_Platform().prepare(BoardChip("ulx3s-85f", config), "tpu_chip").files["tpu_chip.il"]
     sites = re.findall(r'attribute \\BEL "([^"]+)"\s*cell \\MULT18X18D ', rtlil)
     assert sorted(sites) == sorted(band_sites(4, 3).values())
+
+
+def test_array_sites_are_for_the_ecp5_only():
+    """`dsp_sites` place MULT18X18Ds on an ECP5; elaborated for no FPGA (a
+    simulation), the same array multiplies with plain `*`."""
+    from amaranth.back import rtlil
+    from tpu.fpga.ecp5_floorplan import band_sites
+    from tpu.hdl.systolic_array import SystolicArray
+    text = rtlil.convert(SystolicArray(rows=4, cols=3, tag_width=1, dsp_sites=band_sites(4, 3)))
+    assert "MULT18X18D" not in text and re.search(r"cell \$mul ", text)

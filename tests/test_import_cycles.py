@@ -134,12 +134,8 @@ def test_the_cycle_finder_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-#: Imports that close a circle still to be broken, each with why it is there:
-#: the device pool (`tpu.runtime`) runs a session's chunks and sizes its host
-#: memory with `run_chunks` and `host_bytes` of `tpu.compiler.session`, which
-#: opens the pool; those two belong below both.
-KNOWN = {("tpu.runtime.devices", "tpu.compiler.session"),
-         ("tpu.runtime.pool", "tpu.compiler.session")}
+#: Imports that close a circle still to be broken, each with why it is there.
+KNOWN = set()
 
 
 def test_known_circles_are_still_there():

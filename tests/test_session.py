@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tpu import TPUConfig
-from tpu.compiler import ir, reference, session as session_module
+from tpu.compiler import chunks as chunks_module, ir, reference, session as session_module
 from tpu.compiler.session import InferenceSession, from_ir_layout, to_ir_layout
 
 from test_compiler_reference import small_graph
@@ -48,7 +48,7 @@ def stub_backend(monkeypatch):
         return outs, [{"part": "all", "counters": {"cycles": 100}}]
 
     monkeypatch.setattr(session_module, "_compile", compile_graph)
-    monkeypatch.setattr(session_module, "_execute", execute)
+    monkeypatch.setattr(chunks_module, "_execute", execute)
     return calls
 
 
@@ -270,7 +270,7 @@ def test_errors_inside_a_simulation_come_back(tmp_path, monkeypatch):
 
     chunks = [{"x": np.zeros((2, 6, 6, 2), np.int8)}]
     monkeypatch.setattr(session_module, "read_job", lambda directory: (None, chunks))
-    monkeypatch.setattr(session_module, "_execute", faulting)
+    monkeypatch.setattr(chunks_module, "_execute", faulting)
     monkeypatch.setenv(session_module.JOB_VARIABLE, str(tmp_path))
     result = pickle.loads(pickle.dumps(asyncio.run(session_module.simulated_main(None))))
     with pytest.raises(TpuError, match="ChipFault in the simulation: .*UB_RANGE"):
@@ -279,7 +279,7 @@ def test_errors_inside_a_simulation_come_back(tmp_path, monkeypatch):
     async def bad_input(device, compiled, inputs, profile=True):
         raise ValueError("input 'x': shape (2, 6, 6, 2) is not (3, 6, 6, 2)")
 
-    monkeypatch.setattr(session_module, "_execute", bad_input)
+    monkeypatch.setattr(chunks_module, "_execute", bad_input)
     result = asyncio.run(session_module.simulated_main(None))
     with pytest.raises(ValueError, match="ValueError in the simulation: input 'x'"):
         session_module.raise_remote_error(result)

@@ -74,7 +74,7 @@ def chip_totals(results):
 
 async def run_job(device, compiled, chunks):
     """Every chunk of a job on `device`: a list of ``(outputs, profile)``."""
-    from ..compiler.session import run_chunks
+    from ..compiler.chunks import run_chunks
     return await run_chunks(device, compiled, chunks)
 
 

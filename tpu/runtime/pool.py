@@ -230,7 +230,7 @@ class DevicePool:
     def submit(self, compiled, chunks):
         """Queue one job (chunks of the compiled batch, run in order on one
         device); a `Future` of ``[(outputs, profile), ...]``."""
-        from ..compiler.session import host_bytes
+        from ..compiler.chunks import host_bytes
         if compiled.config != self.config:
             raise ValueError(f"the model was compiled for a {compiled.config.name} chip "
                              f"{compiled.config}, the pool's devices are {self.config}")

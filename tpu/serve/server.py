@@ -112,7 +112,7 @@ def serve(models, devices="golden:1", *, port=8080, grpc_port=0, batch=None, con
         Called with the `DevicePool` once every device is open (before the
         HTTP server starts listening)."""
     kserve = import_kserve()
-    from ..compiler.session import host_bytes
+    from ..compiler.chunks import host_bytes
     from ..runtime import DevicePool
     from .metrics import ServeMetrics
     from .model import ServerOverloaded, TpuModel
