@@ -238,9 +238,10 @@ DEPTH_BLOCKS = {
 }
 
 
-def _synth_commands(family, name):
-    """The yosys commands that synthesise `name` for `family` as the board
-    build does (`tpu.fpga.build.BOARDS`)."""
+def synth_commands(family, name):
+    """The yosys commands that synthesise block `name` for `family` as the
+    board build does (`tpu.fpga.build.BOARDS`); the iCE40 array's SB_MAC16s
+    stay in their dual 8 x 8 mode (`tpu.fpga.ice40_dsp_guard`)."""
     from .build import BOARDS
     from .ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
     if family == "ice40":
@@ -291,7 +292,7 @@ def measure_blocks(config, family, build_dir, blocks=None):
             script += ["blackbox " + " ".join(hidden), f"hierarchy -top {name}", "rename -hide"]
         else:
             script.append(f"hierarchy -top {name}")
-        script += [*_synth_commands(family, name), f"write_json -noscopeinfo depth{n}.json"]
+        script += [*synth_commands(family, name), f"write_json -noscopeinfo depth{n}.json"]
         measured.append((n, block, name))
     (build_dir / "depth.ys").write_text("\n".join(script) + "\n")
     run = subprocess.run([_yosys(), "-q", "-l", "yosys.log", "-s", "depth.ys"], cwd=build_dir,

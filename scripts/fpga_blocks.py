@@ -36,8 +36,7 @@ import time
 from pathlib import Path
 
 from tpu.config import PROFILES, ConfigError, TPUConfig
-from tpu.fpga.build import BOARDS
-from tpu.fpga.ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
+from tpu.fpga.logic_depth import synth_commands
 from tpu.hdl.verilog import SERIAL_NAME, generate_verilog
 
 
@@ -71,17 +70,6 @@ ECP5_COLUMNS = {
 }
 
 COLUMNS = {"ice40": ICE40_COLUMNS, "ecp5": ECP5_COLUMNS}
-
-
-def _synth_commands(family, name):
-    """The yosys commands that synthesise block `name` for `family`, as the
-    board build does."""
-    if family == "ice40":
-        # The array's SB_MAC16s stay in their dual 8 x 8 mode (tpu.fpga.ice40_dsp_guard).
-        return [*BEFORE_SYNTH, f"synth_ice40 -dsp -top {name}", *AFTER_SYNTH]
-    spec = BOARDS["ulx3s-85f"]
-    return [f"{spec.synth} -top {name} -run :map_luts", *spec.lut_map,
-            f"{spec.synth} -top {name} -run map_cells:"]
 
 
 def _yosys():
@@ -147,7 +135,7 @@ def synthesise(config, build_dir, depth, within=None, skip=(), family="ice40"):
             # (Yosys 0.70) stops on a name clash in a module with black boxes.
             script += ["blackbox " + " ".join(children + hidden[name]), f"hierarchy -top {name}",
                        "rename -hide"]
-        script += [*_synth_commands(family, name), f"tee -q -o stat{n}.json stat -json"]
+        script += [*synth_commands(family, name), f"tee -q -o stat{n}.json stat -json"]
     (build_dir / "blocks.ys").write_text("\n".join(script) + "\n")
     run = subprocess.run([yosys, "-q", "-l", "yosys.log", "-s", "blocks.ys"], cwd=build_dir,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
