@@ -33,6 +33,7 @@ from xml.etree import ElementTree
 from filelock import FileLock, Timeout
 
 from ..config import TPUConfig
+from ..estimate import MachineTooSmall
 from .flop_resets import move_resets_into_flops
 
 
@@ -82,11 +83,6 @@ class SimulatorMissing(RuntimeError):
 class SimulationError(RuntimeError):
     """A model did not build, or a simulation ended without results; the
     message names the log."""
-
-
-class MachineTooSmall(RuntimeError):
-    """Building or simulating a model would need more memory than this
-    machine has available (checked before the work starts)."""
 
 
 def build_estimate(config, simulator, top="chip"):
