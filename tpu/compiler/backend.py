@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..isa import Cfg, Halt, Ldl, Reg, Rhm, encode_program, ldl_rows, ldq_rows
+from ..isa import Cfg, Halt, Ldl, Reg, Rhm, Whm, encode_program, ldl_rows, ldq_rows
 from ..sim.models.cycle_model import estimate_cycles
 from .allocate import Block, place_blocks
 from .artifact import ChipStep, CompiledModel, HostStep, TensorSpec
@@ -528,6 +528,7 @@ def _compile_graph(graph, config, batch, hints=None):
     # Programs.
     out_steps = []
     band_slots = {k: 1 if k in one_slot else 2 for k in banded}
+    estimates = {}
     for s, step in enumerate(steps):
         item = step["item"]
         if step["kind"] == "host":
@@ -538,7 +539,7 @@ def _compile_graph(graph, config, batch, hints=None):
             continue
         out_steps.append(_chip_step(s, step, item, config, batch, blocks, layout_of, host_off,
                                     fill_host, chip_prod, host_side, streamed, ub_layout,
-                                    band_slots))
+                                    band_slots, estimates))
 
     weights = (np.concatenate(image) if image
                else np.zeros((0, R, config.cols), dtype=np.int8)).astype(np.int8)
@@ -625,16 +626,25 @@ def _in_tap_rows(step):
     return (min(ys), max(ys) + 1) if ys else None
 
 
+def _timing_key(program):
+    """What the cycle model of an ideal host sees of `program`: not the
+    host offsets of its DMA (the parts of a layer's M tiles, which differ
+    only in those, are estimated once)."""
+    return tuple((type(i), i.ub, i.rows) if isinstance(i, (Rhm, Whm)) else i for i in program)
+
+
 def _at_least(rows):
     """`rows` rounded up to a multiple of 64 (a `--ub-rows` to suggest)."""
     return -(-rows // 64) * 64
 
 
 def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_host,
-               chip_prod, host_side, streamed, ub_layout, banded=None):
-    banded = banded or {}
+               chip_prod, host_side, streamed, ub_layout, banded=None, estimates=None):
     """The `ChipStep` of part `s`: tables, activation registers, the lowered
-    layer, HALT; RWs scheduled; its cycle estimate."""
+    layer, HALT; RWs scheduled; its cycle estimate (`estimates`: those of
+    the parts before, by `_timing_key`)."""
+    banded = banded or {}
+    estimates = {} if estimates is None else estimates
     n0, n1 = step["n"]
     inl, outl = layout_of(chip.input), layout_of(chip.output)
     pre = []
@@ -700,6 +710,10 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     # input read (the MMCs wait for it), not before it.
     lead = body[:1] if body and isinstance(body[0], Rhm) else []
     program = insert_weight_reads(lead + pre + body[len(lead):] + post, config)
+    key = _timing_key(program)
+    if key not in estimates:
+        estimates[key] = int(estimate_cycles(config, program)["cycles"])
+    estimate = estimates[key]
     nt = -(-chip.n_out // config.cols)
     kt = len(step["k_tiles"])
     kept = step["kept"][n0:n1, k0:k1]
@@ -711,7 +725,7 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
                         if step["split"] else "")
     return ChipStep(name=name, layers=list(chip.layers), program=encode_program(program),
                     weights=step["weights"], weight_base=step["mem_base"],
-                    estimated_cycles=int(estimate_cycles(config, program)["cycles"]),
+                    estimated_cycles=estimate,
                     useful_macs=useful_macs(chip, batch) * (n1 - n0) * (k1 - k0) // (nt * kt),
                     performed_macs=int(kept.sum()) * rows * config.rows * config.cols,
                     skipped_tiles=int((~kept).sum()),
