@@ -84,14 +84,26 @@ def test_bands_of_one_row_with_halo():
 
 
 def test_refusal_names_the_unified_buffer_that_would_do(rng):
-    """When even bands of one output row do not fit, the error says so and
-    names a --ub-rows with which the model compiles and runs."""
-    graph = conv_graph(rng, (12, 10, 64), 16, (5, 5), (1, 1), (2, 2, 2, 2), None)
+    """When even bands of one output row, read a block and a kernel row a
+    part, do not fit (a padded input row of 152 pixels), the error says so
+    and names a --ub-rows with which the model compiles and runs."""
+    graph = conv_graph(rng, (6, 150, 8), 8, (3, 3), (1, 1), (1, 1, 1, 1), None)
     with pytest.raises(CompileError, match=r"bands of one output row.*--ub-rows \d+") as error:
         compile_graph(graph, SMALL.replace(ub_rows=128), 1)
     rows = int(str(error.value).split("--ub-rows ")[1].split()[0])
     assert rows > 128
     check(graph, SMALL.replace(ub_rows=rows), 1, rng)
+
+
+def test_parts_of_fewer_blocks_for_a_wide_input(rng):
+    """A 1x1 convolution of stride 2 whose one input row of 64 channels
+    (8 blocks) exceeds the unified buffer: its parts take fewer weight
+    tiles, each reading only its blocks of the band, instead of a refusal."""
+    b = Builder(rng)
+    x = b.input((8, 24, 64))
+    y = b.conv(x, 16, (1, 1), (2, 2), act="relu")
+    compiled, _ = check(b.graph(y), SMALL.replace(ub_rows=128), 1, rng)
+    assert any(" k" in s.name for s in compiled.chip_steps), [s.name for s in compiled.chip_steps]
 
 
 @pytest.mark.parametrize("batch", [3, 5])

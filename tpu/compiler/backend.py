@@ -66,7 +66,8 @@ def _parts(chip, config, batch):
     loaded again for each group."""
     k_tiles, tiles = weight_tiles(chip, config)
     nt, kt = tiles.shape[:2]
-    cap = config.weight_mem_tiles
+    # (fewer for a layer whose banded input must be read a few blocks a part)
+    cap = min(config.weight_mem_tiles, chip.k_cap or config.weight_mem_tiles)
     # (only the tiles kept, `kept_tiles`, take weight memory: a depthwise
     # convolution's block-diagonal weights need a tile a tap per N tile)
     kept = kept_tiles(tiles)
@@ -435,6 +436,17 @@ def _compile_graph(graph, config, batch, hints=None):
             if single:
                 one_slot.update(siblings(max(single, key=lambda b: b.rows).key))
                 continue
+            # (a part reading several input blocks or kernel rows of a
+            # banded input: parts of fewer weight tiles, cut at rows of taps
+            # and blocks, each reading less)
+            fewer = [b for b in here if b.key in banded and b.key[0] == "in"
+                     and _part_tiles(steps[b.start]) > 1
+                     and (_span_of(_in_blocks(steps[b.start])) > 1
+                          or _span_of(_in_tap_rows(steps[b.start])) > 1)]
+            if fewer:
+                s = max(fewer, key=lambda b: b.rows).start
+                raise _Rebands(again_with(steps[s]["item"].name, k_by_rows=True,
+                                          k_cap=max(1, _part_tiles(steps[s]) // 2)))
             need = sum(b.rows for b in here)
             if any(b.key in banded for b in here):
                 raise CompileError(
@@ -631,6 +643,16 @@ def _timing_key(program):
     host offsets of its DMA (the parts of a layer's M tiles, which differ
     only in those, are estimated once)."""
     return tuple((type(i), i.ub, i.rows) if isinstance(i, (Rhm, Whm)) else i for i in program)
+
+
+def _span_of(first_end):
+    return 0 if first_end is None else first_end[1] - first_end[0]
+
+
+def _part_tiles(step):
+    """Weight tiles of the part (its kept tiles)."""
+    (n0, n1), (k0, k1) = step["n"], step["k"]
+    return int(step["kept"][n0:n1, k0:k1].sum())
 
 
 def _at_least(rows):
