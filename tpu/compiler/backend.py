@@ -369,8 +369,9 @@ def _compile_graph(graph, config, batch, hints=None):
             # Stream the block that does not fit, if it can be; else spill the
             # largest tensor kept across the parts there; else stream another
             # block of those parts.
-            if bad.key[0] in ("in", "out") and bad.key not in streamed and len(bad.key) != 3 \
-                    or bad.key[0] == "in" and bad.key not in streamed:
+            # (an output a part at a time, ("out", t, part), is never a ring)
+            if bad.key not in streamed and (bad.key[0] == "in"
+                                            or bad.key[0] == "out" and len(bad.key) == 2):
                 streamed.update(siblings(bad.key))
                 continue
             at = [b for b in blocks.values() if b.start <= bad.end and bad.start <= b.end]
