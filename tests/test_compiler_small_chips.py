@@ -55,3 +55,13 @@ def test_model_on_a_small_chip_equals_tflite(name, chip):
     report = session.report()
     print(f"{name} on {chip}: {len(session.compiled.chip_steps)} parts, compiled in "
           f"{compiled:.0f} s, {report.cycles_per_inference} cycles per inference")
+
+
+@pytest.mark.parametrize("name, parts", [("ad01_int8", 4128), ("kws_ref_model", 1196)])
+def test_model_compiles_for_up5k(name, parts):
+    """In the suite (seconds of compiling, no run): ad01's dense outputs a
+    part at a time and KWS's K-split layers with as many M tiles a part as
+    the accumulators hold, in the parts the long test above runs."""
+    from tpu.compiler.backend import compile_graph
+    compiled = compile_graph(import_tflite(tiny_model(name)), UP5K_PROFILE, 1)
+    assert len(compiled.chip_steps) == parts
