@@ -547,7 +547,7 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
 
         if isinstance(ins, Halt):
             halt = issue
-            log.append({"index": index, "instruction": str(ins), "ready": ready, "issue": issue,
+            log.append({"index": index, "instruction": ins, "ready": ready, "issue": issue,
                         "done": issue, "waits": {k: v for k, v in waits.items() if v}})
             break
         elif isinstance(ins, Rhm):
@@ -694,7 +694,7 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
             u.ready = u.idle = done
             u.ranges = ranges
         # NOP, SYNC, INT: nothing to do after issue.
-        log.append({"index": index, "instruction": str(ins), "ready": ready, "issue": issue,
+        log.append({"index": index, "instruction": ins, "ready": ready, "issue": issue,
                     "done": done, "waits": {k: v for k, v in waits.items() if v}, **more})
         issue_prev = issue
 
@@ -721,7 +721,8 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
         },
     }
     if schedule:
-        result["schedule"] = log
+        # (formatted only when asked for: most callers want the counters)
+        result["schedule"] = [{**e, "instruction": str(e["instruction"])} for e in log]
         result["weight_tiles"] = [
             {"request": t.request, "reads": t.reads, "beats": t.beats, "capture": t.capture,
              "switch": t.switch} for t in weights.tiles if t.beats is not None]
