@@ -82,9 +82,10 @@ def weight_tiles(chip, config):
             k_tiles = [KTile(dy, dx, j) for dy in range(kh) for j in range(jb) for dx in range(kw)]
         w = np.zeros((kh, kw, jb * R, nt * C), dtype=np.int8)
         w[:, :, :cin, :cout] = chip.weight
-        tiles = np.stack([np.stack([w[k.y, k.x, k.j * R:(k.j + 1) * R, n * C:(n + 1) * C]
-                                    for k in k_tiles]) for n in range(nt)])
-        return k_tiles, tiles
+        # one gather of every K tile's (lanes, columns), not a copy per tile
+        y, x, j = (np.array([getattr(k, a) for k in k_tiles]) for a in "yxj")
+        tiles = w.reshape(kh, kw, jb, R, nt, C)[y, x, j].transpose(2, 0, 1, 3)
+        return k_tiles, np.ascontiguousarray(tiles)
     h, wd, c = chip.in_shape
     K, N = chip.weight.shape
     if K != h * wd * c:
