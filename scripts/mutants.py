@@ -27,7 +27,8 @@ blocks; confirm it on both simulators with ``--tests FILE...`` and
 at once, the second in a copy of the tree under ``build/mutants/worker-1``
 with its own ``.venv`` (made once with ``make .venv/.installed``; the
 sources are copied again at each run), since a mutant is applied by
-rewriting its file in place. A mutant is killed
+rewriting its file in place. ``--resume`` keeps the verdicts of an
+interrupted run's report and runs the rest. A mutant is killed
 when a test fails (or the design no longer elaborates), survives when all
 pass; one marked ``equivalent`` in the list is reported apart and left out of
 the score; one whose tests outrun ``--timeout`` is reported as a timeout,
@@ -115,12 +116,15 @@ def load_equivalent(path=EQUIVALENT):
     return reasons
 
 
-def generated_entry(g):
-    """A generated mutant as run_mutant and the reports take it."""
+def generated_entry(g, source=None):
+    """A generated mutant as run_mutant and the reports take it; `source`
+    is its file's unmutated text (read from the worktree if not given: with
+    several workers that file may be another mutant's at the time)."""
+    source = (ROOT / g.file).read_text() if source is None else source
     return {"id": g.id, "file": g.file, "line": g.line, "kind": g.kind,
             "description": f"line {g.line}: {g.description}",
             "mutate": lambda text, g=g: mutant_generator.apply(text, g),
-            "diff": mutant_generator.diff((ROOT / g.file).read_text(), g)}
+            "diff": mutant_generator.diff(source, g)}
 
 
 class Tree:
@@ -261,12 +265,24 @@ def run_generated(args, parser, blocks, mutants):
             else "generated")
     if args.name:
         name = args.name
+    sources = {g.file: (ROOT / g.file).read_text() for g in chosen}
+    done = {}
+    if args.resume and (args.out / f"{name}.json").exists():
+        # Verdicts of an interrupted run of the same draw are kept; its
+        # timeouts run again.
+        done = {r["id"]: r for r in json.loads((args.out / f"{name}.json").read_text())
+                if r["outcome"] in ("killed", "survived", "equivalent", "no tests")}
     trees = [Tree(ROOT)] + [Tree.copy(k) for k in range(1, args.workers)]
     simulators = "all" if args.all_simulators else "icarus"
     results = [None] * len(chosen)
     todo = queue.Queue()
     for index, g in enumerate(chosen):
-        todo.put((index, g))
+        if g.id in done:
+            results[index] = done[g.id] | {"draw_seeds": seeds.get(g.id, []),
+                                           "diff": mutant_generator.diff(sources[g.file], g)}
+            print(f"{g.id:36} {done[g.id]['outcome']:10} {done[g.id]['seconds']:6.0f} s  (an earlier run)")
+        else:
+            todo.put((index, g))
     lock = threading.Lock()
     start = time.monotonic()
 
@@ -276,7 +292,7 @@ def run_generated(args, parser, blocks, mutants):
                 index, g = todo.get_nowait()
             except queue.Empty:
                 return
-            m = generated_entry(g)
+            m = generated_entry(g, sources[g.file])
             if g.id in equivalent:
                 outcome, seconds, tail = "equivalent", 0.0, equivalent[g.id]
             else:
@@ -293,13 +309,23 @@ def run_generated(args, parser, blocks, mutants):
                 print(f"{g.id:36} {outcome:10} {seconds:6.0f} s  {g.file}:{g.line} {g.description}", flush=True)
                 (args.out / f"{name}.json").write_text(json.dumps([r for r in results if r], indent=1))
 
-    threads = [threading.Thread(target=work, args=(tree,), daemon=True) for tree in trees]
+    failures = []
+
+    def guarded(tree):
+        try:
+            work(tree)
+        except BaseException as e:     # reported by the main thread, which stops the others
+            failures.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(tree,), daemon=True) for tree in trees]
     for thread in threads:
         thread.start()
     try:
         while any(thread.is_alive() for thread in threads):
+            if failures:
+                raise failures[0]
             time.sleep(0.5)
-    except KeyboardInterrupt:
+    except BaseException:
         for tree in trees:
             tree.stop()
         raise
@@ -355,6 +381,8 @@ def main(argv=None):
     parser.add_argument("--all-simulators", action="store_true",
                         help="run the tests under every simulator, not Icarus alone: to confirm a survivor")
     parser.add_argument("--name", help="report name under --out (default sample-N-seed-S)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the verdicts of an interrupted run's report of the same name; run the rest")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
