@@ -110,7 +110,10 @@ class InstructionDecoder(wiring.Component):
     division) and an ACT with windowed pooling (up to three). Every result
     is registered, and no product, sum and comparison are chained in one
     cycle: the outputs come from flip-flops and feed the sequencer's issue
-    logic without adding to its depth.
+    logic without adding to its depth. With ``config.serial_decode`` the
+    products are multiplied a bit a cycle on one multiplier clamped at the
+    UB's size (`product_cycles`); with ``config.serial_issue`` no ranges
+    are registered (``ranges`` stays invalid: nothing compares them).
 
     Members
     -------

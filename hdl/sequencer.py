@@ -66,6 +66,11 @@ class Sequencer(wiring.Component):
     the youngest slot's (which then frees with the new MMC's last row), so an
     MMC never waits for a slot and a range is only ever held longer.
 
+    With ``config.serial_issue`` the interlocks are not built: an
+    instruction for a unit waits until every other unit is idle and, unless
+    it is an MMC, until ``mmc_drained``, so no running instruction can touch
+    its rows (docs/core.md, "The small forms").
+
     SYNC, INT and HALT wait until every unit is idle. A fault (from the
     decoder, or WEIGHT_FIFO_UNDERFLOW / WEIGHT_FIFO_OVERFLOW at issue) stops
     issue before the faulting instruction: earlier instructions finish, the
