@@ -17,7 +17,7 @@ class Requantizer(wiring.Component):
     """``clamp(MultiplyByQuantizedMultiplier(acc + bias, multiplier, shift) + zero_point)``.
 
     TFLite's double-rounding requantization, or with `single_round` its
-    one-rounding form, bit for bit (see ``sim/models/activation_model.py``), as a
+    one-rounding form, bit for bit (see ``tpu/models/activation_model.py``), as a
     five-stage pipeline without stalls:
     `value` is the result for the `acc` presented `latency` cycles earlier.
     The settings inputs must not change while values are in flight; with

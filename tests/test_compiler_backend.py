@@ -556,7 +556,7 @@ def test_compute_bound_gemm_schedule():
     a tile's reads were issued at once)."""
     from tpu.bench.common import dense_graph
     from tpu.isa import decode_program
-    from tpu.sim.models.cycle_model import estimate_cycles
+    from tpu.models.cycle_model import estimate_cycles
     config = TPUConfig(ub_rows=1 << 17)
     compiled = compile_graph(dense_graph(64, 64), config, 512)
     (step,) = compiled.chip_steps
@@ -576,7 +576,7 @@ def test_gemm_of_eight_array_rows_reaches_95_percent():
     is free. Exact cycles of the cycle model: 95.7% (93.5% when the last
     tile drained whole after the array)."""
     from tpu.bench.common import dense_graph
-    from tpu.sim.models.cycle_model import estimate_cycles
+    from tpu.models.cycle_model import estimate_cycles
     config = TPUConfig()
     compiled = compile_graph(dense_graph(64, 64), config, 64)
     (step,) = compiled.chip_steps
@@ -603,7 +603,7 @@ def test_no_weight_stalls_once_the_batch_fills_the_array(m):
     --quick`): a part's first RWs go at its start, and the last tile's
     pieces are never shorter than a tile's load."""
     from tpu.bench.common import dense_graph
-    from tpu.sim.models.cycle_model import estimate_cycles
+    from tpu.models.cycle_model import estimate_cycles
     config = TPUConfig(ub_rows=1 << 17)
     for k in (8, 29, 64):
         for n in (8, 64):

@@ -1,6 +1,6 @@
 """Cycle counts of the RTL core, under both simulators: MXU utilisation of a
 compute-bound program, weight stalls of a memory-bound one, and the cycle
-estimate of `tpu.sim.models.cycle_model` against the RTL's counters.
+estimate of `tpu.models.cycle_model` against the RTL's counters.
 
 Each program runs through ``tpu.sim.bench.bench_core`` (an ideal host, an
 instruction stream that never idles). The RTL is deterministic here, so the
@@ -21,7 +21,7 @@ from tpu.hdl.sequencer import ACC_SLOTS
 from tpu.isa import Act, Conv, Func, Halt, Mmc, Pool, Rhm, Rw, Whm
 from tpu.sim.bench.bench_core import HOST_IN, HOST_OUT, TOP
 from tpu.sim.harness import run
-from tpu.sim.models.cycle_model import estimate_cycles
+from tpu.models.cycle_model import estimate_cycles
 
 
 CONFIG = TPUConfig()          # 8x8, weight memory: latency 8, 8 bytes (one tile row) per cycle

@@ -9,8 +9,8 @@ from tpu.compiler.backend import compile_graph
 from tpu.config import TPUConfig
 from tpu.programs import relocate
 from tpu.isa import Halt, Nop, Rhm, Whm
-from tpu.sim.models.cycle_model import HostLink, _rhm_link_end, estimate_cycles
-from tpu.sim.models.link_model import LinkTiming
+from tpu.models.cycle_model import HostLink, _rhm_link_end, estimate_cycles
+from tpu.models.link_model import LinkTiming
 
 
 CONFIG = TPUConfig()

@@ -10,7 +10,7 @@ from amaranth.sim import Simulator
 
 from conftest import base_seed
 from tpu.hdl.requantizer import Requantizer
-from tpu.sim.models.activation_model import (multiply_by_quantized_multiplier,
+from tpu.models.activation_model import (multiply_by_quantized_multiplier,
                                              multiply_by_quantized_multiplier_single_round,
                                              wrap_int32)
 

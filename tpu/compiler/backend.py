@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..isa import Cfg, Halt, Ldl, Reg, Rhm, encode_program, ldl_rows, ldq_rows
-from ..sim.models.cycle_model import estimate_cycles
+from ..models.cycle_model import estimate_cycles
 from .allocate import Block, place_blocks
 from .artifact import ChipStep, CompiledModel, HostStep, TensorSpec
 from .errors import CompileError

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import ir
 from ..sim.stimulus.programs import ldq_table
-from ..sim.models.activation_model import sigmoid_table, tanh_table
+from ..models.activation_model import sigmoid_table, tanh_table
 from .errors import CompileError
 from .fold import fold_zero_point
 

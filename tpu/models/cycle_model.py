@@ -66,7 +66,7 @@ What is modelled (each rule is the RTL's, in cycles):
   LDQ ``19 x cols + 1``, LDL ``2 x ceil(256 / rows) + 257``.
 
 With ``host=HostLink.of(config, latency)`` the estimate is of the whole chip
-behind its PCIe-style link instead (`tpu.sim.models.link_model`, whose
+behind its PCIe-style link instead (`tpu.models.link_model`, whose
 docstring gives its rules): instructions reach the queue as the program
 fetcher's DMA reads deliver them, RHM rows as their completions do, WHM rows
 as the DMA writer takes them; the rest is as above.
@@ -80,10 +80,10 @@ import bisect
 import itertools
 from dataclasses import dataclass, field
 
-from ...config import TPUConfig
-from ...hdl.decoder import decode_cycles
-from ...hdl.sequencer import ACC_SLOTS
-from ...isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
+from ..config import TPUConfig
+from ..hdl.decoder import decode_cycles
+from ..hdl.sequencer import ACC_SLOTS
+from ..isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
                    INSTRUCTION_BYTES, ldl_rows, ldq_rows)
 from .chip_model import checked_decode
 from .link_model import LINK_TIMING, HostLink, LinkTiming, fetch_chunks
@@ -334,7 +334,7 @@ def estimate_cycles(config, program, *, host_latency=0, schedule=False, host=Non
         host of ``sim/bench/bench_core.py``).
     host : HostLink or None
         None: the ideal host above (the RTL core's benchmark). A
-        `tpu.sim.models.link_model.HostLink`: the whole chip behind its
+        `tpu.models.link_model.HostLink`: the whole chip behind its
         PCIe-style link and a deterministic host (the program fetched by DMA,
         RHM rows and WHM rows at the link's pace), as `tpu.driver` runs it on
         the RTL with ``host_latency``; `host_latency` is then ignored.
