@@ -130,7 +130,7 @@ class TPUConfig:
         accumulator rows it shares (range interlocks). 1: an instruction
         waits until every other unit is idle and (but for an MMC) every
         matrix row is stored, so the interlocks and their range registers
-        are not built (same results; `tpu.sim.models.cycle_model` knows the
+        are not built (same results; `tpu.models.cycle_model` knows the
         cycles).
     serial_decode : int
         0 (the default): the decoder's convolution and pooling products are
