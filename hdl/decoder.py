@@ -322,13 +322,12 @@ class InstructionDecoder(wiring.Component):
             with m.State("PRODUCT"):
                 if cfg.serial_decode:
                     m.d.comb += multiply.eq(1)
-                    m.next = "MULTIPLY"
                 else:
                     m.d.sync += [rows_part.eq(rows_part_next), full_rows_part.eq(full_rows_part_next),
                                  col_part.eq(product(conv_x, mmc["col_step"])),
                                  full_col_part.eq(product(mmc["out_w"] - 1, mmc["col_step"])),
                                  pooled_rows.eq(product(out_h, out_w))]
-                    m.next = "SUM"
+                m.next = "MULTIPLY" if cfg.serial_decode else "SUM"
             if cfg.serial_decode:
                 with m.State("MULTIPLY"):
                     with m.If(multiplied):
