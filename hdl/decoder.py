@@ -380,38 +380,26 @@ class InstructionDecoder(wiring.Component):
             (windowed & (act["in_w"] > cfg.pool_max_width)) |
             ((act["pool"] == Pool.GLOBAL_AVG) & (act["rows"] > MAX_POOL_COUNT)))
 
-        rw = {name: field(word, Opcode.RW, name) for name in _fields(Opcode.RW)}
-        # Each opcode's span check: (first, count, size, the fault flag it sets).
-        spans = {
-            (Opcode.RHM, Opcode.WHM): (dma["ub"], dma["rows"], cfg.ub_rows, word_ub_bad),
-            (Opcode.RW,): (rw["tile"], rw["count"], cfg.weight_mem_tiles, wmem_bad),
-            (Opcode.MMC,): (mmc["acc"], mmc["rows"], cfg.acc_rows, acc_bad),
-            (Opcode.ACT,): (act["acc"], act["rows"], cfg.acc_rows, acc_bad),
-            (Opcode.LDQ,): (field(word, Opcode.LDQ, "ub"), ldq_rows(cfg), cfg.ub_rows, word_ub_bad),
-            (Opcode.LDL,): (field(word, Opcode.LDL, "ub"), ldl_rows(cfg), cfg.ub_rows, word_ub_bad),
-        }
-        if cfg.serial_decode:
-            # One adder and comparator for every opcode's span, its operands
-            # chosen by the opcode.
-            first = Signal(24)
-            count = Signal(24)
-            size = Signal(range(max(cfg.ub_rows, cfg.acc_rows, cfg.weight_mem_tiles) + 1))
-            with m.Switch(opcode):
-                for opcodes, (first_, count_, size_, _) in spans.items():
-                    with m.Case(*opcodes):
-                        m.d.comb += [first.eq(first_), count.eq(count_), size.eq(size_)]
-            shared_bad = span_bad(first, count, size)
-
         with m.If(fsm.ongoing("START")):
             m.d.sync += [bad_opcode.eq(~legal_opcode), bad_field.eq(illegal_field | unsupported),
                          word_ub_bad.eq(0), acc_bad.eq(0), wmem_bad.eq(0), host_bad.eq(0)]
             with m.Switch(opcode):
-                for opcodes, (first_, count_, size_, flag) in spans.items():
-                    with m.Case(*opcodes):
-                        m.d.sync += flag.eq(shared_bad if cfg.serial_decode else
-                                            span_bad(first_, count_, size_))
-                        if opcodes[0] == Opcode.RHM:
-                            m.d.sync += host_bad.eq((dma["rows"] != 0) & ((dma_end > (1 << 64)) | ~inside))
+                with m.Case(Opcode.RHM, Opcode.WHM):
+                    m.d.sync += [
+                        word_ub_bad.eq(span_bad(dma["ub"], dma["rows"], cfg.ub_rows)),
+                        host_bad.eq((dma["rows"] != 0) & ((dma_end > (1 << 64)) | ~inside)),
+                    ]
+                with m.Case(Opcode.RW):
+                    rw = {name: field(word, Opcode.RW, name) for name in _fields(Opcode.RW)}
+                    m.d.sync += wmem_bad.eq(span_bad(rw["tile"], rw["count"], cfg.weight_mem_tiles))
+                with m.Case(Opcode.MMC):
+                    m.d.sync += acc_bad.eq(span_bad(mmc["acc"], mmc["rows"], cfg.acc_rows))
+                with m.Case(Opcode.ACT):
+                    m.d.sync += acc_bad.eq(span_bad(act["acc"], act["rows"], cfg.acc_rows))
+                with m.Case(Opcode.LDQ):
+                    m.d.sync += word_ub_bad.eq(field(word, Opcode.LDQ, "ub") + ldq_rows(cfg) > cfg.ub_rows)
+                with m.Case(Opcode.LDL):
+                    m.d.sync += word_ub_bad.eq(field(word, Opcode.LDL, "ub") + ldl_rows(cfg) > cfg.ub_rows)
 
         # DERIVE: what the sequencer and the units need, registered.
         ub_last = Signal(48)
