@@ -24,7 +24,7 @@ class ActivationPipeline(wiring.Component):
     ``clamp(MultiplyByQuantizedMultiplier(acc + bias[n], multiplier[n],
     shift[n]) + zero_point)`` (TFLite's integer rounding), then the function
     (a clamp, or a 256-entry table for SIGMOID/TANH), then pooling; the result
-    is one byte per column. ``sim/models/activation_model.py`` is the exact
+    is one byte per column. ``tpu/models/activation_model.py`` is the exact
     definition; ``docs/activation_pipeline.md`` describes it.
 
     One row is accepted every `row_cycles` cycles whatever the settings: one

@@ -30,7 +30,7 @@ class PoolingUnit(wiring.Component):
     buffer of ``max_width`` entries (one memory per lane; ``pool_width``
     must not exceed ``max_width``). Average pooling divides by
     ``pool_count`` with ``(|sum| + pool_count // 2) * pool_reciprocal >> 32``
-    and restores the sign (TFLite's rounding, see ``sim/models/activation_model.py``).
+    and restores the sign (TFLite's rounding, see ``tpu/models/activation_model.py``).
     Global pooling keeps one running sum or maximum and emits it with the
     operation's last row. Pooling NONE passes every row.
 

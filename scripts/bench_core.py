@@ -8,7 +8,7 @@ prints a table and saves ``build/bench/core.json``.
 
 Each case runs one program on the RTL core with a host that never stalls and
 an instruction stream that never idles, and compares the RTL's ``cycles``
-counter with `tpu.sim.models.cycle_model.estimate_cycles`. The measuring is
+counter with `tpu.models.cycle_model.estimate_cycles`. The measuring is
 `tpu.bench.core_cases`; this is its command line.
 
 Examples::

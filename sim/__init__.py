@@ -1,8 +1,8 @@
-"""Everything that simulates the chip, by part:
+"""Everything that simulates the RTL, by part (the numpy golden models it is
+checked against are `tpu.models`, below the driver and the compiler):
 
 - ``harness``: builds simulator models of the RTL and runs cocotb testbenches;
 - ``suites``: the named testcases `tpu sim` runs for each top level;
-- ``models``: numpy golden models the RTL must equal bit for bit;
 - ``testbenches``: cocotb testbenches, one per unit or top level;
 - ``tops``: small RTL wrappers that put one unit behind a testbench's streams;
 - ``host``: the other end of the chip's streams (TLP link, PCIe root complex,

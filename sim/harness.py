@@ -24,7 +24,7 @@ import re
 import shutil
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -33,6 +33,8 @@ from xml.etree import ElementTree
 from filelock import FileLock, Timeout
 
 from ..config import TPUConfig
+from ..estimate import MachineTooSmall
+from .build_progress import BuildProgress
 from .flop_resets import move_resets_into_flops
 
 
@@ -82,11 +84,6 @@ class SimulatorMissing(RuntimeError):
 class SimulationError(RuntimeError):
     """A model did not build, or a simulation ended without results; the
     message names the log."""
-
-
-class MachineTooSmall(RuntimeError):
-    """Building or simulating a model would need more memory than this
-    machine has available (checked before the work starts)."""
 
 
 def build_estimate(config, simulator, top="chip"):
@@ -459,17 +456,14 @@ def _build_model(config, simulator, toplevel, text, build_dir, build_args, cxx_o
         else:
             flags.append(f"OPT_FAST={VERILATOR_FAST_OPT}")
         os.environ["MAKEFLAGS"] = " ".join(flags)
+    # Verilator's C++ compile is counted file by file; Icarus compiles in one step.
+    watch = BuildProgress(build_dir, f"building {build_dir.name}") if simulator == "verilator" \
+        else nullcontext()
     try:
-        runner.build(
-            sources=sources,
-            hdl_toplevel=toplevel,
-            build_dir=build_dir,
-            build_args=build_args,
-            timescale=("1ns", "1ps"),
-            always=True,
-            waves=bool(waves),
-            log_file=build_dir / "build.log",
-        )
+        with watch:
+            runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
+                         build_args=build_args, timescale=("1ns", "1ps"), always=True,
+                         waves=bool(waves), log_file=build_dir / "build.log")
     except RuntimeError as error:
         raise SimulationError(f"the {simulator} build of {toplevel} ({config.name}) failed "
                               f"({error}); see {build_dir / 'build.log'}") from None

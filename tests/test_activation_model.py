@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tpu.sim.models.activation_model import (
+from tpu.models.activation_model import (
     ActivationSettings, Function, Pooling, IDENTITY_MULTIPLIER,
     multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_single_round, output_rows, pool, pool_average, pool_reciprocal,
     quantize_multiplier, requantize, rounding_divide_by_pot, run_operation,

@@ -263,3 +263,58 @@ def test_compile_says_which_batch_and_why(model_file, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "batch 1 (the model's batch is dynamic" in err
     assert "--batch " in err and "cycles per inference instead of" in err
+
+
+@needs_backend
+@pytest.mark.parametrize("command", ["compile", "run"])
+def test_a_batch_beyond_memory_is_refused_before_compiling(model_file, tmp_path, monkeypatch,
+                                                           capsys, command):
+    """A --batch whose compilation would need more memory than the machine
+    has is refused in one line naming the batch and the estimate, before any
+    compiling, and nothing is written."""
+    from tpu.compiler import session
+    path, data, _ = model_file
+
+    def never(*args):
+        raise AssertionError("compiled although the batch was refused")
+    monkeypatch.setattr(session, "_compile", never)
+    out = tmp_path / ("big.tpu" if command == "compile" else "y.npy")
+    argv = ["compile", str(path), "-o", str(out)] if command == "compile" else \
+        ["run", str(path), "--input", str(data), "--output", str(out)]
+    assert cli.main([*argv, "--batch", str(10 ** 9)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tpu: error: batch 1000000000:") and err.count("\n") == 1, err
+    assert "GiB of memory" in err and "is available" in err
+    assert not out.exists()
+
+
+@needs_backend
+def test_a_long_compile_is_announced(model_file, tmp_path, monkeypatch, capsys):
+    """Compiling at a batch estimated at over a minute says so before it
+    starts; a short one says nothing of it."""
+    from tpu import estimate
+    path, _, _ = model_file
+    assert cli.main(["compile", str(path), "-o", str(tmp_path / "a.tpu"), "--batch", "4"]) == 0
+    assert "compiling at batch" not in capsys.readouterr().err
+    monkeypatch.setattr(estimate, "SECONDS_PER_BATCH_ROW", 10.0)
+    assert cli.main(["compile", str(path), "-o", str(tmp_path / "b.tpu"), "--batch", "4"]) == 0
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert first.startswith("compiling at batch 4 takes about ") and "minutes" in first, err
+
+
+def test_batch_estimate_counts_the_compilers_rows(model_file):
+    """The estimate's rows per sample are the rows the back end's layout
+    gives each tensor of one sample, and memory and time grow with the batch."""
+    from tpu import TPUConfig, estimate
+    from tpu.compiler.layout import Layout
+    from tpu.compiler.onnx_frontend import import_onnx
+    graph = import_onnx(onnx.load(str(model_file[0])))
+    for config in (TPUConfig(), TPUConfig(rows=4, cols=4)):
+        want = sum(Layout(*(t.shape if len(t.shape) == 3 else (1, 1, *t.shape)), config.rows,
+                          1).rows for t in graph.tensors.values())
+        assert estimate.sample_rows(graph, config) == want > 0
+        small, large = (estimate.compile_estimate(graph, config, b) for b in (1, 1000))
+        assert large[0] > small[0] and large[1] > small[1]
+    with pytest.raises(estimate.MachineTooSmall, match="batch 1000000000: .* GiB of memory"):
+        estimate.check_batch(graph, TPUConfig(), 10 ** 9)

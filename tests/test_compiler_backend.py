@@ -323,9 +323,12 @@ def test_conv_split_by_k_beyond_weight_memory(rng):
     names = [s.name for s in compiled.chip_steps]
     assert len(names) == 2 * 1 + 5                           # (4 | 4) K x 2 N; 18 = 4+4+4+4+2
     assert sum(p["weights_loaded"] > 0 for p in profile) >= 5
-    # a batch whose output does not fit the accumulators (two regions) runs
-    # its M tiles two at a time (tests/test_compiler_bands.py)
+    # the sums of 3 samples (54 rows) fit the accumulators; those of 4 (72)
+    # do not: its M tiles run as many at a time as fit, 3 then 1
+    # (tests/test_compiler_bands.py)
     compiled, _ = check(b.graph(y), cfg, 3, rng)
+    assert len(compiled.chip_steps) == 2 * 1 + 5
+    compiled, _ = check(b.graph(y), cfg, 4, rng)
     assert len(compiled.chip_steps) == 2 * 1 + 2 * 5
 
 
@@ -556,7 +559,7 @@ def test_compute_bound_gemm_schedule():
     a tile's reads were issued at once)."""
     from tpu.bench.common import dense_graph
     from tpu.isa import decode_program
-    from tpu.sim.models.cycle_model import estimate_cycles
+    from tpu.models.cycle_model import estimate_cycles
     config = TPUConfig(ub_rows=1 << 17)
     compiled = compile_graph(dense_graph(64, 64), config, 512)
     (step,) = compiled.chip_steps
@@ -576,7 +579,7 @@ def test_gemm_of_eight_array_rows_reaches_95_percent():
     is free. Exact cycles of the cycle model: 95.7% (93.5% when the last
     tile drained whole after the array)."""
     from tpu.bench.common import dense_graph
-    from tpu.sim.models.cycle_model import estimate_cycles
+    from tpu.models.cycle_model import estimate_cycles
     config = TPUConfig()
     compiled = compile_graph(dense_graph(64, 64), config, 64)
     (step,) = compiled.chip_steps
@@ -603,7 +606,7 @@ def test_no_weight_stalls_once_the_batch_fills_the_array(m):
     --quick`): a part's first RWs go at its start, and the last tile's
     pieces are never shorter than a tile's load."""
     from tpu.bench.common import dense_graph
-    from tpu.sim.models.cycle_model import estimate_cycles
+    from tpu.models.cycle_model import estimate_cycles
     config = TPUConfig(ub_rows=1 << 17)
     for k in (8, 29, 64):
         for n in (8, 64):

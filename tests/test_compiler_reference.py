@@ -9,7 +9,7 @@ import pytest
 
 from tpu.compiler import ir, reference
 from tpu.compiler.ir import Activation, QuantType
-from tpu.sim.models.activation_model import (ActivationSettings, Function, quantize_multiplier,
+from tpu.models.activation_model import (ActivationSettings, Function, quantize_multiplier,
                                       run_operation, sigmoid_table, tanh_table)
 
 from conftest import base_seed

@@ -15,8 +15,8 @@ import pytest
 
 from conftest import base_seed
 from tpu.hdl.verilog import generate_verilog
-from tpu.sim.models import activation_model
-from tpu.sim.models.chip_model import ChipModel
+from tpu.models import activation_model
+from tpu.models.chip_model import ChipModel
 from tpu.sim.harness import run
 from tpu.sim.stimulus.programs import (PROGRAM_CONFIG, PROGRAMS, ChipProgram, mlp_program,
                               multiply_by_quantized_multiplier, round_average)

@@ -1,4 +1,4 @@
-"""The cycle estimate (`tpu.sim.models.cycle_model`) on small programs whose timing
+"""The cycle estimate (`tpu.models.cycle_model`) on small programs whose timing
 can be worked out by hand from the rules in docs/core_performance.md.
 
 Cycle 0 is the cycle the first instruction is offered; it can be decoded
@@ -13,7 +13,7 @@ from tpu.isa import (Act, Cfg, Conv, Func, Halt, Mmc, Nop, Pool, Rhm, Rw, Sync, 
                      encode_program)
 from tpu.hdl.sequencer import ACC_SLOTS
 from tpu.sim.bench.bench_core import stream_program
-from tpu.sim.models.cycle_model import estimate_cycles
+from tpu.models.cycle_model import estimate_cycles
 
 
 CFG = TPUConfig()                      # 8x8, weight memory latency 8, 8 bytes per cycle

@@ -138,7 +138,7 @@ def test_cnn_schedule_behind_the_host_link(trained, split):
     from tpu.compiler.artifact import ChipStep
     from tpu.demo import _prepare
     from tpu.isa import decode_program
-    from tpu.sim.models.cycle_model import HostLink, estimate_cycles
+    from tpu.models.cycle_model import HostLink, estimate_cycles
     if _compiler_ready():
         pytest.skip(_compiler_ready())
     config = TPUConfig()

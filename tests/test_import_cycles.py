@@ -1,11 +1,17 @@
 """No import circles among the modules of the `tpu` package: the import graph,
 read with `ast` from the source tree (every import, also those inside
 functions), has no cycle, so that each module can be understood (and
-imported) after the modules below it."""
+imported) after the modules below it. The driver and the golden models are
+below the simulation package: they never import it, and a golden run of the
+driver does not load it."""
 
 import ast
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -151,3 +157,58 @@ def test_no_import_cycles():
     circles = [" -> ".join(_path(graph, members[0], set(members))) + f" (of {', '.join(members)})"
                for members in _cycles(graph)]
     assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def _reaches(graph, start):
+    """Every module `start` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for succ in graph[todo.pop()]:
+            if succ not in seen:
+                seen.add(succ)
+                todo.append(succ)
+    return seen
+
+
+@pytest.mark.parametrize("package", ["tpu.driver", "tpu.models"])
+def test_below_the_simulation_package(package):
+    # The driver (and the golden models it runs) sit below the simulation
+    # package: the simulators' backends reach the driver by entry point,
+    # not the other way round. Imports inside functions count too.
+    graph = import_graph()
+    found = {}
+    for name in graph:
+        if name == package or name.startswith(package + "."):
+            for reached in _reaches(graph, name):
+                if reached == "tpu.sim" or reached.startswith("tpu.sim."):
+                    found.setdefault(name, set()).add(reached)
+    assert not found, f"{package} reaches tpu.sim: {found}"
+
+
+#: Run in a fresh interpreter: import the driver, run a program on its golden
+#: backend, name the simulation backends, and list the loaded modules.
+_GOLDEN_RUN = """
+import sys
+from tpu import TPUConfig
+from tpu.driver import BACKENDS, GoldenLink, run
+
+async def main(device):
+    result = await device.run("nop\\nhalt", timeout=1e-3)
+    return result.counters["cycles"]
+
+assert run(main, backend="golden", config=TPUConfig()) > 0
+assert {"icarus", "verilator"} <= set(BACKENDS), sorted(BACKENDS)
+print("\\n".join(sorted(sys.modules)))
+"""
+
+
+def test_the_driver_runs_without_the_simulation_package():
+    done = subprocess.run([sys.executable, "-c", _GOLDEN_RUN], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert "tpu.models.chip_model" in loaded      # the golden backend did run its model
+    unwanted = sorted(name for name in loaded
+                      if name.split(".")[0] == "cocotb" or name == "tpu.sim"
+                      or name.startswith("tpu.sim."))
+    assert not unwanted, f"the driver's golden run loaded {unwanted}"

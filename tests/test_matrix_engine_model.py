@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tpu import TPUConfig
-from tpu.sim.models.matrix_engine_model import MatMul, MatrixEngineModel, ideal_schedule, wrap_int32
+from tpu.models.matrix_engine_model import MatMul, MatrixEngineModel, ideal_schedule, wrap_int32
 
 
 def test_matches_numpy_tiled_matmul():

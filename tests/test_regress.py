@@ -26,7 +26,7 @@ from amaranth.back import verilog
 from conftest import base_seed
 from tpu.isa import encode_program
 from tpu.sim.harness import missing_simulator, run_outcomes
-from tpu.sim.models.chip_model import ChipModel
+from tpu.models.chip_model import ChipModel
 from tpu.sim.regress import CONFIGS, config_named
 from tpu.sim.stimulus.coverage import DMA_ERROR_KINDS, all_bins, program_bins
 from tpu.sim.stimulus.edge_programs import edge_programs

@@ -14,7 +14,7 @@ from tpu import TPUConfig
 from tpu.cli import main
 from tpu.config import UP5K_HOST_FIELDS
 from tpu.selftest import CHECKS, selftest, why_not
-from tpu.sim.models.chip_model import ChipModel
+from tpu.models.chip_model import ChipModel
 from tpu.sim.stimulus.programs import mlp_program, mlp_shape
 
 

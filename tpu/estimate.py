@@ -15,8 +15,15 @@ Yosys runtime. The constants are fitted to the measurements in
 docs/verilog.md.
 """
 
-__all__ = ["memory_bits", "elaboration_memory", "available_memory", "format_bytes",
-           "simulated_cycles_per_second", "format_seconds"]
+__all__ = ["MachineTooSmall", "memory_bits", "elaboration_memory", "available_memory",
+           "format_bytes", "simulated_cycles_per_second", "format_seconds", "sample_rows",
+           "compile_estimate", "check_batch"]
+
+
+class MachineTooSmall(RuntimeError):
+    """Building, simulating or compiling would need more memory than this
+    machine has available (checked before the work starts)."""
+
 
 BASE_BYTES = 256 << 20
 BYTES_PER_MEMORY_BIT = 128
@@ -81,3 +88,50 @@ def format_seconds(seconds):
     if seconds < 7200:
         return f"{seconds / 60:.0f} minutes"
     return f"{seconds / 3600:.1f} hours"
+
+
+# Compiling at a batch ---------------------------------------------------------------------
+#
+# The back end places every tensor of a batch in unified-buffer rows (one
+# pixel's block of `rows` channels per row, tpu.compiler.layout) and lowers
+# the moves of those rows into instructions before it merges them, so its
+# work and peak memory grow with the rows of one sample times the batch.
+# Measured with `tpu compile --batch N` on a 1M-row unified buffer (on a
+# machine at load 10, so the time is on the safe side): ad01 (289 rows per
+# sample) 54 us and 54 bytes per row, KWS (9,510) 109 us and 100 bytes; at
+# small batches about 70 MiB.
+
+COMPILE_BASE_BYTES = 96 << 20
+BYTES_PER_BATCH_ROW = 128
+SECONDS_PER_BATCH_ROW = 80e-6
+
+
+def sample_rows(graph, config):
+    """Unified-buffer rows the tensors of one sample of `graph` (a
+    `tpu.compiler.ir.Graph`) take on a chip of `config`."""
+    rows = 0
+    for tensor in graph.tensors.values():
+        shape = tuple(tensor.shape)
+        pixels = shape[0] * shape[1] if len(shape) == 3 else 1
+        rows += pixels * -(-shape[-1] // config.rows)
+    return rows
+
+
+def compile_estimate(graph, config, batch):
+    """``(seconds, bytes)``: roughly how long compiling `graph` for `config`
+    at `batch` takes and its peak memory."""
+    rows = sample_rows(graph, config) * batch
+    return rows * SECONDS_PER_BATCH_ROW, COMPILE_BASE_BYTES + rows * BYTES_PER_BATCH_ROW
+
+
+def check_batch(graph, config, batch):
+    """Refuse (`MachineTooSmall`) compiling `graph` at `batch` when it would
+    need more memory than is available; else the estimated seconds."""
+    seconds, need = compile_estimate(graph, config, batch)
+    have = available_memory()
+    if have is not None and need > have:
+        raise MachineTooSmall(
+            f"batch {batch}: compiling this model at batch {batch} would need about "
+            f"{format_bytes(need)} of memory ({sample_rows(graph, config):,} unified-buffer "
+            f"rows per sample), and {format_bytes(have)} is available; choose a smaller batch")
+    return seconds

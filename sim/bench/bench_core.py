@@ -5,7 +5,7 @@ Launched by `tpu.sim.harness.run` (see ``scripts/bench_core.py`` and
 that never stalls and an instruction stream that never idles, runs one
 benchmark program (`PROGRAMS`), checks what it computed against the golden
 chip model, and writes the performance counters, the matrix phase and the
-estimate of `tpu.sim.models.cycle_model.estimate_cycles` as JSON.
+estimate of `tpu.models.cycle_model.estimate_cycles` as JSON.
 
 Every counter is taken as the difference between its value in the cycle the
 first instruction is offered and its value once the core has halted and
@@ -35,7 +35,7 @@ import numpy as np
 
 from ...hdl.core import COUNTERS
 from ...isa import Act, Func, Halt, Mmc, Rhm, Rw, Whm, encode_program
-from ..models.cycle_model import estimate_cycles
+from ...models.cycle_model import estimate_cycles
 from ..stimulus.program_generator import random_program
 from ..testbenches.tb_core import TB, counter_values
 

@@ -26,7 +26,7 @@ Tests:
 ``programs``
     Each program of ``TPU_BENCH_PROGRAMS`` (see `PROGRAM_CASES`) with its
     weights loaded by WFILL and its input read by RHM; its counters, link
-    windows and `tpu.sim.models.cycle_model.estimate_cycles` (the core with an ideal
+    windows and `tpu.models.cycle_model.estimate_cycles` (the core with an ideal
     host, equal to the RTL core cycle for cycle: docs/core_performance.md).
 
 Environment: ``TPU_BENCH_OUT`` (JSON file the results are merged into, under
@@ -49,7 +49,7 @@ from cocotb.triggers import FallingEdge, ReadOnly
 from ...hdl.tlp import LinkBeat
 from ...host_registers import COUNTER_NAMES
 from ...isa import Halt, Rhm, Rw, Whm, encode_program
-from ..models.cycle_model import HostLink, estimate_cycles
+from ...models.cycle_model import HostLink, estimate_cycles
 from ..harness import config_from_env
 from ..host.pcie_host import CLOCK_NS, PcieBridge, RtlLink, attach_root_complex
 

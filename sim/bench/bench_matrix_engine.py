@@ -33,7 +33,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, Timer
 
 from ..harness import config_from_env
-from ..models.matrix_engine_model import MatMul, ideal_schedule
+from ...models.matrix_engine_model import MatMul, ideal_schedule
 from ..host.streams import pack_fields
 from ..testbenches.tb_matrix_engine import TB
 

@@ -11,7 +11,7 @@ host is awkward at random (drawn from ``seed``: idle cycles, back-pressure,
 reordered and split completions); ``host_latency=N`` makes it deterministic
 instead (`tpu.sim.bench.bench_host.open_bench_link`: every completion of
 ``max_payload`` bytes, in order, N cycles late), the host the cycle model's
-link model (`tpu.sim.models.cycle_model.HostLink`) describes.
+link model (`tpu.models.cycle_model.HostLink`) describes.
 """
 
 import os
@@ -23,7 +23,7 @@ from pathlib import Path
 from ..harness import SimulatorMissing, missing_simulator, run_outcomes, trace_format
 
 
-__all__ = ["simulation_backend", "main_target"]
+__all__ = ["simulation_backend", "main_target", "icarus", "verilator"]
 
 
 #: cocotb rewrites the assertions of every module imported after its test
@@ -94,3 +94,9 @@ def simulation_backend(simulator):
                                    f"{why}; the log is {log}")
             return pickle.loads(result.read_bytes())
     return factory
+
+
+# The backends themselves, declared to `tpu.driver` as entry points of the
+# group "tpu.driver.backends" in pyproject.toml.
+icarus = simulation_backend("icarus")
+verilator = simulation_backend("verilator")

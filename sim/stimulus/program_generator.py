@@ -5,7 +5,7 @@ import random
 
 from ...isa import (Act, Cfg, Conv, Func, Halt, Int, Ldl, Ldq, Mmc, Nop, Pool, Reg, Rhm,
                    Rw, Sync, Whm, encode_program, ldl_rows, ldq_rows)
-from ..models.chip_model import ALL_HOST_MEMORY, in_window
+from ...models.chip_model import ALL_HOST_MEMORY, in_window
 
 
 __all__ = ["random_program", "random_windows", "seeded_program", "HOST_INPUT", "HOST_OUTPUT", "FAULT_KINDS",

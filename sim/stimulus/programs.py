@@ -6,7 +6,7 @@ starts from, and the results plain integer arithmetic gives for it: host bytes
 the program writes and, for the directed programs, UB rows, accumulator rows
 and interrupt codes. The expected results are computed here directly from the
 ISA's definition (docs/isa.md, docs/activation_pipeline.md) in numpy and
-Python integers, independently of the golden model `sim/models/chip_model.py`; the
+Python integers, independently of the golden model `tpu/models/chip_model.py`; the
 tests run each program on the RTL core (`sim/testbenches/tb_core_programs.py`), which is
 also compared with the golden model as a whole.
 
@@ -34,7 +34,7 @@ import numpy as np
 from ...asm import assemble
 from ...config import TPUConfig
 from ...isa import ldl_rows, ldq_rows
-from ..models.activation_model import quantize_multiplier, sigmoid_table, tanh_table
+from ...models.activation_model import quantize_multiplier, sigmoid_table, tanh_table
 
 
 __all__ = [

@@ -16,7 +16,7 @@ import numpy as np
 from ...hdl.activation_pipeline import ActivationPipeline
 from ...hdl.activation_settings import (ChannelWrite, InputRow, LutWrite, SettingsLayout,
                                        MAX_POOL_COUNT, MAX_POOL_SIZE)
-from ..models.activation_model import (ActivationSettings, Function, Pooling,
+from ...models.activation_model import (ActivationSettings, Function, Pooling,
                                multiply_by_quantized_multiplier,
                                multiply_by_quantized_multiplier_single_round, output_rows,
                                quantize_multiplier,

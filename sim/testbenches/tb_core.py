@@ -19,7 +19,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from ...hdl.core import COUNTERS
 from ...isa import Fault, INSTRUCTION_BYTES
-from ..models.chip_model import ChipModel
+from ...models.chip_model import ChipModel
 from ..harness import config_from_env
 from ..stimulus.coverage import program_bins
 from ..stimulus.program_generator import (FAULT_KINDS, HOST_INPUT, open_window, random_program, random_windows,

@@ -13,7 +13,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from ...hdl.matrix_engine import ActivationRow
 from ..harness import config_from_env
-from ..models.matrix_engine_model import MatMul, MatrixEngineModel, ideal_schedule
+from ...models.matrix_engine_model import MatMul, MatrixEngineModel, ideal_schedule
 from ..host.streams import (CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset,
                       unpack_array)
 

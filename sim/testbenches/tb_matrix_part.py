@@ -31,7 +31,7 @@ from ...driver.serial_link import SerialLink
 from ...driver.tlp_bytes import memory_read, memory_write
 from ..harness import config_from_env
 from ..host.serial_host import CLOCK_NS, NoisyTransport, UartTransport
-from ..models.matrix_engine_model import MatMul, MatrixEngineModel
+from ...models.matrix_engine_model import MatMul, MatrixEngineModel
 
 
 # cocotbext-uart sets its line with an API cocotb 2 deprecates.

@@ -5,7 +5,7 @@ Runs the cocotb module ``tpu.sim.bench.bench_core`` through ``tpu.sim.harness.ru
 for every case, configuration and simulator and collects the JSON each run
 writes. Each case runs one program on the RTL core with a host that never
 stalls and an instruction stream that never idles, and compares the RTL's
-``cycles`` counter with `tpu.sim.models.cycle_model.estimate_cycles`.
+``cycles`` counter with `tpu.models.cycle_model.estimate_cycles`.
 `scripts/bench_core.py` is its command line.
 """
 
@@ -97,7 +97,7 @@ def format_table(results):
     lines.append("")
     lines.append("matrix: MXU utilisation from the first row into the array to the last; "
                  "program: useful MACs / (rows x cols x cycles).")
-    lines.append("estimate: tpu.sim.models.cycle_model.estimate_cycles; error = (estimate - RTL) / RTL.")
+    lines.append("estimate: tpu.models.cycle_model.estimate_cycles; error = (estimate - RTL) / RTL.")
     mismatched = [(key, n, d["counters"][n], d["estimate"]["counters"][n])
                   for key, d in results.items() for n in COUNTERS
                   if d["counters"][n] != d["estimate"]["counters"][n]]

@@ -1,5 +1,5 @@
 """Design-space sweep like Section 7 of the TPU v1 paper, on the golden cycle
-model (`tpu.sim.models.cycle_model`, exact against the RTL): compile each workload
+model (`tpu.models.cycle_model`, exact against the RTL): compile each workload
 for a varied chip and add up the compiler's per-part cycle estimates.
 
 Varied one at a time around the reference chip: weight-memory bandwidth from

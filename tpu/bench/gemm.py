@@ -78,7 +78,7 @@ class _Estimated:
     """A report's ``total`` from the cycle model alone, for a compiled GEMM."""
 
     def __init__(self, config, compiled):
-        from ..sim.models.cycle_model import estimate_cycles
+        from ..models.cycle_model import estimate_cycles
         counters = {}
         for step in compiled.steps:
             if getattr(step, "program", None) is not None:

@@ -11,7 +11,7 @@ from ..compiler.reference import run as reference_run
 from ..config import TPUConfig
 from ..driver import run
 from ..isa import decode_program
-from ..sim.models.cycle_model import estimate_cycles
+from ..models.cycle_model import estimate_cycles
 
 
 __all__ = ["conv_graph", "measure", "conv_layers", "measure_demo", "demo"]

@@ -335,7 +335,7 @@ def _layers_section(results):
 
 def _cycle_model_section(results):
     text = ["\n## Cycle model against the RTL\n",
-            "`tpu.sim.models.cycle_model` models the core with an ideal host (data the cycle "
+            "`tpu.models.cycle_model` models the core with an ideal host (data the cycle "
             "after a request, an instruction stream that never idles). Like with like, the "
             "suite runs compiled programs on the RTL core with exactly that host "
             "(`tpu.sim.bench.bench_core`, random weights and inputs, results checked against "
@@ -364,7 +364,7 @@ def _cycle_model_section(results):
                     "the link before its first instruction, instructions then arrive at link "
                     "speed, RHMs wait for their completions and WHMs for the link. "
                     "`estimate_cycles(..., host=HostLink.of(config))` models that link "
-                    "(`tpu.sim.models.link_model`); *ideal host* is the core-only estimate, "
+                    "(`tpu.models.link_model`); *ideal host* is the core-only estimate, "
                     "whose difference is the link's cost:\n")
         rows = []
         for r in chip:
@@ -560,7 +560,7 @@ def write_markdown(results, plots):
     out.append(f"Each workload (models at batch 64 and 1) compiled for chips varied one parameter at a "
                f"time around the chip above (with the GEMM sweep's {results['gemm_ub_rows']}-row "
                f"unified buffer), its parts' cycles added up by the cycle model "
-               f"(`tpu.sim.models.cycle_model`, exact against the RTL). Arrays keep their weight "
+               f"(`tpu.models.cycle_model`, exact against the RTL). Arrays keep their weight "
                f"bandwidth at the same bytes per column.\n")
     out.append(results["design_summary"] + "\n")
     rows = [(p["workload"], p["parameter"], f"{p['factor']:g}",

@@ -19,7 +19,7 @@ def run_chip(config, simulator, label, graph, batch, latency=HOST_LATENCY):
     """Run `graph` at `batch` on the whole chip under `simulator`; one row per chip
     part: the RTL's counters and the link-aware estimate's, or ``error``."""
     from ..compiler.session import InferenceSession
-    from ..sim.models.cycle_model import HostLink, estimate_cycles
+    from ..models.cycle_model import HostLink, estimate_cycles
     progress(f"whole chip ({simulator} {config.rows}x{config.cols}, host latency {latency}): "
              f"{label} at batch {batch}")
     start = time.monotonic()

@@ -1,7 +1,7 @@
 """The cycle model against the RTL, like with like: compiled programs on the RTL
 core with the ideal host of `tpu.sim.bench.bench_core` (answers at once, an
 instruction stream that never idles), which is what
-`tpu.sim.models.cycle_model.estimate_cycles` models.
+`tpu.models.cycle_model.estimate_cycles` models.
 
 A run through the whole chip (`tpu.driver` over the PCIe-style link) takes
 more cycles than this: the program is fetched over the link before its first
@@ -32,7 +32,7 @@ def run_core(config, simulator, name, program):
     from ..hdl.core import COUNTERS
     from ..sim.bench.bench_core import TOP
     from ..sim.harness import run
-    from ..sim.models.cycle_model import estimate_cycles
+    from ..models.cycle_model import estimate_cycles
     progress(f"RTL core ({simulator} {config.rows}x{config.cols}, ideal host): {name}")
     estimate = estimate_cycles(config, program)
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,7 +24,7 @@ def build_chip(config, simulator):
 def run_simspeed(config, backends, size):
     """One GEMM `size` = (M, K, N) on every backend in `backends`. The wall time
     of a simulator includes starting it (its model already built)."""
-    from ..sim.models.cycle_model import HostLink, estimate_cycles
+    from ..models.cycle_model import HostLink, estimate_cycles
     m, k, n = size
     results = []
     for backend in backends:

@@ -7,7 +7,7 @@ unit is done with it (host reads RHM, host writes WHM, RW commands, MMC, ACT,
 control for the rest); the weight FIFO (each tile from its request to its
 capture into the array's shadow registers); the array (the rows of each MMC,
 first entry to last); and one track per stall cause (RAW hazard, unit busy,
-weight, host). The schedule is `tpu.sim.models.cycle_model.estimate_cycles`,
+weight, host). The schedule is `tpu.models.cycle_model.estimate_cycles`,
 which equals the RTL core with an ideal host counter for counter, run on each
 part's program as it executes (parts one after another). Time is in cycles,
 written as microseconds (Perfetto's unit), so "1 us" on the timeline is one
@@ -16,7 +16,7 @@ chip cycle. Open the file at ui.perfetto.dev or chrome://tracing.
 
 import json
 
-from ..sim.models.cycle_model import estimate_cycles
+from ..models.cycle_model import estimate_cycles
 
 
 __all__ = ["model_trace", "write_trace", "UNITS", "TRACKS", "STALLS"]

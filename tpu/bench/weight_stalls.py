@@ -19,7 +19,7 @@ hide that, and a part ends with HALT.
 """
 
 from ..isa import Mmc, Rw, decode_program, encode_program
-from ..sim.models.cycle_model import estimate_cycles
+from ..models.cycle_model import estimate_cycles
 
 
 __all__ = ["hoist_first_reads", "compare"]

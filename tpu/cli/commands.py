@@ -529,7 +529,8 @@ def _parser():
 
 
 def main(argv=None):
-    from ..sim.harness import MachineTooSmall, SimulationError, SimulatorMissing
+    from ..estimate import MachineTooSmall
+    from ..sim.harness import SimulationError, SimulatorMissing
     parser = _parser()
     try:
         args = parser.parse_args(argv)

@@ -88,11 +88,15 @@ def _session(args, model, config, batch):
         options["waves"] = args.waves
     try:
         return InferenceSession(model, backend=getattr(args, "backend", "golden"), config=config,
-                                batch=batch, **options)
+                                batch=batch, notice=_notice, **options)
     except _user_errors() as error:
         message = _one_line(error)
         raise _command_error(message if Path(model).name in message else f"{model}: {message}") \
             from None
+
+
+def _notice(line):
+    print(line, file=sys.stderr, flush=True)
 
 
 def _one_line(error):

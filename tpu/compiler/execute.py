@@ -13,7 +13,7 @@ import numpy as np
 
 from ..isa import decode_program
 from ..programs import relocate
-from ..sim.models.cycle_model import estimate_cycles
+from ..models.cycle_model import estimate_cycles
 from . import reference
 from .artifact import ChipStep
 

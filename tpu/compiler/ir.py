@@ -17,7 +17,7 @@ Conventions
   and do *not* have the input zero point folded in: that is a back-end pass.
 * **Requantization** of an int32 sum to an output tensor uses the real
   multiplier ``input_scale * weight_scale[n] / output_scale`` turned into the
-  chip's (multiplier, shift) by `tpu.sim.models.activation_model.quantize_multiplier`
+  chip's (multiplier, shift) by `tpu.models.activation_model.quantize_multiplier`
   (TFLite's integer rounding), computed from float64 products of the stored
   float32 scales (`requant_multipliers`; TFLite's convolutions and
   FULLY_CONNECTED compute it so too). A matrix layer's ``rounding`` is
@@ -443,7 +443,7 @@ def requant_multipliers(input_quant, weight_scale, output_quant, rounding="doubl
     """Per output channel ``(multiplier, shift)`` int64 arrays for the chip's
     requantization from ``input_scale * weight_scale[n]`` to the output scale
     (``rounding="float32"``: of the float32 multiplier ONNX Runtime uses)."""
-    from ..sim.models.activation_model import quantize_multiplier
+    from ..models.activation_model import quantize_multiplier
     if rounding == "float32":
         in_scale, out_scale = np.float32(input_quant.scale), np.float32(output_quant.scale)
         reals = [float((in_scale * np.float32(s)) / out_scale)

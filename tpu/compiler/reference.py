@@ -13,7 +13,7 @@ Semantics
 ---------
 * **Dense, Conv2D**: ``acc = sum (x - zx) * w + bias`` in 32-bit two's
   complement (padding pixels equal ``zx``, so contribute 0), then the
-  activation unit's pipeline (`tpu.sim.models.activation_model`):
+  activation unit's pipeline (`tpu.models.activation_model`):
   ``MultiplyByQuantizedMultiplier(acc, m[n], s[n]) + z`` with
   ``(m, s) = ir.requant_multipliers(in_q, weight_scale, target)``, where the
   target is ``activation.pre`` for sigmoid/tanh and the output otherwise,
@@ -55,7 +55,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..sim.models.activation_model import (
+from ..models.activation_model import (
     Function, apply_function, multiply_by_quantized_multiplier, output_bounds, sigmoid_table,
     tanh_table, tflite_average, wrap_int32)
 from . import ir

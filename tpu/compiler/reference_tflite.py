@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..sim.models.activation_model import (
+from ..models.activation_model import (
     multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_single_round,
     quantize_multiplier, rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul, wrap_int32)

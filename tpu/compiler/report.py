@@ -6,7 +6,7 @@ model's estimate) over the chunks of a run and turns it into a `Report`:
 one row per chip layer (program part) or host step, with
 
 * ``cycles`` (the chip's ``cycles`` counter) and ``estimate`` (the cycle
-  model's, `tpu.sim.models.cycle_model.estimate_cycles`);
+  model's, `tpu.models.cycle_model.estimate_cycles`);
 * ``macs``: the model's multiply-accumulates in the layer (the IR's
   ``K x N`` per sample of a Dense, ``OH x OW x KH x KW x Cin x Cout`` of a
   Conv2D, ``OH x OW x KH x KW x Cout`` of a depthwise one, whose
@@ -75,9 +75,8 @@ def conv_macs_per_pixel(weight):
     zero and are not the model's work."""
     kh, kw, cin, cout = weight.shape
     if cin > 1 and cout % cin == 0:
-        off_diagonal = np.ones((cin, cout), dtype=bool)
-        off_diagonal[np.arange(cout) // (cout // cin), np.arange(cout)] = False
-        if not np.any(weight[:, :, off_diagonal]):
+        diagonal = weight[:, :, np.arange(cout) // (cout // cin), np.arange(cout)]
+        if np.count_nonzero(weight) == np.count_nonzero(diagonal):
             return kh * kw * cout
     return kh * kw * cin * cout
 

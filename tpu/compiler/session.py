@@ -70,6 +70,15 @@ def _compile(graph, config, batch):
     return compile_graph(graph, config) if batch is None else compile_graph(graph, config, batch)
 
 
+def _check_batch(graph, config, batch, notice):
+    """Refuse a batch beyond the machine's memory; announce one over a minute."""
+    from ..estimate import check_batch, format_seconds
+    seconds = check_batch(graph, config, batch)
+    if seconds > 60 and notice is not None:
+        notice(f"compiling at batch {batch} takes about {format_seconds(seconds)} (the work "
+               f"grows with the batch; a smaller --batch compiles faster)")
+
+
 def _load_compiled(path):
     from .artifact import CompiledModel
     return CompiledModel.load(path)
@@ -168,6 +177,11 @@ class InferenceSession:
         (or such strings), or a pool already open (shared, not closed by the
         session). Chunks are spread over the devices; `close()` (or ``with``)
         stops a pool the session opened.
+    notice : callable or None
+        Called with one line before a step estimated to take over a minute
+        (compiling at a large `batch`). Compiling at a batch whose estimated
+        memory exceeds the machine's available memory is refused first
+        (`tpu.estimate.MachineTooSmall`, `tpu.estimate.check_batch`).
     backend_options
         Passed to `tpu.driver.run` (e.g. ``seed`` for the simulators).
 
@@ -184,7 +198,7 @@ class InferenceSession:
     """
 
     def __init__(self, model, backend="golden", config=None, batch=None, devices=None,
-                 **backend_options):
+                 notice=None, **backend_options):
         if batch is not None and (not isinstance(batch, int) or batch < 1):
             raise ValueError(f"batch must be a positive integer, not {batch!r}")
         if config is not None and not isinstance(config, TPUConfig):
@@ -218,6 +232,8 @@ class InferenceSession:
         if isinstance(model, ir.Graph):
             self.graph = model.validate()
             if backend != REFERENCE:
+                if batch is not None:
+                    _check_batch(self.graph, config or TPUConfig(), batch, notice)
                 self.compiled = _compile(self.graph, config or TPUConfig(), batch)
         elif self.compiled is None:
             if not _is_compiled(model):

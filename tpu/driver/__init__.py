@@ -6,14 +6,20 @@ named backend and returns what it returns. A backend is a factory
 ``factory(main, config, **options) -> main's result`` that builds the link,
 opens the device and drives its event loop to the end; the golden backend
 uses plain asyncio. The simulation backends "icarus" and "verilator"
-(`tpu.sim.host.driver_backend`) run `main` inside a cocotb simulation of the
-whole chip, whose event loop cocotb owns; `main` must then be a module-level
-function, and what it returns must pickle. The "serial" backend
+run `main` inside a cocotb simulation of the whole chip, whose event loop
+cocotb owns; `main` must then be a module-level function, and what it
+returns must pickle. They are not the driver's: the simulation package
+declares them as entry points of the group ``tpu.driver.backends``
+(pyproject.toml), found by name when first asked for, so the driver never
+imports the simulation package (nor Amaranth's simulator, nor cocotb).
+The "serial" backend
 (`tpu.driver.serial_link`) talks to a chip on a board over a UART:
 ``run(main, backend="serial", port="/dev/ttyUSB1", clock_hz=12e6)``.
 """
 
 import asyncio
+from collections.abc import MutableMapping
+from importlib.metadata import entry_points
 
 from ..config import TPUConfig
 from .device import Device, DeviceStatus, HostBuffer, Job, RunResult
@@ -26,8 +32,51 @@ __all__ = ["run", "register_backend", "BACKENDS", "Device", "DeviceStatus", "Hos
            "DeviceTimeout", "JobAborted", "NotATpu"]
 
 
+#: The entry-point group other packages declare driver backends in.
+BACKEND_GROUP = "tpu.driver.backends"
+
+
+class _Backends(MutableMapping):
+    """Backend name -> factory(main, config, **options) -> main's result.
+
+    Holds the backends registered in this process and, by name, those
+    declared as entry points of `BACKEND_GROUP`; an entry point is loaded
+    (its module imported) only when its factory is asked for, so listing or
+    testing a name imports nothing."""
+
+    def __init__(self):
+        self._registered = {}
+        self._declared = None
+
+    def _entry_points(self):
+        if self._declared is None:
+            self._declared = {point.name: point for point in entry_points(group=BACKEND_GROUP)}
+        return self._declared
+
+    def __setitem__(self, name, factory):
+        self._registered[name] = factory
+
+    def __delitem__(self, name):
+        del self._registered[name]
+
+    def __getitem__(self, name):
+        if name not in self._registered:
+            point = self._entry_points()[name]
+            self._registered[name] = point.load()
+        return self._registered[name]
+
+    def __contains__(self, name):
+        return name in self._registered or name in self._entry_points()
+
+    def __iter__(self):
+        return iter(sorted({*self._registered, *self._entry_points()}))
+
+    def __len__(self):
+        return len({*self._registered, *self._entry_points()})
+
+
 #: backend name -> factory(main, config, **options) -> the result of main(device)
-BACKENDS = {}
+BACKENDS = _Backends()
 
 
 def __getattr__(name):
@@ -62,7 +111,9 @@ def run(main, backend="golden", config=TPUConfig(), **options):
         factory = BACKENDS[backend]
     except KeyError:
         raise ValueError(f"unknown backend {backend!r}; registered: "
-                         f"{', '.join(sorted(BACKENDS)) or 'none'}") from None
+                         f"{', '.join(BACKENDS) or 'none'} (installed packages declare more as "
+                         f"entry points of {BACKEND_GROUP!r}; reinstall one whose are "
+                         f"missing)") from None
     return factory(main, config, **options)
 
 
@@ -83,19 +134,6 @@ def _golden(main, config, *, open=None, **link_options):
 
 
 register_backend("golden", _golden)
-
-
-def _simulation(simulator):
-    def factory(main, config, **options):
-        # Imported on use: the simulation stack (Amaranth, cocotb) is not
-        # needed to drive the golden model or a board.
-        from ..sim.host.driver_backend import simulation_backend
-        return simulation_backend(simulator)(main, config, **options)
-    return factory
-
-
-register_backend("icarus", _simulation("icarus"))
-register_backend("verilator", _simulation("verilator"))
 
 
 def _serial(main, config, *, port, baudrate=115200, open=None, **link_options):

@@ -3,8 +3,8 @@
 The chip behind this link is Python: a register file that follows
 `tpu.host_registers` exactly, the DMA windows, the CONTROL actions, the
 program fetch, the weight fill and MSI interrupts, around the instruction-level
-model of the core (`tpu.sim.models.chip_model.ChipModel`) and the cycle estimate
-(`tpu.sim.models.cycle_model.estimate_cycles`). It is what the RTL's host interface
+model of the core (`tpu.models.chip_model.ChipModel`) and the cycle estimate
+(`tpu.models.cycle_model.estimate_cycles`). It is what the RTL's host interface
 (``hdl/host_interface.py``, ``hdl/bar0.py``) is compared with, so every rule
 below is a rule of the hardware; docs/driver.md has the same list for readers.
 
@@ -113,8 +113,8 @@ from ..config import TPUConfig
 from ..host_registers import (BAR0_BYTES, COUNTER_NAMES, UNMAPPED, Control, HostError, Irq,
                               Status, config_words, register_bits, registers)
 from ..isa import INSTRUCTION_BYTES, Fault, Halt, Int, decode
-from ..sim.models.chip_model import ChipFault as ModelFault, ChipModel
-from ..sim.models.cycle_model import estimate_cycles
+from ..models.chip_model import ChipFault as ModelFault, ChipModel
+from ..models.cycle_model import estimate_cycles
 from .arguments import integer, positive_real, show
 from .link import Link, check_offset, check_value
 

@@ -4,7 +4,7 @@ too small for the whole chip (docs/fpga.md, "What fits the UP5K").
 It speaks the registers of `tpu.driver.matrix_part_registers` through any
 `Link` with ``read32`` and ``write32``: a `SerialLink` over pyserial on a
 board, or over a simulated UART in the tests. Its methods follow the matrix
-engine's golden model (`tpu.sim.models.matrix_engine_model`): weight tiles
+engine's golden model (`tpu.models.matrix_engine_model`): weight tiles
 are written to the weight memory, queued for the array (`load`), and each
 multiply (`matmul`) takes UB rows through the current tile into accumulator
 rows, switching to the next queued tile first when asked::

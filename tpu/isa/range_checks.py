@@ -90,6 +90,6 @@ def check(instruction, config):
     against the DMA windows and DMA_ERROR depend on the run and are raised
     while it executes (HOST_RANGE against the windows still before the RHM or
     WHM starts, after the faults checked here: see
-    `tpu.sim.models.chip_model.ChipModel`).
+    `tpu.models.chip_model.ChipModel`).
     """
     return diagnose(instruction, config)[0]

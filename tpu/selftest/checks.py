@@ -23,7 +23,7 @@ from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, UNMAPPED, Cont
                               Status, config_words, register_bits, registers)
 from ..isa import Act, Conv, Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
 from ..programs import relocate
-from ..sim.models.cycle_model import estimate_cycles
+from ..models.cycle_model import estimate_cycles
 from ..sim.stimulus.programs import mlp_program, mlp_shape
 from ..driver.device import Device, HostBuffer
 from ..driver.errors import ChipFault, ConfigMismatch, DeviceTimeout, JobAborted, NotATpu, TpuError
@@ -364,7 +364,7 @@ async def check_weights_at_tile(device, seed=3):
     at 0 and from the last tiles on, a program switching to those computes
     what the golden model computes (one-hot activations, so the output rows
     are the weight rows themselves)."""
-    from ..sim.models.chip_model import ChipModel
+    from ..models.chip_model import ChipModel
     cfg = device.config
     rng = np.random.default_rng(seed)
     first = max(1, cfg.weight_mem_tiles - 2)

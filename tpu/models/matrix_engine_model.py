@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...config import TPUConfig
+from ..config import TPUConfig
 
 
 __all__ = ["MatrixEngineModel", "MatMul", "ideal_schedule", "wrap_int32"]

@@ -9,11 +9,11 @@ import functools
 
 import numpy as np
 
-from ...config import TPUConfig
-from ...isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Nop, Reg, Rhm, Rw, Sync, Whm,
+from ..config import TPUConfig
+from ..isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Nop, Reg, Rhm, Rw, Sync, Whm,
                    Pool, check, decode, ldl_rows, ldq_rows, ldq_sections,
                    INSTRUCTION_BYTES)
-from ...hdl.activation_settings import SHIFT_WIDTH, VALUE_WIDTH
+from ..hdl.activation_settings import SHIFT_WIDTH, VALUE_WIDTH
 from .activation_model import ActivationSettings, run_operation
 from .matrix_engine_model import wrap_int32
 

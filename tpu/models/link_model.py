@@ -48,7 +48,7 @@ RTL, `tests/test_cycle_model_chip.py` holds them):
 
 from dataclasses import dataclass
 
-from ...config import TPUConfig
+from ..config import TPUConfig
 
 
 __all__ = ["HostLink", "LinkTiming", "LINK_TIMING"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ...hdl.activation_settings import (
+from ..hdl.activation_settings import (
     Function, Pooling, MAX_POOL_SIZE, MAX_POOL_COUNT, RECIPROCAL_SHIFT, RECIPROCAL_WIDTH,
     SHIFT_WIDTH, VALUE_WIDTH)
 
