@@ -43,10 +43,12 @@ regress: $(STAMP)
 	$(BIN)/python -m tpu.sim.regress $(REGRESS_DIR)
 
 # Mutation testing: apply each mutant of scripts/mutants.toml, run its tests;
-# with SAMPLE=N, N mutants drawn (seed SEED) from the generated ones of hdl/.
+# with SAMPLE=N, N mutants drawn (seed SEED) from the generated ones of hdl/,
+# WORKERS of them at once (each more in a copy of the tree with its own .venv).
 SEED ?= 1
+WORKERS ?= 1
 mutants: $(STAMP)
-	$(BIN)/python scripts/mutants.py $(if $(SAMPLE),--sample $(SAMPLE) --draw-seed $(SEED)) $(MUTANTS_ARGS)
+	$(BIN)/python scripts/mutants.py $(if $(SAMPLE),--sample $(SAMPLE) --draw-seed $(SEED) --workers $(WORKERS)) $(MUTANTS_ARGS)
 
 # The default chip's Verilog (module tpu_chip) and its port map.
 verilog: $(STAMP)

@@ -34,7 +34,9 @@ def _script(name, *args, check=True):
 
 @pytest.mark.parametrize("name, words", [("bench_fpga.py", ["--run", "--from-json", "boards:"]),
                                          ("bench_simspeed.py", ["--shapes", "--programs",
-                                                                "compute", "dma"])])
+                                                                "compute", "dma"]),
+                                         ("bench_small_chips.py", ["--chips", "--backend",
+                                                                   "--inputs"])])
 def test_help(name, words):
     out = _script(name, "--help").stdout
     assert out.startswith("usage: ") and all(w in out for w in words)

@@ -323,9 +323,12 @@ def test_conv_split_by_k_beyond_weight_memory(rng):
     names = [s.name for s in compiled.chip_steps]
     assert len(names) == 2 * 1 + 5                           # (4 | 4) K x 2 N; 18 = 4+4+4+4+2
     assert sum(p["weights_loaded"] > 0 for p in profile) >= 5
-    # a batch whose output does not fit the accumulators (two regions) runs
-    # its M tiles two at a time (tests/test_compiler_bands.py)
+    # the sums of 3 samples (54 rows) fit the accumulators; those of 4 (72)
+    # do not: its M tiles run as many at a time as fit, 3 then 1
+    # (tests/test_compiler_bands.py)
     compiled, _ = check(b.graph(y), cfg, 3, rng)
+    assert len(compiled.chip_steps) == 2 * 1 + 5
+    compiled, _ = check(b.graph(y), cfg, 4, rng)
     assert len(compiled.chip_steps) == 2 * 1 + 2 * 5
 
 

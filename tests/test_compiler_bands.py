@@ -84,9 +84,10 @@ def test_bands_of_one_row_with_halo():
 
 
 def test_refusal_names_the_unified_buffer_that_would_do(rng):
-    """When even bands of one output row do not fit, the error says so and
-    names a --ub-rows with which the model compiles and runs."""
-    graph = conv_graph(rng, (12, 10, 64), 16, (5, 5), (1, 1), (2, 2, 2, 2), None)
+    """When even bands of one output row, read a block and a kernel row a
+    part, do not fit (a padded input row of 152 pixels), the error says so
+    and names a --ub-rows with which the model compiles and runs."""
+    graph = conv_graph(rng, (6, 150, 8), 8, (3, 3), (1, 1), (1, 1, 1, 1), None)
     with pytest.raises(CompileError, match=r"bands of one output row.*--ub-rows \d+") as error:
         compile_graph(graph, SMALL.replace(ub_rows=128), 1)
     rows = int(str(error.value).split("--ub-rows ")[1].split()[0])
@@ -94,15 +95,27 @@ def test_refusal_names_the_unified_buffer_that_would_do(rng):
     check(graph, SMALL.replace(ub_rows=rows), 1, rng)
 
 
+def test_parts_of_fewer_blocks_for_a_wide_input(rng):
+    """A 1x1 convolution of stride 2 whose one input row of 64 channels
+    (8 blocks) exceeds the unified buffer: its parts take fewer weight
+    tiles, each reading only its blocks of the band, instead of a refusal."""
+    b = Builder(rng)
+    x = b.input((8, 24, 64))
+    y = b.conv(x, 16, (1, 1), (2, 2), act="relu")
+    compiled, _ = check(b.graph(y), SMALL.replace(ub_rows=128), 1, rng)
+    assert any(" k" in s.name for s in compiled.chip_steps), [s.name for s in compiled.chip_steps]
+
+
 @pytest.mark.parametrize("batch", [3, 5])
 def test_conv_split_by_k_beyond_the_accumulators(rng, batch):
     """A convolution whose block of output channels needs more weight tiles
     than weight memory holds, and whose output exceeds the accumulators:
-    split by K with its M tiles two at a time (the weights loaded again per
-    pair), equal to the reference."""
+    split by K with its M tiles as many at a time as the accumulators hold
+    their sums (the weights loaded again per group), equal to the
+    reference."""
     cfg = SMALL.replace(weight_mem_tiles=4)
     b = Builder(rng)
-    x = b.input((6, 5, 9))
+    x = b.input((10, 5, 9))
     y = b.conv(x, 10, (3, 3), padding=(1, 0, 1, 0), act="clamp")     # 9 taps x 2 blocks: 18
     compiled, profile = check(b.graph(y), cfg, batch, rng)
     assert any(" m" in s.name and " k" in s.name for s in compiled.chip_steps)
@@ -132,3 +145,23 @@ def test_random_weight_splits(rng):
         y = b.dense(f, int(rng.integers(1, 12)))
         print(f"{tiles} weight tiles")
         check(b.graph(y), SMALL.replace(weight_mem_tiles=tiles), int(rng.integers(1, 4)), rng)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_dense_output_written_a_part_at_a_time(rng, batch):
+    """A dense layer of more output rows than the unified buffer holds, its
+    weights split by N (and K): each part holds only its N tiles' blocks of
+    the output and writes them to host memory, equal to the reference; so
+    does a layer after it that reads the output back."""
+    cfg = SMALL.replace(weight_mem_tiles=4, ub_rows=64)
+    b = Builder(rng)
+    x = b.input((24,))
+    y = b.dense(x, 640, "relu")
+    compiled, _ = check(b.graph(y), cfg, batch, rng)
+    assert any("a part's N tiles at a time" in n for n in compiled.notes), compiled.notes
+    b = Builder(rng)
+    x = b.input((24,))
+    h = b.dense(x, 640, "relu")
+    y = b.dense(h, 10)
+    compiled, _ = check(b.graph(y), cfg, batch, rng)
+    assert any("a part's N tiles at a time" in n for n in compiled.notes), compiled.notes

@@ -325,6 +325,30 @@ def test_conv_kernels(kernel):
     check(model, (2, 9, 9), seed, [FORMS[0], FORMS[7]])
 
 
+@pytest.mark.parametrize("multiplier,stride,pad", [(1, 1, 1), (2, 2, 1), (1, 2, 0)])
+def test_depthwise_conv(multiplier, stride, pad):
+    """A Conv with group = input channels (each output channel ``o`` reads
+    input channel ``o // multiplier``) is a Conv2D with block-diagonal
+    weights, equal to ONNX Runtime's QLinearConv."""
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    c = int(rng.integers(2, 11))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["h"], name="depthwise", group=c,
+                              strides=[stride, stride], pads=[pad] * 4),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="pointwise")]
+    inits = {"w": weights(rng, c * multiplier, 1, 3, 3),
+             "b": rng.normal(0, 0.1, c * multiplier).astype(np.float32),
+             "w2": weights(rng, 5, c * multiplier, 1, 1)}
+    model = float_model(nodes, inits, [c, 9, 7])
+    for graph in check(model, (c, 9, 7), seed, [FORMS[0], FORMS[3], FORMS[5]]):
+        depthwise = layers(graph, ir.Conv2D)[0]
+        assert depthwise.weight.shape == (3, 3, c, c * multiplier)
+        rows, cols = np.nonzero(np.any(depthwise.weight, axis=(0, 1)))
+        assert np.array_equal(rows, cols // multiplier)
+
+
 @pytest.mark.parametrize("auto_pad,stride,kernel", [
     ("SAME_UPPER", 1, 4), ("SAME_LOWER", 1, 4), ("SAME_UPPER", 2, 3), ("SAME_LOWER", 2, 2),
     ("VALID", 2, 3), ("NOTSET", 3, 3)])
@@ -625,6 +649,15 @@ def test_group_and_dilated_convs_are_refused(form):
     dilated = [helper.make_node("Conv", ["x", "w"], ["y"], name="dilated", dilations=[2, 2])]
     q = _quantized_with(dilated, {"w": weights(rng, 4, 4, 3, 3)}, [4, 8, 8], form)
     one_line_error(UnsupportedModel, q, "dilated", "dilations")
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_grouped_convs_other_than_depthwise_are_refused(form):
+    rng = np.random.default_rng(0)
+    grouped = [helper.make_node("Conv", ["x", "w"], ["y"], name="grouped", group=2)]
+    q = _quantized_with(grouped, {"w": weights(rng, 6, 3, 3, 3)}, [6, 6, 6], form)
+    one_line_error(UnsupportedModel, q, "grouped", "Conv", "group=2 over 6 input channels",
+                   "depthwise")
 
 
 def test_unsupported_operators_are_named():

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..isa import Cfg, Halt, Ldl, Reg, Rhm, encode_program, ldl_rows, ldq_rows
+from ..isa import Cfg, Halt, Ldl, Reg, Rhm, Whm, encode_program, ldl_rows, ldq_rows
 from ..models.cycle_model import estimate_cycles
 from .allocate import Block, place_blocks
 from .artifact import ChipStep, CompiledModel, HostStep, TensorSpec
@@ -58,14 +58,16 @@ def _parts(chip, config, batch):
     """Weight tiles and the ``(n0, n1, k0, k1, m)`` ranges of the parts of
     `chip`: N tiles as many as weight memory holds; a layer whose one N tile
     needs more is also split by K tiles, its partial sums kept in the
-    accumulators from one part to the next. Those sums must have a region
-    of the accumulators each, so such a layer runs its M tiles two at a
-    time (``m``: the range of M tiles of the part, None for all): per N
-    tile, per pair of M tiles, its K parts, the weights of each loaded
-    again for each pair."""
+    accumulators from one part to the next. Those sums must have rows of
+    the accumulators each, so such a layer runs its M tiles as many at a
+    time as the accumulators hold (``m``: the range of M tiles of the part,
+    None for all; `lower.lower_part` packs their sums one after another):
+    per N tile, per group of M tiles, its K parts, the weights of each
+    loaded again for each group."""
     k_tiles, tiles = weight_tiles(chip, config)
     nt, kt = tiles.shape[:2]
-    cap = config.weight_mem_tiles
+    # (fewer for a layer whose banded input must be read a few blocks a part)
+    cap = min(config.weight_mem_tiles, chip.k_cap or config.weight_mem_tiles)
     # (only the tiles kept, `kept_tiles`, take weight memory: a depthwise
     # convolution's block-diagonal weights need a tile a tap per N tile)
     kept = kept_tiles(tiles)
@@ -80,22 +82,42 @@ def _parts(chip, config, batch):
             ranges.append((n, end, 0, kt, None))
             n = end
         return k_tiles, tiles, ranges
-    tiles_m = len(m_tiles(chip, batch, config))
-    pairs = [None] if tiles_m <= 2 else [(m, min(m + 2, tiles_m)) for m in range(0, tiles_m, 2)]
+    groups, start, used = [], 0, 0
+    mts = m_tiles(chip, batch, config)
+    for i, mt in enumerate(mts):
+        rows = mt.rows_per_sample * len(mt.samples)
+        if i > start and used + rows > config.acc_rows:
+            groups.append((start, i))
+            start, used = i, 0
+        used += rows
+    pairs = [None] if start == 0 else groups + [(start, len(mts))]
     ranges = []
     for n in range(nt):
         ks = np.flatnonzero(kept[n])
         cuts = [0] + [int(ks[i]) for i in range(cap, len(ks), cap)] + [kt]
+        if chip.k_by_rows:
+            # (parts of one kernel row's taps of a few input blocks each,
+            # which read only those rows and blocks of a banded input)
+            per = max(1, cap // chip.weight.shape[1])
+            group = [(k_tiles[k].y, k_tiles[k].j // per) for k in ks]
+            cuts, count_ = [0], 0
+            for i, k in enumerate(ks):
+                if i and (group[i] != group[i - 1] or count_ == cap):
+                    cuts.append(int(k))
+                    count_ = 0
+                count_ += 1
+            cuts.append(kt)
         ranges += [(n, n + 1, k0, k1, m) for m in pairs for k0, k1 in zip(cuts, cuts[1:])]
     return k_tiles, tiles, ranges
 
 
 class _Rebands(Exception):
-    """Compile again with these band sizes (a layer split by K tiles whose
-    bands must shrink: its parts' M tiles change)."""
-    def __init__(self, bands):
-        super().__init__(bands)
-        self.bands = bands
+    """Compile again with these chip layer settings, name -> fields (a
+    layer split by K tiles whose bands must shrink, or whose parts must be
+    cut at rows of taps: its parts change)."""
+    def __init__(self, hints):
+        super().__init__(hints)
+        self.hints = hints
 
 
 def compile_graph(graph, config, batch=1):
@@ -103,12 +125,12 @@ def compile_graph(graph, config, batch=1):
     error about one layer names the model operator it came from, when the
     front end recorded it (``graph.origins``)."""
     try:
-        bands = {}
+        hints = {}
         while True:
             try:
-                return _compile_graph(graph, config, batch, bands)
+                return _compile_graph(graph, config, batch, hints)
             except _Rebands as again:
-                bands = again.bands
+                hints = again.hints
     except CompileError as e:
         named = _LAYER_ERROR.match(str(e))
         if named is None or named[1] not in graph.origins:
@@ -120,7 +142,7 @@ def compile_graph(graph, config, batch=1):
 _LAYER_ERROR = re.compile(r"layer '([^']+)'")
 
 
-def _compile_graph(graph, config, batch, bands=None):
+def _compile_graph(graph, config, batch, hints=None):
     _check_config(config, batch)
     graph = split_pools(graph.validate())
     R = config.rows
@@ -149,25 +171,28 @@ def _compile_graph(graph, config, batch, bands=None):
         return layouts[name]
 
     # Steps: chip parts (weights split by N tiles) and host steps.
-    steps, image, mem_cursor = [], [], 0
+    steps, image, mem_cursor, image_tiles = [], [], 0, 0
     for item in plan:
         if not isinstance(item, ChipLayer):
             steps.append(dict(kind="host", item=item))
             continue
-        if bands and item.name in bands:
-            item = replace(item, band_rows=bands[item.name])
+        if hints and item.name in hints:
+            item = replace(item, **hints[item.name])
         k_tiles, tiles, ranges = _parts(item, config, batch)
         kept = kept_tiles(tiles)
+        tables, table = quant_tables(item, config), lut(item)
+        work = tile_work(item, config)
         for n0, n1, k0, k1, m in ranges:
             part = tiles[n0:n1, k0:k1][kept[n0:n1, k0:k1]]
             if mem_cursor + len(part) > config.weight_mem_tiles:
                 mem_cursor = 0
             steps.append(dict(kind="chip", item=item, n=(n0, n1), k=(k0, k1), m=m, k_tiles=k_tiles,
                               kept=kept,
-                              weights=(sum(len(t) for t in image), len(part)),
+                              weights=(image_tiles, len(part)),
                               mem_base=mem_cursor, split=len(ranges) > 1,
-                              tables=quant_tables(item, config)[n0:n1], lut=lut(item)))
+                              tables=tables[n0:n1], lut=table, work=work))
             image.append(part)
+            image_tiles += len(part)
             mem_cursor += len(part)
 
     # Who produces and reads each stored tensor.
@@ -212,6 +237,7 @@ def _compile_graph(graph, config, batch, bands=None):
     banded = set()          # keys of in/out blocks streamed in bands of rows
     band_limit = {}         # chip layer name -> output rows per band
     one_slot = set()        # keys of banded inputs read into one slot (no double buffering)
+    chunked = set()         # outputs whose parts (split by N) each hold only their blocks
 
     def chip_of(s):
         item = steps[s]["item"]
@@ -240,7 +266,8 @@ def _compile_graph(graph, config, batch, bands=None):
             parts = chip_prod[t] if key[0] == "out" else [s]
             return max(BandRing(layout_of(t), chip_of(p), m_tiles(chip_of(p), batch, config),
                                 key[0] == "out", 1 if key in one_slot else 2,
-                                steps[p]["n"] if key[0] == "out" else _in_blocks(steps[p])).rows
+                                steps[p]["n"] if key[0] == "out" else _in_blocks(steps[p]),
+                                None if key[0] == "out" else _in_tap_rows(steps[p])).rows
                        for p in parts)
         return lay.blocks * min(batch, slots(key, s)) * lay.sample_stride if key in streamed \
             else lay.rows
@@ -275,7 +302,11 @@ def _compile_graph(graph, config, batch, bands=None):
                 blocks[("res", t)] = Block(("res", t), rows, min(prod + cons), max(prod + cons), t)
                 continue
             # Streamed through a ring of a few M tiles' samples.
-            if prod:
+            if prod and t in chunked:
+                for p in prod:
+                    key = ("out", t, p)
+                    blocks[key] = Block(key, chunk_rows(t, p), p, p)
+            elif prod:
                 key = ("out", t)
                 blocks[key] = Block(key, ring_rows(key, t, prod[0]), min(prod), max(prod))
             for c in cons:
@@ -289,6 +320,33 @@ def _compile_graph(graph, config, batch, bands=None):
                 rows = window[1] - window[0] if window else ring_rows(key, t, c)
                 blocks[key] = Block(key, extra + rows, c, c)
         return blocks
+
+    def chunk_rows(t, p):
+        """UB rows of part `p`'s chunk of output `t`: the blocks of its N
+        tiles (none for a part that leaves its sums to the next)."""
+        step = steps[p]
+        if step["k"][1] != len(step["k_tiles"]):
+            return 0
+        key = ("out", t)
+        lay = ub_layout(t, key)
+        per = min(batch, slots(key, p)) * lay.sample_stride if key in streamed \
+            else lay.block_stride
+        return (step["n"][1] - step["n"][0]) * per
+
+    def chunkable(key):
+        """Whether output `key` can be held a part's N tiles at a time: not
+        banded, its producer split into parts of different N tiles."""
+        return (len(key) == 2 and key[0] == "out" and key not in banded
+                and len({steps[p]["n"] for p in chip_prod[key[1]]}) > 1)
+
+    def again_with(name, **fields):
+        """The settings to compile again with: these fields of layer
+        `name`, and the bands found so far."""
+        out = {n: dict(h) for n, h in (hints or {}).items()}
+        for n, rows in band_limit.items():
+            out.setdefault(n, {})["band_rows"] = rows
+        out.setdefault(name, {}).update(fields)
+        return out
 
     def siblings(key):
         """`key` and the same input's keys of the other parts of its layer
@@ -311,7 +369,9 @@ def _compile_graph(graph, config, batch, bands=None):
             # Stream the block that does not fit, if it can be; else spill the
             # largest tensor kept across the parts there; else stream another
             # block of those parts.
-            if bad.key[0] in ("in", "out") and bad.key not in streamed:
+            # (an output a part at a time, ("out", t, part), is never a ring)
+            if bad.key not in streamed and (bad.key[0] == "in"
+                                            or bad.key[0] == "out" and len(bad.key) == 2):
                 streamed.update(siblings(bad.key))
                 continue
             at = [b for b in blocks.values() if b.start <= bad.end and bad.start <= b.end]
@@ -327,7 +387,12 @@ def _compile_graph(graph, config, batch, bands=None):
                 for p in chip_prod[bad.key[1]]:
                     steps[p]["reads"] = 1
                 continue
-            ring = [b for b in at if b.key[0] in ("in", "out") and b.key not in streamed]
+            # (a layer split by N writes its output a part's N tiles at a time)
+            if chunkable(bad.key) and bad.key in streamed:
+                chunked.add(bad.key[1])
+                continue
+            ring = [b for b in at if b.key[0] in ("in", "out") and b.key not in streamed
+                    and not (b.key[0] == "out" and len(b.key) == 3)]
             if ring:
                 streamed.add(max(ring, key=lambda b: b.rows).key)
                 continue
@@ -354,14 +419,35 @@ def _compile_graph(graph, config, batch, bands=None):
                 s = max(shrink, key=lambda b: b.rows).start
                 name = steps[s]["item"].name
                 if steps[s]["k"] != (0, len(steps[s]["k_tiles"])):
-                    raise _Rebands({**(bands or {}), **band_limit, name: band_rows_of(s) // 2})
+                    raise _Rebands(again_with(name, band_rows=band_rows_of(s) // 2))
                 band_limit[name] = band_rows_of(s) // 2
+                continue
+            rows_split = [b for b in here if b.key in banded and b.key[0] == "in"
+                          and steps[b.start]["k"] != (0, len(steps[b.start]["k_tiles"]))
+                          and not steps[b.start]["item"].k_by_rows]
+            if rows_split:
+                raise _Rebands(again_with(steps[max(rows_split, key=lambda b: b.rows).start]
+                                          ["item"].name, k_by_rows=True))
+            chunk = [b for b in here if chunkable(b.key) and b.key in streamed]
+            if chunk:
+                chunked.add(max(chunk, key=lambda b: b.rows).key[1])
                 continue
             single = [b for b in here if b.key in banded and b.key[0] == "in"
                       and b.key not in one_slot]
             if single:
                 one_slot.update(siblings(max(single, key=lambda b: b.rows).key))
                 continue
+            # (a part reading several input blocks or kernel rows of a
+            # banded input: parts of fewer weight tiles, cut at rows of taps
+            # and blocks, each reading less)
+            fewer = [b for b in here if b.key in banded and b.key[0] == "in"
+                     and _part_tiles(steps[b.start]) > 1
+                     and (_span_of(_in_blocks(steps[b.start])) > 1
+                          or _span_of(_in_tap_rows(steps[b.start])) > 1)]
+            if fewer:
+                s = max(fewer, key=lambda b: b.rows).start
+                raise _Rebands(again_with(steps[s]["item"].name, k_by_rows=True,
+                                          k_cap=max(1, _part_tiles(steps[s]) // 2)))
             need = sum(b.rows for b in here)
             if any(b.key in banded for b in here):
                 raise CompileError(
@@ -380,13 +466,14 @@ def _compile_graph(graph, config, batch, bands=None):
     blocks, spilled = allocate()
     if deep:
         kept = (blocks, spilled, set(streamed), {s: steps[s]["reads"] for s in deep},
-                set(banded), dict(band_limit), set(one_slot))
+                set(banded), dict(band_limit), set(one_slot), set(chunked))
         for s in deep:
             steps[s]["reads"] = 1
         streamed.clear()
         banded.clear()
         band_limit.clear()
         one_slot.clear()
+        chunked.clear()
         blocks, spilled = allocate()
         if not kept[1] - spilled:      # no more spills with the deeper rings
             blocks, spilled = kept[:2]
@@ -400,6 +487,8 @@ def _compile_graph(graph, config, batch, bands=None):
             band_limit.update(kept[5])
             one_slot.clear()
             one_slot.update(kept[6])
+            chunked.clear()
+            chunked.update(kept[7])
     for s, step in enumerate(steps):
         if step["kind"] == "chip":
             step["item"] = chip_of(s)
@@ -451,6 +540,8 @@ def _compile_graph(graph, config, batch, bands=None):
 
     # Programs.
     out_steps = []
+    band_slots = {k: 1 if k in one_slot else 2 for k in banded}
+    estimates = {}
     for s, step in enumerate(steps):
         item = step["item"]
         if step["kind"] == "host":
@@ -461,7 +552,7 @@ def _compile_graph(graph, config, batch, bands=None):
             continue
         out_steps.append(_chip_step(s, step, item, config, batch, blocks, layout_of, host_off,
                                     fill_host, chip_prod, host_side, streamed, ub_layout,
-                                    {k: 1 if k in one_slot else 2 for k in banded}))
+                                    band_slots, estimates))
 
     weights = (np.concatenate(image) if image
                else np.zeros((0, R, config.cols), dtype=np.int8)).astype(np.int8)
@@ -483,9 +574,11 @@ def _compile_graph(graph, config, batch, bands=None):
         notes.append(f"tensor {k[1]!r} streamed in {len(tiles)} bands of at most "
                      f"{band_rows_of(s)} output rows ({'written by' if k[0] == 'out' else 'read by'} "
                      f"{steps[s]['item'].name!r}, {blocks[k].rows} unified-buffer rows)")
+    notes += [f"tensor {t!r} written a part's N tiles at a time" for t in sorted(chunked)]
     notes += [f"tensor {k[1]!r} streamed through the unified buffer "
               f"({'written by' if k[0] == 'out' else 'read by'} {steps[blocks[k].start]['item'].name!r})"
-              for k in sorted(streamed, key=str)]
+              for k in sorted(streamed, key=str) if k in blocks]
+    notes = list(dict.fromkeys(notes))     # (a layer's parts share their notes)
     return CompiledModel(config=config, batch=batch,
                          inputs=[spec(g, "in") for g in graph.inputs],
                          outputs=[spec(g, "out") for g in graph.outputs],
@@ -538,16 +631,43 @@ def _in_blocks(step):
     return (min(js), max(js) + 1) if js else None
 
 
+def _in_tap_rows(step):
+    """``(first, end)``: the kernel rows of the kept K tiles of a
+    convolution part."""
+    (n0, n1), (k0, k1) = step["n"], step["k"]
+    ys = [step["k_tiles"][k].y for n in range(n0, n1) for k in range(k0, k1) if step["kept"][n, k]]
+    return (min(ys), max(ys) + 1) if ys else None
+
+
+def _timing_key(program):
+    """What the cycle model of an ideal host sees of `program`: not the
+    host offsets of its DMA (the parts of a layer's M tiles, which differ
+    only in those, are estimated once)."""
+    return tuple((type(i), i.ub, i.rows) if isinstance(i, (Rhm, Whm)) else i for i in program)
+
+
+def _span_of(first_end):
+    return 0 if first_end is None else first_end[1] - first_end[0]
+
+
+def _part_tiles(step):
+    """Weight tiles of the part (its kept tiles)."""
+    (n0, n1), (k0, k1) = step["n"], step["k"]
+    return int(step["kept"][n0:n1, k0:k1].sum())
+
+
 def _at_least(rows):
     """`rows` rounded up to a multiple of 64 (a `--ub-rows` to suggest)."""
     return -(-rows // 64) * 64
 
 
 def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_host,
-               chip_prod, host_side, streamed, ub_layout, banded=None):
-    banded = banded or {}
+               chip_prod, host_side, streamed, ub_layout, banded=None, estimates=None):
     """The `ChipStep` of part `s`: tables, activation registers, the lowered
-    layer, HALT; RWs scheduled; its cycle estimate."""
+    layer, HALT; RWs scheduled; its cycle estimate (`estimates`: those of
+    the parts before, by `_timing_key`)."""
+    banded = banded or {}
+    estimates = {} if estimates is None else estimates
     n0, n1 = step["n"]
     inl, outl = layout_of(chip.input), layout_of(chip.output)
     pre = []
@@ -579,7 +699,13 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
     pre += [Cfg(reg=Reg.OUT_ZERO_POINT, value=zero), Cfg(reg=Reg.CLAMP_MIN, value=low),
             Cfg(reg=Reg.CLAMP_MAX, value=high)]
     out_block = blocks.get(("res", chip.output))
-    if out_block is None:
+    first_block = 0
+    if out_block is None and ("out", chip.output, s) in blocks:
+        out_block = blocks[("out", chip.output, s)]     # (only the part's N tiles' blocks)
+        first_block = n0
+        ring_out = ring_slots(chip, batch, config, step["reads"], output=True) \
+            if ("out", chip.output) in streamed else None
+    elif out_block is None:
         out_block = blocks[("out", chip.output)]
         ring_out = ring_slots(chip, batch, config, step["reads"], output=True) \
             if ("out", chip.output) in streamed else None
@@ -599,25 +725,30 @@ def _chip_step(s, step, chip, config, batch, blocks, layout_of, host_off, fill_h
         fill_host=fill,
         in_slots=ring_in, out_slots=ring_out, tables_load=tables_load,
         in_reads=step["reads"] if load else 1, in_prefix=prefix,
-        in_band=in_band, out_band=out_band, in_window=window,
-        in_blocks=_in_blocks(step) if in_band else None))
+        in_band=in_band, out_band=out_band, in_window=window, out_first_block=first_block,
+        in_blocks=_in_blocks(step) if in_band else None,
+        in_tap_rows=_in_tap_rows(step) if in_band else None))
     post = [Halt()]
     # The registers are for the ACTs, much later: set them behind the first
     # input read (the MMCs wait for it), not before it.
     lead = body[:1] if body and isinstance(body[0], Rhm) else []
     program = insert_weight_reads(lead + pre + body[len(lead):] + post, config)
+    key = _timing_key(program)
+    if key not in estimates:
+        estimates[key] = int(estimate_cycles(config, program)["cycles"])
+    estimate = estimates[key]
     nt = -(-chip.n_out // config.cols)
     kt = len(step["k_tiles"])
     kept = step["kept"][n0:n1, k0:k1]
     rows = m_rows(chip, batch, config, step["m"])
-    skipped_work = int(tile_work(chip, config)[n0:n1, k0:k1][~kept].sum())
+    skipped_work = int(step["work"][n0:n1, k0:k1][~kept].sum())
     m = step["m"]
     name = chip.name + (f"[n{n0}:{n1}" + (f" m{m[0]}:{m[1]}" if m else "")
                         + (f" k{k0}:{k1}" if k1 - k0 < kt else "") + "]"
                         if step["split"] else "")
     return ChipStep(name=name, layers=list(chip.layers), program=encode_program(program),
                     weights=step["weights"], weight_base=step["mem_base"],
-                    estimated_cycles=int(estimate_cycles(config, program)["cycles"]),
+                    estimated_cycles=estimate,
                     useful_macs=useful_macs(chip, batch) * (n1 - n0) * (k1 - k0) // (nt * kt),
                     performed_macs=int(kept.sum()) * rows * config.rows * config.cols,
                     skipped_tiles=int((~kept).sum()),

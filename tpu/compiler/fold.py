@@ -19,8 +19,9 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 def fold_zero_point(name, bias, weight, zero_point):
     """``bias - zero_point * (column sums of weight)`` as int64; `weight` is
     ``(..., N)``. A folded bias outside int32 is a `CompileError`."""
-    w = np.asarray(weight, dtype=np.int64).reshape(-1, np.shape(weight)[-1])
-    folded = np.asarray(bias, dtype=np.int64) - int(zero_point) * w.sum(axis=0)
+    w = np.asarray(weight)
+    sums = w.reshape(-1, w.shape[-1]).sum(axis=0, dtype=np.int64)
+    folded = np.asarray(bias, dtype=np.int64) - int(zero_point) * sums
     if folded.size and (folded.min() < INT32_MIN or folded.max() > INT32_MAX):
         raise CompileError(f"layer {name!r}: the bias with the input zero point folded in "
                            f"does not fit int32")

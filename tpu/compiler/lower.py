@@ -73,6 +73,8 @@ class PartAddresses:
     out_band: bool = False   # the output streamed in bands of rows (`BandRing`)
     in_window: tuple = None  # (first, end): only these input rows, read at once (a K part)
     in_blocks: tuple = None  # (first, end): the input channel blocks a banded part reads
+    in_tap_rows: tuple = None  # (first, end): the kernel rows of a banded part's taps
+    out_first_block: int = 0  # the output's first channel block in the UB (a part's N tiles)
 
 
 class _Ring:
@@ -81,7 +83,9 @@ class _Ring:
     samples take the next group of slots when they are read in (`take`),
     so a tile never reads in over the samples the tile before still uses."""
 
-    def __init__(self, layout, slots, group=1):
+    def __init__(self, layout, slots, group=1, first_block=0):
+        # (an output written a part's N tiles at a time holds blocks from `first_block`)
+        self.first_block = first_block
         self.slots = slots if slots is not None and slots < layout.batch else None
         self.layout = layout if self.slots is None else replace(layout, batch=self.slots)
         self.group = group
@@ -104,7 +108,10 @@ class _Ring:
         return self.where.get(b, b % self.slots)
 
     def row(self, b, y, x, j, mt=None):
-        return self.layout.row(self.slot(b), y, x, j)
+        return self.layout.row(self.slot(b), y, x, j - self.first_block)
+
+    def pad_runs(self, block, samples=None):
+        return self.layout.pad_runs(block - self.first_block, samples)
 
     def __getattr__(self, name):
         return getattr(self.layout, name)
@@ -120,8 +127,11 @@ class BandRing:
     ``padded_w``), an output band unpadded (its WHMs write it row by row
     where the host's layout is padded)."""
 
-    def __init__(self, layout, chip, tiles, output, slots=2, block_range=None):
+    def __init__(self, layout, chip, tiles, output, slots=2, block_range=None, tap_rows=None):
         self.full = layout
+        # (an input band of a part of some kernel rows' taps holds only the
+        # input rows those taps read)
+        self.tap_rows = tap_rows or (0, chip.weight.shape[0] if chip.kind == "conv" else 1)
         # (an output band holds the channel blocks of the part's N tiles)
         self.first_block, end = block_range or (0, layout.blocks)
         self.output = output
@@ -148,11 +158,11 @@ class BandRing:
             if chip.pool is not None:
                 return mt.p0, mt.p1
             return mt.r0, mt.r1
-        kh = chip.weight.shape[0]
+        dy0, dy1 = self.tap_rows
         sh, pt = chip.stride[0], chip.padding[0]
         top = self.full.pad[0]
-        return (max(0, mt.r0 * sh - pt + top),
-                min(self.full.padded_h, (mt.r1 - 1) * sh - pt + kh + top))
+        return (max(0, mt.r0 * sh - pt + top + dy0),
+                min(self.full.padded_h, (mt.r1 - 1) * sh - pt + dy1 + top))
 
     def row(self, b, y, x, j, mt):
         y0 = self.spans[id(mt)][0]
@@ -237,16 +247,31 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         others = tiles[:m_range[0]] + tiles[m_range[1]:]
         tiles = tiles[m_range[0]:m_range[1]]
     group = max(len(t.samples) for t in tiles)
-    inl = BandRing(in_full, chip, tiles, False, addr.in_band, addr.in_blocks) if addr.in_band else \
+    inl = BandRing(in_full, chip, tiles, False, addr.in_band, addr.in_blocks,
+                   addr.in_tap_rows) if addr.in_band else \
         _Ring(in_full, addr.in_slots, group)
     outl = BandRing(out_full, chip, tiles, True, block_range=n_range) if addr.out_band else \
-        _Ring(addr.out_layout, addr.out_slots)
+        _Ring(addr.out_layout, addr.out_slots, first_block=addr.out_first_block)
     unsigned_in = bool(chip.in_q.unsigned)
     ow = chip.conv_out[1]
     # M tiles outermost: a tile's input, read once, serves every N tile
     # before the next tile's is needed (N outermost needed two tiles' input
     # at the start and a streamed input read again per N tile).
     jobs = [(n, mt) for mt in tiles for n in range(n0, n1)]
+    # The accumulator rows of each job's tile: the two halves in turn, or,
+    # for a layer split by K (its sums kept from part to part), the tiles'
+    # rows one after another (`backend._parts` runs as many tiles a part as
+    # the accumulators hold).
+    if (k0, k1) != (0, len(k_tiles)):
+        acc_base, at = [], 0
+        for _, mt in jobs:
+            acc_base.append(at)
+            at += mt.rows_per_sample * len(mt.samples)
+        if at > config.acc_rows:
+            raise AssertionError(f"{chip.name}: {at} rows of sums kept in {config.acc_rows} "
+                                 f"accumulator rows")
+    else:
+        acc_base = [(i % 2) * region for i in range(len(jobs))]
 
     current = [None]
 
@@ -259,7 +284,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         return ins
 
     def mmcs(index, n, mt):
-        base = (index % 2) * region
+        base = acc_base[index]
         out = []
         for k in range(k0, k1):
             if (n, k) not in memory:
@@ -296,7 +321,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
         return out
 
     def acts(index, n, mt):
-        base = (index % 2) * region
+        base = acc_base[index]
         flags = dict(func=func, unsigned=unsigned_out,
                      single_round=chip.rounding in ("single", "float32"))
         out = []
@@ -444,7 +469,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     stored = config.rows + config.cols + 8
 
     def mt_base(index):
-        return (index % 2) * region
+        return acc_base[index]
     # A dense layer's first reads in pieces no longer than its MMCs
     # (coalescing joins its blocks), so each MMC waits for its own rows
     # only. (A convolution's MMCs read a few rows each: pieces that small
@@ -861,7 +886,7 @@ def _busy(instruction, config):
         return 19 * config.cols + 1
     cost = instruction.rows * config.act_row_cycles + 16
     if instruction.pool in (Pool.MAX, Pool.AVG):
-        cost += decode_cycles(instruction.encode()) - 2      # its divisions
+        cost += decode_cycles(instruction.encode(), config) - 2      # its divisions
     if instruction.pool in (Pool.AVG, Pool.GLOBAL_AVG):
         cost += 34                                           # the reciprocal
     return cost

@@ -15,6 +15,7 @@
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -75,11 +76,16 @@ def weight_tiles(chip, config):
         kh, kw, cin, cout = chip.weight.shape
         jb = _blocks(cin, R)
         k_tiles = [KTile(dy, dx, j) for dy in range(kh) for dx in range(kw) for j in range(jb)]
+        if chip.k_by_rows:
+            # (a part of one kernel row's taps of a few input blocks reads
+            # only those input rows and blocks: `backend._parts`)
+            k_tiles = [KTile(dy, dx, j) for dy in range(kh) for j in range(jb) for dx in range(kw)]
         w = np.zeros((kh, kw, jb * R, nt * C), dtype=np.int8)
         w[:, :, :cin, :cout] = chip.weight
-        tiles = np.stack([np.stack([w[k.y, k.x, k.j * R:(k.j + 1) * R, n * C:(n + 1) * C]
-                                    for k in k_tiles]) for n in range(nt)])
-        return k_tiles, tiles
+        # one gather of every K tile's (lanes, columns), not a copy per tile
+        y, x, j = (np.array([getattr(k, a) for k in k_tiles]) for a in "yxj")
+        tiles = w.reshape(kh, kw, jb, R, nt, C)[y, x, j].transpose(2, 0, 1, 3)
+        return k_tiles, np.ascontiguousarray(tiles)
     h, wd, c = chip.in_shape
     K, N = chip.weight.shape
     if K != h * wd * c:
@@ -151,15 +157,22 @@ def m_tiles(chip, batch, config):
     windowed pooling, than ``pool_max_width``, chunks of columns) of one.
     A layer streamed in bands (``chip.band_rows``, `backend`) has bands of
     at most that many output rows (pooled rows when it pools)."""
-    region = config.acc_rows // 2
-    if chip.kind == "dense":
+    # (asked for again and again while a model is compiled: remembered by
+    # what the answer depends on; the tiles are the same objects each time)
+    return list(_m_tiles(chip.name, chip.kind, chip.conv_out, chip.pool, chip.band_rows, batch,
+                         config.acc_rows, config.pool_max_width))
+
+
+@lru_cache(maxsize=4096)
+def _m_tiles(name, kind, conv_out, pool, band_rows, batch, acc_rows, pool_max_width):
+    region = acc_rows // 2
+    if kind == "dense":
         per = min(batch, region)
-        return [MTile(tuple(range(b, e)), 0, 1, 0, 1) for b, e in _ranges(batch, per)]
-    oh, ow = chip.conv_out
-    pool = chip.pool
+        return tuple(MTile(tuple(range(b, e)), 0, 1, 0, 1) for b, e in _ranges(batch, per))
+    oh, ow = conv_out
     if pool is not None and pool[0] == "global":
         if oh * ow > region:
-            raise CompileError(f"layer {chip.name!r}: global pooling of {oh * ow} pixels needs "
+            raise CompileError(f"layer {name!r}: global pooling of {oh * ow} pixels needs "
                                f"more than the {region} accumulator rows of a region")
         bands = [(0, oh, 0, ow, 0, 1, 0, 1)]
     elif pool is not None:
@@ -167,30 +180,30 @@ def m_tiles(chip, batch, config):
         ph, pw = (oh - k) // s + 1, (ow - k) // s + 1
         # Pooled columns per chunk: its conv columns within the line buffer
         # and k rows of them within a region.
-        limit = min(config.pool_max_width, region // k, ow)
+        limit = min(pool_max_width, region // k, ow)
         if limit < k:
-            raise CompileError(f"layer {chip.name!r}: a {k}x{k} pooling window needs {k * k} "
+            raise CompileError(f"layer {name!r}: a {k}x{k} pooling window needs {k * k} "
                                f"accumulator rows and a line of {k} pixels; a region has "
-                               f"{region} rows and pool_max_width is {config.pool_max_width}")
+                               f"{region} rows and pool_max_width is {pool_max_width}")
         qn = min(pw, (limit - k) // s + 1)
         chunks = _ranges(pw, qn)
         cw = max((q1 - 1) * s + k - q0 * s for q0, q1 in chunks)
         pr = 1
-        while pr < min(ph, chip.band_rows or ph) and (pr * s + k) * cw <= region:
+        while pr < min(ph, band_rows or ph) and (pr * s + k) * cw <= region:
             pr += 1
         bands = [(p0 * s, (p1 - 1) * s + k, q0 * s, (q1 - 1) * s + k, p0, p1, q0, q1)
                  for p0, p1 in _ranges(ph, pr) for q0, q1 in chunks]
     elif ow <= region:
-        per = min(oh, region // ow, chip.band_rows or oh)
+        per = min(oh, region // ow, band_rows or oh)
         bands = [(r0, r1, 0, ow, 0, 0, 0, 0) for r0, r1 in _ranges(oh, per)]
     else:
         bands = [(r, r + 1, c0, c1, 0, 0, 0, 0) for r in range(oh) for c0, c1 in _ranges(ow, region)]
     if len(bands) == 1:
         r0, r1, c0, c1, p0, p1, q0, q1 = bands[0]
         group = max(1, region // ((r1 - r0) * (c1 - c0)))
-        return [MTile(tuple(range(b, e)), r0, r1, c0, c1, p0, p1, q0, q1)
-                for b, e in _ranges(batch, group)]
-    return [MTile((b,), *band) for b in range(batch) for band in bands]
+        return tuple(MTile(tuple(range(b, e)), r0, r1, c0, c1, p0, p1, q0, q1)
+                     for b, e in _ranges(batch, group))
+    return tuple(MTile((b,), *band) for b in range(batch) for band in bands)
 
 
 def _target(chip):

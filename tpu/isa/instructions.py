@@ -94,11 +94,16 @@ class Instruction:
 
     def encode(self):
         """The 16 bytes of this instruction."""
-        word = int(self.OPCODE)
-        values = self.fields()
-        for f in self.layout():
-            word |= f.insert(values[f.name])
-        return word.to_bytes(INSTRUCTION_BYTES, "little")
+        # (kept: a program is encoded, then its words decoded for timing)
+        encoded = self.__dict__.get("_encoded")
+        if encoded is None:
+            word = int(self.OPCODE)
+            values = self.fields()
+            for f in self.layout():
+                word |= f.insert(values[f.name])
+            encoded = word.to_bytes(INSTRUCTION_BYTES, "little")
+            object.__setattr__(self, "_encoded", encoded)
+        return encoded
 
 
 def _to_enum(mnemonic, field, value):

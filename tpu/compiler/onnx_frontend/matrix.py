@@ -1,6 +1,8 @@
-"""Matrix layers: Conv, QLinearConv, MatMul, QLinearMatMul, Gemm and QGemm
-become `ir.Conv2D` and `ir.Dense`; the window arithmetic (strides,
-paddings, output sizes) that pooling shares."""
+"""Matrix layers: Conv, QLinearConv (group 1 or depthwise), MatMul,
+QLinearMatMul, Gemm and QGemm become `ir.Conv2D` and `ir.Dense`; the window
+arithmetic (strides, paddings, output sizes) that pooling shares."""
+
+import numpy as np
 
 from .. import ir
 from ..ir import Activation
@@ -51,16 +53,16 @@ class MatrixOps:
             raise self.unsupported(node, f"a {w.ndim - 2}-D convolution; the chip runs 2-D ones")
         if attrs.get("channels_last", 0):
             raise self.unsupported(node, "channels_last=1 is not supported")
-        if attrs.get("group", 1) != 1:
-            raise self.unsupported(node, f"group={attrs['group']}: the chip runs only group=1 "
-                                   f"convolutions (no grouped or depthwise ones)")
         if any(d != 1 for d in attrs.get("dilations", [1, 1])):
             raise self.unsupported(node, f"dilations={list(attrs['dilations'])}: the chip runs "
                                    f"only dilation 1")
         src = self.tensor(x)
-        if len(src.shape) != 3 or src.shape[2] != w.shape[1]:
-            raise self.unsupported(node, f"input {src.shape} is not an image of {w.shape[1]} "
-                                   f"channels")
+        group = attrs.get("group", 1)
+        if len(src.shape) != 3 or src.shape[2] != w.shape[1] * group:
+            raise self.unsupported(node, f"input {src.shape} is not an image of "
+                                   f"{w.shape[1] * group} channels")
+        if group != 1:
+            w = self.depthwise(node, w, group, src.shape[2])
         kernel = tuple(attrs.get("kernel_shape", w.shape[2:]))
         if kernel != tuple(w.shape[2:]):
             raise self.unsupported(node, f"kernel_shape {kernel} does not match the weights "
@@ -70,6 +72,22 @@ class MatrixOps:
                                              (oh, ow, w.shape[0]), out_q)
         self.layers.append(ir.Conv2D(self.label(node), x, out, w.transpose(2, 3, 1, 0), ws,
                                      bias, stride, padding, act))
+
+    def depthwise(self, node, w, group, cin):
+        """The ``(Cout, Cin, KH, KW)`` weights of a depthwise convolution
+        (``group`` = Cin, each output channel ``o`` reading input channel
+        ``o // m`` with ``m = Cout / Cin``) as a dense convolution's: zero
+        but for ``[o, o // m]``, the block-diagonal form the TFLite front end
+        gives DEPTHWISE_CONV_2D, whose all-zero weight tiles the back end
+        leaves out. Other groupings are refused."""
+        cout = w.shape[0]
+        if group != cin or w.shape[1] != 1 or cout % cin:
+            raise self.unsupported(node, f"group={group} over {cin} input channels: the chip "
+                                   f"runs group=1 and depthwise (group = input channels) "
+                                   f"convolutions, not grouped ones")
+        dense = np.zeros((cout, cin, *w.shape[2:]), np.int8)
+        dense[np.arange(cout), np.arange(cout) // (cout // cin)] = w[:, 0]
+        return dense
 
     def window(self, node, attrs, shape, kernel, ceil_mode=0):
         """(stride, (top, left, bottom, right), (OH, OW)) of a conv or pool."""

@@ -1,0 +1,97 @@
+"""Benchmark: the MLPerf Tiny models on the smallest chips (`--profile up5k`
+and the 2x2 chip of 256 unified-buffer rows, 64 accumulator rows and 16
+weight tiles), compiled with bands and weight splits into hundreds to
+thousands of parts, run on ``--backend`` (golden by default; verilator or
+icarus for the RTL) for ``--inputs`` random int8 inputs at batch 1, every
+output byte against the TFLite interpreter's reference kernels.
+
+Prints per model and chip: the parts, the compile time (wall clock and the
+process's CPU time), the cycles per inference (the chip's counters) and
+whether the outputs equal TFLite's; the exit status is 1 when any differs.
+
+    .venv/bin/python scripts/bench_small_chips.py [--models ad01_int8,kws_ref_model,...]
+        [--chips up5k,2x2] [--backend golden|verilator|icarus] [--inputs 2] [--seed 1]
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tpu import TPUConfig  # noqa: E402
+from tpu.compiler.mlperf_tiny import MODELS, missing_reason, model_path  # noqa: E402
+from tpu.config import UP5K_PROFILE  # noqa: E402
+
+#: the chips measured, by name
+CHIPS = {"up5k": UP5K_PROFILE,
+         "2x2": TPUConfig(rows=2, cols=2, ub_rows=256, acc_rows=64, weight_mem_tiles=16)}
+
+
+def tflite_reference(path, inputs):
+    from ai_edge_litert import interpreter as litert
+    interpreter = litert.Interpreter(model_path=str(path),
+                                     experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
+    interpreter.allocate_tensors()
+    (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+    results = []
+    for x in inputs:
+        interpreter.set_tensor(inp["index"], x[None])
+        interpreter.invoke()
+        results.append(interpreter.get_tensor(out["index"])[0].copy())
+    return np.array(results)
+
+
+def measure(name, chip, backend, inputs, seed):
+    from tpu.compiler.session import InferenceSession
+    from tpu.compiler.tflite_frontend import import_tflite
+    path = model_path(name)
+    graph = import_tflite(path)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, size=(inputs, *graph.inputs[0].model_shape[1:]), dtype=np.int8)
+    wall, cpu = time.perf_counter(), time.process_time()
+    session = InferenceSession(graph, backend=backend, config=CHIPS[chip], batch=1)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    start = time.perf_counter()
+    (got,) = session.run(None, {graph.inputs[0].model_name: x})
+    ran = time.perf_counter() - start
+    equal = np.array_equal(got.reshape(inputs, -1), tflite_reference(path, x).reshape(inputs, -1))
+    return dict(model=name, chip=chip, parts=len(session.compiled.chip_steps), compile_s=wall,
+                compile_cpu_s=cpu, cycles=session.report().cycles_per_inference, run_s=ran,
+                equal=equal)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--chips", default=",".join(CHIPS))
+    parser.add_argument("--backend", default="golden", choices=["golden", "verilator", "icarus"])
+    parser.add_argument("--inputs", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    bad = [c for c in args.chips.split(",") if c not in CHIPS]
+    if bad:
+        parser.error(f"unknown chip {bad[0]!r}: choose from {', '.join(CHIPS)}")
+    ok = True
+    print(f"| model | chip | parts | compile (wall / CPU) | cycles per inference | "
+          f"{args.backend} run ({args.inputs} inputs) | equal to TFLite |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for name in args.models.split(","):
+        reason = missing_reason(name)
+        if reason:
+            print(f"{name}: skipped ({reason})")
+            continue
+        for chip in args.chips.split(","):
+            r = measure(name, chip, args.backend, args.inputs, args.seed)
+            ok &= r["equal"]
+            print(f"| {name} | {chip} | {r['parts']:,} | {r['compile_s']:.0f} s / "
+                  f"{r['compile_cpu_s']:.0f} s | {r['cycles']:,.0f} | {r['run_s']:.0f} s | "
+                  f"{'yes' if r['equal'] else 'NO'} |", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

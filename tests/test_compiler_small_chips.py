@@ -1,0 +1,67 @@
+"""The MLPerf Tiny models on the smallest chips: ``--profile up5k`` and a
+2x2 chip of 256 unified-buffer rows, 64 accumulator rows and 16 weight
+tiles. Every layer streams in bands or is split by N and K into hundreds
+to thousands of parts, and each model runs on the golden chip equal to
+TFLite's reference kernels (2 random inputs, seeds printed).
+
+Each model compiles for about a minute or more, so these run when asked:
+``TPU_LONG_MODELS=1`` (docs/compiler.md lists the measured cycles and
+compile times). The mechanisms they rely on have fast tests in
+tests/test_compiler_bands.py."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from tpu import TPUConfig
+from tpu.compiler.mlperf_tiny import MODELS
+from tpu.compiler.session import InferenceSession
+from tpu.compiler.tflite_frontend import import_tflite
+from tpu.config import UP5K_PROFILE
+
+from conftest import base_seed
+from test_tflite_frontend import random_inputs, tflite_run, tiny_model
+
+#: the environment variable that runs the long model tests
+LONG_VARIABLE = "TPU_LONG_MODELS"
+
+long_models = pytest.mark.skipif(not os.environ.get(LONG_VARIABLE),
+                                 reason=f"compiles for minutes: set {LONG_VARIABLE}=1")
+
+#: the 2x2 chip of issue 26 (the up5k profile's memories, the default chip's
+#: host interface and activation unit)
+SMALL_2X2 = TPUConfig(rows=2, cols=2, ub_rows=256, acc_rows=64, weight_mem_tiles=16)
+
+CHIPS = {"up5k": UP5K_PROFILE, "2x2": SMALL_2X2}
+
+
+@long_models
+@pytest.mark.parametrize("chip", list(CHIPS))
+@pytest.mark.parametrize("name", list(MODELS))
+def test_model_on_a_small_chip_equals_tflite(name, chip):
+    path = tiny_model(name)
+    graph = import_tflite(path)
+    seed = base_seed()
+    print(f"seed {seed}")
+    x = random_inputs(graph, 2, seed)
+    start = time.perf_counter()
+    session = InferenceSession(graph, backend="golden", config=CHIPS[chip], batch=1)
+    compiled = time.perf_counter() - start
+    (got,) = session.run(None, {graph.inputs[0].model_name: x})
+    want = tflite_run(path, x)
+    np.testing.assert_array_equal(got.reshape(len(x), -1), want.reshape(len(x), -1))
+    report = session.report()
+    print(f"{name} on {chip}: {len(session.compiled.chip_steps)} parts, compiled in "
+          f"{compiled:.0f} s, {report.cycles_per_inference} cycles per inference")
+
+
+@pytest.mark.parametrize("name, parts", [("ad01_int8", 4128), ("kws_ref_model", 1196)])
+def test_model_compiles_for_up5k(name, parts):
+    """In the suite (seconds of compiling, no run): ad01's dense outputs a
+    part at a time and KWS's K-split layers with as many M tiles a part as
+    the accumulators hold, in the parts the long test above runs."""
+    from tpu.compiler.backend import compile_graph
+    compiled = compile_graph(import_tflite(tiny_model(name)), UP5K_PROFILE, 1)
+    assert len(compiled.chip_steps) == parts
