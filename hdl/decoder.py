@@ -14,7 +14,8 @@ from .serial_divider import SerialDivider, divider_cycles
 from .window import DmaWindows, inside_a_window
 
 
-__all__ = ["InstructionDecoder", "field", "decode_cycles", "Ranges", "RANGE_KINDS", "DECODE_STAGES"]
+__all__ = ["InstructionDecoder", "field", "decode_cycles", "product_cycles", "Ranges", "RANGE_KINDS",
+           "DECODE_STAGES"]
 
 
 #: An inclusive range of UB or accumulator rows, with a valid bit.
@@ -39,9 +40,10 @@ def _values(word, opcode):
     return {f.name: f.extract(word) for f in LAYOUTS[opcode]}
 
 
-def decode_cycles(word):
+def decode_cycles(word, config=None):
     """Cycles from `InstructionDecoder`'s ``start`` to its ``done`` for the
-    128-bit `word` (an int, or its 16 bytes), legal or not.
+    128-bit `word` (an int, or its 16 bytes), legal or not, on the decoder
+    of `config` (a `TPUConfig`; None: one with ``serial_decode`` 0).
 
     3 for most words. An MMC with CONV and rows divides ``rows - 1`` by
     ``out_w``: ``8 + divider_cycles(rows - 1)``. An ACT with MAX or AVG
@@ -50,8 +52,22 @@ def decode_cycles(word):
     least ``pool_size`` x ``pool_size`` pixels (the instruction faults),
     else two more divisions, of ``in_h - pool_size`` and of ``in_w -
     pool_size`` by the stride, and 4 cycles around them.
+
+    With ``config.serial_decode`` the products are multiplied a bit a cycle,
+    ``product_cycles(config)`` cycles each: an MMC with CONV and rows takes
+    4 products more, an ACT with MAX or AVG pooling and rows 1.
     """
-    return _decode_cycles(word if isinstance(word, int) else int.from_bytes(word, "little"))
+    word = word if isinstance(word, int) else int.from_bytes(word, "little")
+    cycles = _decode_cycles(word)
+    if config is not None and config.serial_decode and cycles > 3:
+        cycles += (4 if word & 0xFF == Opcode.MMC else 1) * product_cycles(config)
+    return cycles
+
+
+def product_cycles(config):
+    """Cycles of one of the decoder's products with ``config.serial_decode``:
+    a bit a cycle of a multiplier clamped at ``2**ub_rows.bit_length()``."""
+    return config.ub_rows.bit_length() + 1
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -94,7 +110,10 @@ class InstructionDecoder(wiring.Component):
     division) and an ACT with windowed pooling (up to three). Every result
     is registered, and no product, sum and comparison are chained in one
     cycle: the outputs come from flip-flops and feed the sequencer's issue
-    logic without adding to its depth.
+    logic without adding to its depth. With ``config.serial_decode`` the
+    products are multiplied a bit a cycle on one multiplier clamped at the
+    UB's size (`product_cycles`); with ``config.serial_issue`` no ranges
+    are registered (``ranges`` stays invalid: nothing compares them).
 
     Members
     -------
@@ -205,14 +224,13 @@ class InstructionDecoder(wiring.Component):
         wmem_bad = Signal()
         host_bad = Signal()
 
+        ub_bits = cfg.ub_rows.bit_length()
         # The geometry's products only matter below the UB's size (at or above
         # it the instruction faults): on an iCE40, whose 8 DSP blocks the
         # array needs, they are bounded products in logic. On an ECP5 only
         # with the array in DSP bands, which leave too few blocks for them:
         # otherwise the 9 MULT18X18D they take cost less logic as soft PEs.
         if is_ice40(platform) or (is_ecp5(platform) and cfg.dsp_bands):
-            ub_bits = cfg.ub_rows.bit_length()
-
             def product(a, b):
                 # `conv_y - 1` and `out_w - 1` are signed, and used only
                 # where they are not negative: their unsigned bits.
@@ -233,16 +251,27 @@ class InstructionDecoder(wiring.Component):
         else:
             rows_part_next = conv_y * mmc["row_step"]
             full_rows_part_next = (conv_y - 1) * mmc["row_step"]
-        rows_part = Signal(48)
-        full_rows_part = Signal(48)
-        col_part = Signal(48)
-        full_col_part = Signal(48)
+        # With `serial_decode` the products are at most 2**ub_bits (saturated
+        # there: `_serial_products`), so their sums need ub_bits + 2 bits.
+        part_bits = ub_bits + 2 if cfg.serial_decode else 48
+        rows_part = Signal(part_bits)
+        full_rows_part = Signal(part_bits)
+        col_part = Signal(part_bits)
+        full_col_part = Signal(part_bits)
         pooled_rows = Signal(24)
         # SUM and PICK: the last UB row of a convolution, from the end of its
         # last full line of output pixels or of its last pixel.
-        tail = Signal(48)
-        full = Signal(48)
-        conv_span = Signal(48)
+        tail = Signal(part_bits)
+        full = Signal(part_bits)
+        conv_span = Signal(part_bits)
+        if cfg.serial_decode:
+            multiply, multiplied = self._serial_products(m, ub_bits, conv, [
+                (conv_y, mmc["row_step"], rows_part),
+                ((conv_y - 1)[:24], mmc["row_step"], full_rows_part),
+                (conv_x, mmc["col_step"], col_part),
+                ((mmc["out_w"] - 1)[:16], mmc["col_step"], full_col_part),
+                (out_h, out_w, pooled_rows),
+            ])
 
         with m.FSM() as fsm:
             with m.State("IDLE"):
@@ -291,11 +320,18 @@ class InstructionDecoder(wiring.Component):
                     m.d.sync += out_w.eq(div.quotient + 1)
                     m.next = "PRODUCT"
             with m.State("PRODUCT"):
-                m.d.sync += [rows_part.eq(rows_part_next), full_rows_part.eq(full_rows_part_next),
-                             col_part.eq(product(conv_x, mmc["col_step"])),
-                             full_col_part.eq(product(mmc["out_w"] - 1, mmc["col_step"])),
-                             pooled_rows.eq(product(out_h, out_w))]
-                m.next = "SUM"
+                if cfg.serial_decode:
+                    m.d.comb += multiply.eq(1)
+                else:
+                    m.d.sync += [rows_part.eq(rows_part_next), full_rows_part.eq(full_rows_part_next),
+                                 col_part.eq(product(conv_x, mmc["col_step"])),
+                                 full_col_part.eq(product(mmc["out_w"] - 1, mmc["col_step"])),
+                                 pooled_rows.eq(product(out_h, out_w))]
+                m.next = "MULTIPLY" if cfg.serial_decode else "SUM"
+            if cfg.serial_decode:
+                with m.State("MULTIPLY"):
+                    with m.If(multiplied):
+                        m.next = "SUM"
             with m.State("SUM"):
                 m.d.sync += [tail.eq(rows_part + col_part), full.eq(full_rows_part + full_col_part)]
                 m.next = "PICK"
@@ -334,10 +370,12 @@ class InstructionDecoder(wiring.Component):
 
         # RHM and WHM: inside one DMA window. The comparisons are wide
         # (65-bit window end), so they are registered with the word's other
-        # checks.
+        # checks, and the window ends they compare with are sums registered
+        # before (the host sets the windows long before it rings).
         dma = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
         dma_end = dma["host"] + dma["rows"] * cfg.rows
-        inside = inside_a_window(m, self.windows, dma["host"], dma["rows"] * cfg.rows)
+        inside = inside_a_window(m, self.windows, dma["host"], dma["rows"] * cfg.rows,
+                                 registered_ends=True)
 
         # Limits of the activation unit this chip was built with.
         unsupported = is_act & (
@@ -377,7 +415,8 @@ class InstructionDecoder(wiring.Component):
         with m.If(derive):
             m.d.sync += [out_rows_r.eq(out_rows), ub_last.eq(Mux(is_act, act["ub"] + out_rows - 1, mmc_last))]
             m.d.sync += [r.valid.eq(0) for r in ranges.values()]
-            with m.Switch(opcode):
+            # Serial issue compares no ranges: they stay invalid.
+            with m.Switch(opcode if not cfg.serial_issue else C(0, 8)):
                 with m.Case(Opcode.RHM):
                     m.d.sync += rows_range("ub_w", dma["ub"], dma["rows"])
                 with m.Case(Opcode.WHM):
@@ -421,3 +460,63 @@ class InstructionDecoder(wiring.Component):
             self.ub_last.eq(ub_last),
         ]
         return m
+
+    @staticmethod
+    def _serial_products(m, ub_bits, conv, products):
+        """The geometry's products on one shift-and-add multiplier, a bit of
+        the multiplier a cycle, `product_cycles` cycles each: the four of a
+        convolution (``conv``) or else the last one, into their registers.
+        Each operand is clamped at ``2**ub_bits`` and so is each partial sum:
+        a product is exact below ``2**ub_bits`` and ``2**ub_bits`` at or above
+        it, so the sums of the convolution's products reach the UB's size
+        exactly when the exact ones do, and the same words fault.
+
+        Returns ``(multiply, multiplied)``: a pulse that starts the products,
+        and a pulse in the cycle the last one is registered."""
+        limit = 1 << ub_bits
+        width = ub_bits + 1
+
+        def clamped(value):
+            value = Value.cast(value)
+            return Mux(value >= limit, limit, value)[:width] if len(value) > ub_bits else value
+
+        def saturated(value):
+            return Mux(value >= limit, limit, value)
+
+        multiply = Signal()
+        multiplied = Signal()
+        which = Signal(range(len(products)))
+        a = Signal(width)
+        b = Signal(width)
+        acc = Signal(width)
+        step = Signal(range(width))
+        busy = Signal()
+        last = len(products) - 1
+
+        def load(index):
+            operand_a, operand_b, _ = products[index]
+            return [which.eq(index), a.eq(clamped(operand_a)), b.eq(clamped(operand_b)), acc.eq(0),
+                    step.eq(0)]
+
+        with m.If(multiply):
+            m.d.sync += busy.eq(1)
+            with m.If(conv):
+                m.d.sync += load(0)
+            with m.Else():
+                m.d.sync += load(last)
+        with m.Elif(busy):
+            sum_ = Signal(width + 1)
+            m.d.comb += sum_.eq(acc + Mux(b[0], a, 0))
+            m.d.sync += [acc.eq(saturated(sum_)), a.eq(saturated(a << 1)[:width]), b.eq(b >> 1),
+                         step.eq(step + 1)]
+            with m.If(step == width - 1):
+                with m.Switch(which):
+                    for index, (_, _, target) in enumerate(products):
+                        with m.Case(index):
+                            m.d.sync += target.eq(saturated(sum_))
+                            if index + 1 < last:
+                                m.d.sync += load(index + 1)
+                            else:
+                                m.d.sync += busy.eq(0)
+                                m.d.comb += multiplied.eq(1)
+        return multiply, multiplied

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..host_registers import HostError
 from .byte_gearbox import ByteAligner, byte_stream
-from .dma_split import request_header, split_request
+from .dma_split import address_counter, request_header, split_request
 from .tlp import CplStatus, FmtType, tlp_stream
 
 
@@ -119,11 +119,12 @@ class DmaReader(wiring.Component):
         tail = Signal(tag_bits)     # the next tag to hand out
         req_valid = Signal()
 
+        load_addr, advance_addr = address_counter(m, addr, mrr)
         m.d.comb += self.job.ready.eq(~active & ~flush)
         with m.If(self.job.valid & self.job.ready):
             m.d.sync += [
                 active.eq(1),
-                addr.eq(self.job.payload.addr),
+                *load_addr(self.job.payload.addr),
                 job_left.eq(self.job.payload.length),
                 job_channel.eq(self.job.payload.channel),
             ]
@@ -143,7 +144,7 @@ class DmaReader(wiring.Component):
                 *request_header(self.request.payload.header, split, addr, self.requester_id, tail),
                 self.request.payload.last.eq(1),
                 req_valid.eq(1),
-                addr.eq(addr + split["bytes"]),
+                *advance_addr(split["bytes"]),
                 job_left.eq(job_left - split["bytes"]),
                 tail.eq(next_tag(tail)),
             ]

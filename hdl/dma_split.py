@@ -9,7 +9,7 @@ transfer's first starts aligned.
 from amaranth import *
 
 
-__all__ = ["split_request", "request_header"]
+__all__ = ["split_request", "request_header", "address_counter"]
 
 
 def split_request(m, addr, left, max_bytes, *, fmt32, fmt64):
@@ -61,3 +61,29 @@ def request_header(header, split, addr, requester_id, tag=0):
         header.last_be.eq(split["last_be"]),
         header.address.eq(Cat(C(0, 2), addr[2:])),
     ]
+
+
+def address_counter(m, addr, max_bytes):
+    """Statements that set and advance the transfer address `addr` without a
+    carry chain its whole width: ``load(value)`` sets it, ``advance(chunk)``
+    adds a TLP's byte count (`split_request`'s ``bytes``).
+
+    A TLP ends at or before the next `max_bytes`-aligned address, so the
+    sum's low ``log2(max_bytes)`` bits take a short chain and the bits above
+    either stay or step by one; that step is kept ready in a register (the
+    high bits plus one, themselves stepped only as the high bits are), so no
+    path adds the whole address after the TLP's byte count was chosen."""
+    bits = max_bytes.bit_length() - 1
+    high_next = Signal(len(addr) - bits, name=f"{addr.name}_high_next")
+
+    def load(value):
+        return [addr.eq(value), high_next.eq(value[bits:] + 1)]
+
+    def advance(chunk):
+        low = Signal(bits + 1, name=f"{addr.name}_low_sum")
+        m.d.comb += low.eq(addr[:bits] + chunk)
+        crosses = low[bits]
+        return [addr.eq(Cat(low[:bits], Mux(crosses, high_next, addr[bits:]))),
+                high_next.eq(Mux(crosses, high_next + 1, high_next))]
+
+    return load, advance

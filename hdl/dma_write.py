@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .byte_gearbox import append_bytes, byte_stream
-from .dma_split import request_header, split_request
+from .dma_split import address_counter, request_header, split_request
 from .tlp import FmtType, TlpHeader, tlp_stream
 
 
@@ -88,6 +88,7 @@ class DmaWriter(wiring.Component):
 
         split = split_request(m, addr, left, max_payload,
                               fmt32=FmtType.MWR_32, fmt64=FmtType.MWR_64)
+        load_addr, advance_addr = address_counter(m, addr, max_payload)
 
         take = Signal(range(beat + 1))
         m.d.comb += take.eq(Mux(tlp_left < beat, tlp_left, beat))
@@ -131,7 +132,7 @@ class DmaWriter(wiring.Component):
                 started.eq(0),
                 # The buffer starts with addr % 4 zero lanes (see `job`).
                 tlp_left.eq(addr[:2] + split["bytes"]),
-                addr.eq(addr + split["bytes"]),
+                *advance_addr(split["bytes"]),
                 left.eq(left - split["bytes"]),
             ]
         with m.Elif(tlp_end):
@@ -146,7 +147,7 @@ class DmaWriter(wiring.Component):
         with m.If(self.job.valid & self.job.ready):
             m.d.sync += [
                 active.eq(1),
-                addr.eq(self.job.payload.addr),
+                *load_addr(self.job.payload.addr),
                 left.eq(self.job.payload.length),
                 in_left.eq(self.job.payload.length),
                 # Zero lanes in front of the first byte put it in lane addr % 4.

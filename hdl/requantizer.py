@@ -34,15 +34,16 @@ class Requantizer(wiring.Component):
        narrower `multiplier_width`);
     3. ``SaturatingRoundingDoublingHighMul``: with gemmlowp's nudge and C
        division the high half is ``floor((p + 2**30) / 2**31)`` for either sign
-       of ``p``; ``INT32_MIN * INT32_MIN`` saturates to ``INT32_MAX``;
+       of ``p``; ``INT32_MIN * INT32_MIN`` saturates to ``INT32_MAX``; and
+       the next stage's rounding term ``2**(r-1) - (y < 0)`` from its sign;
     4. ``RoundingDivideByPOT`` by ``r = max(-shift, 0)``: ``(y + 2**(r-1) -
        (y < 0)) >> r`` for ``r > 0`` (round half away from zero), ``y`` for ``r = 0``;
     5. ``+ zero_point`` (exact), then ``min(max(., low), high)``.
 
-    With `single_round` stage 1 does not shift, stage 3 adds the rounding
-    constant ``2**(t-1)`` (none for ``t = 0``), ``t = 31 - shift``, to the
-    product and stage 4 takes ``>> t`` saturated to int32; saturating changes
-    no output, as the clamp bounds are 9-bit values.
+    With `single_round` stage 1 does not shift, and ``(p + 2**(t-1)) >> t``,
+    ``t = 31 - shift`` (``p`` for ``t = 0``), is made as ``p >> t`` and the
+    bit ``p[t-1]`` in stage 3 and their sum, saturated to int32, in stage 4;
+    saturating changes no output, as the clamp bounds are 9-bit values.
 
     Members
     -------
@@ -115,22 +116,33 @@ class Requantizer(wiring.Component):
         # The column settings each stage uses: the inputs, or with
         # `per_value_settings` the ones that came in with its value (stage 2
         # takes `cycles` cycles; its shift is held until it has finished).
+        # What stages 3 and 4 derive from the shift (the amounts of their
+        # variable shifts, the rounding constants) is registered a stage
+        # ahead beside it, so that no stage decodes the shift on its way into
+        # a barrel shifter: `total3` and `total3_less` as stage 3 starts,
+        # `right4` and the rounding term `rounding4` as stage 4 does. Without
+        # `per_value_settings` they follow the inputs a cycle late, which the
+        # settings' rule (no change while values are in flight) allows, as a
+        # value reaches stage 3 two cycles or more after it was presented.
         multiplier2 = self.multiplier
-        shift2, shift3, shift4 = None, self.shift, self.shift
+        shift2, shift3 = None, self.shift
+        total3 = Signal(range(64))          # single rounding: 31 - shift, 0..63
+        total3_less = Signal(range(64))     # max(total3 - 1, 0)
+
+        def totals(shift):
+            return [total3.eq(31 - shift), total3_less.eq(Mux(shift == 31, 0, 30 - shift))]
+
         if self._per_value:
-            shift2, shift3, shift4 = (Signal.like(self.shift, name=f"shift{j}") for j in (2, 3, 4))
-            m.d.sync += shift4.eq(shift3)
+            shift2, shift3 = (Signal.like(self.shift, name=f"shift{j}") for j in (2, 3))
             if cycles == 1:
                 multiplier2 = Signal.like(self.multiplier)
                 m.d.sync += [multiplier2.eq(self.multiplier), shift2.eq(self.shift),
-                             shift3.eq(shift2)]
+                             shift3.eq(shift2), *totals(shift2)]
+        else:
+            m.d.sync += totals(self.shift)
 
         left = Signal(range(1 << (SHIFT_WIDTH - 1)))      # 0..31
-        right = Signal(range((1 << (SHIFT_WIDTH - 1)) + 1))   # 0..32
-        m.d.comb += [
-            left.eq(Mux((self.shift > 0) & ~self.single_round, self.shift, 0)),
-            right.eq(Mux(shift4 < 0, -shift4, 0)),
-        ]
+        m.d.comb += left.eq(Mux((self.shift > 0) & ~self.single_round, self.shift, 0))
 
         # 1: bias, left shift.
         biased = Signal(signed(32))
@@ -147,41 +159,55 @@ class Requantizer(wiring.Component):
                 saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
             ]
         else:
-            self._sequential_product(m, biased << left, product, saturate, shift2, shift3)
+            self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
+                                     totals)
 
-        # 3: rounding doubling high half; or the single rounding's constant.
+        # 3: rounding doubling high half, and the rounding term of stage 4's
+        # division, chosen by the high half's sign: ``2**(r-1) - (y < 0)``.
+        # Single rounding: ``(p + 2**(t-1)) >> t == (p >> t) + p[t-1]`` for
+        # t > 0, so the variable shift is made here, before the rounding bit
+        # is added.
         high_mul = Signal(signed(32))
-        total = Signal(range(64))           # single rounding: 31 - shift, 0..63
-        nudge = Signal(63)
-        nudged = Signal(signed(65))
+        high_next = Signal(signed(32))
+        right3 = Signal(range((1 << (SHIFT_WIDTH - 1)) + 1))    # 0..32
+        half3 = Signal(32)
+        right4 = Signal.like(right3)
+        rounding4 = Signal(32)
         m.d.comb += [
-            total.eq(31 - shift3),
-            nudge.eq((Const(1, 64) << total) >> 1),
+            high_next.eq(Mux(saturate, INT32_MAX, (product + (1 << 30)) >> 31)),
+            right3.eq(Mux(shift3 < 0, -shift3, 0)),
+            half3.eq((Const(1, 33) << right3) >> 1),
         ]
+        floored = Signal(signed(64))
+        round_bit = Signal()
         m.d.sync += [
-            high_mul.eq(Mux(saturate, INT32_MAX, (product + (1 << 30)) >> 31)),
-            nudged.eq(product + nudge),
+            high_mul.eq(high_next),
+            right4.eq(right3),
+            rounding4.eq(Mux(high_next[31] & (right3 != 0), half3 - 1, half3)),
+            floored.eq(product >> total3),
+            round_bit.eq((total3 != 0) & product.bit_select(total3_less, 1)),
         ]
 
-        # 4: rounding divide by a power of two.
-        half = Signal(33)
-        rounding = Signal(signed(34))
+        # 4: rounding divide by a power of two, ``(y + rounding) >> r``; or
+        # the single rounding's sum, saturated to int32 (from `floored`'s
+        # high bits, without the sum).
         divided = Signal(signed(32))
+        high_bits = floored[31:]            # bits 31..63: all equal iff int32
+        over = Signal()
+        under = Signal()
         m.d.comb += [
-            half.eq((Const(1, 34) << right) >> 1),
-            rounding.eq(Mux(right == 0, 0, half - high_mul[31])),
+            over.eq(~floored[63] & ((high_bits != 0) | ((floored[:31] == (1 << 31) - 1) & round_bit))),
+            under.eq(floored[63] & (high_bits != (1 << 33) - 1)
+                     & ~((high_bits == (1 << 33) - 2) & (floored[:31] == (1 << 31) - 1) & round_bit)),
         ]
-        total4 = Signal(range(64))
-        once = Signal(signed(65))
-        m.d.comb += [total4.eq(31 - shift4), once.eq(nudged >> total4)]
         with m.If(~self.single_round):
-            m.d.sync += divided.eq((high_mul + rounding) >> right)
-        with m.Elif(once > INT32_MAX):
+            m.d.sync += divided.eq((high_mul + rounding4) >> right4)
+        with m.Elif(over):
             m.d.sync += divided.eq(INT32_MAX)
-        with m.Elif(once < INT32_MIN):
+        with m.Elif(under):
             m.d.sync += divided.eq(INT32_MIN)
         with m.Else():
-            m.d.sync += divided.eq(once)
+            m.d.sync += divided.eq(floored[:32] + round_bit)
 
         # 5: zero point and clamp.
         offset = Signal(signed(34))
@@ -193,7 +219,7 @@ class Requantizer(wiring.Component):
         m.d.sync += self.value.eq(Mux(raised > self.high, self.high, raised))
         return m
 
-    def _sequential_product(self, m, shifted, product, saturate, shift2, shift3):
+    def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, totals):
         """Stage 2 in `multiply_cycles` cycles on one `multiplier_width`-bit
         unsigned multiplier: the magnitudes' product summed piece by piece,
         most significant diagonal first (``sum = (sum << w) + a_i * b_j``
@@ -244,5 +270,5 @@ class Requantizer(wiring.Component):
         with m.If(step == cycles - 1):
             m.d.sync += [negative_out.eq(negative), saturate.eq(both_min)]
             if shift2 is not None:
-                m.d.sync += shift3.eq(shift2)
+                m.d.sync += [shift3.eq(shift2), *totals(shift2)]
         m.d.comb += product.eq(Mux(negative_out, -total, total))

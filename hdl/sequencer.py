@@ -66,6 +66,11 @@ class Sequencer(wiring.Component):
     the youngest slot's (which then frees with the new MMC's last row), so an
     MMC never waits for a slot and a range is only ever held longer.
 
+    With ``config.serial_issue`` the interlocks are not built: an
+    instruction for a unit waits until every other unit is idle and, unless
+    it is an MMC, until ``mmc_drained``, so no running instruction can touch
+    its rows (docs/core.md, "The small forms").
+
     SYNC, INT and HALT wait until every unit is idle. A fault (from the
     decoder, or WEIGHT_FIFO_UNDERFLOW / WEIGHT_FIFO_OVERFLOW at issue) stops
     issue before the faulting instruction: earlier instructions finish, the
@@ -172,10 +177,6 @@ class Sequencer(wiring.Component):
         # Nothing issues from the cycle a DMA error is seen.
         ready = loaded & decoder.done & ~halted & ~self.dma_error
 
-        # What the instruction reads and writes: registered by the decoder
-        # in the cycle before its ``done``.
-        ub_r, ub_w, acc_r, acc_w = (decoder.ranges[kind] for kind in RANGE_KINDS)
-
         # The unit each opcode goes to.
         target = {unit: Signal(name=f"to_{unit}") for unit in (*UNITS, "rw")}
         m.d.comb += [
@@ -188,48 +189,19 @@ class Sequencer(wiring.Component):
         ]
         barrier = (opcode == Opcode.SYNC) | (opcode == Opcode.INT) | (opcode == Opcode.HALT)
 
-        # What each running unit reads and writes.
-        running = {unit: {kind: _Range(f"{unit}_{kind}") for kind in ("ub_r", "ub_w", "acc_r", "acc_w")}
-                   for unit in UNITS}
-        slots = [_Range(f"acc_slot{i}") for i in range(ACC_SLOTS)]
         idle_in = {unit: getattr(self, f"{unit}_idle") for unit in UNITS}
-
-        # The range comparisons are registered: every cycle, the waiting
-        # instruction's ranges (from the decoder's registers) against the
-        # running units' and the accumulator slots'. Their bounds change only
-        # when an instruction issues, and the next one's ranges are
-        # registered at least a cycle later (`DECODE_STAGES`), so at its
-        # ``done`` the comparisons are of the bounds of this cycle; only the
-        # running ranges' valid bits, which clear when a unit is idle, are
-        # combined in the issue cycle.
-        def bounds_meet(a, b):
-            return (a.lo <= b.hi) & (b.lo <= a.hi)
-
-        pairs = (("ub_w", "ub_r"), ("ub_w", "ub_w"), ("ub_r", "ub_w"),
-                 ("acc_w", "acc_r"), ("acc_w", "acc_w"), ("acc_r", "acc_w"))
-        candidate = dict(ub_r=ub_r, ub_w=ub_w, acc_r=acc_r, acc_w=acc_w)
-        hazard_terms = []
-        for unit in UNITS:
-            r = running[unit]
-            for mine, theirs in pairs:
-                met = _registered(m, ~target[unit] & candidate[mine].valid &
-                                  bounds_meet(candidate[mine], r[theirs]), f"meets_{unit}_{mine}_{theirs}")
-                hazard_terms.append(met & r[theirs].valid)
-        # MMCs write their accumulator rows in issue order, so only other
-        # units wait for a slot.
-        for i, slot in enumerate(slots):
-            for mine in ("acc_r", "acc_w"):
-                met = _registered(m, ~target["mmc"] & candidate[mine].valid & bounds_meet(candidate[mine], slot),
-                                  f"meets_slot{i}_{mine}")
-                hazard_terms.append(met & slot.valid)
-        # Host memory is one more shared memory: RHM and WHM wait for each
-        # other, so a read never overtakes an earlier write, nor a write an
-        # earlier read.
-        hazard_terms.append(target["rhm"] & ~self.whm_idle)
-        hazard_terms.append(target["whm"] & ~self.rhm_idle)
         hazard = Signal()
-        m.d.comb += hazard.eq(Cat(*hazard_terms).any())
-
+        go = Signal()
+        if cfg.serial_issue:
+            # One unit at a time: an instruction for a unit waits until every
+            # other unit is idle, and one that is not an MMC until every
+            # matrix row is stored, so nothing it touches is still in use; a
+            # unit runs its own instructions in order. No ranges are kept.
+            to_unit = Cat(*[target[unit] for unit in UNITS]).any()
+            others_busy = Cat(*[~target[unit] & ~idle_in[unit] for unit in UNITS]).any()
+            m.d.comb += hazard.eq(to_unit & (others_busy | (~target["mmc"] & ~self.mmc_drained)))
+        else:
+            self._interlocks(m, hazard, target, decoder, idle_in, go)
         all_idle = Signal()
         m.d.comb += all_idle.eq(Cat(*idle_in.values()).all() & self.mmc_drained)
 
@@ -268,7 +240,6 @@ class Sequencer(wiring.Component):
             m.d.comb += unit_ready.eq(Cat(*[target[u] & getattr(self, u).ready
                                             for u in UNITS]).any())
 
-        go = Signal()
         m.d.comb += [
             go.eq(ready & (fault == Fault.NONE) & unit_ready & ~hazard),
             halting.eq(go & (opcode == Opcode.HALT)),
@@ -286,18 +257,6 @@ class Sequencer(wiring.Component):
             m.d.sync += pending.eq(pending + rw_count)
         with m.Elif(go & switch):
             m.d.sync += pending.eq(pending - 1)
-
-        # Record what an issued instruction touches, until its unit is idle.
-        for unit in UNITS:
-            r = running[unit]
-            with m.If(go & target[unit]):
-                m.d.sync += [*r["ub_r"].copy_from(ub_r), *r["ub_w"].copy_from(ub_w),
-                             *r["acc_r"].copy_from(acc_r),
-                             *(r["acc_w"].copy_from(acc_w) if unit != "mmc" else [])]
-            with m.Elif(idle_in[unit]):
-                m.d.sync += [r[kind].valid.eq(0) for kind in r]
-        self._acc_slots(m, slots, go & target["mmc"] & acc_w.valid, acc_w,
-                        field(word, Opcode.MMC, "rows"))
 
         # The RHM or WHM a DMA error belongs to: they never overlap, so the
         # last one issued.
@@ -320,6 +279,64 @@ class Sequencer(wiring.Component):
 
         m.d.comb += self.idle.eq(~queue.r_rdy & ~loaded & all_idle)
         return m
+
+    def _interlocks(self, m, hazard, target, decoder, idle_in, go):
+        """The range interlocks of parallel issue: `hazard` while a running
+        unit or an MMC in flight shares rows with the waiting instruction."""
+        # What the instruction reads and writes: registered by the decoder
+        # in the cycle before its ``done``.
+        ub_r, ub_w, acc_r, acc_w = (decoder.ranges[kind] for kind in RANGE_KINDS)
+        # What each running unit reads and writes.
+        running = {unit: {kind: _Range(f"{unit}_{kind}") for kind in ("ub_r", "ub_w", "acc_r", "acc_w")}
+                   for unit in UNITS}
+        slots = [_Range(f"acc_slot{i}") for i in range(ACC_SLOTS)]
+
+        # The range comparisons are registered: every cycle, the waiting
+        # instruction's ranges (from the decoder's registers) against the
+        # running units' and the accumulator slots'. Their bounds change only
+        # when an instruction issues, and the next one's ranges are
+        # registered at least a cycle later (`DECODE_STAGES`), so at its
+        # ``done`` the comparisons are of the bounds of this cycle; only the
+        # running ranges' valid bits, which clear when a unit is idle, are
+        # combined in the issue cycle.
+        def bounds_meet(a, b):
+            return (a.lo <= b.hi) & (b.lo <= a.hi)
+
+        pairs = (("ub_w", "ub_r"), ("ub_w", "ub_w"), ("ub_r", "ub_w"),
+                 ("acc_w", "acc_r"), ("acc_w", "acc_w"), ("acc_r", "acc_w"))
+        candidate = dict(ub_r=ub_r, ub_w=ub_w, acc_r=acc_r, acc_w=acc_w)
+        hazard_terms = []
+        for unit in UNITS:
+            r = running[unit]
+            for mine, theirs in pairs:
+                met = _registered(m, ~target[unit] & candidate[mine].valid &
+                                  bounds_meet(candidate[mine], r[theirs]), f"meets_{unit}_{mine}_{theirs}")
+                hazard_terms.append(met & r[theirs].valid)
+        # MMCs write their accumulator rows in issue order, so only other
+        # units wait for a slot.
+        for i, slot in enumerate(slots):
+            for mine in ("acc_r", "acc_w"):
+                met = _registered(m, ~target["mmc"] & candidate[mine].valid & bounds_meet(candidate[mine], slot),
+                                  f"meets_slot{i}_{mine}")
+                hazard_terms.append(met & slot.valid)
+        # Host memory is one more shared memory: RHM and WHM wait for each
+        # other, so a read never overtakes an earlier write, nor a write an
+        # earlier read.
+        hazard_terms.append(target["rhm"] & ~self.whm_idle)
+        hazard_terms.append(target["whm"] & ~self.rhm_idle)
+        m.d.comb += hazard.eq(Cat(*hazard_terms).any())
+
+        # Record what an issued instruction touches, until its unit is idle.
+        for unit in UNITS:
+            r = running[unit]
+            with m.If(go & target[unit]):
+                m.d.sync += [*r["ub_r"].copy_from(ub_r), *r["ub_w"].copy_from(ub_w),
+                             *r["acc_r"].copy_from(acc_r),
+                             *(r["acc_w"].copy_from(acc_w) if unit != "mmc" else [])]
+            with m.Elif(idle_in[unit]):
+                m.d.sync += [r[kind].valid.eq(0) for kind in r]
+        self._acc_slots(m, slots, go & target["mmc"] & acc_w.valid, acc_w,
+                        field(decoder.word, Opcode.MMC, "rows"))
 
     def _acc_slots(self, m, slots, take, rows_range, rows):
         """The accumulator ranges of the MMCs in flight, oldest first.

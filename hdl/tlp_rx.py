@@ -173,8 +173,6 @@ class TlpReceiver(wiring.Component):
         m.d.comb += expected.eq(Mux(with_data & ~oversize, length_words, 0))
         header_dw = Signal(range(5))
         m.d.comb += header_dw.eq(Mux(four, 4, 3))
-        rem_now = Signal.like(remaining)
-        m.d.comb += rem_now.eq(Mux(first, expected, remaining))
         seen_now = Signal.like(seen)
         m.d.comb += seen_now.eq(Mux(first, 0, seen))
 
@@ -199,11 +197,14 @@ class TlpReceiver(wiring.Component):
                         m.d.comb += tail.eq(count - s)
 
         # Writes stop at the expected payload, which drops a digest and keeps
-        # an over-long packet within the buffer.
+        # an over-long packet within the buffer. A first beat never produces
+        # (every header is at least three words and the payload is realigned
+        # behind it), so the write count is taken from `remaining` alone and
+        # the header's Length (from the beat itself) only sets it.
         wn = Signal(range(L + 1))
-        m.d.comb += wn.eq(Mux(avail < rem_now, avail, rem_now))
+        m.d.comb += wn.eq(Mux(avail < remaining, avail, remaining))
         rem_after = Signal.like(remaining)
-        m.d.comb += rem_after.eq(rem_now - Mux(produce, wn, 0))
+        m.d.comb += rem_after.eq(Mux(first, expected, remaining - Mux(produce, wn, 0)))
 
         # The checks, made on the last beat.
         total = Signal(13)
@@ -225,11 +226,20 @@ class TlpReceiver(wiring.Component):
         # The cycle after a last beat commits or discards the packet. A first
         # beat never writes the buffer, so the commit's own write (the tail,
         # or the one empty beat of a header-only packet) never collides.
+        # The tail's word count and whether the commit writes an entry are
+        # made in the commit cycle from registers (`remaining` still holds
+        # what the last beat left), not after the last beat's own sums.
         commit = Signal()
         commit_reason = Signal(RxError)
         commit_four = Signal()
+        commit_tail = Signal(range(L + 1))
+        commit_empty = Signal()         # a packet without payload
         commit_words = Signal(range(L + 1))
         commit_write = Signal()
+        m.d.comb += [
+            commit_words.eq(Mux(commit_tail < remaining, commit_tail, remaining)),
+            commit_write.eq((commit_words != 0) | commit_empty),
+        ]
 
         with m.If(accept):
             m.d.sync += [
@@ -248,18 +258,17 @@ class TlpReceiver(wiring.Component):
                     wp.addr.eq(wr_ptr[:abits]),
                     wp.data.data.eq(pdata),
                     wp.data.words.eq(wn),
-                    wp.data.last.eq(wn == rem_now),
+                    wp.data.last.eq(wn == remaining),
                 ]
                 m.d.sync += wr_ptr.eq(wr_ptr + 1)
 
         m.d.sync += commit.eq(last_in)
         with m.If(last_in):
-            tail_words = Mux(tail < rem_after, tail, rem_after)
             m.d.sync += [
                 commit_reason.eq(reason),
                 commit_four.eq(four),
-                commit_words.eq(tail_words),
-                commit_write.eq((tail_words != 0) | (expected == 0)),
+                commit_tail.eq(tail),
+                commit_empty.eq(expected == 0),
             ]
 
         with m.If(commit):

@@ -23,7 +23,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "max_read_request": (128, 4096), "read_tags": (1, 32), "cpl_timeout": (16, 1 << 24),
         "dma_windows": (1, 16), "requantizers": (0, 256), "requantizer_multiplier_width": (8, 32),
         "host_addr_bits": (32, 64), "counter_bits": (32, 64), "dsp_multipliers": (0, 65536),
-        "dsp_bands": (0, 1),
+        "dsp_bands": (0, 1), "serial_issue": (0, 1), "serial_decode": (0, 1),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -90,6 +90,9 @@ def test_up5k_profile_and_overrides():
     from tpu.config import PROFILES, UP5K_PROFILE
     assert TPUConfig.from_options({}, "up5k") == UP5K_PROFILE
     assert (UP5K_PROFILE.rows, UP5K_PROFILE.cols, UP5K_PROFILE.requantizers) == (2, 2, 1)
+    # The small sequencer and decoder; every other chip has the parallel ones.
+    assert (UP5K_PROFILE.serial_issue, UP5K_PROFILE.serial_decode) == (1, 1)
+    assert (TPUConfig().serial_issue, TPUConfig().serial_decode) == (0, 0)
     assert TPUConfig.from_options({"rows": 4, "cols": 4}, "up5k").cols == 4
     assert set(PROFILES) == {"up5k", "ulx3s16"}
     with pytest.raises(ConfigError, match="unknown board profile 'up6k': the profiles are ulx3s16, up5k"):

@@ -16,8 +16,9 @@ from amaranth.back import verilog
 from tpu import TPUConfig
 from tpu.config import UP5K_PROFILE
 from tpu.hdl.core import COUNTERS, TPUCore
+from tpu.hdl.decoder import decode_cycles
 from tpu.hdl.sequencer import ACC_SLOTS
-from tpu.isa import Act, Func, Halt, Mmc, Pool, Rhm, Rw, Whm
+from tpu.isa import Act, Conv, Func, Halt, Mmc, Pool, Rhm, Rw, Whm
 from tpu.sim.bench.bench_core import HOST_IN, HOST_OUT, TOP
 from tpu.sim.harness import run
 from tpu.models.cycle_model import estimate_cycles
@@ -217,4 +218,32 @@ def test_shared_requantizer_act_timing(simulator, tmp_path):
     # cycles after them and the last 23 x step later; idle 2 cycles after.
     assert pooled["done"] - pooled["issue"] == 2 + 3 + 23 * step + 2
     r = _bench(simulator, tmp_path, _asm("shared_act", program), config=SHARED)
+    _check_estimate(r)
+
+
+@pytest.mark.rtl
+def test_serial_issue_runs_one_unit_at_a_time(simulator, tmp_path):
+    """The UP5K profile's sequencer issues to one unit at a time
+    (`serial_issue`) and multiplies the decoder's products a bit a cycle
+    (`serial_decode`): an RHM of other rows waits until the MMC before it
+    has stored its last row, an MMC until the RHM before it is idle; a
+    convolution MMC and a windowed ACT decode in their longer time; the
+    results are the golden model's and the estimate is exact. The same
+    program with parallel issue overlaps the RHM with the MMC."""
+    program = [Rhm(0, 24, HOST_IN), Rw(0, 1), Mmc(0, 24, 0, switch=True),
+               Rhm(100, 24, HOST_IN), Mmc(100, 24, 24),
+               Mmc(0, 12, 48, conv=Conv(out_w=4, col_step=1, row_step=6)),
+               Act(0, 150, 24, func=Func.RELU, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=4),
+               Whm(150, 6, HOST_OUT), Halt()]
+    serial = estimate_cycles(SHARED, program, schedule=True)["schedule"]
+    assert serial[3]["issue"] == serial[2]["done"] + 1          # the RHM after the MMC's last store
+    assert serial[4]["issue"] >= serial[3]["done"]              # the MMC after the RHM
+    # The convolution's decode starts as the MMC before it issues: 12 cycles
+    # with its products in one, 4 x 10 more a bit a cycle (256 UB rows).
+    assert decode_cycles(program[5].encode(), SHARED) == decode_cycles(program[5].encode()) + 40 == 52
+    assert serial[5]["ready"] == serial[4]["issue"] + 52
+    parallel = estimate_cycles(SHARED.replace(serial_issue=0, serial_decode=0), program,
+                               schedule=True)["schedule"]
+    assert parallel[3]["issue"] < serial[3]["issue"]
+    r = _bench(simulator, tmp_path, _asm("serial_issue", program), config=SHARED)
     _check_estimate(r)

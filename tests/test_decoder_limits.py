@@ -83,8 +83,13 @@ def _decoded(cfg, words):
     return faults
 
 
-@pytest.mark.parametrize("cfg", [CONFIG, TPUConfig(rows=2, cols=3, acc_rows=64, ub_rows=256, weight_mem_tiles=4,
-                                                   pool_max_width=16)], ids=["4x4", "2x3"])
+SMALL = TPUConfig(rows=2, cols=3, acc_rows=64, ub_rows=256, weight_mem_tiles=4, pool_max_width=16)
+
+
+#: The small decoder (`serial_decode`: products a bit a cycle; `serial_issue`:
+#: no ranges registered) on the same limits.
+@pytest.mark.parametrize("cfg", [CONFIG, SMALL, SMALL.replace(serial_issue=1, serial_decode=1)],
+                         ids=["4x4", "2x3", "2x3-serial"])
 def test_every_limit_at_and_one_past(cfg):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")

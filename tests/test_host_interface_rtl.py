@@ -17,8 +17,9 @@ NARROW = TPUConfig(rows=4, cols=4, acc_rows=256, ub_rows=1024, weight_mem_tiles=
 WIDE = TPUConfig(rows=8, cols=8, acc_rows=256, ub_rows=1024, weight_mem_tiles=64, link_dw=4,
                  cpl_timeout=2000)
 # The small-FPGA host profile: one tag, one window, 32-bit addresses and counters,
-# on the up5k profile's 2x2 array.
-UP5K_HOST = NARROW.replace(rows=2, cols=2, **UP5K_HOST_FIELDS)
+# on the up5k profile's 2x2 array with its small sequencer and decoder (serial
+# issue and products).
+UP5K_HOST = NARROW.replace(rows=2, cols=2, **UP5K_HOST_FIELDS, serial_issue=1, serial_decode=1)
 # A rectangular array (ACT stores min(rows, cols) channels of a row): tpu sim
 # runs testcases of the chip on it (tests/test_cli_sim.py).
 RECTANGULAR = NARROW.replace(rows=3, cols=5)

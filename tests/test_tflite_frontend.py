@@ -164,8 +164,15 @@ def test_kws_on_a_up5k_sized_chip_within_a_million_cycles():
     # layer's block-diagonal weights: a tile a tap per block of 4 channels)
     assert len(session.compiled.chip_steps) == 32
     counters = session.report().total.counters
-    assert session.report().cycles_per_inference == counters["cycles"] == 402_143
+    # The profile's sequencer issues to one unit at a time (no MMC beside an
+    # ACT) and its decoder multiplies a bit a cycle: 570,994 cycles, where
+    # the parallel forms take 402,143.
+    assert session.report().cycles_per_inference == counters["cycles"] == 570_994
     assert counters["mxu_active"] == 220_048
+    parallel = InferenceSession(graph, backend="golden", batch=1,
+                                config=UP5K_SIZED.replace(serial_issue=0, serial_decode=0))
+    parallel.run(None, {graph.inputs[0].model_name: x})
+    assert parallel.report().cycles_per_inference == 402_143
     assert 2_656_768 // 16 < counters["mxu_active"]         # the 4x4 array's MAC bound
 
 

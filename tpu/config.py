@@ -45,6 +45,10 @@ _RANGES = {
                                        "first ones row by row, the rest in logic (0: every PE)"),
     "dsp_bands":         (0, 1,        "1: built for the ECP5-85F, the PEs that multiply in a DSP block "
                                        "are three bands of rows, each on a line of DSP blocks"),
+    "serial_issue":      (0, 1,        "1: the sequencer issues to one unit at a time (an instruction "
+                                       "waits until every other unit is idle), with no range interlocks"),
+    "serial_decode":     (0, 1,        "1: the decoder's geometry products are multiplied a bit a cycle "
+                                       "on one shift-and-add multiplier sized to the unified buffer"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
@@ -120,6 +124,20 @@ class TPUConfig:
         in logic; the instruction decoder's products then go into logic too,
         so that the chip's other DSP users fit the 12 sites left. Needs
         `dsp_multipliers` 0; other builds ignore it.
+    serial_issue : int
+        0 (the default): the sequencer issues to every unit at once, an
+        instruction waiting only on the running instructions whose UB or
+        accumulator rows it shares (range interlocks). 1: an instruction
+        waits until every other unit is idle and (but for an MMC) every
+        matrix row is stored, so the interlocks and their range registers
+        are not built (same results; `tpu.models.cycle_model` knows the
+        cycles).
+    serial_decode : int
+        0 (the default): the decoder's convolution and pooling products are
+        multiplied in one cycle. 1: each is clamped to the unified buffer's
+        size and multiplied a bit a cycle on one shift-and-add multiplier
+        (``ub_rows.bit_length() + 1`` cycles a product; an MMC with CONV
+        takes four products, a windowed ACT one: `tpu.hdl.decoder.decode_cycles`).
 
     Raises
     ------
@@ -150,6 +168,8 @@ class TPUConfig:
     counter_bits: int = 64
     dsp_multipliers: int = 0
     dsp_bands: int = 0
+    serial_issue: int = 0
+    serial_decode: int = 0
 
     def __post_init__(self):
         for f in fields(self):
@@ -253,10 +273,11 @@ UP5K_HOST_FIELDS = dict(link_dw=1, max_payload=128, max_read_request=128, read_t
 PROFILES = {
     # iCE40 UP5K (iCEBreaker): a 2x2 array, small memories, a host interface
     # for a UART, one requantizer with a 16 x 16-bit multiplier (ACT takes
-    # 8 cycles a row).
+    # 8 cycles a row), the sequencer issuing to one unit at a time and the
+    # decoder's products a bit a cycle.
     "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
                  cpl_timeout=16000000, **UP5K_HOST_FIELDS,
-                 requantizers=1, requantizer_multiplier_width=16),
+                 requantizers=1, requantizer_multiplier_width=16, serial_issue=1, serial_decode=1),
     # ECP5-85F (ULX3S): a 16x16 array, 144 of its PEs in three bands of
     # rows on the three lines of MULT18X18D (the placement that routes,
     # with nextpnr's static placer; the decoder's products then go into

@@ -886,7 +886,7 @@ def _busy(instruction, config):
         return 19 * config.cols + 1
     cost = instruction.rows * config.act_row_cycles + 16
     if instruction.pool in (Pool.MAX, Pool.AVG):
-        cost += decode_cycles(instruction.encode()) - 2      # its divisions
+        cost += decode_cycles(instruction.encode(), config) - 2      # its divisions
     if instruction.pool in (Pool.AVG, Pool.GLOBAL_AVG):
         cost += 34                                           # the reciprocal
     return cost

@@ -20,7 +20,8 @@ What is modelled (each rule is the RTL's, in cycles):
   comparisons registered before issue), more for an MMC with CONV and a
   windowed ACT (serial divisions, a cycle per bit of the dividend, and the
   geometry's products and sums registered: `tpu.hdl.decoder.decode_cycles`,
-  e.g. 12 for a CONV MMC of 9 to 16 rows),
+  e.g. 12 for a CONV MMC of 9 to 16 rows; with ``config.serial_decode`` a
+  bit of each product a cycle),
   the next decode starting in the cycle an instruction issues;
 * in-order issue, one instruction at a time per unit, with the range-based
   interlocks: a hazard on a unit's running instruction clears in the cycle
@@ -30,7 +31,10 @@ What is modelled (each rule is the RTL's, in cycles):
   that MMC's last row is stored (the sequencer tracks the ranges of up to
   `ACC_SLOTS` MMCs; with every slot taken, a new MMC's rows are merged into
   the youngest slot, which then frees with the new MMC); SYNC, INT and HALT
-  wait for every unit to be idle and the engine drained;
+  wait for every unit to be idle and the engine drained; with
+  ``config.serial_issue`` no ranges: an instruction for a unit waits until
+  every other unit is idle, and but for an MMC until the engine is drained
+  (the cycle after the last row is stored);
 * RHM: rows in cycles ``issue + 2 + host_latency ..``, one per cycle (a cycle
   in which ACT writes the UB delays it by one); WHM: rows leave in
   ``issue + 3 ..``;
@@ -504,7 +508,7 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
                                                                          written + TIMING["queue"])
         loads.append(load)
         fault, ins = checked_decode(word, cfg)
-        ready = load + decode_cycles(word)
+        ready = load + decode_cycles(word, cfg)
         if isinstance(ins, Rw) and requested - switched + ins.count > cfg.weight_fifo_tiles + 2:
             fault = Fault.WEIGHT_FIFO_OVERFLOW
         if isinstance(ins, Mmc) and ins.switch and ins.rows and requested == switched:
@@ -525,17 +529,25 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
         else:
             unit_ready = 0
         hazard = 0
-        for name, unit in units.items():
-            if name != target and unit.ranges and _conflict(ranges, unit.ranges):
-                hazard = max(hazard, unit.idle + TIMING["range_clear"])
-        # Host memory: an RHM waits while a WHM runs and a WHM while an RHM
-        # runs (from the cycle the other unit is idle).
-        if target in ("rhm", "whm"):
-            hazard = max(hazard, units["whm" if target == "rhm" else "rhm"].idle)
-        if target != "mmc":
-            hazard = max([hazard] + [clear for rows, clear in in_flight
-                                     if _overlap(ranges.get("acc_r"), rows)
-                                     or _overlap(ranges.get("acc_w"), rows)])
+        if cfg.serial_issue:
+            # One unit at a time: every other unit idle, and every row stored
+            # (the engine drained) but for an MMC.
+            if target is not None:
+                hazard = max(unit.idle for name, unit in units.items() if name != target)
+                if target != "mmc":
+                    hazard = max(hazard, stored + 1)
+        else:
+            for name, unit in units.items():
+                if name != target and unit.ranges and _conflict(ranges, unit.ranges):
+                    hazard = max(hazard, unit.idle + TIMING["range_clear"])
+            # Host memory: an RHM waits while a WHM runs and a WHM while an
+            # RHM runs (from the cycle the other unit is idle).
+            if target in ("rhm", "whm"):
+                hazard = max(hazard, units["whm" if target == "rhm" else "rhm"].idle)
+            if target != "mmc":
+                hazard = max([hazard] + [clear for rows, clear in in_flight
+                                         if _overlap(ranges.get("acc_r"), rows)
+                                         or _overlap(ranges.get("acc_w"), rows)])
         issue = max(ready, unit_ready, hazard)
         counters["raw_stall"] += max(0, issue - max(ready, unit_ready))
         done = issue
