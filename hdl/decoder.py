@@ -370,12 +370,10 @@ class InstructionDecoder(wiring.Component):
 
         # RHM and WHM: inside one DMA window. The comparisons are wide
         # (65-bit window end), so they are registered with the word's other
-        # checks, and the window ends they compare with are sums registered
-        # before (the host sets the windows long before it rings).
+        # checks.
         dma = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
         dma_end = dma["host"] + dma["rows"] * cfg.rows
-        inside = inside_a_window(m, self.windows, dma["host"], dma["rows"] * cfg.rows,
-                                 registered_ends=True)
+        inside = inside_a_window(m, self.windows, dma["host"], dma["rows"] * cfg.rows)
 
         # Limits of the activation unit this chip was built with.
         unsupported = is_act & (

@@ -18,29 +18,19 @@ def DmaWindows(config):
     return data.ArrayLayout(DmaWindow(config.host_addr_bits), config.dma_windows)
 
 
-def inside_a_window(m, windows, addr, nbytes, *, registered_ends=False):
+def inside_a_window(m, windows, addr, nbytes):
     """A signal that is 1 when host bytes [addr, addr + nbytes) lie inside one
     of `windows` (a `DmaWindows` view). An empty span is always inside. Spans
     and windows are compared in 65 bits, so neither may wrap past 2**64
     unnoticed; with windows narrower than 64 bits, a span must also end at or
-    below 2**width, since no wider address reaches the host.
-
-    With `registered_ends` each window's end (``base + size``, a 65-bit sum)
-    and whether it is open are registered, so that no path adds a window and
-    then compares a span with it: the check then sees a window change a cycle
-    after it is made (the decoder's, which the host's writes precede by
-    far more)."""
+    below 2**width, since no wider address reaches the host."""
     end = Signal(66)
     m.d.comb += end.eq(addr + nbytes)
     hits = []
-    for n, window in enumerate(windows):
-        width = len(window.base)
-        window_end = Signal(width + 1, name=f"window{n}_end")
-        window_open = Signal(name=f"window{n}_open")
-        domain = m.d.sync if registered_ends else m.d.comb
-        domain += [window_end.eq(window.base + window.size), window_open.eq(window.size != 0)]
+    for window in windows:
         hit = Signal()
-        m.d.comb += hit.eq(window_open & (addr >= window.base) & (end <= window_end))
+        m.d.comb += hit.eq((window.size != 0) & (addr >= window.base) &
+                           (end <= window.base + window.size))
         hits.append(hit)
     width = len(windows[0].base)
     reachable = end <= (1 << width) if width < 64 else C(1)

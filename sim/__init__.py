@@ -2,6 +2,7 @@
 checked against are `tpu.models`, below the driver and the compiler):
 
 - ``harness``: builds simulator models of the RTL and runs cocotb testbenches;
+- ``build_progress``: the progress of a Verilator build, read from its directory;
 - ``suites``: the named testcases `tpu sim` runs for each top level;
 - ``testbenches``: cocotb testbenches, one per unit or top level;
 - ``tops``: small RTL wrappers that put one unit behind a testbench's streams;

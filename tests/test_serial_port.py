@@ -118,3 +118,41 @@ def test_frame_through_and_led_hold():
     first = lit.index(1)
     assert lit[first:first + led_hold] == [1] * led_hold, "link_error went off early"
     assert first > len(line) - 400 - divisor * 10, "link_error lit before the damaged frame ended"
+
+
+def test_led_lights_the_cycle_after_a_damaged_frame(monkeypatch):
+    """`link_error` lights in the cycle after the bridge flags a damaged
+    frame (`bad_frame`, seen inside the port) and stays lit `led_hold` cycles."""
+    import tpu.hdl.serial_port as serial_port
+    bridges = []
+
+    class SeenBridge(serial_port.SerialBridge):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bridges.append(self)
+
+    monkeypatch.setattr(serial_port, "SerialBridge", SeenBridge)
+    divisor, led_hold = 4, 5
+    dut = SerialPort(link_dw=1, max_words=5, divisor=divisor, led_hold=led_hold)
+    damaged = bytearray(encode_frame(Kind.TLP, 0, memory_write(0x14, bytes(4))))
+    damaged[6] ^= 0x10
+    line = list(_bits(damaged, divisor)) + [1] * 200
+    bad, lit = [], []
+
+    async def bench(ctx):
+        ctx.set(dut.tlp_out.ready, 1)
+        for bit in line:
+            ctx.set(dut.rx, bit)
+            await ctx.tick()
+            bad.append(ctx.get(bridges[0].bad_frame))
+            lit.append(ctx.get(dut.link_error))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert sum(bad) == 1, f"the bridge flagged {sum(bad)} damaged frames, not 1"
+    flagged = bad.index(1)
+    assert lit[:flagged + 1] == [0] * (flagged + 1), "link_error lit before the frame was flagged"
+    assert lit[flagged + 1:flagged + 2 + led_hold] == [1] * led_hold + [0], \
+        f"link_error after the flag at cycle {flagged}: {lit[flagged + 1:flagged + 3 + led_hold]}"
