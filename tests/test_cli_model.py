@@ -254,6 +254,21 @@ def test_a_long_simulation_is_announced(model_file, capsys):
 
 
 @needs_backend
+def test_a_long_golden_run_is_announced(model_file, monkeypatch, capsys):
+    """tpu run on the golden backend says in one line before a run
+    estimated beyond the threshold (lowered here rather than run long)
+    how long it will roughly take, and says nothing before a short one."""
+    import tpu.cli.model as cli_model
+    path, data, _ = model_file
+    assert cli.main(["run", str(path), "--input", str(data), "--backend", "golden"]) == 0
+    assert "golden chip: about" not in capsys.readouterr().err
+    monkeypatch.setattr(cli_model, "LONG_RUN_SECONDS", 0)
+    assert cli.main(["run", str(path), "--input", str(data), "--backend", "golden"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "golden chip: about" in line]
+    assert len(lines) == 1 and "cycles/s" in lines[0] and "chunks of batch 1" in lines[0], lines
+
+
+@needs_backend
 def test_compile_says_which_batch_and_why(model_file, tmp_path, capsys):
     """A model of dynamic batch compiles at batch 1, and the command says
     what a larger --batch would give (the cycle model's cycles per

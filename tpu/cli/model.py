@@ -234,6 +234,8 @@ def cmd_run(args):
     feeds = _feeds(session, args.input)
     names = [o.name for o in session.get_outputs()]
     from ..compiler.session import SIMULATION_BACKENDS
+    if args.backend == "golden":
+        _warn_if_long(session, "golden", next(iter(feeds.values())).shape[0])
     if args.backend in SIMULATION_BACKENDS:
         long = _warn_if_long(session, args.backend, next(iter(feeds.values())).shape[0])
         if sys.stderr.isatty():
@@ -287,19 +289,31 @@ def cmd_run(args):
     return 0
 
 
+LONG_RUN_SECONDS = 60
+
+
 def _warn_if_long(session, simulator, samples):
-    """Say before a simulation that will take more than a minute how long
-    it will roughly take; True if it did."""
-    from ..estimate import format_seconds, simulated_cycles_per_second
+    """Say before a run on `simulator` ("golden", "icarus" or "verilator")
+    that will take more than `LONG_RUN_SECONDS` how long it will roughly
+    take; True if it did."""
+    from ..estimate import format_seconds, golden_cycles_per_second, simulated_cycles_per_second
     compiled = session.compiled
     if compiled is None:
         return False
     cycles = sum(getattr(step, "estimated_cycles", 0) for step in compiled.steps)
     chunks = -(-samples // max(1, compiled.batch))
-    speed = simulated_cycles_per_second(compiled.config, simulator)
+    if simulator == "golden":
+        speed = golden_cycles_per_second(compiled.config)
+    else:
+        speed = simulated_cycles_per_second(compiled.config, simulator)
     seconds = cycles * chunks / speed
-    if seconds <= 60:
+    if seconds <= LONG_RUN_SECONDS:
         return False
+    if simulator == "golden":
+        print(f"this run models about {cycles * chunks:,} chip cycles ({chunks} chunks of batch "
+              f"{compiled.batch}) on the golden chip: about {format_seconds(seconds)} at roughly "
+              f"{speed:,.0f} cycles/s; a smaller input is faster", file=sys.stderr, flush=True)
+        return True
     print(f"this run simulates about {cycles * chunks:,} chip cycles ({chunks} chunks of batch "
           f"{compiled.batch}) under {simulator}: about {format_seconds(seconds)} at roughly "
           f"{speed:,.0f} cycles/s; a smaller input or the golden backend is faster",
