@@ -23,26 +23,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tpu import TPUConfig  # noqa: E402
+from tpu.bench.tflite import tflite_outputs  # noqa: E402
 from tpu.compiler.mlperf_tiny import MODELS, missing_reason, model_path  # noqa: E402
 from tpu.config import UP5K_PROFILE  # noqa: E402
 
 #: the chips measured, by name
 CHIPS = {"up5k": UP5K_PROFILE,
          "2x2": TPUConfig(rows=2, cols=2, ub_rows=256, acc_rows=64, weight_mem_tiles=16)}
-
-
-def tflite_reference(path, inputs):
-    from ai_edge_litert import interpreter as litert
-    interpreter = litert.Interpreter(model_path=str(path),
-                                     experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
-    interpreter.allocate_tensors()
-    (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
-    results = []
-    for x in inputs:
-        interpreter.set_tensor(inp["index"], x[None])
-        interpreter.invoke()
-        results.append(interpreter.get_tensor(out["index"])[0].copy())
-    return np.array(results)
 
 
 def measure(name, chip, backend, inputs, seed):
@@ -58,7 +45,7 @@ def measure(name, chip, backend, inputs, seed):
     start = time.perf_counter()
     (got,) = session.run(None, {graph.inputs[0].model_name: x})
     ran = time.perf_counter() - start
-    equal = np.array_equal(got.reshape(inputs, -1), tflite_reference(path, x).reshape(inputs, -1))
+    equal = np.array_equal(got.reshape(inputs, -1), tflite_outputs(path, x))
     return dict(model=name, chip=chip, parts=len(session.compiled.chip_steps), compile_s=wall,
                 compile_cpu_s=cpu, cycles=session.report().cycles_per_inference, run_s=ran,
                 equal=equal)
@@ -75,6 +62,9 @@ def main(argv=None):
     bad = [c for c in args.chips.split(",") if c not in CHIPS]
     if bad:
         parser.error(f"unknown chip {bad[0]!r}: choose from {', '.join(CHIPS)}")
+    bad = [m for m in args.models.split(",") if m not in MODELS]
+    if bad:
+        parser.error(f"unknown model {bad[0]!r}: choose from {', '.join(MODELS)}")
     ok = True
     print(f"| model | chip | parts | compile (wall / CPU) | cycles per inference | "
           f"{args.backend} run ({args.inputs} inputs) | equal to TFLite |")
