@@ -29,7 +29,7 @@ weights per output channel, MinMax calibration on seeded random images).
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from . import zoo
 
@@ -44,23 +44,17 @@ RESNET18_STAGES = ((64, 1), (128, 2), (256, 2), (512, 2))
 CLASSES = 1000
 
 
-class _Graph:
+class _Graph(zoo._Builder):
     """Nodes and initializers of a float NCHW network being built, with the
     shape (C, H, W) of each tensor."""
 
     def __init__(self, seed, size):
-        self.rng = np.random.default_rng(seed)
-        self.nodes, self.inits, self.shapes = [], [], {"input": (3, size, size)}
-        self.count = 0
+        super().__init__(seed)
+        self.shapes = {"input": (3, size, size)}
 
     def name(self, what):
         self.count += 1
         return f"{what}_{self.count}"
-
-    def const(self, what, array, dtype=np.float32):
-        name = self.name(what)
-        self.inits.append(numpy_helper.from_array(np.asarray(array, dtype), name))
-        return name
 
     def node(self, op, inputs, shape, **attrs):
         name = self.name(op.lower())
@@ -78,7 +72,7 @@ class _Graph:
         weight = self.rng.normal(0.0, np.sqrt(2.0 / fan_in), (cout, cin // groups, k, k))
         bias = self.rng.normal(0.0, 0.1, cout)
         oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
-        y = self.node("Conv", [x, self.const("weight", weight), self.const("bias", bias)],
+        y = self.node("Conv", [x, self.init("weight", weight), self.init("bias", bias)],
                       (cout, oh, ow), kernel_shape=[k, k], strides=[stride, stride],
                       pads=[pad] * 4, group=groups)
         return self.act(y, act)
@@ -87,7 +81,7 @@ class _Graph:
         if act == "relu":
             return self.node("Relu", [x], self.shapes[x])
         if act == "relu6":
-            return self.node("Clip", [x, self.const("min", 0.0), self.const("max", 6.0)],
+            return self.node("Clip", [x, self.init("min", 0.0), self.init("max", 6.0)],
                              self.shapes[x])
         return x
 
@@ -100,8 +94,8 @@ class _Graph:
         x = self.node("GlobalAveragePool", [x], (c, 1, 1))
         x = self.node("Flatten", [x], (c,), axis=1)
         weight = self.rng.normal(0.0, np.sqrt(1.0 / c), (CLASSES, c))
-        return self.node("Gemm", [x, self.const("fc_weight", weight),
-                                  self.const("fc_bias", self.rng.normal(0.0, 0.1, CLASSES))],
+        return self.node("Gemm", [x, self.init("fc_weight", weight),
+                                  self.init("fc_bias", self.rng.normal(0.0, 0.1, CLASSES))],
                          (CLASSES,), transB=1)
 
     def model(self, name, y):
