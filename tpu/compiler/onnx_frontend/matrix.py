@@ -38,12 +38,19 @@ class MatrixOps:
                          self.tensor(x).quant, ws)
         self.conv(node, x, is_float, w, ws, bias)
 
-    def op_QLinearConv(self, node):
+    def _qlinear_operands(self, node, weight_axis):
+        """A QLinearConv's or QLinearMatMul's input tensor and quantization,
+        weights, weight scales and output quantization (inputs 0 to 7)."""
         i = node.input
         in_q = self.quant(node, i[1], i[2], what="input")
         x, _ = self.activation_input(node, i[0], in_q)
-        w, ws = self.weight(node, i[3], 0, i[4], i[5])
+        w, ws = self.weight(node, i[3], weight_axis, i[4], i[5])
         out_q = self.quant(node, i[6], i[7], what="output")
+        return x, in_q, w, ws, out_q
+
+    def op_QLinearConv(self, node):
+        i = node.input
+        x, in_q, w, ws, out_q = self._qlinear_operands(node, 0)
         bias = self.bias(node, i[8] if len(i) > 8 else "", in_q, ws, scale_known=True)
         self.conv(node, x, False, w, ws, bias, out_q)
 
@@ -139,11 +146,7 @@ class MatrixOps:
         self.dense(node, x, w, ws, None, is_float)
 
     def op_QLinearMatMul(self, node):
-        i = node.input
-        in_q = self.quant(node, i[1], i[2], what="input")
-        x, _ = self.activation_input(node, i[0], in_q)
-        w, ws = self.weight(node, i[3], 1, i[4], i[5])
-        out_q = self.quant(node, i[6], i[7], what="output")
+        x, _, w, ws, out_q = self._qlinear_operands(node, 1)
         self.dense(node, x, w, ws, None, False, out_q)
 
     def gemm_attrs(self, node, has_bias):
