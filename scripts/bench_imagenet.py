@@ -10,10 +10,11 @@ all-zero tiles skipped, over ``cycles x rows x cols``). With ``--run`` the
 compiled model also runs on the golden chip (timed) and its outputs are
 compared with ONNX Runtime's on the same random images.
 
-A chip is ``RxC`` with optional ``:ub=ROWS:acc=ROWS``; ``v1`` is TPU v1's
-256x256 array with its 24 MiB unified buffer (98 304 rows of 256 bytes) and
-4 MiB of accumulators (4 096 rows of 256 int32) and its weight memory's
-34 GB/s at 700 MHz (48 bytes a cycle; ``wbw=`` sets it). A chip that refuses a
+A chip is ``RxC`` or a profile with optional ``:ub=ROWS:acc=ROWS``; ``v1``
+(`tpu.config.V1_PROFILE`, ``--profile v1``) is TPU v1's 256x256 array with
+its 24 MiB unified buffer (98 304 rows of 256 bytes) and 4 MiB of
+accumulators (4 096 rows of 256 int32) and its weight memory's 34 GB/s at
+700 MHz (48 bytes a cycle; ``wbw=`` sets it). A chip that refuses a
 model is reported with the compiler's message (the ``--ub-rows`` it names).
 
     .venv/bin/python scripts/bench_imagenet.py [--size 224] [--models resnet18,mobilenet_v2]
@@ -29,16 +30,16 @@ import numpy as np
 
 
 def chip(text):
+    """``RxC`` or a profile name (``v1``), then ``:field=value`` options."""
     from tpu import TPUConfig
-    if text == "v1":
-        # its weight memory: 34 GB/s of DDR3 at 700 MHz, 48 bytes a cycle
-        return TPUConfig(rows=256, cols=256, ub_rows=24 * 2**20 // 256,
-                         acc_rows=4 * 2**20 // (256 * 4), weight_mem_bytes_per_cycle=48)
+    from tpu.config import PROFILES
     shape, *options = text.split(":")
-    rows, cols = (int(v) for v in shape.split("x"))
     fields = {"ub": "ub_rows", "acc": "acc_rows", "wmem": "weight_mem_tiles",
               "wbw": "weight_mem_bytes_per_cycle"}
     extra = {fields[k]: int(v) for k, v in (o.split("=") for o in options)}
+    if shape in PROFILES:
+        return TPUConfig.from_options(extra, shape)
+    rows, cols = (int(v) for v in shape.split("x"))
     return TPUConfig(rows=rows, cols=cols, **extra)
 
 

@@ -94,9 +94,19 @@ def test_up5k_profile_and_overrides():
     assert (UP5K_PROFILE.serial_issue, UP5K_PROFILE.serial_decode) == (1, 1)
     assert (TPUConfig().serial_issue, TPUConfig().serial_decode) == (0, 0)
     assert TPUConfig.from_options({"rows": 4, "cols": 4}, "up5k").cols == 4
-    assert set(PROFILES) == {"up5k", "ulx3s16"}
-    with pytest.raises(ConfigError, match="unknown board profile 'up6k': the profiles are ulx3s16, up5k"):
+    assert set(PROFILES) == {"up5k", "ulx3s16", "v1"}
+    with pytest.raises(ConfigError, match="unknown board profile 'up6k': the profiles are ulx3s16, up5k, v1"):
         TPUConfig.from_options({}, "up6k")
+
+
+def test_v1_profile_is_tpu_v1():
+    from tpu.config import V1_PROFILE
+    assert TPUConfig.from_options({}, "v1") == V1_PROFILE
+    assert (V1_PROFILE.rows, V1_PROFILE.cols) == (256, 256)
+    # 24 MiB of unified buffer, 4 MiB of int32 accumulators, 34 GB/s at 700 MHz
+    assert V1_PROFILE.ub_rows * V1_PROFILE.rows == 24 * 2**20
+    assert V1_PROFILE.acc_rows * V1_PROFILE.cols * 4 == 4 * 2**20
+    assert V1_PROFILE.weight_mem_bytes_per_cycle == 48
 
 
 def test_ulx3s16_profile_is_a_16x16_chip_in_dsp_bands():

@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 from tpu import TPUConfig
+from tpu.config import V1_PROFILE
 from tpu.compiler import imagenet_models, ir, reference, zoo
 from tpu.compiler.onnx_frontend import import_onnx
 from tpu.compiler.session import InferenceSession
@@ -19,8 +20,7 @@ from conftest import base_seed
 
 SIZE = 32
 #: TPU v1's array, unified buffer and accumulators
-V1 = TPUConfig(rows=256, cols=256, ub_rows=24 * 2**20 // 256, acc_rows=4096,
-               weight_mem_bytes_per_cycle=48)
+V1 = V1_PROFILE
 
 
 @pytest.fixture(scope="module")

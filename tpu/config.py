@@ -8,7 +8,7 @@ between them.
 from dataclasses import dataclass, fields, asdict
 
 
-__all__ = ["TPUConfig", "ConfigError", "PROFILES", "UP5K_PROFILE", "ULX3S16_PROFILE"]
+__all__ = ["TPUConfig", "ConfigError", "PROFILES", "UP5K_PROFILE", "ULX3S16_PROFILE", "V1_PROFILE"]
 
 
 class ConfigError(ValueError):
@@ -268,8 +268,8 @@ UP5K_HOST_FIELDS = dict(link_dw=1, max_payload=128, max_read_request=128, read_t
                         dma_windows=1, host_addr_bits=32, counter_bits=32)
 
 #: Board profiles: field values for a chip sized for one FPGA board, the
-#: same programs bit-exact through the same driver (docs/fpga.md). Options
-#: given with a profile override its values.
+#: same programs bit-exact through the same driver (docs/fpga.md), and
+#: TPU v1's sizes. Options given with a profile override its values.
 PROFILES = {
     # iCE40 UP5K (iCEBreaker): a 2x2 array, small memories, a host interface
     # for a UART, one requantizer with a 16 x 16-bit multiplier (ACT takes
@@ -289,6 +289,12 @@ PROFILES = {
     # UART (docs/fpga.md).
     "ulx3s16": dict(rows=16, cols=16, weight_mem_tiles=512, cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                     requantizers=1, requantizer_multiplier_width=16, dsp_bands=1),
+    # TPU v1 (Jouppi et al., ISCA 2017), a compiler target rather than a
+    # board: its 256x256 array, 24 MiB unified buffer (98 304 rows of 256
+    # bytes), 4 MiB of accumulators (4 096 rows of 256 int32) and its
+    # weight memory's 34 GB/s of DDR3 at 700 MHz (48 bytes a cycle).
+    "v1": dict(rows=256, cols=256, ub_rows=24 * 2**20 // 256, acc_rows=4 * 2**20 // (256 * 4),
+               weight_mem_bytes_per_cycle=48),
 }
 
 #: The chip of the "up5k" profile.
@@ -296,3 +302,6 @@ UP5K_PROFILE = TPUConfig(**PROFILES["up5k"])
 
 #: The chip of the "ulx3s16" profile.
 ULX3S16_PROFILE = TPUConfig(**PROFILES["ulx3s16"])
+
+#: The chip of the "v1" profile (TPU v1's sizes).
+V1_PROFILE = TPUConfig(**PROFILES["v1"])

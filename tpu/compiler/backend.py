@@ -264,13 +264,22 @@ def _compile_graph(graph, config, batch, hints=None):
         lay = ub_layout(t, key)
         if key in banded:
             parts = chip_prod[t] if key[0] == "out" else [s]
-            return max(BandRing(layout_of(t), chip_of(p), m_tiles(chip_of(p), batch, config),
-                                key[0] == "out", 1 if key in one_slot else 2,
-                                steps[p]["n"] if key[0] == "out" else _in_blocks(steps[p]),
-                                None if key[0] == "out" else _in_tap_rows(steps[p])).rows
+            return max(band_ring_rows(t, p, key[0] == "out", 1 if key in one_slot else 2)
                        for p in parts)
         return lay.blocks * min(batch, slots(key, s)) * lay.sample_stride if key in streamed \
             else lay.rows
+
+    def band_ring_rows(t, p, output, slots):
+        # (the parts of a layer mostly share their band rings: remembered
+        # by what a ring's size depends on)
+        name = steps[p]["item"].name
+        blocks = steps[p]["n"] if output else _in_blocks(steps[p])
+        taps = None if output else _in_tap_rows(steps[p])
+        at = ("band", t, name, band_limit.get(name), output, slots, blocks, taps)
+        if at not in memo:
+            memo[at] = BandRing(layout_of(t), chip_of(p), m_tiles(chip_of(p), batch, config),
+                                output, slots, blocks, taps).rows
+        return memo[at]
 
     def bandable(key):
         """Whether the part(s) of `key` can stream it in bands: a
@@ -626,17 +635,25 @@ def _window(step, batch, config, layout):
 def _in_blocks(step):
     """``(first, end)``: the input channel blocks the kept K tiles of a
     convolution part read (a depthwise convolution's N tile, one)."""
-    (n0, n1), (k0, k1) = step["n"], step["k"]
-    js = [step["k_tiles"][k].j for n in range(n0, n1) for k in range(k0, k1) if step["kept"][n, k]]
-    return (min(js), max(js) + 1) if js else None
+    return _kept_span(step, "j")
 
 
 def _in_tap_rows(step):
     """``(first, end)``: the kernel rows of the kept K tiles of a
     convolution part."""
-    (n0, n1), (k0, k1) = step["n"], step["k"]
-    ys = [step["k_tiles"][k].y for n in range(n0, n1) for k in range(k0, k1) if step["kept"][n, k]]
-    return (min(ys), max(ys) + 1) if ys else None
+    return _kept_span(step, "y")
+
+
+def _kept_span(step, field):
+    """``(first, end)`` of the K tiles' `field` over the part's kept tiles
+    (remembered in the step: its tiles do not change)."""
+    at = ("span", field)
+    if at not in step:
+        (n0, n1), (k0, k1) = step["n"], step["k"]
+        ks = k0 + np.flatnonzero(step["kept"][n0:n1, k0:k1].any(axis=0))
+        values = [getattr(step["k_tiles"][k], field) for k in ks]
+        step[at] = (min(values), max(values) + 1) if values else None
+    return step[at]
 
 
 def _timing_key(program):

@@ -133,7 +133,9 @@ def tile_work(chip, config):
             mask[:] = 0
             mask[:, :, np.arange(cout) // (cout // cin), np.arange(cout)] = 1
     _, tiles = weight_tiles(replace(chip, weight=mask), config)
-    return tiles.astype(np.int64).sum(axis=(2, 3))
+    # (a mask of ones and zeros: its sum is its count of nonzeros, without
+    # an int64 copy of every tile)
+    return np.count_nonzero(tiles, axis=(2, 3)).astype(np.int64)
 
 
 def m_rows(chip, batch, config, m_range=None):

@@ -50,6 +50,16 @@ class Instruction:
 
     def _normalize(self):
         """Type-check the attributes named like layout fields; enum values become members."""
+        # (a compiled model has millions of instructions: the usual case, every
+        # value already of its type, is checked from `_plan`; anything else
+        # takes the full path, which converts or names the error)
+        for name, is_flag, enum in _plan(type(self))[0]:
+            value = getattr(self, name)
+            if value.__class__ is not (bool if is_flag else enum or int):
+                self._normalize_fully()
+                return
+
+    def _normalize_fully(self):
         for f in self.layout():
             if f.name in self._COMPOSITE or not hasattr(self, f.name):
                 continue
@@ -74,6 +84,19 @@ class Instruction:
         return cls(**kwargs)
 
     def _validate(self):
+        values = self.fields()
+        for name, when, low, high in _plan(type(self))[1]:
+            value = values[name]
+            if when is not None and values[when[0]] not in when[1]:
+                if value:
+                    self._validate_fully()
+                continue
+            if not low <= value <= high:
+                self._validate_fully()
+        self._validate_more()
+
+    def _validate_fully(self):
+        """`_validate` naming the first field that is wrong."""
         fields = self.layout()
         values = self.fields()
         for f in fields:
@@ -99,11 +122,31 @@ class Instruction:
         if encoded is None:
             word = int(self.OPCODE)
             values = self.fields()
-            for f in self.layout():
-                word |= f.insert(values[f.name])
+            for name, mask, lsb in _plan(type(self))[2]:     # (`Field.insert` of each)
+                word |= (values[name] & mask) << lsb
             encoded = word.to_bytes(INSTRUCTION_BYTES, "little")
             object.__setattr__(self, "_encoded", encoded)
         return encoded
+
+
+_PLANS = {}
+
+
+def _plan(cls):
+    """What `Instruction._normalize`, `_validate` and `encode` check and
+    place for class `cls`, worked out once: ``(name, is_flag, enum)`` of
+    the attributes to type-check, ``(name, when, low, high)`` of every
+    field, ``(name, mask, lsb)`` of every field."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        fields = LAYOUTS[cls.OPCODE]
+        attributes = {f.name for f in dataclasses.fields(cls)}
+        typed = tuple((f.name, f.is_flag, f.enum) for f in fields
+                      if f.name not in cls._COMPOSITE and (f.name in attributes
+                                                           or hasattr(cls, f.name)))
+        plan = _PLANS[cls] = (typed, tuple((f.name, f.when, *f.legal) for f in fields),
+                              tuple((f.name, (1 << f.width) - 1, f.lsb) for f in fields))
+    return plan
 
 
 def _to_enum(mnemonic, field, value):
@@ -179,6 +222,17 @@ class Rw(Instruction):
 _CONV_FIELDS = ("out_w", "col_step", "row_step")
 
 
+_CONV_RANGES = []
+
+
+def _conv_ranges():
+    """``(name, (low, high))`` of MMC's convolution fields."""
+    if not _CONV_RANGES:
+        fields = {f.name: f for f in LAYOUTS[Opcode.MMC]}
+        _CONV_RANGES.extend((name, fields[name].legal) for name in _CONV_FIELDS)
+    return _CONV_RANGES
+
+
 @dataclass(frozen=True)
 class Conv:
     """MMC's convolution addressing: activation row ``b`` comes from UB row
@@ -188,13 +242,12 @@ class Conv:
     row_step: int
 
     def __post_init__(self):
-        fields = {f.name: f for f in LAYOUTS[Opcode.MMC]}
-        for name in _CONV_FIELDS:
+        for name, (low, high) in _conv_ranges():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"conv {name} must be an int, not {value!r}")
-            low, high = fields[name].legal
             if not low <= value <= high:
+                fields = {f.name: f for f in LAYOUTS[Opcode.MMC]}
                 raise FieldError(name, f"mmc conv {name} = {value} is out of range "
                                        f"{low}..{high} ({fields[name].width} bits)")
 
@@ -225,12 +278,15 @@ class Mmc(Instruction):
 
     def fields(self):
         conv = self.conv
-        return {
-            "accumulate": int(self.accumulate), "switch": int(self.switch),
-            "unsigned": int(self.unsigned), "conv": int(conv is not None),
-            "ub": self.ub, "rows": self.rows, "acc": self.acc,
-            **{name: getattr(conv, name) if conv else 0 for name in _CONV_FIELDS},
-        }
+        if conv is None:
+            return {"accumulate": int(self.accumulate), "switch": int(self.switch),
+                    "unsigned": int(self.unsigned), "conv": 0,
+                    "ub": self.ub, "rows": self.rows, "acc": self.acc,
+                    "out_w": 0, "col_step": 0, "row_step": 0}
+        return {"accumulate": int(self.accumulate), "switch": int(self.switch),
+                "unsigned": int(self.unsigned), "conv": 1,
+                "ub": self.ub, "rows": self.rows, "acc": self.acc,
+                "out_w": conv.out_w, "col_step": conv.col_step, "row_step": conv.row_step}
 
     @classmethod
     def _from_fields(cls, values):

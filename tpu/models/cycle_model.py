@@ -215,6 +215,12 @@ def _rhm_end(first, rows, writes):
 def _add_writes(writes, cycles):
     """Add the one-cycle UB writes in `cycles` to `writes`, kept sorted (an ACT's
     come after the previous one's, so they are appended)."""
+    cycles = list(cycles)
+    if all(a < b for a, b in zip(cycles, cycles[1:])) and (
+            not writes or not cycles or (cycles[0], cycles[0]) >= writes[-1]):
+        # (the usual case: increasing, after every write so far)
+        writes.extend(zip(cycles, cycles))
+        return
     for c in cycles:
         if writes and (c, c) < writes[-1]:
             bisect.insort(writes, (c, c))
@@ -242,12 +248,16 @@ def _rhm_link_end(issue, arrivals, writes):
 
 def _conflict(new, running):
     """The sequencer's hazard rule: write/read, read/write, write/write on UB or accumulators."""
-    for space in ("ub", "acc"):
-        w, r = new.get(f"{space}_w"), new.get(f"{space}_r")
-        rw, rr = running.get(f"{space}_w"), running.get(f"{space}_r")
+    for write, read in _SPACES:
+        w, r = new.get(write), new.get(read)
+        rw, rr = running.get(write), running.get(read)
         if _overlap(w, rr) or _overlap(w, rw) or _overlap(r, rw):
             return True
     return False
+
+
+#: the range keys of the UB and the accumulators (`_ranges`): written, read
+_SPACES = (("ub_w", "ub_r"), ("acc_w", "acc_r"))
 
 
 class _WeightPath:
@@ -706,8 +716,9 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
             u.ready = u.idle = done
             u.ranges = ranges
         # NOP, SYNC, INT: nothing to do after issue.
-        log.append({"index": index, "instruction": ins, "ready": ready, "issue": issue,
-                    "done": done, "waits": {k: v for k, v in waits.items() if v}, **more})
+        if schedule:       # (only asked for: a dict per instruction costs)
+            log.append({"index": index, "instruction": ins, "ready": ready, "issue": issue,
+                        "done": done, "waits": {k: v for k, v in waits.items() if v}, **more})
         issue_prev = issue
 
     if halt is None:
