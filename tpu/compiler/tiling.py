@@ -67,19 +67,30 @@ def _blocks(n, width):
     return -(-n // width)
 
 
+def _k_tiles(chip, config):
+    """The K tiles of `chip` in order."""
+    R = config.rows
+    if chip.kind == "conv":
+        kh, kw, cin, _ = chip.weight.shape
+        jb = _blocks(cin, R)
+        if chip.k_by_rows:
+            # (a part of one kernel row's taps of a few input blocks reads
+            # only those input rows and blocks: `backend._parts`)
+            return [KTile(dy, dx, j) for dy in range(kh) for j in range(jb) for dx in range(kw)]
+        return [KTile(dy, dx, j) for dy in range(kh) for dx in range(kw) for j in range(jb)]
+    h, wd, c = chip.in_shape
+    return [KTile(y, x, j) for y in range(h) for x in range(wd) for j in range(_blocks(c, R))]
+
+
 def weight_tiles(chip, config):
     """``(k_tiles, tiles)``: the K tiles in order and the int8 weight tiles
     ``(N tiles, K tiles, rows, cols)``."""
     R, C = config.rows, config.cols
     nt = _blocks(chip.n_out, C)
+    k_tiles = _k_tiles(chip, config)
     if chip.kind == "conv":
         kh, kw, cin, cout = chip.weight.shape
         jb = _blocks(cin, R)
-        k_tiles = [KTile(dy, dx, j) for dy in range(kh) for dx in range(kw) for j in range(jb)]
-        if chip.k_by_rows:
-            # (a part of one kernel row's taps of a few input blocks reads
-            # only those input rows and blocks: `backend._parts`)
-            k_tiles = [KTile(dy, dx, j) for dy in range(kh) for j in range(jb) for dx in range(kw)]
         w = np.zeros((kh, kw, jb * R, nt * C), dtype=np.int8)
         w[:, :, :cin, :cout] = chip.weight
         # one gather of every K tile's (lanes, columns), not a copy per tile
@@ -92,7 +103,6 @@ def weight_tiles(chip, config):
         raise CompileError(f"layer {chip.name!r}: {K} weight rows for an input of "
                            f"{h * wd * c} values")
     jb = _blocks(c, R)
-    k_tiles = [KTile(y, x, j) for y in range(h) for x in range(wd) for j in range(jb)]
     # Physical row (k tile, lane) -> the logical K index it multiplies.
     y, x, ch = np.meshgrid(np.arange(h), np.arange(wd), np.arange(jb * R), indexing="ij")
     if chip.input_view == "chw":
@@ -124,18 +134,27 @@ def tile_work(chip, config):
     real input lanes times real output channels, or for a depthwise
     convolution (block-diagonal weights, `report.conv_macs_per_pixel`) its
     diagonal entries only. What a skipped all-zero tile leaves undone."""
-    from dataclasses import replace
     from .report import conv_macs_per_pixel
-    mask = np.ones(chip.weight.shape, dtype=np.int8)
+    R, C = config.rows, config.cols
+    nt = _blocks(chip.n_out, C)
+    n = np.arange(nt)
+    # (counted per tile from the shapes: the same as summing a mask of the
+    # real weights laid out as `weight_tiles` lays them)
+    cols = np.minimum(C, chip.n_out - n * C)
     if chip.kind == "conv":
         kh, kw, cin, cout = chip.weight.shape
+        js = np.array([k.j for k in _k_tiles(chip, config)], dtype=np.int64)
         if conv_macs_per_pixel(chip.weight) < kh * kw * cin * cout:
-            mask[:] = 0
-            mask[:, :, np.arange(cout) // (cout // cin), np.arange(cout)] = 1
-    _, tiles = weight_tiles(replace(chip, weight=mask), config)
-    # (a mask of ones and zeros: its sum is its count of nonzeros, without
-    # an int64 copy of every tile)
-    return np.count_nonzero(tiles, axis=(2, 3)).astype(np.int64)
+            o = np.arange(cout)
+            per = np.zeros((nt, _blocks(cin, R)), dtype=np.int64)
+            np.add.at(per, (o // C, (o // (cout // cin)) // R), 1)
+            return per[:, js]
+        lanes = np.minimum(R, cin - js * R)
+    else:
+        c = chip.in_shape[2]
+        js = np.array([k.j for k in _k_tiles(chip, config)], dtype=np.int64)
+        lanes = np.minimum(R, c - js * R)
+    return cols[:, None].astype(np.int64) * lanes[None, :].astype(np.int64)
 
 
 def m_rows(chip, batch, config, m_range=None):

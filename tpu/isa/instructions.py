@@ -74,7 +74,7 @@ class Instruction:
 
     def fields(self):
         """The raw value of every layout field, by name (flags as 0/1)."""
-        return {f.name: int(getattr(self, f.name)) for f in self.layout()}
+        return {name: int(getattr(self, name)) for name, _, _ in _plan(type(self))[2]}
 
     @classmethod
     def _from_fields(cls, values):
@@ -121,9 +121,15 @@ class Instruction:
         encoded = self.__dict__.get("_encoded")
         if encoded is None:
             word = int(self.OPCODE)
-            values = self.fields()
-            for name, mask, lsb in _plan(type(self))[2]:     # (`Field.insert` of each)
-                word |= (values[name] & mask) << lsb
+            places = _plan(type(self))[2]
+            if type(self).fields is Instruction.fields:
+                # (`fields` is each attribute as an int: read them directly)
+                for name, mask, lsb in places:      # (`Field.insert` of each)
+                    word |= (int(getattr(self, name)) & mask) << lsb
+            else:
+                values = self.fields()
+                for name, mask, lsb in places:
+                    word |= (values[name] & mask) << lsb
             encoded = word.to_bytes(INSTRUCTION_BYTES, "little")
             object.__setattr__(self, "_encoded", encoded)
         return encoded
