@@ -24,7 +24,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..isa import Cfg, Halt, Ldl, Reg, Rhm, Whm, encode_program, ldl_rows, ldq_rows
+from ..isa import (INSTRUCTION_BYTES, Cfg, Halt, Ldl, Reg, Rhm, Whm, encode_program, ldl_rows,
+                   ldq_rows)
+from ..isa.layouts import LAYOUTS
 from ..models.cycle_model import estimate_cycles
 from .allocate import Block, place_blocks
 from .artifact import ChipStep, CompiledModel, HostStep, TensorSpec
@@ -660,7 +662,21 @@ def _timing_key(program):
     """What the cycle model of an ideal host sees of `program`: not the
     host offsets of its DMA (the parts of a layer's M tiles, which differ
     only in those, are estimated once)."""
-    return tuple((type(i), i.ub, i.rows) if isinstance(i, (Rhm, Whm)) else i for i in program)
+    # (the encodings, a DMA's host field cleared: equal words are equal
+    # instructions, and bytes hash and compare faster than instructions)
+    return b"".join(_without_host(i) if isinstance(i, (Rhm, Whm)) else i.encode()
+                    for i in program)
+
+
+#: the bits of RHM's and WHM's host field
+_HOST_BITS = next(f.mask for f in LAYOUTS[Rhm.OPCODE] if f.name == "host")
+assert _HOST_BITS == next(f.mask for f in LAYOUTS[Whm.OPCODE] if f.name == "host")
+
+
+def _without_host(dma):
+    """The encoding of RHM or WHM `dma` with its host field 0."""
+    word = int.from_bytes(dma.encode(), "little") & ~_HOST_BITS
+    return word.to_bytes(INSTRUCTION_BYTES, "little")
 
 
 def _span_of(first_end):

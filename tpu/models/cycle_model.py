@@ -256,6 +256,9 @@ def _conflict(new, running):
     return False
 
 
+#: the unit of each instruction class that has one
+_TARGETS = {Rhm: "rhm", Whm: "whm", Mmc: "mmc", Act: "act", Cfg: "act", Ldq: "act", Ldl: "act"}
+
 #: the range keys of the UB and the accumulators (`_ranges`): written, read
 _SPACES = (("ub_w", "ub_r"), ("acc_w", "acc_r"))
 
@@ -529,8 +532,7 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
                         "ready": ready, "issue": None, "done": halt, "waits": {}})
             break
 
-        target = {Rhm: "rhm", Whm: "whm", Mmc: "mmc", Act: "act", Cfg: "act", Ldq: "act",
-                  Ldl: "act"}.get(type(ins))
+        target = _TARGETS.get(type(ins))
         ranges = _ranges(ins, cfg)
         if isinstance(ins, (Sync, Int, Halt)):
             unit_ready = all_idle()
