@@ -2,9 +2,9 @@
 
 The chip's clock is the board's default (`BOARD_CLOCK_HZ`) or what the
 caller asks for. The iCEBreaker's chip runs from its 12 MHz oscillator; on
-the ULX3S the ECP5's PLL makes the chip clock (18.75 MHz by default, below the
-chip's Fmax) from the 25 MHz oscillator (`tpu.fpga.ecp5_pll`), and the chip
-is held in reset (the ECP5's global set/reset, as Amaranth's own clock
+the ULX3S the ECP5's PLL makes the chip clock (by default below the chip's
+routed Fmax: `tpu.fpga.routed_clocks`) from the 25 MHz oscillator
+(`tpu.fpga.ecp5_pll`), and the chip is held in reset (the ECP5's global set/reset, as Amaranth's own clock
 domain does it) until the PLL locks. The UART divisor is the chip clock over
 the baud rate, rounded. The LEDs (docs/fpga.md):
 
@@ -28,6 +28,7 @@ from amaranth.lib import io
 
 from ..hdl.serial_chip import SerialChip, retransmit_cycles
 from .ecp5_pll import ECP5PLL, ecp5_pll_settings
+from .routed_clocks import default_clock_hz
 
 
 __all__ = ["BoardChip", "BoardTop", "BOARD_LEDS", "BOARD_OSCILLATOR_HZ", "BOARD_CLOCK_HZ", "board_clock",
@@ -36,14 +37,16 @@ __all__ = ["BoardChip", "BoardTop", "BOARD_LEDS", "BOARD_OSCILLATOR_HZ", "BOARD_
 #: board -> the frequency of its oscillator (the platform's default clock)
 BOARD_OSCILLATOR_HZ = {"icebreaker": 12e6, "ulx3s-85f": 25e6}
 
-#: board -> the chip clock it gets unless told: on the ULX3S, below what the
-#: 2x2 chip reached after routing (19.89 MHz against a 20 MHz target, 22.15
-#: against 25; 20.73 against this 18.75: docs/fpga.md)
-BOARD_CLOCK_HZ = {"icebreaker": 12e6, "ulx3s-85f": 18.75e6}
-
 #: boards whose top makes the chip clock with a PLL -> the function that
 #: sets the PLL up, (oscillator Hz, chip clock Hz) -> settings
 _PLLS = {"ulx3s-85f": ecp5_pll_settings}
+
+#: board -> the chip clock it gets unless told (a profile's own default is
+#: `default_clock_hz(board, profile)`): chosen from the routed results of
+#: `tpu.fpga.routed_clocks` with a margin. On the ULX3S 18.75 MHz, below what
+#: the 2x2 chip reached after routing (19.89 MHz against a 20 MHz target,
+#: 20.73 against 18.75: docs/fpga.md); on the iCEBreaker its oscillator.
+BOARD_CLOCK_HZ = {board: default_clock_hz(board) for board in BOARD_OSCILLATOR_HZ}
 
 #: board -> {signal: [LED resource numbers]} (``led`` resources of the platform)
 BOARD_LEDS = {

