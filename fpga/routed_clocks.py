@@ -10,8 +10,8 @@ A new routed result goes into `ROUTED_CHIPS`; the defaults follow it.
 from dataclasses import dataclass
 
 
-__all__ = ["RoutedChip", "ROUTED_CHIPS", "MARGIN", "latest_routed", "default_clock_hz",
-           "fastest_clock_within"]
+__all__ = ["RoutedChip", "ROUTED_CHIPS", "ARRAY_ROUTED_MHZ", "MARGIN", "latest_routed",
+           "default_clock_hz", "fastest_clock_within"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,12 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, control re-timed", 16, 16, 16.6667, 28.87,
                "2026-12-05", "ae77c3d", 'docs/fpga.md, "The 16x16 chip on the ECP5-85F", an eighth run'),
 )
+
+#: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
+#: the whole chip's clock could be without a clock of its own for the array:
+#: the 16x16 ``band3`` array with its controls copied per row, nextpnr's
+#: default placer (docs/fpga.md, "DSP blocks in bands").
+ARRAY_ROUTED_MHZ = {("ulx3s-85f", 16, 16): 142.0}
 
 #: How far below the routed Fmax a default clock stays: nextpnr's routed
 #: Fmax of one netlist moved by 4% between placements (the 2x2 chip: 19.89
