@@ -78,3 +78,15 @@ def test_mlperf_tiny_on_the_ulx3s():
         assert row["ms"]["routed (2026-12-05, ae77c3d)"] == cycles / 28870
         assert row["fpgaconvnet_ms"] == FPGACONVNET_MS.get(name)
     assert FPGACONVNET_MS == {"pretrainedResnet_quant": 0.411, "kws_ref_model": 0.324}
+
+
+def test_routed_builds_in_the_fpga_table():
+    from tpu.bench.fpga import routed_table
+    from tpu.bench.report import _fpga_section
+    lines = routed_table().splitlines()
+    assert len(lines) == 2 + len(ROUTED_CHIPS)
+    # 2 x 16 x 16 x 28.87 MHz = 14.8 GOPS; built at 25 MHz now.
+    assert lines[-1].startswith("| ulx3s-85f | --profile ulx3s16, control re-timed | 16x16 | 16.6667 | "
+                                "28.87 | 14.8 | 2026-12-05 | ae77c3d | 25 | ")
+    assert "| 2x2 | 18.75 | 20.73 | 0.2 | 2026-12-02 | - | 18.75 |" in routed_table()
+    assert routed_table() in _fpga_section({"fpga": []})

@@ -399,7 +399,7 @@ def _host_section(results):
 
 
 def _fpga_section(results):
-    from .fpga import table
+    from .fpga import routed_table, table
     text = ["\n## FPGA\n"]
     if results["fpga"]:
         text.append("The last builds found under build/ (the suite builds nothing: a build "
@@ -409,6 +409,10 @@ def _fpga_section(results):
         text.append("No build report under build/fpga/*/build.json (`tpu build --board ...`) "
                     "or build/bench/fpga.json (scripts/bench_fpga.py) on this machine; "
                     "docs/fpga.md has the measured builds.")
+    text.append("\nThe whole chip's routed builds recorded in docs/fpga.md "
+                "(`tpu.fpga.routed_clocks`, which `tpu build`'s default clocks and the "
+                "latency on the ULX3S above come from):\n")
+    text.append(routed_table())
     return "\n".join(text) + "\n"
 
 
