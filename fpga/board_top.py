@@ -27,12 +27,12 @@ from amaranth.build import ResourceError
 from amaranth.lib import io
 
 from ..hdl.serial_chip import SerialChip, retransmit_cycles
-from .ecp5_pll import ECP5PLL, ecp5_pll_settings
-from .routed_clocks import default_clock_hz
+from .ecp5_pll import ECP5PLL, ecp5_pll_outputs, ecp5_pll_settings
+from .routed_clocks import MARGIN, fastest_clock_within, latest_routed
 
 
 __all__ = ["BoardChip", "BoardTop", "BOARD_LEDS", "BOARD_OSCILLATOR_HZ", "BOARD_CLOCK_HZ", "board_clock",
-           "serial_options", "uart_divisor"]
+           "board_clocks", "default_clock_hz", "serial_options", "uart_divisor"]
 
 #: board -> the frequency of its oscillator (the platform's default clock)
 BOARD_OSCILLATOR_HZ = {"icebreaker": 12e6, "ulx3s-85f": 25e6}
@@ -40,6 +40,38 @@ BOARD_OSCILLATOR_HZ = {"icebreaker": 12e6, "ulx3s-85f": 25e6}
 #: boards whose top makes the chip clock with a PLL -> the function that
 #: sets the PLL up, (oscillator Hz, chip clock Hz) -> settings
 _PLLS = {"ulx3s-85f": ecp5_pll_settings}
+
+#: boards whose top has a PLL -> the function listing what it makes from
+#: the oscillator (Hz, ascending)
+_PLL_OUTPUTS = {"ulx3s-85f": ecp5_pll_outputs}
+
+
+def board_clocks(board):
+    """Every chip clock (Hz) `board`'s top makes: its oscillator and, with a
+    PLL, the PLL's outputs."""
+    oscillator = BOARD_OSCILLATOR_HZ[board]
+    outputs = _PLL_OUTPUTS[board](oscillator) if board in _PLL_OUTPUTS else []
+    return [float(oscillator), *outputs]
+
+
+def default_clock_hz(board, profile=None):
+    """The chip clock `board`'s top gets unless told (Hz): the fastest it
+    makes at or below the slowest routed Fmax of the latest recorded builds
+    of `profile` (of the board's chips without a profile when `profile` has
+    none: the up5k profile is the small chip's) less `MARGIN`
+    (`tpu.fpga.routed_clocks`); the oscillator rather than the PLL when both
+    make it. The board's oscillator when nothing is recorded (the
+    iCEBreaker: its top has no PLL, and its chip does not fit yet)."""
+    oscillator = float(BOARD_OSCILLATOR_HZ[board])
+    routed = latest_routed(board, profile) or latest_routed(board, None)
+    if not routed:
+        return oscillator
+    limit = routed[0].fmax_mhz * 1e6 * (1 - MARGIN)
+    best = fastest_clock_within(board_clocks(board), limit)
+    if best is None:
+        raise ValueError(f"the {board} top makes no clock at or below {limit / 1e6:g} MHz")
+    return oscillator if abs(best - oscillator) < 1 else best
+
 
 #: board -> the chip clock it gets unless told (a profile's own default is
 #: `default_clock_hz(board, profile)`): chosen from the routed results of

@@ -1,7 +1,8 @@
 """The whole chip's routed clocks: each place and route of a board build that
 docs/fpga.md records (the chip, the clock nextpnr was asked to meet, the Fmax
 it routed at, when and from which tree), kept here once for what reads them:
-the board tops' default chip clocks (`default_clock_hz`, `tpu build`) and
+the board tops' default chip clocks (`tpu.fpga.board_top.default_clock_hz`,
+`tpu build`) and
 `tpu bench`'s MLPerf Tiny latency on the board (`tpu.bench.board_latency`).
 
 A new routed result goes into `ROUTED_CHIPS`; the defaults follow it.
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 
 __all__ = ["RoutedChip", "ROUTED_CHIPS", "ARRAY_ROUTED_MHZ", "MARGIN", "latest_routed",
-           "default_clock_hz", "fastest_clock_within"]
+           "fastest_clock_within"]
 
 
 @dataclass(frozen=True)
@@ -71,32 +72,8 @@ def latest_routed(board, profile=None):
     return sorted((r for r in found if r.date == day), key=lambda r: r.fmax_mhz)
 
 
-def fastest_clock_within(board, limit_hz):
-    """The fastest chip clock (Hz) `board`'s top makes at or below `limit_hz`:
-    its oscillator, or an output of its PLL; ValueError when none is."""
-    from .board_top import BOARD_OSCILLATOR_HZ, _PLLS
-    from .ecp5_pll import ecp5_pll_outputs, ecp5_pll_settings
-    oscillator = BOARD_OSCILLATOR_HZ[board]
-    made = [oscillator]
-    if _PLLS.get(board) is ecp5_pll_settings:
-        made += ecp5_pll_outputs(oscillator)
-    within = [hz for hz in made if hz <= limit_hz]
-    if not within:
-        raise ValueError(f"the {board} top makes no clock at or below {limit_hz / 1e6:g} MHz")
-    best = max(within)
-    # The oscillator itself when the PLL would make the same clock: no PLL to lock.
-    return float(oscillator) if abs(best - oscillator) < 1 else best
-
-
-def default_clock_hz(board, profile=None):
-    """The chip clock `board`'s top gets unless told (Hz): the fastest it
-    makes at or below the slowest routed Fmax of the latest recorded builds
-    of `profile` (of the board's chips without a profile when `profile` has
-    none: the up5k profile is the small chip's) less `MARGIN`; the board's
-    oscillator when nothing is recorded (the iCEBreaker: its top has no
-    PLL, and its chip does not fit yet)."""
-    from .board_top import BOARD_OSCILLATOR_HZ
-    routed = latest_routed(board, profile) or latest_routed(board, None)
-    if not routed:
-        return float(BOARD_OSCILLATOR_HZ[board])
-    return fastest_clock_within(board, routed[0].fmax_mhz * 1e6 * (1 - MARGIN))
+def fastest_clock_within(clocks_hz, limit_hz):
+    """The fastest of `clocks_hz` (what a board's top makes: its oscillator
+    and its PLL's outputs) at or below `limit_hz`, or None."""
+    within = [hz for hz in clocks_hz if hz <= limit_hz]
+    return max(within) if within else None

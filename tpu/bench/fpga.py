@@ -82,7 +82,8 @@ def routed_table():
     """Markdown of the whole chip's routed builds recorded in docs/fpga.md
     (`tpu.fpga.routed_clocks.ROUTED_CHIPS`), with each chip's peak GOPS at
     its routed clock and the clock `tpu build` now gives it by default."""
-    from ..fpga.routed_clocks import ROUTED_CHIPS, default_clock_hz
+    from ..fpga.board_top import default_clock_hz
+    from ..fpga.routed_clocks import ROUTED_CHIPS
     head = ["board", "chip", "array", "target MHz", "routed Fmax MHz", "peak GOPS at Fmax",
             "date", "tree", "default clock MHz now", "where"]
     lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * 3 + "---|---|---:|---|"]
