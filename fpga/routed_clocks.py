@@ -2,8 +2,8 @@
 docs/fpga.md records (the chip, the clock nextpnr was asked to meet, the Fmax
 it routed at, when and from which tree), kept here once for what reads them:
 the board tops' default chip clocks (`tpu.fpga.board_top.default_clock_hz`,
-`tpu build`) and
-`tpu bench`'s MLPerf Tiny latency on the board (`tpu.bench.board_latency`).
+`tpu build`), `tpu bench`'s MLPerf Tiny latency on the board
+(`tpu.bench.board_latency`) and its FPGA table.
 
 A new routed result goes into `ROUTED_CHIPS`; the defaults follow it.
 """
