@@ -36,10 +36,23 @@ def _script(name, *args, check=True):
                                          ("bench_simspeed.py", ["--shapes", "--programs",
                                                                 "compute", "dma"]),
                                          ("bench_small_chips.py", ["--chips", "--backend",
-                                                                   "--inputs"])])
+                                                                   "--inputs"]),
+                                         ("bench_imagenet.py", ["--chips", "--models", "--run"]),
+                                         ("compile_golden.py", ["--record", "--check", "--only"])])
 def test_help(name, words):
     out = _script(name, "--help").stdout
     assert out.startswith("usage: ") and all(w in out for w in words)
+
+
+def test_imagenet_chips_are_profiles_or_shapes():
+    """bench_imagenet's ``v1`` is the v1 profile (TPU v1's sizes), as everywhere."""
+    from script_loader import load_script
+    from tpu import TPUConfig
+    from tpu.config import V1_PROFILE
+    chip = load_script("bench_imagenet").chip
+    assert chip("v1") == V1_PROFILE
+    assert chip("v1:wbw=8") == V1_PROFILE.replace(weight_mem_bytes_per_cycle=8)
+    assert chip("16x16:ub=4096") == TPUConfig(rows=16, cols=16, ub_rows=4096)
 
 
 def test_fpga_table_from_saved_results(tmp_path):
