@@ -283,24 +283,22 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             return (ins, tile)
         return ins
 
+    # (the kept K tiles of each N tile in the part: a depthwise layer's are
+    # a few of many)
+    part_ks = {n: [k for k in range(k0, k1) if (n, k) in memory] for n in range(n0, n1)}
+
     def mmcs(index, n, mt):
         base = acc_base[index]
         out = []
-        for k in range(k0, k1):
-            if (n, k) not in memory:
-                continue
-            kt_ = k_tiles[k]
-            tile = memory[(n, k)]
-            accumulate = k > first[n]
-            if chip.kind == "dense":
-                b0 = mt.samples[0]
-                rows = len(mt.samples)
-                ss = inl.sample_stride
-                conv = Conv(out_w=1, col_step=0, row_step=ss) if ss != 1 and rows > 1 else None
-                shift = addr.in_window[0] if addr.in_window else 0
-                out.append(mmc(addr.in_base + inl.row(b0, kt_.y, kt_.x, kt_.j) - shift, rows, base,
-                               accumulate, tile, conv))
-                continue
+        if not part_ks[n]:
+            return out
+        if chip.kind == "dense":
+            b0 = mt.samples[0]
+            rows = len(mt.samples)
+            ss = inl.sample_stride
+            conv = Conv(out_w=1, col_step=0, row_step=ss) if ss != 1 and rows > 1 else None
+            shift = addr.in_window[0] if addr.in_window else 0
+        else:
             sh, sw = chip.stride
             pt, pl = chip.padding[0], chip.padding[1]
             rps, cw = mt.rows_per_sample, mt.width
@@ -308,6 +306,14 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
             # image) need no CONV addressing, and whole images one MMC.
             dense_rows = sw == 1 and sh * inl.padded_w == cw
             conv = None if dense_rows else Conv(out_w=cw, col_step=sw, row_step=sh * inl.padded_w)
+        for k in part_ks[n]:
+            kt_ = k_tiles[k]
+            tile = memory[(n, k)]
+            accumulate = k > first[n]
+            if chip.kind == "dense":
+                out.append(mmc(addr.in_base + inl.row(b0, kt_.y, kt_.x, kt_.j) - shift, rows, base,
+                               accumulate, tile, conv))
+                continue
             runs = []
             for si, b in enumerate(mt.samples):
                 ub = addr.in_base + inl.row(b, mt.r0 * sh + kt_.y - pt, mt.c0 * sw + kt_.x - pl,
