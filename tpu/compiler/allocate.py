@@ -16,7 +16,7 @@ from operator import attrgetter
 __all__ = ["Block", "place_blocks"]
 
 
-@dataclass
+@dataclass(slots=True)     # (the allocator makes thousands per try)
 class Block:
     """``rows`` UB rows needed from step ``start`` to step ``end``
     (inclusive). ``tensor`` names the tensor a resident block holds (spilling

@@ -298,18 +298,21 @@ def _compile_graph(graph, config, batch, hints=None):
         pooled = chip_of(s).pool is not None
         return max((t.p1 - t.p0) if pooled else (t.r1 - t.r0) for t in tiles)
 
+    # (what `blocks_for` needs of the steps and tensors that no try changes)
+    table_rows = [(("tables", s), len(step["tables"]) * q_rows + (l_rows if step["lut"] else 0), s)
+                  for s, step in enumerate(steps) if step["kind"] == "chip" and s != prefixed]
+    stored_tensors = sorted(set(chip_prod) | set(chip_cons))
+    several_readers = {t for t in stored_tensors if len(set(chip_cons.get(t, []))) > 1}
+
     def blocks_for(spilled):
-        blocks = {}
-        for s, step in enumerate(steps):
-            if step["kind"] == "chip" and s != prefixed:
-                rows = len(step["tables"]) * q_rows + (l_rows if step["lut"] else 0)
-                blocks[("tables", s)] = Block(("tables", s), rows, s, s)
-        for t in sorted(set(chip_prod) | set(chip_cons)):
+        blocks = {key: Block(key, rows, s, s) for key, rows, s in table_rows}
+        for t in stored_tensors:
             rows = layout_of(t).rows
             prod, cons = chip_prod.get(t, []), chip_cons.get(t, [])
             # Kept in the UB whole: from its producer to its last reader, or,
             # read from host memory by several parts, from the first on.
-            if t not in spilled | relayout and ((prod and cons) or len(set(cons)) > 1):
+            if t not in spilled and t not in relayout and ((prod and cons)
+                                                           or t in several_readers):
                 blocks[("res", t)] = Block(("res", t), rows, min(prod + cons), max(prod + cons), t)
                 continue
             # Streamed through a ring of a few M tiles' samples.
