@@ -19,6 +19,7 @@
    program (zero points folded into the biases by `fold`).
 """
 
+import gc
 import re
 from dataclasses import replace
 
@@ -126,6 +127,19 @@ def compile_graph(graph, config, batch=1):
     """Compile `graph` for `config`, `batch` samples per program run. An
     error about one layer names the model operator it came from, when the
     front end recorded it (``graph.origins``)."""
+    # (a compile for a small array makes millions of instructions that live
+    # to its end, and the cyclic garbage collector's passes over them took
+    # time, 15% of making 400 000 MMCs: it runs between tries only)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _compile_with_hints(graph, config, batch, collecting)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _compile_with_hints(graph, config, batch, collecting):
     try:
         hints = {}
         while True:
@@ -133,6 +147,8 @@ def compile_graph(graph, config, batch=1):
                 return _compile_graph(graph, config, batch, hints)
             except _Rebands as again:
                 hints = again.hints
+                if collecting:
+                    gc.collect()      # (the try's passes hold each other: a cycle)
     except CompileError as e:
         named = _LAYER_ERROR.match(str(e))
         if named is None or named[1] not in graph.origins:
