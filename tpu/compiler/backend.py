@@ -67,7 +67,7 @@ def _parts(chip, config, batch):
     None for all; `lower.lower_part` packs their sums one after another):
     per N tile, per group of M tiles, its K parts, the weights of each
     loaded again for each group."""
-    k_tiles, tiles = weight_tiles(chip, config)
+    k_tiles, tiles = _weight_tiles(chip, config)
     nt, kt = tiles.shape[:2]
     # (fewer for a layer whose banded input must be read a few blocks a part)
     cap = min(config.weight_mem_tiles, chip.k_cap or config.weight_mem_tiles)
@@ -135,8 +135,25 @@ def compile_graph(graph, config, batch=1):
     try:
         return _compile_with_hints(graph, config, batch, collecting)
     finally:
+        _TILES.clear()
         if collecting:
             gc.enable()
+
+
+#: `weight_tiles` by layer, for the tries of one compile (`compile_graph`
+#: clears it): each try with other bands lays out the same weights, which
+#: for MobileNetV2's depthwise layers on 8x8 was most of a try's time.
+#: Kept with the weight array itself, so its id names no other array.
+_TILES = {}
+
+
+def _weight_tiles(chip, config):
+    """`tiling.weight_tiles` of `chip`, laid out once per compile."""
+    key = (id(chip.weight), chip.name, chip.kind, chip.k_by_rows, chip.in_shape,
+           chip.input_view, config.rows, config.cols)
+    if key not in _TILES or _TILES[key][0] is not chip.weight:
+        _TILES[key] = (chip.weight, weight_tiles(chip, config))
+    return _TILES[key][1]
 
 
 def _compile_with_hints(graph, config, batch, collecting):
