@@ -133,7 +133,7 @@ def _onnx_models(cache):
     return paths
 
 
-def _random_layers():
+def random_layers():
     """name -> (graph, config, batch): tests/test_compiler_bands.py's
     random convolutions on a third of the UB they need, and random weight
     splits, from fixed seeds."""
@@ -190,7 +190,7 @@ def cases(cache, quick=False):
             for batch in (1, 4):
                 yield (f"{name}_{label}_b{batch}", lambda p=path: import_onnx(str(p)),
                        config, batch)
-    for name, (graph, config, batch) in _random_layers().items():
+    for name, (graph, config, batch) in random_layers().items():
         yield name, lambda g=graph: g, config, batch
     for name in MODELS:
         if missing_reason(name):
