@@ -76,45 +76,30 @@ def _cycles(compiled):
     return sum(s.estimated_cycles for s in compiled.chip_steps)
 
 
+def _tests_importable():
+    """The cases reuse the model builders of tests/ (test_zoo,
+    test_compiler_backend, test_compiler_bands)."""
+    tests = str(Path(__file__).resolve().parents[1] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+
+
 def _onnx_models(cache):
     """name -> quantized ONNX model path (built once into `cache`)."""
     import onnx
     from tpu.compiler import demo_models, imagenet_models, zoo
     cache.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-
-    def cnn():
-        return zoo.conv_net((None, 1, 8, 8), [
-            zoo.conv(8, k=3, pad=1), zoo.maxpool(2), zoo.conv(16, k=3, pad=1),
-            zoo.global_avg_pool(), zoo.flatten(), zoo.dense(10, act=None)])
-
-    def strided():
-        return zoo.conv_net((None, 3, 9, 7), [
-            zoo.conv(5, k=(3, 2), stride=2, pad=(1, 0, 1, 1), act="relu6"),
-            zoo.avgpool(3, stride=1, pad=1), zoo.flatten(reshape=True),
-            zoo.dense(4, act="tanh", op="matmul")])
-
-    def residual():
-        return zoo.conv_net((2, 4, 6, 6), [
-            zoo.conv(8, k=1),
-            zoo.residual([zoo.conv(8, k=3, pad=1), zoo.conv(8, k=3, pad=1, act=None)]),
-            zoo.maxpool(3, stride=2, pad=1), zoo.flatten(), zoo.dense(3, act="sigmoid")])
-
-    floats = {
-        "zoo_mlp": (lambda: zoo.mlp([20, 16, 10]), (20,)),
-        "zoo_mlp_matmul_sigmoid": (lambda: zoo.mlp([20, 12, 3], op="matmul",
-                                                   final_activation="sigmoid"), (20,)),
-        "zoo_cnn": (cnn, (1, 8, 8)),
-        "zoo_strided": (strided, (3, 9, 7)),
-        "zoo_residual": (residual, (4, 6, 6)),
-    }
+    _tests_importable()
+    from test_zoo import BUILDERS
+    floats = {f"zoo_{name}": builder for name, builder in BUILDERS.items()}
     paths = {}
     for name, (make, shape) in floats.items():
         for form in ("qdq", "qoperator"):
             path = cache / f"{name}_{form}.onnx"
             if not path.exists():
                 n = 2 if name == "zoo_residual" else 24
-                x = rng.uniform(-1, 1, size=(n, *shape)).astype(np.float32)
+                seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+                x = np.random.default_rng(seed).uniform(-1, 1, size=(n, *shape)).astype(np.float32)
                 onnx.save(zoo.quantize(make(), x, form=form, per_channel=form == "qdq"),
                           str(path))
             paths[f"{name}_{form}"] = path
@@ -137,7 +122,7 @@ def random_layers():
     """name -> (graph, config, batch): tests/test_compiler_bands.py's
     random convolutions on a third of the UB they need, and random weight
     splits, from fixed seeds."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    _tests_importable()
     from test_compiler_backend import Builder
     from test_compiler_bands import conv_graph, random_conv_case
     cases = {}
