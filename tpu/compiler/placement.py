@@ -74,10 +74,15 @@ class Placement:
     host_side: set
 
     def ub_layout(self, layouts, t, key):
-        """The layout of tensor `t` in UB block `key` (a relaid output
-        unpadded)."""
-        lay = layouts(t)
-        return replace(lay, pad=(0, 0, 0, 0)) if key[0] == "out" and t in self.relayout else lay
+        """The layout of tensor `t` in UB block `key`."""
+        return _ub_layout(layouts, self.relayout, t, key)
+
+
+def _ub_layout(layouts, relayout, t, key):
+    """The layout of tensor `t` in UB block `key`: a relaid output is
+    pooled unpadded."""
+    lay = layouts(t)
+    return replace(lay, pad=(0, 0, 0, 0)) if key[0] == "out" and t in relayout else lay
 
 
 def band_height(chip, batch, config):
@@ -131,12 +136,12 @@ class _Placer:
         graph_inputs = {i.tensor for i in graph.inputs}
         graph_outputs = {o.tensor for o in graph.outputs}
         # Who produces and reads each stored tensor.
-        self.chip_prod, self.chip_cons = {}, {}
+        self.producers, self.readers = {}, {}
         self.host_side = set(graph_inputs) | graph_outputs
         for s, step in enumerate(steps):
             if isinstance(step, Part):
-                self.chip_cons.setdefault(step.chip.input, []).append(s)
-                self.chip_prod.setdefault(step.chip.output, []).append(s)
+                self.readers.setdefault(step.chip.input, []).append(s)
+                self.producers.setdefault(step.chip.output, []).append(s)
             else:
                 self.host_side.update(step.host_layer.inputs)
                 self.host_side.update(step.host_layer.outputs)
@@ -157,7 +162,7 @@ class _Placer:
         self.prefixed = next((s for s, step in enumerate(steps) if isinstance(step, Part)
                               and step.reads > 1 and not step.lut
                               and step.chip.input in graph_inputs
-                              and self.chip_cons.get(step.chip.input) == [s]), None)
+                              and self.readers.get(step.chip.input) == [s]), None)
         self.choices = _Choices({s: step.reads for s, step in planned.chip_parts()})
         self.memo = {}
 
@@ -178,7 +183,7 @@ class _Placer:
         return Placement(steps=steps, blocks=blocks, streamed=ch.streamed, banded=ch.banded,
                          one_slot=ch.one_slot, chunked=ch.chunked, spilled=spilled,
                          relayout=self.relayout, prefixed=self.prefixed,
-                         producers=self.chip_prod,
+                         producers=self.producers,
                          host_side=self.host_side | spilled | self.relayout)
 
     # What a block needs ----------------------------------------------------------------
@@ -189,8 +194,7 @@ class _Placer:
         return replace(chip, band_rows=limit[chip.name]) if chip.name in limit else chip
 
     def ub_layout(self, t, key):
-        lay = self.layouts(t)
-        return replace(lay, pad=(0, 0, 0, 0)) if key[0] == "out" and t in self.relayout else lay
+        return _ub_layout(self.layouts, self.relayout, t, key)
 
     def slots(self, key, s):
         # (a part reading its input several tiles at a time paces its writes
@@ -214,7 +218,7 @@ class _Placer:
         lay = self.ub_layout(t, key)
         if key in ch.banded:
             out = key[0] == "out"
-            parts = self.chip_prod[t] if out else [s]
+            parts = self.producers[t] if out else [s]
             return max(BandRing(self.layouts(t), self.chip_of(p),
                                 m_tiles(self.chip_of(p), self.batch, self.config),
                                 out, 1 if key in ch.one_slot else 2,
@@ -229,7 +233,7 @@ class _Placer:
         convolution not pooled globally and not split by K tiles."""
         if key[0] not in ("in", "out"):
             return False
-        parts = [key[2]] if key[0] == "in" else self.chip_prod[key[1]]
+        parts = [key[2]] if key[0] == "in" else self.producers[key[1]]
         return all(self.steps[p].chip.kind == "conv"
                    and (self.steps[p].chip.pool is None or self.steps[p].chip.pool[0] != "global")
                    for p in parts)
@@ -253,7 +257,7 @@ class _Placer:
         """Whether output `key` can be held a part's N tiles at a time: not
         banded, its producer split into parts of different N tiles."""
         return (len(key) == 2 and key[0] == "out" and key not in self.choices.banded
-                and len({self.steps[p].n for p in self.chip_prod[key[1]]}) > 1)
+                and len({self.steps[p].n for p in self.producers[key[1]]}) > 1)
 
     def blocks_for(self, spilled):
         steps, ch, q_rows = self.steps, self.choices, self.q_rows
@@ -262,9 +266,9 @@ class _Placer:
             if isinstance(step, Part) and s != self.prefixed:
                 rows = len(step.tables) * q_rows + (self.l_rows if step.lut else 0)
                 blocks[("tables", s)] = Block(("tables", s), rows, s, s)
-        for t in sorted(set(self.chip_prod) | set(self.chip_cons)):
+        for t in sorted(set(self.producers) | set(self.readers)):
             rows = self.layouts(t).rows
-            prod, cons = self.chip_prod.get(t, []), self.chip_cons.get(t, [])
+            prod, cons = self.producers.get(t, []), self.readers.get(t, [])
             # Kept in the UB whole: from its producer to its last reader, or,
             # read from host memory by several parts, from the first on.
             if t not in spilled | self.relayout and ((prod and cons) or len(set(cons)) > 1):
@@ -309,7 +313,7 @@ class _Placer:
         if key[0] != "in":
             return [key]
         name = self.steps[key[2]].chip.name
-        return [("in", key[1], c) for c in self.chip_cons[key[1]]
+        return [("in", key[1], c) for c in self.readers[key[1]]
                 if self.steps[c].chip.name == name]
 
     def allocate(self):
@@ -341,7 +345,7 @@ class _Placer:
                 # (a ring across many parts, as a layer split by K or N
                 # writes: banded itself rather than everything beside it)
                 banded.add(bad.key)
-                for p in self.chip_prod[bad.key[1]]:
+                for p in self.producers[bad.key[1]]:
                     ch.reads[p] = 1
                 continue
             # (a layer split by N writes its output a part's N tiles at a time)
@@ -368,7 +372,7 @@ class _Placer:
                 for key in self.siblings(max(band, key=lambda b: b.rows).key):
                     banded.add(key)
                     streamed.discard(key)
-                    for p in ([key[2]] if key[0] == "in" else self.chip_prod[key[1]]):
+                    for p in ([key[2]] if key[0] == "in" else self.producers[key[1]]):
                         ch.reads[p] = 1
                 continue
             shrink = [b for b in here if b.key in banded and self.band_rows_of(b.start) > 1]
