@@ -15,6 +15,7 @@ refills weight memory between parts.
 """
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -61,21 +62,25 @@ class Part:
         (n0, n1), (k0, k1) = self.n, self.k
         return int(self.kept[n0:n1, k0:k1].sum())
 
+    @cached_property
     def in_blocks(self):
         """``(first, end)``: the input channel blocks the kept K tiles of a
         convolution part read (a depthwise convolution's N tile, one)."""
-        js = [self.k_tiles[k].j for n, k in self._kept_pairs()]
-        return (min(js), max(js) + 1) if js else None
+        return self._kept_span("j")
 
+    @cached_property
     def in_tap_rows(self):
         """``(first, end)``: the kernel rows of the kept K tiles of a
         convolution part."""
-        ys = [self.k_tiles[k].y for n, k in self._kept_pairs()]
-        return (min(ys), max(ys) + 1) if ys else None
+        return self._kept_span("y")
 
-    def _kept_pairs(self):
+    def _kept_span(self, field):
+        """``(first, end)`` of the K tiles' `field` over the part's kept
+        tiles."""
         (n0, n1), (k0, k1) = self.n, self.k
-        return [(n, k) for n in range(n0, n1) for k in range(k0, k1) if self.kept[n, k]]
+        ks = k0 + np.flatnonzero(self.kept[n0:n1, k0:k1].any(axis=0))
+        values = [getattr(self.k_tiles[k], field) for k in ks]
+        return (min(values), max(values) + 1) if values else None
 
     def window(self, batch, config, layout):
         """``(first, end)``: the input rows a dense part split by K reads

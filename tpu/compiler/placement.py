@@ -214,19 +214,29 @@ class _Placer:
         return self.memo[at]
 
     def _ring_rows(self, key, t, s):
-        ch, steps = self.choices, self.steps
+        ch = self.choices
         lay = self.ub_layout(t, key)
         if key in ch.banded:
             out = key[0] == "out"
             parts = self.producers[t] if out else [s]
-            return max(BandRing(self.layouts(t), self.chip_of(p),
-                                m_tiles(self.chip_of(p), self.batch, self.config),
-                                out, 1 if key in ch.one_slot else 2,
-                                steps[p].n if out else steps[p].in_blocks(),
-                                None if out else steps[p].in_tap_rows()).rows
+            return max(self.band_ring_rows(t, p, out, 1 if key in ch.one_slot else 2)
                        for p in parts)
         return lay.blocks * min(self.batch, self.slots(key, s)) * lay.sample_stride \
             if key in ch.streamed else lay.rows
+
+    def band_ring_rows(self, t, p, output, slots):
+        # (the parts of a layer mostly share their band rings: remembered
+        # by what a ring's size depends on)
+        part = self.steps[p]
+        name = part.chip.name
+        blocks = part.n if output else part.in_blocks
+        taps = None if output else part.in_tap_rows
+        at = ("band", t, name, self.choices.band_limit.get(name), output, slots, blocks, taps)
+        if at not in self.memo:
+            chip = self.chip_of(p)
+            self.memo[at] = BandRing(self.layouts(t), chip, m_tiles(chip, self.batch, self.config),
+                                     output, slots, blocks, taps).rows
+        return self.memo[at]
 
     def bandable(self, key):
         """Whether the part(s) of `key` can stream it in bands: a
@@ -402,8 +412,8 @@ class _Placer:
             # and blocks, each reading less)
             fewer = [b for b in here if b.key in banded and b.key[0] == "in"
                      and steps[b.start].tile_count > 1
-                     and (_span_of(steps[b.start].in_blocks()) > 1
-                          or _span_of(steps[b.start].in_tap_rows()) > 1)]
+                     and (_span_of(steps[b.start].in_blocks) > 1
+                          or _span_of(steps[b.start].in_tap_rows) > 1)]
             if fewer:
                 s = max(fewer, key=lambda b: b.rows).start
                 raise Rebands(self.again_with(steps[s].chip.name, k_by_rows=True,

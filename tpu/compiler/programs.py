@@ -112,8 +112,8 @@ def _chip_step(s, part, placement, host, layouts, config, batch, band_slots, est
         in_slots=ring_in, out_slots=ring_out, tables_load=tables_load,
         in_reads=part.reads if load else 1, in_prefix=prefix,
         in_band=in_band, out_band=out_band, in_window=window, out_first_block=first_block,
-        in_blocks=part.in_blocks() if in_band else None,
-        in_tap_rows=part.in_tap_rows() if in_band else None))
+        in_blocks=part.in_blocks if in_band else None,
+        in_tap_rows=part.in_tap_rows if in_band else None))
     post = [Halt()]
     # The registers are for the ACTs, much later: set them behind the first
     # input read (the MMCs wait for it), not before it.
