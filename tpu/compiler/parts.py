@@ -5,7 +5,7 @@ Input: the plan of `fuse.plan_layers` (chip layers and host layers), the
 chip configuration, the batch and the chip layer settings to apply
 (`hints`, from an earlier try of the placement: name -> fields of
 `fuse.ChipLayer`). Output: `PlannedParts`, the program steps in order
-(`Part`: a chip part, `HostItem`: a host step) and the weight image.
+(`Part`: a chip part; `fuse.HostLayer`: a host step) and the weight image.
 
 A layer whose kept weight tiles exceed weight memory is split into parts by
 N tiles; a layer one of whose N tiles needs more is also split by K tiles,
@@ -23,7 +23,7 @@ from .fuse import ChipLayer
 from .tiling import kept_tiles, lut, m_tiles, quant_tables, tile_work, weight_tiles
 
 
-__all__ = ["HostItem", "Part", "PlannedParts", "plan_parts"]
+__all__ = ["Part", "PlannedParts", "plan_parts"]
 
 
 @dataclass
@@ -99,15 +99,9 @@ class Part:
 
 
 @dataclass
-class HostItem:
-    """A host step of the plan (`fuse.HostLayer`), in program order."""
-    host_layer: object
-
-
-@dataclass
 class PlannedParts:
-    """The steps in program order (`Part` or `HostItem`) and the weight
-    image's tiles, one array of tiles per part."""
+    """The steps in program order (`Part`, or `fuse.HostLayer` for a host
+    step) and the weight image's tiles, one array of tiles per part."""
     steps: list
     image: list
 
@@ -123,7 +117,7 @@ def plan_parts(plan, config, batch, hints=None):
     steps, image, mem_cursor, image_tiles = [], [], 0, 0
     for item in plan:
         if not isinstance(item, ChipLayer):
-            steps.append(HostItem(item))
+            steps.append(item)
             continue
         if hints and item.name in hints:
             item = replace(item, **hints[item.name])

@@ -143,8 +143,8 @@ class _Placer:
                 self.readers.setdefault(step.chip.input, []).append(s)
                 self.producers.setdefault(step.chip.output, []).append(s)
             else:
-                self.host_side.update(step.host_layer.inputs)
-                self.host_side.update(step.host_layer.outputs)
+                self.host_side.update(step.inputs)
+                self.host_side.update(step.outputs)
         # Pooled outputs that a padded layout would split into one windowed
         # ACT per pooled row (79 decode cycles each) are pooled into an
         # unpadded stage instead and laid out padded by their trip through

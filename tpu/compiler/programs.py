@@ -31,11 +31,10 @@ def make_programs(placement, host, layouts, config, batch):
     band_slots = {k: 1 if k in placement.one_slot else 2 for k in placement.banded}
     for s, step in enumerate(placement.steps):
         if not isinstance(step, Part):
-            layer = step.host_layer
             out.append(HostStep(
-                name=layer.name, layer=layer.layer.name,
-                inputs=[(t, host.offsets[t], layouts(t)) for t in layer.inputs],
-                outputs=[(t, host.offsets[t], layouts(t)) for t in layer.outputs]))
+                name=step.name, layer=step.layer.name,
+                inputs=[(t, host.offsets[t], layouts(t)) for t in step.inputs],
+                outputs=[(t, host.offsets[t], layouts(t)) for t in step.outputs]))
             continue
         out.append(_chip_step(s, step, placement, host, layouts, config, batch, band_slots,
                               estimates))
