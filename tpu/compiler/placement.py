@@ -23,6 +23,7 @@ parts (smaller bands, or parts cut at rows of taps), the pass raises
 """
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from ..isa import ldl_rows, ldq_rows
 from .allocate import Block, place_blocks
@@ -327,105 +328,201 @@ class _Placer:
                 if self.steps[c].chip.name == name]
 
     def allocate(self):
-        """Stream, spill and place until every part fits (see the module
-        docstring); the blocks and the spilled tensors."""
-        steps, ch, config, batch = self.steps, self.choices, self.config, self.batch
-        streamed, banded = ch.streamed, ch.banded
+        """Stream, spill and place until every part fits: at each block
+        that does not fit, the first of `_REMEDIES` that applies (see the
+        module docstring); the blocks and the spilled tensors."""
         spilled = set()
         while True:
             blocks = self.blocks_for(spilled)
-            bad = place_blocks(list(blocks.values()), config.ub_rows)
+            bad = place_blocks(list(blocks.values()), self.config.ub_rows)
             if bad is None:
                 return blocks, spilled
-            # Stream the block that does not fit, if it can be; else spill the
-            # largest tensor kept across the parts there; else stream another
-            # block of those parts.
-            # (an output a part at a time, ("out", t, part), is never a ring)
-            if bad.key not in streamed and (bad.key[0] == "in"
-                                            or bad.key[0] == "out" and len(bad.key) == 2):
-                streamed.update(self.siblings(bad.key))
-                continue
-            at = [b for b in blocks.values() if b.start <= bad.end and bad.start <= b.end]
-            live = [b for b in at if b.tensor and b.start < b.end and b.tensor not in spilled]
-            if live:
-                spilled.add(max(live, key=lambda b: b.rows).tensor)
-                continue
-            if bad.key in streamed and bad.key not in banded and self.bandable(bad.key) \
-                    and bad.end > bad.start:
-                # (a ring across many parts, as a layer split by K or N
-                # writes: banded itself rather than everything beside it)
-                banded.add(bad.key)
-                for p in self.producers[bad.key[1]]:
-                    ch.reads[p] = 1
-                continue
-            # (a layer split by N writes its output a part's N tiles at a time)
-            if self.chunkable(bad.key) and bad.key in streamed:
-                ch.chunked.add(bad.key[1])
-                continue
-            ring = [b for b in at if b.key[0] in ("in", "out") and b.key not in streamed
-                    and not (b.key[0] == "out" and len(b.key) == 3)]
-            if ring:
-                streamed.add(max(ring, key=lambda b: b.rows).key)
-                continue
-            # (a ring for reads of several tiles at a time shrinks a tile at a time)
-            wide = [b.start for b in at if b.key in streamed and b.key[0] in ("in", "out")
-                    and ch.reads[b.start] > 1]
-            if wide:
-                ch.reads[wide[0]] -= 1
-                continue
-            # Stream a convolution's input or output in bands of output rows
-            # (each band's input rows with their halo), then make the bands
-            # of the parts there smaller, down to one row.
-            here = [b for b in blocks.values() if b.start <= bad.start <= b.end]
-            band = [b for b in here if b.key not in banded and self.bandable(b.key)]
-            if band:
-                for key in self.siblings(max(band, key=lambda b: b.rows).key):
-                    banded.add(key)
-                    streamed.discard(key)
-                    for p in ([key[2]] if key[0] == "in" else self.producers[key[1]]):
-                        ch.reads[p] = 1
-                continue
-            shrink = [b for b in here if b.key in banded and self.band_rows_of(b.start) > 1]
-            if shrink:
-                s = max(shrink, key=lambda b: b.rows).start
-                name = steps[s].chip.name
-                if not steps[s].whole_k:
-                    raise Rebands(self.again_with(name, band_rows=self.band_rows_of(s) // 2))
-                ch.band_limit[name] = self.band_rows_of(s) // 2
-                continue
-            rows_split = [b for b in here if b.key in banded and b.key[0] == "in"
-                          and not steps[b.start].whole_k and not steps[b.start].chip.k_by_rows]
-            if rows_split:
-                raise Rebands(self.again_with(steps[max(rows_split, key=lambda b: b.rows).start]
-                                              .chip.name, k_by_rows=True))
-            chunk = [b for b in here if self.chunkable(b.key) and b.key in streamed]
-            if chunk:
-                ch.chunked.add(max(chunk, key=lambda b: b.rows).key[1])
-                continue
-            single = [b for b in here if b.key in banded and b.key[0] == "in"
-                      and b.key not in ch.one_slot]
-            if single:
-                ch.one_slot.update(self.siblings(max(single, key=lambda b: b.rows).key))
-                continue
-            # (a part reading several input blocks or kernel rows of a
-            # banded input: parts of fewer weight tiles, cut at rows of taps
-            # and blocks, each reading less)
-            fewer = [b for b in here if b.key in banded and b.key[0] == "in"
-                     and steps[b.start].tile_count > 1
-                     and (_span_of(steps[b.start].in_blocks) > 1
-                          or _span_of(steps[b.start].in_tap_rows) > 1)]
-            if fewer:
-                s = max(fewer, key=lambda b: b.rows).start
-                raise Rebands(self.again_with(steps[s].chip.name, k_by_rows=True,
-                                              k_cap=max(1, steps[s].tile_count // 2)))
-            need = sum(b.rows for b in here)
-            if any(b.key in banded for b in here):
-                raise CompileError(
-                    f"layer {steps[bad.start].chip.name!r}: streamed in bands of one output "
-                    f"row, its input and output bands, tables and the tensors kept there need "
-                    f"{need} unified-buffer rows; the unified buffer has {config.ub_rows}: "
-                    f"compile with --ub-rows {_at_least(need)} or more (batch {batch})")
-            raise CompileError(f"layer {steps[bad.start].chip.name!r}: its input, output and "
-                               f"tables need {need} unified-buffer rows at once; the unified "
-                               f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
-                               f"may fit)")
+            trouble = _Trouble(bad, blocks, spilled)
+            if not any(remedy(self, trouble) for remedy in _REMEDIES):
+                self.refuse(trouble)
+
+    # What to do about a block that does not fit: each remedy changes the
+    # choices (or the spilled tensors) and says True, or says False and
+    # changes nothing; one that needs other parts raises `Rebands`.
+
+    def stream_the_block(self, trouble):
+        """Stream the block that does not fit through a ring (an output a
+        part at a time, ``("out", t, part)``, is never a ring)."""
+        key = trouble.bad.key
+        if key in self.choices.streamed or not (key[0] == "in"
+                                                or key[0] == "out" and len(key) == 2):
+            return False
+        self.choices.streamed.update(self.siblings(key))
+        return True
+
+    def spill_the_largest(self, trouble):
+        """Spill the largest tensor kept across the parts there."""
+        live = [b for b in trouble.at if b.tensor and b.start < b.end
+                and b.tensor not in trouble.spilled]
+        if not live:
+            return False
+        trouble.spilled.add(_largest(live).tensor)
+        return True
+
+    def band_the_ring(self, trouble):
+        """Band a ring across many parts (as a layer split by K or N
+        writes) itself rather than everything beside it."""
+        ch, bad = self.choices, trouble.bad
+        if not (bad.key in ch.streamed and bad.key not in ch.banded and self.bandable(bad.key)
+                and bad.end > bad.start):
+            return False
+        ch.banded.add(bad.key)
+        for p in self.producers[bad.key[1]]:
+            ch.reads[p] = 1
+        return True
+
+    def chunk_the_output(self, trouble):
+        """Write the output of a layer split by N a part's N tiles at a
+        time."""
+        key = trouble.bad.key
+        if not (self.chunkable(key) and key in self.choices.streamed):
+            return False
+        self.choices.chunked.add(key[1])
+        return True
+
+    def stream_another(self, trouble):
+        """Stream the largest other input or output of the parts there."""
+        streamed = self.choices.streamed
+        ring = [b for b in trouble.at if b.key[0] in ("in", "out") and b.key not in streamed
+                and not (b.key[0] == "out" and len(b.key) == 3)]
+        if not ring:
+            return False
+        streamed.add(_largest(ring).key)
+        return True
+
+    def narrow_the_reads(self, trouble):
+        """Shrink a ring for reads of several tiles at a time by a tile."""
+        ch = self.choices
+        wide = [b.start for b in trouble.at if b.key in ch.streamed
+                and b.key[0] in ("in", "out") and ch.reads[b.start] > 1]
+        if not wide:
+            return False
+        ch.reads[wide[0]] -= 1
+        return True
+
+    def band_here(self, trouble):
+        """Stream the largest convolution input or output there in bands
+        of output rows (each band's input rows with their halo)."""
+        ch = self.choices
+        band = [b for b in trouble.here if b.key not in ch.banded and self.bandable(b.key)]
+        if not band:
+            return False
+        for key in self.siblings(_largest(band).key):
+            ch.banded.add(key)
+            ch.streamed.discard(key)
+            for p in ([key[2]] if key[0] == "in" else self.producers[key[1]]):
+                ch.reads[p] = 1
+        return True
+
+    def halve_the_bands(self, trouble):
+        """Halve the bands of the largest banded block there (a layer split
+        by K: its parts change, `Rebands`)."""
+        shrink = [b for b in trouble.here if b.key in self.choices.banded
+                  and self.band_rows_of(b.start) > 1]
+        if not shrink:
+            return False
+        s = _largest(shrink).start
+        name = self.steps[s].chip.name
+        if not self.steps[s].whole_k:
+            raise Rebands(self.again_with(name, band_rows=self.band_rows_of(s) // 2))
+        self.choices.band_limit[name] = self.band_rows_of(s) // 2
+        return True
+
+    def cut_at_tap_rows(self, trouble):
+        """Cut the K parts of a banded input's layer at rows of taps, each
+        reading fewer input rows (`Rebands`)."""
+        steps = self.steps
+        rows_split = [b for b in trouble.here if b.key in self.choices.banded and b.key[0] == "in"
+                      and not steps[b.start].whole_k and not steps[b.start].chip.k_by_rows]
+        if rows_split:
+            raise Rebands(self.again_with(steps[_largest(rows_split).start].chip.name,
+                                          k_by_rows=True))
+        return False
+
+    def chunk_an_output(self, trouble):
+        """Write the largest chunkable output there a part's N tiles at a
+        time."""
+        chunk = [b for b in trouble.here if self.chunkable(b.key) and b.key in self.choices.streamed]
+        if not chunk:
+            return False
+        self.choices.chunked.add(_largest(chunk).key[1])
+        return True
+
+    def read_into_one_slot(self, trouble):
+        """Read the largest banded input there into one slot (no double
+        buffering)."""
+        ch = self.choices
+        single = [b for b in trouble.here if b.key in ch.banded and b.key[0] == "in"
+                  and b.key not in ch.one_slot]
+        if not single:
+            return False
+        ch.one_slot.update(self.siblings(_largest(single).key))
+        return True
+
+    def fewer_tiles_a_part(self, trouble):
+        """Give a part reading several input blocks or kernel rows of a
+        banded input half the weight tiles, cut at rows of taps and blocks,
+        each reading less (`Rebands`)."""
+        steps = self.steps
+        fewer = [b for b in trouble.here if b.key in self.choices.banded and b.key[0] == "in"
+                 and steps[b.start].tile_count > 1
+                 and (_span_of(steps[b.start].in_blocks) > 1
+                      or _span_of(steps[b.start].in_tap_rows) > 1)]
+        if fewer:
+            s = _largest(fewer).start
+            raise Rebands(self.again_with(steps[s].chip.name, k_by_rows=True,
+                                          k_cap=max(1, steps[s].tile_count // 2)))
+        return False
+
+    def refuse(self, trouble):
+        """No remedy left: the error names the UB the parts there need."""
+        config, batch, bad, here = self.config, self.batch, trouble.bad, trouble.here
+        need = sum(b.rows for b in here)
+        name = self.steps[bad.start].chip.name
+        if any(b.key in self.choices.banded for b in here):
+            raise CompileError(
+                f"layer {name!r}: streamed in bands of one output "
+                f"row, its input and output bands, tables and the tensors kept there need "
+                f"{need} unified-buffer rows; the unified buffer has {config.ub_rows}: "
+                f"compile with --ub-rows {_at_least(need)} or more (batch {batch})")
+        raise CompileError(f"layer {name!r}: its input, output and "
+                           f"tables need {need} unified-buffer rows at once; the unified "
+                           f"buffer has {config.ub_rows} (batch {batch}; a smaller batch "
+                           f"may fit)")
+
+
+#: what the placement tries, in order, at a block that does not fit
+_REMEDIES = (_Placer.stream_the_block, _Placer.spill_the_largest, _Placer.band_the_ring,
+             _Placer.chunk_the_output, _Placer.stream_another, _Placer.narrow_the_reads,
+             _Placer.band_here, _Placer.halve_the_bands, _Placer.cut_at_tap_rows,
+             _Placer.chunk_an_output, _Placer.read_into_one_slot, _Placer.fewer_tiles_a_part)
+
+
+@dataclass
+class _Trouble:
+    """A block that does not fit (``bad``), the blocks of that try and the
+    tensors spilled so far."""
+    bad: Block
+    blocks: dict
+    spilled: set
+
+    @cached_property
+    def at(self):
+        """The blocks whose parts overlap the bad block's."""
+        return [b for b in self.blocks.values()
+                if b.start <= self.bad.end and self.bad.start <= b.end]
+
+    @cached_property
+    def here(self):
+        """The blocks live at the bad block's first part."""
+        return [b for b in self.blocks.values() if b.start <= self.bad.start <= b.end]
+
+
+def _largest(blocks):
+    """The first block of the most rows."""
+    return max(blocks, key=lambda b: b.rows)
