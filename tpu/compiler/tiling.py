@@ -78,7 +78,7 @@ def weight_tiles(chip, config):
         k_tiles = [KTile(dy, dx, j) for dy in range(kh) for dx in range(kw) for j in range(jb)]
         if chip.k_by_rows:
             # (a part of one kernel row's taps of a few input blocks reads
-            # only those input rows and blocks: `parts.part_ranges`)
+            # only those input rows and blocks: `backend._parts`)
             k_tiles = [KTile(dy, dx, j) for dy in range(kh) for j in range(jb) for dx in range(kw)]
         w = np.zeros((kh, kw, jb * R, nt * C), dtype=np.int8)
         w[:, :, :cin, :cout] = chip.weight
