@@ -215,25 +215,30 @@ class ActivationPipeline(wiring.Component):
             | (self.set_channel.valid & self.set_channel.ready)
             | (self.set_lut.valid & self.set_lut.ready))
 
-        # Clamp bounds of the function and the output type.
+        # Clamp bounds of the function and the output type, registered a
+        # cycle after the settings (a row reaches the clamp four cycles or
+        # more after it is taken, and no row is taken while settings are
+        # written), so no row's clamp decodes the function.
         type_low = Mux(settings.unsigned, 0, -128)
         type_high = Mux(settings.unsigned, 255, 127)
-        low = Signal(signed(VALUE_WIDTH))
-        high = Signal(signed(VALUE_WIDTH))
+        low = Signal(signed(VALUE_WIDTH), init=-128)
+        high = Signal(signed(VALUE_WIDTH), init=127)
         with m.Switch(settings.function):
             with m.Case(Function.RELU):
-                m.d.comb += [
+                m.d.sync += [
                     low.eq(Mux(settings.zero_point > type_low, settings.zero_point, type_low)),
                     high.eq(type_high),
                 ]
             with m.Case(Function.CLAMP):
-                m.d.comb += [
+                m.d.sync += [
                     low.eq(Mux(settings.clamp_min > type_low, settings.clamp_min, type_low)),
                     high.eq(Mux(settings.clamp_max < type_high, settings.clamp_max, type_high)),
                 ]
             with m.Default():
-                m.d.comb += [low.eq(type_low), high.eq(type_high)]
-        use_table = (settings.function == Function.SIGMOID) | (settings.function == Function.TANH)
+                m.d.sync += [low.eq(type_low), high.eq(type_high)]
+        use_table = Signal()
+        m.d.sync += use_table.eq((settings.function == Function.SIGMOID)
+                                 | (settings.function == Function.TANH))
 
         # Stages 1-5 (more with a multi-cycle product): requantization,
         # `lanes` columns at a time: the first group of a row in the cycle it

@@ -15,6 +15,8 @@ __all__ = ["PoolingUnit"]
 # MAX_POOL_SIZE**2, a global average MAX_POOL_COUNT; values are in -128..255.
 H_WIDTH = VALUE_WIDTH + (MAX_POOL_SIZE - 1).bit_length()
 SUM_WIDTH = VALUE_WIDTH + (MAX_POOL_COUNT - 1).bit_length()
+# The reduction of the MAX_POOL_SIZE - 1 newer lines of a window column.
+PRIOR_WIDTH = VALUE_WIDTH + ((MAX_POOL_SIZE - 1) * MAX_POOL_SIZE - 1).bit_length()
 
 
 class PoolingUnit(wiring.Component):
@@ -117,11 +119,14 @@ class PoolingUnit(wiring.Component):
         cfg = self.settings
         k, s = cfg.pool_size, cfg.pool_stride
 
+        # What the datapath decodes from the settings, registered: the
+        # settings change only between operations, at least a cycle before
+        # an operation's first row.
         window = Signal()
         global_ = Signal()
         maximum = Signal()
         average = Signal()
-        m.d.comb += [
+        m.d.sync += [
             window.eq((cfg.pool == Pooling.MAX) | (cfg.pool == Pooling.AVG)),
             global_.eq((cfg.pool == Pooling.GLOBAL_AVG) | (cfg.pool == Pooling.GLOBAL_MAX)),
             maximum.eq((cfg.pool == Pooling.MAX) | (cfg.pool == Pooling.GLOBAL_MAX)),
@@ -129,16 +134,24 @@ class PoolingUnit(wiring.Component):
         ]
         # Window tap j (0 = the previous value) takes part when j < k - 1.
         taps = [Signal(name=f"tap{j}") for j in range(MAX_POOL_SIZE - 1)]
-        m.d.comb += [tap.eq(k > j + 1) for j, tap in enumerate(taps)]
+        m.d.sync += [tap.eq(k > j + 1) for j, tap in enumerate(taps)]
 
-        def reduce(first, others):
-            """max or sum of `first` and the taps of `others` in use."""
-            largest = first
-            total = first
-            for tap, value in zip(taps, others):
-                largest = Mux(tap & (value > largest), value, largest)
-                total = total + Mux(tap, value, 0)
-            return Mux(maximum, largest, total)
+        # A window is reduced as its newest value and the reduction of the
+        # k - 1 before it (`prior`), made when the one before the newest
+        # arrived and stored with the history, so each stage compares or
+        # adds once from its input (not k - 1 times in a row). A window of
+        # one (k = 1) is its value alone: its prior would be the previous
+        # operation's.
+        def combine(a, b):
+            return Mux(maximum, Mux(a > b, a, b), a + b)
+
+        def prior_of(newest, older):
+            """The reduction of the taps in use of `newest` (tap 0) and
+            `older` (taps 1, 2), for the window after: nothing in use is
+            the identity (-256 below every value, or 0)."""
+            neutral = Mux(maximum, -(1 << (VALUE_WIDTH - 1)), 0)
+            used = [Mux(tap, value, neutral) for tap, value in zip(taps, [newest, *older])]
+            return combine(used[0], combine(used[1], used[2]))
 
         # Position in the image. A row's horizontal window ends when `xn`
         # reaches 0 (at pixels k-1, k-1+s, ...), its vertical window when `yn`
@@ -214,7 +227,9 @@ class PoolingUnit(wiring.Component):
 
         # Stage 1: horizontal window (from a shift register of the previous
         # values) and global reduction.
-        history_layout = data.ArrayLayout(signed(VALUE_WIDTH), MAX_POOL_SIZE - 1)
+        history_layout = data.StructLayout({
+            "values": data.ArrayLayout(signed(VALUE_WIDTH), MAX_POOL_SIZE - 2),
+            "prior": signed(H_WIDTH)})
         histories, next_histories = group_state("history", history_layout)
         runnings, next_runnings = group_state("running", signed(SUM_WIDTH))
         p1_row = Signal()
@@ -227,18 +242,22 @@ class PoolingUnit(wiring.Component):
             value = Signal(signed(VALUE_WIDTH), name=f"value{n}")
             m.d.comb += value.eq(self.i_data[n])
             history = [Signal(signed(VALUE_WIDTH), name=f"hist{n}_{j}")
-                       for j in range(MAX_POOL_SIZE - 1)]
+                       for j in range(MAX_POOL_SIZE - 2)]
+            prior = Signal(signed(H_WIDTH), name=f"prior{n}")
             running = Signal(signed(SUM_WIDTH), name=f"global{n}")
-            m.d.comb += [running.eq(runnings[n]),
-                         *(h.eq(histories[n][j]) for j, h in enumerate(history))]
-            m.d.comb += next_histories[n].eq(Mux(self.i_valid, Cat(value, *history[:-1]),
-                                                 Cat(*history)))
+            m.d.comb += [running.eq(runnings[n]), prior.eq(histories[n].prior),
+                         *(h.eq(histories[n].values[j]) for j, h in enumerate(history))]
+            with m.If(self.i_valid):
+                m.d.comb += next_histories[n].eq(Cat(value, *history[:-1],
+                                                     prior_of(value, history)[:H_WIDTH]))
+            with m.Else():
+                m.d.comb += next_histories[n].eq(histories[n])
             update = Signal(signed(SUM_WIDTH), name=f"global{n}_next")
             m.d.comb += update.eq(Mux(first, value,
                                       Mux(maximum, Mux(value > running, value, running),
                                           running + value)))
             m.d.comb += next_runnings[n].eq(Mux(self.i_valid, update, running))
-            m.d.sync += p1_value[n].eq(Mux(window, reduce(value, history),
+            m.d.sync += p1_value[n].eq(Mux(window & taps[0], combine(value, prior),
                                            Mux(global_, update, value)))
         m.d.sync += [
             p1_group.eq(self.i_group),
@@ -252,7 +271,9 @@ class PoolingUnit(wiring.Component):
         # Stage 2: vertical window, from the line buffer entry of this window
         # column (the previous horizontal results, newest first), one memory
         # per lane, the groups of a window column side by side.
-        entry = data.ArrayLayout(signed(H_WIDTH), MAX_POOL_SIZE - 1)
+        entry = data.StructLayout({
+            "values": data.ArrayLayout(signed(H_WIDTH), MAX_POOL_SIZE - 2),
+            "prior": signed(PRIOR_WIDTH)})
         p2_valid = Signal()
         p2_group = Signal.like(self.i_group)
         for n in range(lanes):
@@ -261,14 +282,14 @@ class PoolingUnit(wiring.Component):
             rd = lines.read_port()
             wr = lines.write_port()
             h = p1_value[n]
-            old = [rd.data[j] for j in range(MAX_POOL_SIZE - 1)]
+            old = [rd.data.values[j] for j in range(MAX_POOL_SIZE - 2)]
             m.d.comb += [
                 rd.addr.eq(Cat(self.i_group, cur_ox)),
                 wr.en.eq(p1_h),
                 wr.addr.eq(Cat(p1_group, p1_ox)),
-                wr.data.eq(Cat(h[:H_WIDTH], *old[:-1])),
+                wr.data.eq(Cat(h[:H_WIDTH], *old[:-1], prior_of(h, old)[:PRIOR_WIDTH])),
             ]
-            m.d.sync += p2_value[n].eq(Mux(window, reduce(h, old), h))
+            m.d.sync += p2_value[n].eq(Mux(window & taps[0], combine(h, rd.data.prior), h))
         m.d.sync += [
             p2_valid.eq(p1_emit | (p1_h & p1_v_end)),
             p2_row.eq(p1_row),

@@ -209,14 +209,30 @@ class Requantizer(wiring.Component):
         with m.Else():
             m.d.sync += divided.eq(floored[:32] + round_bit)
 
-        # 5: zero point and clamp.
-        offset = Signal(signed(34))
-        raised = Signal(signed(34))
-        m.d.comb += [
-            offset.eq(divided + self.zero_point),
-            raised.eq(Mux(offset < self.low, self.low, offset)),
+        # 5: zero point and clamp. The bounds less the zero point are
+        # registered beside the settings (which change only while no value
+        # is in flight, and a value reaches this stage four cycles or more
+        # after it was presented), so that `divided` is compared with them
+        # directly, both comparisons side by side, and only the low byte
+        # and sign of the sum are made: ``high`` wins over ``low`` as
+        # ``low`` is taken as ``min(low, high)``.
+        low5 = Signal(signed(VALUE_WIDTH))
+        high5 = Signal(signed(VALUE_WIDTH))
+        below = Signal(signed(VALUE_WIDTH + 2))     # low5 - zero_point
+        above = Signal(signed(VALUE_WIDTH + 2))     # high5 - zero_point
+        low_now = Mux(self.low > self.high, self.high, self.low)
+        m.d.sync += [
+            low5.eq(low_now),
+            high5.eq(self.high),
+            below.eq(low_now - self.zero_point),
+            above.eq(self.high - self.zero_point),
         ]
-        m.d.sync += self.value.eq(Mux(raised > self.high, self.high, raised))
+        with m.If(divided > above):
+            m.d.sync += self.value.eq(high5)
+        with m.Elif(divided < below):
+            m.d.sync += self.value.eq(low5)
+        with m.Else():
+            m.d.sync += self.value.eq(divided[:VALUE_WIDTH] + self.zero_point)
         return m
 
     def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, totals):
