@@ -79,7 +79,7 @@ class ActivationPipeline(wiring.Component):
     #: at a row per cycle: requantization, table lookup, pooling, output
     #: queue. A slower pipeline (shared requantizers, a multi-cycle product)
     #: adds `row_cycles` - 1.
-    BASE_LATENCY = Requantizer.BASE_LATENCY + 1 + PoolingUnit.latency + 1
+    BASE_LATENCY = Requantizer.BASE_LATENCY + 1 + PoolingUnit.BASE_LATENCY + 1
 
     #: Reset values of the operation settings: identity into int8, no pooling.
     SETTINGS_RESET = {
@@ -125,9 +125,16 @@ class ActivationPipeline(wiring.Component):
         return self._max_width
 
     @staticmethod
+    def extra_latency(config):
+        """Cycles the pooling unit of `config` adds to `BASE_LATENCY`: 3 with
+        ``serial_act`` (its average multiplied over 4 cycles)."""
+        return PoolingUnit.latency_of(bool(config.serial_act)) - PoolingUnit.BASE_LATENCY
+
+    @staticmethod
     def latency_of(config):
         """`latency` of the pipeline of `config`."""
-        return ActivationPipeline.BASE_LATENCY + config.act_row_cycles - 1
+        return (ActivationPipeline.BASE_LATENCY + config.act_row_cycles - 1
+                + ActivationPipeline.extra_latency(config))
 
     @property
     def latency(self):
@@ -169,9 +176,10 @@ class ActivationPipeline(wiring.Component):
         # in flight and this one, and the requantizers have taken every group
         # of the row before; writes wait for an empty computation and hold
         # off new rows.
-        depth = self.BASE_LATENCY + 1
+        base = self.BASE_LATENCY + self.extra_latency(self._config)
+        depth = base + 1
         m.submodules.queue = queue = SyncFIFO(width=8 * cols, depth=depth)
-        pending = Signal(range(self.BASE_LATENCY + 2))
+        pending = Signal(range(base + 2))
         # Cycle of the row in the requantizers: group `count // cycles`
         # enters them when `count % cycles` is 0; 0 also takes a new row.
         count = Signal(range(row_cycles))
@@ -278,14 +286,16 @@ class ActivationPipeline(wiring.Component):
             return values[0] if steps == 1 else Array(values)[step]
 
         # The pooling unit shares the requantizers' lanes, group by group.
+        serial = bool(self._config.serial_act)
         m.submodules.pooling = pooling = PoolingUnit(lanes=lanes, max_width=self._max_width,
-                                                     groups=steps)
+                                                     groups=steps, sequential_average=serial)
         lane_out = []
         for n in range(lanes):
             # Column of lane `n` in each group; a short last group repeats group 0's.
             columns = [g * lanes + n if g * lanes + n < cols else n for g in range(steps)]
             lane = Requantizer(per_value_settings=steps > 1,
-                               multiplier_width=self._config.requantizer_multiplier_width)
+                               multiplier_width=self._config.requantizer_multiplier_width,
+                               compact=serial)
             m.submodules[f"requantizer{n}"] = lane
             if cycles > 1:
                 m.d.comb += lane.start.eq(start)

@@ -33,6 +33,17 @@ def _cases(rng, n):
     cases = []
     for k in range(n):
         edge = k < 2 * len(EDGES)
+        if not edge and k % 2:
+            # As a quantized network's: small sums, multipliers in [2**30,
+            # 2**31) of either sign, right shifts; results near the bounds,
+            # ties included (acc a multiple of a power of two).
+            acc = int(rng.integers(-1 << 16, 1 << 16)) << int(rng.integers(0, 8))
+            multiplier = int(rng.integers(1 << 30, 1 << 31)) * int(rng.choice([-1, 1]))
+            if k % 7 == 1:
+                multiplier = 1 << 30
+            cases.append(dict(acc=acc, bias=int(rng.integers(-500, 500)), multiplier=multiplier,
+                              shift=int(rng.integers(-24, 2))))
+            continue
         cases.append(dict(
             acc=EDGES[k % len(EDGES)] if edge else int(rng.integers(INT32_MIN, INT32_MAX + 1)),
             bias=0 if edge else int(rng.integers(-5000, 5000)),
@@ -43,16 +54,17 @@ def _cases(rng, n):
 
 
 @pytest.mark.parametrize("single_round", [0, 1])
-@pytest.mark.parametrize("width", [8, 16, 32])
-def test_narrow_multiplier_matches_the_model(width, single_round):
+@pytest.mark.parametrize("width,compact", [(8, False), (16, False), (32, False),
+                                           (8, True), (16, True)])
+def test_narrow_multiplier_matches_the_model(width, compact, single_round):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     rng = np.random.default_rng(seed)
-    dut = Requantizer(per_value_settings=True, multiplier_width=width)
+    dut = Requantizer(per_value_settings=True, multiplier_width=width, compact=compact)
     cycles = dut.multiply_cycles
     assert cycles == (32 // width) ** 2 and dut.latency == 4 + cycles
     zero_point, low, high = 3, -256, 255
-    cases = _cases(rng, 60)
+    cases = _cases(rng, 200 if compact else 60)
     results = {}
 
     async def bench(ctx):
@@ -143,3 +155,5 @@ def test_shared_settings_match_the_model(single_round):
 def test_bad_multiplier_width_is_named():
     with pytest.raises(ValueError, match="multiplier_width must be 8, 16 or 32, not 12"):
         Requantizer(multiplier_width=12)
+    with pytest.raises(ValueError, match="compact requantizer needs a multiplier_width of 8 or 16"):
+        Requantizer(multiplier_width=32, compact=True)
