@@ -185,12 +185,17 @@ class ActivationPipeline(wiring.Component):
         count = Signal(range(row_cycles))
         step = Signal(range(steps))
         m.d.comb += step.eq(count >> exact_log2(cycles))
+        # `held` counts the rows in flight and queued (``pending +
+        # queue.level``) in a register, so that `room`, whether one more
+        # fits, is a register too and no adder lies on the way to `ready`.
+        held_rows = Signal(range(depth + 1))
+        room = Signal(init=1)
         computing = Signal()
         writing = Signal()
         m.d.comb += [
             computing.eq(pending != 0),
             writing.eq(self.set_settings.valid | self.set_channel.valid | self.set_lut.valid),
-            self.i.ready.eq((pending + queue.level < depth) & ~writing & (count == 0)),
+            self.i.ready.eq(room & ~writing & (count == 0)),
             self.set_settings.ready.eq(~computing),
             self.set_channel.ready.eq(~computing),
             self.set_lut.ready.eq(~computing),
@@ -343,4 +348,11 @@ class ActivationPipeline(wiring.Component):
         waiting = (count != 0) & (count <= (steps - 1) * cycles)
         m.d.comb += pending.eq(sum(v & f for v, f in zip(valid, final)) + waiting
                                + pooling.pending)
+        # A row leaves the count when it is read from the queue, or as it
+        # leaves the pooling unit's last stage without a result.
+        leaving = pooling.row_done & ~queue.w_en
+        read = queue.r_en & queue.r_rdy
+        next_held = Signal.like(held_rows)
+        m.d.comb += next_held.eq(held_rows + accept - read - leaving)
+        m.d.sync += [held_rows.eq(next_held), room.eq(next_held < depth)]
         return m

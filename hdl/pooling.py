@@ -75,6 +75,9 @@ class PoolingUnit(wiring.Component):
     pending : Out(range(latency + 1))
         Rows in the pipeline (counted by their last group), whether or not
         they will produce an output.
+    row_done : Out(1)
+        A row (its last group) is in the last stage: it leaves `pending`
+        after this cycle, with `o_valid` if it completes an output.
     """
 
     #: `latency` with the one-cycle average multiply.
@@ -104,6 +107,7 @@ class PoolingUnit(wiring.Component):
             "o_group":  Out(range(groups)),
             "o_data":   Out(data.ArrayLayout(unsigned(8), lanes)),
             "pending":  Out(range(self.latency + 1)),
+            "row_done": Out(1),
         })
 
     @staticmethod
@@ -365,6 +369,7 @@ class PoolingUnit(wiring.Component):
             self.o_valid.eq(p3_valid),
             self.o_group.eq(p3_group),
             self.pending.eq(p1_row + p2_row + sum(f[1] for f in flags[1:]) + p3_row),
+            self.row_done.eq(p3_row),
         ]
         return m
 
