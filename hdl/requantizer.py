@@ -128,7 +128,8 @@ class Requantizer(wiring.Component):
         # What stages 3 and 4 derive from the shift (the amounts of their
         # variable shifts, the rounding constants) is registered a stage
         # ahead beside it, so that no stage decodes the shift on its way into
-        # a barrel shifter: `total3` and `total3_less` as stage 3 starts,
+        # a barrel shifter: `total3` and `total3_less`, and the division's
+        # `right3`, `2**(right3 - 1)` and that less one, as stage 3 starts,
         # `right4` and the rounding term `rounding4` as stage 4 does. Without
         # `per_value_settings` they follow the inputs a cycle late, which the
         # settings' rule (no change while values are in flight) allows, as a
@@ -138,8 +139,15 @@ class Requantizer(wiring.Component):
         total3 = Signal(range(64))          # single rounding: 31 - shift, 0..63
         total3_less = Signal(range(64))     # max(total3 - 1, 0)
 
+        right3 = Signal(range((1 << (SHIFT_WIDTH - 1)) + 1))    # max(-shift, 0), 0..32
+        half3 = Signal(32)                  # 2**(right3 - 1), 0 for right3 = 0
+        half3_less = Signal(32)             # max(half3 - 1, 0)
+
         def totals(shift):
-            return [total3.eq(31 - shift), total3_less.eq(Mux(shift == 31, 0, 30 - shift))]
+            right = Mux(shift < 0, -shift, 0)[:SHIFT_WIDTH]     # 0..32
+            half = (Const(1, 33) << right) >> 1
+            return [total3.eq(31 - shift), total3_less.eq(Mux(shift == 31, 0, 30 - shift)),
+                    right3.eq(right), half3.eq(half), half3_less.eq(Mux(right == 0, 0, half - 1))]
 
         if self._per_value:
             shift2, shift3 = (Signal.like(self.shift, name=f"shift{j}") for j in (2, 3))
@@ -184,21 +192,15 @@ class Requantizer(wiring.Component):
         # is added.
         high_mul = Signal(signed(32))
         high_next = Signal(signed(32))
-        right3 = Signal(range((1 << (SHIFT_WIDTH - 1)) + 1))    # 0..32
-        half3 = Signal(32)
         right4 = Signal.like(right3)
         rounding4 = Signal(32)
-        m.d.comb += [
-            high_next.eq(Mux(saturate, INT32_MAX, (product + (1 << 30)) >> 31)),
-            right3.eq(Mux(shift3 < 0, -shift3, 0)),
-            half3.eq((Const(1, 33) << right3) >> 1),
-        ]
+        m.d.comb += high_next.eq(Mux(saturate, INT32_MAX, (product + (1 << 30)) >> 31))
         floored = Signal(signed(64))
         round_bit = Signal()
         m.d.sync += [
             high_mul.eq(high_next),
             right4.eq(right3),
-            rounding4.eq(Mux(high_next[31] & (right3 != 0), half3 - 1, half3)),
+            rounding4.eq(Mux(high_next[31], half3_less, half3)),
             floored.eq(product >> total3),
             round_bit.eq((total3 != 0) & product.bit_select(total3_less, 1)),
         ]
