@@ -178,6 +178,11 @@ class ActivationPipeline(wiring.Component):
         # off new rows.
         base = self.BASE_LATENCY + self.extra_latency(self._config)
         depth = base + 1
+        if self._config.serial_act:
+            # A row every `row_cycles`: no more than this many are ever in
+            # flight or queued while `o` keeps up, so the queue is sized to
+            # that, not to a row a cycle.
+            depth = (self.latency + 1) // row_cycles + 3
         m.submodules.queue = queue = SyncFIFO(width=8 * cols, depth=depth)
         pending = Signal(range(base + 2))
         # Cycle of the row in the requantizers: group `count // cycles`

@@ -31,10 +31,6 @@ RATCHET = {
     # 14 levels before its decode was registered in stages; now the DMA
     # windows' 65-bit bounds into the decoder's HOST_RANGE check.
     "host.core.sequencer": (8, 40),
-    # 15 before its requantizers registered what stages 3 and 4 derive from
-    # the shift; now the pooling unit's window sums and the function table
-    # into the pooling unit, 12.
-    "host.core.act": (12, 40),
     # 12 before the write count came from `remaining` alone and the commit's
     # tail count from registers; now the first beat's Length into the
     # packet's fault reason, 7.
@@ -145,7 +141,10 @@ ICE40_RATCHET = {
     # the DMA windows' bounds (32-bit host addresses) into the decoder's
     # divider, from the command word
     "host.core.sequencer": (18, 65),
-    "host.core.act": (17, 65),
+    # 17 before the pipeline's row count was registered and the small
+    # requantizer (`serial_act`); now the accumulator row into the
+    # requantizer's magnitudes.
+    "host.core.act": (11, 64),
     "host.reader": (16, 63),
     "host.writer": (14, 63),
     "host.bar0": (11, 40),
