@@ -142,9 +142,9 @@ ICE40_RATCHET = {
     # divider, from the command word
     "host.core.sequencer": (18, 65),
     # 17 before the pipeline's row count was registered and the small
-    # requantizer (`serial_act`); now the accumulator row into the
-    # requantizer's magnitudes.
-    "host.core.act": (11, 64),
+    # requantizer (`serial_act`); now the small requantizer's stage 5, 13
+    # (11 in another run of the same tree).
+    "host.core.act": (13, 64),
     "host.reader": (16, 63),
     "host.writer": (14, 63),
     "host.bar0": (11, 40),
