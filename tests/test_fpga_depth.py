@@ -39,10 +39,13 @@ RATCHET = {
     # tail count from registers; now the first beat's Length into the
     # packet's fault reason, 7.
     "host.rx": (7, 40),
-    # Measured 12 on 5 December (the tag being delivered through its start
-    # and length into the read count; 11 when first measured); its address
-    # was a 49-cell carry chain before `address_counter`, 33 now.
-    "host.reader": (12, 40),
+    # 12 before the rows and counts of each tag's request were registered
+    # when it is issued (the tag being delivered through its start and
+    # length into the read count), 11 before the byte aligner chose what it
+    # keeps beside its handshake; now a completion's first beat through its
+    # tag's expected offset into the error code, 10. Its address was a
+    # 49-cell carry chain before `address_counter`, 33 now.
+    "host.reader": (10, 40),
     # 49 carry cells before `address_counter`, 33 now.
     "host.writer": (10, 40),
     "host.core.weight_memory": (8, 40),
