@@ -2,9 +2,9 @@
 
 The chip's clock is the board's default (`BOARD_CLOCK_HZ`) or what the
 caller asks for. The iCEBreaker's chip runs from its 12 MHz oscillator; on
-the ULX3S the ECP5's PLL makes the chip clock (18.75 MHz by default, below the
-chip's Fmax) from the 25 MHz oscillator (`tpu.fpga.ecp5_pll`), and the chip
-is held in reset (the ECP5's global set/reset, as Amaranth's own clock
+the ULX3S the ECP5's PLL makes the chip clock (by default below the chip's
+routed Fmax: `tpu.fpga.routed_clocks`) from the 25 MHz oscillator
+(`tpu.fpga.ecp5_pll`), and the chip is held in reset (the ECP5's global set/reset, as Amaranth's own clock
 domain does it) until the PLL locks. The UART divisor is the chip clock over
 the baud rate, rounded. The LEDs (docs/fpga.md):
 
@@ -27,23 +27,58 @@ from amaranth.build import ResourceError
 from amaranth.lib import io
 
 from ..hdl.serial_chip import SerialChip, retransmit_cycles
-from .ecp5_pll import ECP5PLL, ecp5_pll_settings
+from .ecp5_pll import ECP5PLL, ecp5_pll_outputs, ecp5_pll_settings
+from .routed_clocks import MARGIN, fastest_clock_within, latest_routed
 
 
 __all__ = ["BoardChip", "BoardTop", "BOARD_LEDS", "BOARD_OSCILLATOR_HZ", "BOARD_CLOCK_HZ", "board_clock",
-           "serial_options", "uart_divisor"]
+           "board_clocks", "default_clock_hz", "serial_options", "uart_divisor"]
 
 #: board -> the frequency of its oscillator (the platform's default clock)
 BOARD_OSCILLATOR_HZ = {"icebreaker": 12e6, "ulx3s-85f": 25e6}
 
-#: board -> the chip clock it gets unless told: on the ULX3S, below what the
-#: 2x2 chip reached after routing (19.89 MHz against a 20 MHz target, 22.15
-#: against 25; 20.73 against this 18.75: docs/fpga.md)
-BOARD_CLOCK_HZ = {"icebreaker": 12e6, "ulx3s-85f": 18.75e6}
-
 #: boards whose top makes the chip clock with a PLL -> the function that
 #: sets the PLL up, (oscillator Hz, chip clock Hz) -> settings
 _PLLS = {"ulx3s-85f": ecp5_pll_settings}
+
+#: boards whose top has a PLL -> the function listing what it makes from
+#: the oscillator (Hz, ascending)
+_PLL_OUTPUTS = {"ulx3s-85f": ecp5_pll_outputs}
+
+
+def board_clocks(board):
+    """Every chip clock (Hz) `board`'s top makes: its oscillator and, with a
+    PLL, the PLL's outputs."""
+    oscillator = BOARD_OSCILLATOR_HZ[board]
+    outputs = _PLL_OUTPUTS[board](oscillator) if board in _PLL_OUTPUTS else []
+    return [float(oscillator), *outputs]
+
+
+def default_clock_hz(board, profile=None):
+    """The chip clock `board`'s top gets unless told (Hz): the fastest it
+    makes at or below the slowest routed Fmax of the latest recorded builds
+    of `profile` (of the board's chips without a profile when `profile` has
+    none: the up5k profile is the small chip's) less `MARGIN`
+    (`tpu.fpga.routed_clocks`); the oscillator rather than the PLL when both
+    make it. The board's oscillator when nothing is recorded (the
+    iCEBreaker: its top has no PLL, and its chip does not fit yet)."""
+    oscillator = float(BOARD_OSCILLATOR_HZ[board])
+    routed = latest_routed(board, profile) or latest_routed(board, None)
+    if not routed:
+        return oscillator
+    limit = routed[0].fmax_mhz * 1e6 * (1 - MARGIN)
+    best = fastest_clock_within(board_clocks(board), limit)
+    if best is None:
+        raise ValueError(f"the {board} top makes no clock at or below {limit / 1e6:g} MHz")
+    return oscillator if abs(best - oscillator) < 1 else best
+
+
+#: board -> the chip clock it gets unless told (a profile's own default is
+#: `default_clock_hz(board, profile)`): chosen from the routed results of
+#: `tpu.fpga.routed_clocks` with a margin. On the ULX3S 18.75 MHz, below what
+#: the 2x2 chip reached after routing (19.89 MHz against a 20 MHz target,
+#: 20.73 against 18.75: docs/fpga.md); on the iCEBreaker its oscillator.
+BOARD_CLOCK_HZ = {board: default_clock_hz(board) for board in BOARD_OSCILLATOR_HZ}
 
 #: board -> {signal: [LED resource numbers]} (``led`` resources of the platform)
 BOARD_LEDS = {

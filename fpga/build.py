@@ -21,6 +21,7 @@ from importlib import import_module, metadata
 from pathlib import Path
 
 from .ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
+from .board_top import default_clock_hz
 
 
 __all__ = ["BOARDS", "FPGAToolMissing", "missing_fpga_tools", "tool_versions", "synth_overrides",
@@ -322,11 +323,13 @@ PLACERS = ("heap", "static", "sa")
 
 #: (profile, board) -> the `tpu build` options a board profile is built with
 #: unless given: the ``ulx3s16`` chip fills the ECP5-85F enough that only
-#: ``router2`` after the ``static`` placer routes it, and it meets 16.67 MHz
-#: (20.33 MHz routed) where 18.75 would need 0.7% more (docs/fpga.md, "A
-#: sixth run").
+#: ``router2`` after the ``static`` placer routes it (docs/fpga.md, "A sixth
+#: run"), and its clock is the fastest the board makes within its latest
+#: routed Fmax less a margin (`tpu.fpga.board_top.default_clock_hz`: 25
+#: MHz, the oscillator, since it routed at 28.87 MHz, "An eighth run").
 PROFILE_BUILD_OPTIONS = {
-    ("ulx3s16", "ulx3s-85f"): {"clock_mhz": 16.6667, "router": "router2", "placer": "static"},
+    ("ulx3s16", "ulx3s-85f"): {"clock_mhz": default_clock_hz("ulx3s-85f", "ulx3s16") / 1e6,
+                               "router": "router2", "placer": "static"},
 }
 
 

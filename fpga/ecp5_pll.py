@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from amaranth import *
 
 
-__all__ = ["PLLSettings", "ecp5_pll_settings", "ECP5PLL", "PLL_RANGES_HZ"]
+__all__ = ["PLLSettings", "ecp5_pll_settings", "ecp5_pll_outputs", "ECP5PLL", "PLL_RANGES_HZ"]
 
 #: (lowest, highest) frequency in Hz of each point of the PLL.
 PLL_RANGES_HZ = {
@@ -100,6 +100,22 @@ def ecp5_pll_settings(input_hz, output_hz):
         raise ValueError(f"the ECP5 PLL cannot make {output_hz / 1e6:g} MHz from "
                          f"{input_hz / 1e6:g} MHz{nearest}")
     return best
+
+
+def ecp5_pll_outputs(input_hz):
+    """Every frequency (Hz, ascending) the PLL makes exactly from `input_hz`
+    with its output fed back (`ecp5_pll_settings` accepts each of them)."""
+    outputs = set()
+    for clki_div in range(1, _CLKI_DIV_MAX + 1):
+        if not _in_range("pfd", input_hz / clki_div):
+            continue
+        for clkfb_div in range(1, _CLKFB_DIV_MAX + 1):
+            out = input_hz / clki_div * clkfb_div
+            # An output divider puts the VCO in range for any output within the
+            # output range: 400 / 128 MHz is below the lowest output.
+            if _in_range("output", out) and PLL_RANGES_HZ["vco"][1] // out >= 1:
+                outputs.add(out)
+    return sorted(outputs)
 
 
 class ECP5PLL(Elaboratable):

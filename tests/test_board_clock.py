@@ -1,14 +1,18 @@
 """The board tops' chip clock: the ECP5 PLL's dividers (against the PLL's
 ranges and Project Trellis's ecppll), the PLL in the ULX3S top's RTLIL, the
-UART divisor from the chip clock, and bad frequencies as one-line errors."""
+UART divisor from the chip clock, the default clocks chosen from the routed
+results, and bad frequencies as one-line errors."""
 
 import re
 
 import pytest
 
 from tpu import TPUConfig
-from tpu.fpga.board_top import BOARD_CLOCK_HZ, BoardChip, board_clock
-from tpu.fpga.ecp5_pll import PLL_RANGES_HZ, TOLERANCE, ecp5_pll_settings
+from tpu.fpga.board_top import (BOARD_CLOCK_HZ, BoardChip, board_clock, board_clocks,
+                                default_clock_hz, uart_divisor)
+from tpu.fpga.build import PROFILE_BUILD_OPTIONS
+from tpu.fpga.ecp5_pll import PLL_RANGES_HZ, TOLERANCE, ecp5_pll_outputs, ecp5_pll_settings
+from tpu.fpga.routed_clocks import MARGIN, fastest_clock_within, latest_routed
 
 
 SMALL = TPUConfig(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, link_dw=1,
@@ -106,3 +110,39 @@ def test_ulx3s_top_at_the_oscillator_has_no_pll():
     top = BoardChip("ulx3s-85f", SMALL, clock_hz=25e6)
     assert top.pll is None and top.chip.divisor == 217
     assert _cell(_rtlil(top), "EHXPLLL") is None
+
+
+def test_default_clocks_come_from_the_routed_results():
+    # The ulx3s16 chip routed at 28.87 MHz (docs/fpga.md, "An eighth run"): 5% below
+    # is 27.4 MHz, and the fastest clock the ULX3S makes there is its 25 MHz
+    # oscillator (the PLL's next, 28.125 MHz, is above), with no PLL and divisor 217.
+    assert latest_routed("ulx3s-85f", "ulx3s16")[0].fmax_mhz == 28.87
+    assert default_clock_hz("ulx3s-85f", "ulx3s16") == 25e6
+    assert PROFILE_BUILD_OPTIONS[("ulx3s16", "ulx3s-85f")]["clock_mhz"] == 25.0
+    assert board_clock("ulx3s-85f", default_clock_hz("ulx3s-85f", "ulx3s16")) == (25e6, None)
+    assert uart_divisor(25e6, 115200) == 217
+    # The 2x2 chip's latest builds routed at 19.89 and 20.73 MHz: 18.75 MHz from the
+    # PLL, the board's default (and the up5k profile's, the same small chip's).
+    assert default_clock_hz("ulx3s-85f") == default_clock_hz("ulx3s-85f", "up5k") == 18.75e6
+    assert BOARD_CLOCK_HZ == {"icebreaker": 12e6, "ulx3s-85f": 18.75e6}
+    # Nothing routed on the iCEBreaker: its oscillator.
+    assert default_clock_hz("icebreaker", "up5k") == 12e6
+    # Every default is within its routed Fmax by the margin, and the fastest so.
+    for board, profile in (("ulx3s-85f", None), ("ulx3s-85f", "ulx3s16")):
+        limit = latest_routed(board, profile)[0].fmax_mhz * 1e6 * (1 - MARGIN)
+        clock = default_clock_hz(board, profile)
+        assert clock <= limit
+        assert not [hz for hz in ecp5_pll_outputs(25e6) if clock < hz <= limit]
+
+
+def test_fastest_clock_within():
+    ulx3s, icebreaker = board_clocks("ulx3s-85f"), board_clocks("icebreaker")
+    assert icebreaker == [12e6] and ulx3s[0] == 25e6 and 18.75e6 in ulx3s
+    assert fastest_clock_within(ulx3s, 28.2e6) == 28.125e6       # 25 / 8 x 9
+    assert fastest_clock_within(ulx3s, 25.5e6) == 25e6
+    assert fastest_clock_within(icebreaker, 30e6) == 12e6
+    assert fastest_clock_within(icebreaker, 10e6) is None
+    outputs = ecp5_pll_outputs(25e6)
+    assert outputs == sorted(outputs) and 18.75e6 in outputs and 22e6 not in outputs
+    for hz in outputs[::7]:
+        assert ecp5_pll_settings(25e6, hz).output_hz == pytest.approx(hz)

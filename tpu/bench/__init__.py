@@ -2,8 +2,8 @@
 
 `run_bench(out_dir, quick=False, config=None, backends=None)` runs the suite
 (GEMM sweep, roofline, models and their timelines, simulation speed, the
-cycle model against the RTL core, host link, FPGA builds, design-space
-sweep) and
+cycle model against the RTL core, host link, FPGA builds, MLPerf Tiny's
+latency on the ULX3S's routed clock, design-space sweep) and
 writes ``report.md``, ``results.json`` and PNG plots into `out_dir`,
 reporting progress on stderr. `backends` lists the RTL simulators to use
 (default: Verilator for ``quick``, Verilator and Icarus otherwise; ``()``
@@ -238,8 +238,14 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         tflite = {"backend": "golden", "results": results_t} if results_t else None
     laps.lap("convolution layers" + ("" if quick else ", MLPerf Tiny against TFLite"))
 
-    # FPGA: the builds already made
+    # FPGA: the builds already made, and MLPerf Tiny's latency on the ULX3S's routed clock
     fpga_rows = fpga.find_builds()
+    board = None
+    if include_models:
+        from .board_latency import board_latency, load_tiny_models
+        progress("MLPerf Tiny latency on the ULX3S (cycle model)")
+        tiny, tiny_skipped = load_tiny_models()
+        board = {**board_latency(tiny), "skipped": tiny_skipped}
 
     # (e) design space on the cycle model
     on_chip = {m["model"] for m in model_results if m.get("cycles")}
@@ -274,6 +280,7 @@ def run_bench(out_dir, quick=False, config=None, backends=None, gemm_sizes=None,
         "core_runs": core_runs, "chip_runs": chip_runs, "host": host_results,
         "conv_layers": conv, "conv_batch": conv_batch, "tflite": tflite,
         "host_summary": host_link.summary(host_results), "fpga": fpga_rows,
+        "board_latency": board,
         "design_space": design,
         "design_summary": report.design_summary(design, config, model_results),
         "not_included": NOT_INCLUDED + (["Icarus and 16x16 simulation speed (full run only)"]

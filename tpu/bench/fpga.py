@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 
-__all__ = ["find_builds", "table", "mxu_table", "DEFAULT_RUNS", "parse_run", "text_table",
-           "build_mxus", "save_mxus", "load_mxus"]
+__all__ = ["find_builds", "table", "routed_table", "mxu_table", "DEFAULT_RUNS", "parse_run",
+           "text_table", "build_mxus", "save_mxus", "load_mxus"]
 
 # The UP5K has 8 DSPs and yosys gives each 8x8 multiply a whole SB_MAC16, so
 # a 4x4 array (16 multiplies) is tried both ways; likewise the ECP5-85F has
@@ -75,6 +75,23 @@ def table(rows):
             r["dsp"], r["ram"], "-" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.1f}",
             "-" if r["target_mhz"] is None else f"{r['target_mhz']:g}",
             r["problem"] or "")) + " |")
+    return "\n".join(lines)
+
+
+def routed_table():
+    """Markdown of the whole chip's routed builds recorded in docs/fpga.md
+    (`tpu.fpga.routed_clocks.ROUTED_CHIPS`), with each chip's peak GOPS at
+    its routed clock and the clock `tpu build` now gives it by default."""
+    from ..fpga.board_top import default_clock_hz
+    from ..fpga.routed_clocks import ROUTED_CHIPS
+    head = ["board", "chip", "array", "target MHz", "routed Fmax MHz", "peak GOPS at Fmax",
+            "date", "tree", "default clock MHz now", "where"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---|" + "---:|" * 3 + "---|---|---:|---|"]
+    for r in ROUTED_CHIPS:
+        lines.append("| " + " | ".join(str(x) for x in (
+            r.board, r.chip, f"{r.rows}x{r.cols}", f"{r.target_mhz:g}", f"{r.fmax_mhz:g}",
+            f"{2 * r.rows * r.cols * r.fmax_mhz / 1000:.1f}", r.date, r.commit or "-",
+            f"{default_clock_hz(r.board, r.profile) / 1e6:.4g}", r.source)) + " |")
     return "\n".join(lines)
 
 

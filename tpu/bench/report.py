@@ -399,7 +399,7 @@ def _host_section(results):
 
 
 def _fpga_section(results):
-    from .fpga import table
+    from .fpga import routed_table, table
     text = ["\n## FPGA\n"]
     if results["fpga"]:
         text.append("The last builds found under build/ (the suite builds nothing: a build "
@@ -409,6 +409,30 @@ def _fpga_section(results):
         text.append("No build report under build/fpga/*/build.json (`tpu build --board ...`) "
                     "or build/bench/fpga.json (scripts/bench_fpga.py) on this machine; "
                     "docs/fpga.md has the measured builds.")
+    text.append("\nThe whole chip's routed builds recorded in docs/fpga.md "
+                "(`tpu.fpga.routed_clocks`, which `tpu build`'s default clocks and the "
+                "latency on the ULX3S above come from):\n")
+    text.append(routed_table())
+    return "\n".join(text) + "\n"
+
+
+def _board_latency_section(results):
+    from .board_latency import FPGACONVNET_SOURCE, markdown
+    board = results.get("board_latency")
+    if not board:
+        return ""
+    text = ["\n## MLPerf Tiny on the ULX3S\n"]
+    routed_label, routed_mhz = board["clocks"][0]
+    text.append(f"Cycles per inference at batch 1 on the 16x16 chip of `--profile ulx3s16` "
+                f"(`{board['config']}`; the golden cycle model, exact against the RTL; chip "
+                f"parts only, not host operators or the UART's transfers), over the routed "
+                f"clock of its latest build on the ECP5-85F ({routed_mhz:g} MHz, "
+                f"`tpu.fpga.routed_clocks`), issue 25's 75 MHz target and the 16x16 array's "
+                f"own routed clock. Beside them: {FPGACONVNET_SOURCE}.\n")
+    if board["models"]:
+        text.append(markdown(board))
+    if board.get("skipped"):
+        text.append("\nNot run: " + "; ".join(f"{k}: {v}" for k, v in board["skipped"].items()))
     return "\n".join(text) + "\n"
 
 
@@ -516,6 +540,7 @@ def write_markdown(results, plots):
     out.append(_weight_stall_section(results))
     out.append(_cycle_model_section(results))
     out.append(_host_section(results))
+    out.append(_board_latency_section(results))
     out.append(_fpga_section(results))
     if results.get("timings"):
         total = sum(results["timings"].values())

@@ -24,6 +24,7 @@ from ..compiler.report import layer_macs
 from ..compiler.session import InferenceSession
 from ..compiler.tflite_frontend import import_tflite
 from ..config import PROFILES, TPUConfig
+from ..fpga.routed_clocks import ROUTED_CHIPS
 from ..hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
 
 
@@ -32,8 +33,9 @@ __all__ = ["run_tflite", "markdown", "model_macs", "chip_configs", "FMAX_MHZ", "
 
 #: Fmax (MHz) measured in docs/fpga.md: the array benchmark on the ECP5-85F
 #: (8x8 with MULT18X18D, 16x16 in LUTs) and the whole 2x2 chip on the ECP5-85F
+#: (the fastest of its routed builds, `tpu.fpga.routed_clocks`)
 FMAX_MHZ = {8: 88.5, 16: 75.0}
-CHIP_FMAX_MHZ = 22.15
+CHIP_FMAX_MHZ = max(r.fmax_mhz for r in ROUTED_CHIPS if (r.board, r.rows, r.cols) == ("ulx3s-85f", 2, 2))
 
 #: The chip whose array and memories the iCE40 UP5K's hard blocks hold: the
 #: "up5k" profile (one shared requantizer on a 16 x 16-bit multiplier, the

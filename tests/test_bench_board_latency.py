@@ -1,0 +1,92 @@
+"""`tpu bench`'s MLPerf Tiny latency on the ULX3S: cycles per inference on the
+ulx3s16 chip (the cycle model) over the routed clock recorded in
+`tpu.fpga.routed_clocks`, the 75 MHz target and the array's 142 MHz, beside
+fpgaConvNet's published latencies."""
+
+from pathlib import Path
+
+import pytest
+
+from tpu.bench.board_latency import (FPGACONVNET_MS, board_clocks, board_latency,
+                                     load_tiny_models, markdown)
+from tpu.bench.common import dense_graph
+from tpu.bench.design_space import estimated_cycles
+from tpu.bench.report import _board_latency_section
+from tpu.compiler.mlperf_tiny import MODELS, missing_reason, model_path
+from tpu.compiler.tflite_frontend import import_tflite
+from tpu.config import ULX3S16_PROFILE
+from tpu.fpga.routed_clocks import ROUTED_CHIPS
+
+
+def test_clocks_are_the_recorded_ones():
+    clocks = board_clocks()
+    assert [mhz for _, mhz in clocks] == [28.87, 75.0, 142.0]
+    assert clocks[0][0] == "routed (2026-12-05, ae77c3d)"
+    # The latest routed ulx3s16 build is the one the table divides by.
+    latest = max((r for r in ROUTED_CHIPS if r.profile == "ulx3s16"), key=lambda r: r.date)
+    assert clocks[0][1] == latest.fmax_mhz
+    with pytest.raises(ValueError, match="no routed build of profile 'up6k'"):
+        board_clocks(profile="up6k")
+
+
+def test_latency_is_cycles_over_the_clock():
+    graphs = {"gemm 64x48": dense_graph(64, 48, seed=3), "gemm 16x16": dense_graph(16, 16, seed=4)}
+    result = board_latency(graphs)
+    assert result["config"] == ULX3S16_PROFILE.name
+    for row, (name, graph) in zip(result["models"], graphs.items()):
+        cycles, _ = estimated_cycles(graph, ULX3S16_PROFILE, 1)
+        assert row["model"] == name and row["cycles"] == cycles > 0
+        assert row["ms"] == {"routed (2026-12-05, ae77c3d)": cycles / 28870,
+                             "target": cycles / 75000, "array alone": cycles / 142000}
+        assert row["fpgaconvnet_ms"] is None
+    table = markdown(result)
+    row = result["models"][0]
+    assert (f"| gemm 64x48 | {row['cycles']:,} | {row['cycles'] / 28870:.3f} | "
+            f"{row['cycles'] / 75000:.3f} | {row['cycles'] / 142000:.3f} | - |") in table
+    assert "ms at 28.87 MHz (routed (2026-12-05, ae77c3d))" in table.splitlines()[0]
+
+
+def test_a_refused_model_is_a_row():
+    # A 16x16 chip with a unified buffer too small for the layer's input.
+    result = board_latency({"wide": dense_graph(4096, 16)}, ULX3S16_PROFILE.replace(ub_rows=64),
+                           clocks=[("routed", 10.0)])
+    (row,) = result["models"]
+    assert row["cycles"] is None and row["error"]
+    assert "| wide | refused: " in markdown(result)
+
+
+def test_report_section():
+    result = {**board_latency({"gemm": dense_graph(32, 32)}), "skipped": {"vww": "not present"}}
+    text = _board_latency_section({"board_latency": result})
+    assert "## MLPerf Tiny on the ULX3S" in text and "fpgaConvNet" in text
+    assert "Not run: vww: not present" in text
+    assert _board_latency_section({}) == ""
+
+
+def test_mlperf_tiny_on_the_ulx3s():
+    graphs, skipped = load_tiny_models()
+    if not graphs:
+        pytest.skip("; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    assert set(graphs) | set(skipped) == set(MODELS)
+    assert skipped == {name: missing_reason(name) for name in MODELS if missing_reason(name)}
+    result = board_latency(graphs)
+    for row in result["models"]:
+        name = row["model"]
+        cycles, _ = estimated_cycles(import_tflite(Path(model_path(name))), ULX3S16_PROFILE, 1)
+        print(name, cycles, row["ms"])
+        assert row["cycles"] == cycles
+        assert row["ms"]["routed (2026-12-05, ae77c3d)"] == cycles / 28870
+        assert row["fpgaconvnet_ms"] == FPGACONVNET_MS.get(name)
+    assert FPGACONVNET_MS == {"pretrainedResnet_quant": 0.411, "kws_ref_model": 0.324}
+
+
+def test_routed_builds_in_the_fpga_table():
+    from tpu.bench.fpga import routed_table
+    from tpu.bench.report import _fpga_section
+    lines = routed_table().splitlines()
+    assert len(lines) == 2 + len(ROUTED_CHIPS)
+    # 2 x 16 x 16 x 28.87 MHz = 14.8 GOPS; built at 25 MHz now.
+    assert lines[-1].startswith("| ulx3s-85f | --profile ulx3s16, control re-timed | 16x16 | 16.6667 | "
+                                "28.87 | 14.8 | 2026-12-05 | ae77c3d | 25 | ")
+    assert "| 2x2 | 18.75 | 20.73 | 0.2 | 2026-12-02 | - | 18.75 |" in routed_table()
+    assert routed_table() in _fpga_section({"fpga": []})
