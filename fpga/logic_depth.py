@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-__all__ = ["PathDepth", "BlockDepth", "longest_paths", "depth_of_json"]
+__all__ = ["PathDepth", "BlockDepth", "CrossingPath", "FanOut", "WholeDepth", "longest_paths",
+           "depth_of_json", "crossing_paths", "combinational_fanout", "measure_whole"]
 
 
 # cell type -> {input port: [(output port, levels, carry cells)]}; other
@@ -106,9 +107,11 @@ def _port_bits(cell, port):
     return cell["connections"].get(port, [])
 
 
-def longest_paths(module):
-    """`BlockDepth` of one module of a Yosys JSON netlist (a flattened block)."""
-    # Each bit (net) is a node; each combinational arc an edge with a weight.
+def _graph(module):
+    """The combinational graph of a netlist module: (edges, starts, ends,
+    order), each bit a node; `edges` {bit: [(bit, levels, carry, cell)]},
+    `starts` {bit: what drives it from a register or port}, `ends` {bit:
+    [what it ends at]}, `order` the bits in topological order."""
     edges = defaultdict(list)       # bit -> [(bit, levels, carry, cell)]
     indegree = defaultdict(int)
     starts = {}                     # bit -> the name of what drives it from a register
@@ -164,6 +167,12 @@ def longest_paths(module):
                 queue.append(succ)
     if len(order) != len(nodes):
         raise ValueError("the netlist has a combinational loop")
+    return edges, starts, ends, order
+
+
+def longest_paths(module):
+    """`BlockDepth` of one module of a Yosys JSON netlist (a flattened block)."""
+    edges, starts, ends, order = _graph(module)
 
     def best(key):
         # Longest path by `key` ((levels, carry) or (carry, levels)) from a
@@ -240,14 +249,18 @@ DEPTH_BLOCKS = {
 
 def synth_commands(family, name):
     """The yosys commands that synthesise block `name` for `family` as the
-    board build does (`tpu.fpga.build.BOARDS`); the iCE40 array's SB_MAC16s
-    stay in their dual 8 x 8 mode (`tpu.fpga.ice40_dsp_guard`)."""
-    from .build import BOARDS
+    board build does (`tpu.fpga.build.BOARDS`, flip-flops marked `keep`
+    kept apart); the iCE40 array's SB_MAC16s stay in their dual 8 x 8 mode
+    (`tpu.fpga.ice40_dsp_guard`)."""
+    from .build import BOARDS, KEEP_FLIP_FLOPS
     from .ice40_dsp_guard import AFTER_SYNTH, BEFORE_SYNTH
+    # Flip-flops of signals marked `keep` stay apart, as in the board build
+    # (which reads them as $dff cells; from Verilog they are after `proc`).
+    keep = ["proc", KEEP_FLIP_FLOPS]
     if family == "ice40":
-        return [*BEFORE_SYNTH, f"synth_ice40 -dsp -top {name}", *AFTER_SYNTH]
+        return [*keep, *BEFORE_SYNTH, f"synth_ice40 -dsp -top {name}", *AFTER_SYNTH]
     spec = BOARDS["ulx3s-85f"]
-    return [f"{spec.synth} -top {name} -run :map_luts", *spec.lut_map,
+    return [*keep, f"{spec.synth} -top {name} -run :map_luts", *spec.lut_map,
             f"{spec.synth} -top {name} -run map_cells:"]
 
 
@@ -300,3 +313,230 @@ def measure_blocks(config, family, build_dir, blocks=None):
     if run.returncode != 0:
         raise RuntimeError(f"yosys failed (see {build_dir / 'yosys.log'})")
     return {block: depth_of_json(build_dir / f"depth{n}.json", name) for n, block, name in measured}
+
+
+# -- the whole chip, flattened: paths across blocks and fan-out ---------------
+
+@dataclass(frozen=True)
+class CrossingPath:
+    """A register-to-register path through more than one block of
+    `DEPTH_BLOCKS`: its levels and carry cells, what it starts and ends at,
+    the blocks of its start and end, and the blocks it runs through in order
+    (from the named nets along it)."""
+    levels: int
+    carry: int
+    start: str
+    end: str
+    start_block: str
+    end_block: str
+    blocks: tuple
+
+
+@dataclass(frozen=True)
+class FanOut:
+    """A net with many sinks: one of its names, its sinks (cell inputs and
+    output ports), and the cell type and cell driving it."""
+    net: str
+    sinks: int
+    driver_type: str
+    driver: str
+
+    @property
+    def registered(self):
+        return self.driver_type in _REGISTERS
+
+
+#: Cell types whose outputs are flip-flops.
+_REGISTERS = {"TRELLIS_FF", "FD1S3AX", "FD1S3BX", "FD1S3IX", "FD1S3JX"} | {
+    f"SB_DFF{s}" for s in ("", "E", "SR", "R", "SS", "S", "ESR", "ER", "ESS", "ES", "N", "NE", "NSR",
+                           "NR", "NSS", "NS", "NESR", "NER", "NESS", "NES")}
+
+
+@dataclass(frozen=True)
+class WholeDepth:
+    """The whole chip (or a block of it) flattened: its deepest path, its
+    deepest paths across blocks, and its nets of largest fan-out."""
+    deepest: BlockDepth
+    crossing: tuple        # CrossingPath, deepest first
+    fanout: tuple          # FanOut, most sinks first
+
+    def combinational_fanout(self, above):
+        """The nets not driven by a flip-flop (nor a port) with more than `above` sinks."""
+        return [f for f in self.fanout if not f.registered and f.driver_type != "port" and f.sinks > above]
+
+
+def _block_of(name, keys, prefix):
+    """The block of `DEPTH_BLOCKS` (`keys`, longest first) a hierarchical name is in."""
+    if prefix and name.startswith(prefix):
+        name = name[len(prefix):]
+    for key in keys:
+        if name.startswith(key + "."):
+            return key
+    return ""
+
+
+def _depth_key(block):
+    return (block.count(".") + 1 if block else 0, block)
+
+
+def crossing_paths(module, blocks=None, count=10, prefix=""):
+    """The deepest register-to-register paths of a flattened module that run
+    through more than one of `blocks` (default `DEPTH_BLOCKS`; names below
+    the top, with `prefix` before them in the netlist), deepest first: the
+    deepest of each (start block, end block) pair, at most `count`.
+
+    A net belongs to the innermost block one of its names is in (a port
+    joining a block to its parent is the block's); a path crosses when a
+    net along it, or its end, is in another block than its start."""
+    edges, starts, ends, order = _graph(module)
+    keys = sorted((b for b in (DEPTH_BLOCKS if blocks is None else blocks) if b), key=len, reverse=True)
+    bit_block = {}
+    for name, net in module.get("netnames", {}).items():
+        if net.get("hide_name"):
+            continue
+        block = _block_of(name, keys, prefix)
+        for bit in net["bits"]:
+            if isinstance(bit, str):
+                continue
+            if bit not in bit_block or _depth_key(block) > _depth_key(bit_block[bit]):
+                bit_block[bit] = block
+
+    def owner(what, bit):
+        # A cell is in the block its name says (yosys names a flip-flop
+        # after its output's net); a hidden name says nothing.
+        cell = what.rpartition(".")[0] or what
+        if cell.startswith("$") or "." not in cell:
+            return bit_block.get(bit, "") if cell.startswith("$") else ""
+        return _block_of(cell, keys, prefix)
+
+    start_block = {bit: owner(what, bit) for bit, what in starts.items()}
+    found = {}              # (start block, end block) -> (levels, carry, start, end, path bits)
+    for origin in sorted(set(start_block.values())):
+        score = [{}, {}]    # crossed? -> {bit: (levels, carry)}
+        back = [{}, {}]     # crossed? -> {bit: (crossed?, previous bit)}
+        came = {}           # bit -> its start
+        for node in order:
+            if start_block.get(node) == origin and node not in score[0]:
+                score[0][node], back[0][node], came[(0, node)] = (0, 0), None, starts[node]
+            for crossed in (0, 1):
+                value = score[crossed].get(node)
+                if value is None:
+                    continue
+                for succ, levels, carry, _ in edges.get(node, ()):
+                    block = bit_block.get(succ)
+                    now = 1 if crossed or (block is not None and block != origin) else 0
+                    new = (value[0] + levels, value[1] + carry)
+                    if succ not in score[now] or new > score[now][succ]:
+                        score[now][succ] = new
+                        back[now][succ] = (crossed, node)
+                        came[(now, succ)] = came[(crossed, node)]
+        for node, names in ends.items():
+            for crossed in (0, 1):
+                value = score[crossed].get(node)
+                if value is None:
+                    continue
+                for end in names:
+                    end_block = owner(end, node)
+                    if not crossed and end_block == origin:
+                        continue
+                    pair = (origin, end_block)
+                    if pair not in found or value > found[pair][:2]:
+                        path, state, bit = [], crossed, node
+                        while bit is not None:
+                            path.append(bit)
+                            step = back[state][bit]
+                            state, bit = step if step is not None else (0, None)
+                        found[pair] = (*value, came[(crossed, node)], end, path[::-1])
+    result = []
+    for (origin, end_block), (levels, carry, start, end, path) in found.items():
+        through = [origin]
+        for bit in path:
+            block = bit_block.get(bit)
+            if block is not None and block != through[-1]:
+                through.append(block)
+        if through[-1] != end_block:
+            through.append(end_block)
+        result.append(CrossingPath(levels, carry, start, end, origin, end_block, tuple(through)))
+    result.sort(key=lambda p: (p.levels, p.carry), reverse=True)
+    return tuple(result[:count])
+
+
+def combinational_fanout(module, above=64, count=20):
+    """The nets of a netlist module with more than `above` sinks (a clock
+    excepted: the nets into flip-flops' and RAMs' clock inputs), most sinks
+    first, at most `count` (`FanOut`)."""
+    from collections import Counter
+    drivers, sinks, clocks = {}, Counter(), set()
+    for name, cell in module["cells"].items():
+        directions = cell.get("port_directions", {})
+        for port, bits in cell["connections"].items():
+            for bit in bits:
+                if isinstance(bit, str):
+                    continue
+                if directions.get(port) == "output":
+                    drivers[bit] = (cell["type"], name)
+                else:
+                    sinks[bit] += 1
+                    if port in ("CLK", "CLKA", "CLKB", "CK", "C", "WCK", "RCLK", "WCLK"):
+                        clocks.add(bit)
+    for port_name, port in module.get("ports", {}).items():
+        for bit in port["bits"]:
+            if isinstance(bit, str):
+                continue
+            if port["direction"] == "input":
+                drivers[bit] = ("port", port_name)
+            else:
+                sinks[bit] += 1
+    names = {}
+    for name, net in module.get("netnames", {}).items():
+        for bit in net["bits"]:
+            if isinstance(bit, str):
+                continue
+            # a public name before a hidden one, then the shortest
+            key = (bool(net.get("hide_name")), len(name))
+            if bit not in names or key < names[bit][0]:
+                names[bit] = (key, name if len(net["bits"]) == 1 else f"{name}[{net['bits'].index(bit)}]")
+    result = [FanOut(names.get(bit, (None, str(bit)))[1], n, *drivers.get(bit, ("none", "")))
+              for bit, n in sinks.items() if n > above and bit not in clocks]
+    result.sort(key=lambda f: f.sinks, reverse=True)
+    return tuple(result[:count])
+
+
+def measure_whole(config, family, build_dir, block="", count=10, above=64):
+    """`WholeDepth` of block `block` of `DEPTH_BLOCKS` ("" the whole chip
+    behind its UART bridge) of `config` built for `family`, flattened with
+    no black boxes, its reset tied low as on a board (whose clock domain is
+    reset-less)."""
+    import subprocess
+    from ..hdl.verilog import SERIAL_NAME, generate_with_ports
+
+    if block not in DEPTH_BLOCKS:
+        raise ValueError(f"no block {block!r}; the blocks are " + ", ".join(map(repr, DEPTH_BLOCKS)))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    text, ports = generate_with_ports(config, top="serial", family=family)
+    # A top around the chip that ties its reset low.
+    decl = [f"  {d} {'' if w == 1 else f'[{w - 1}:0] '}{p}" for p, d, w, _ in ports if p != "rst"]
+    wires = ", ".join(f".{p}({'1' + chr(39) + 'b0' if p == 'rst' else p})" for p, *_ in ports)
+    wrapper = ("module whole_chip (\n" + ",\n".join(decl) + "\n);\n"
+               f"  {SERIAL_NAME} chip ({wires});\nendmodule\n")
+    (build_dir / "chip.v").write_text(text + "\n" + wrapper)
+    name = "whole_chip"
+    script = ["read_verilog chip.v", f"hierarchy -top {name}"]
+    if block:
+        # Only the block: its inputs start paths, its outputs end them.
+        inner = f"{SERIAL_NAME}.{block}"
+        script = ["read_verilog chip.v", f"hierarchy -top {inner}"]
+        name = inner
+    script += [*synth_commands(family, name), "write_json -noscopeinfo whole.json"]
+    (build_dir / "whole.ys").write_text("\n".join(script) + "\n")
+    run = subprocess.run([_yosys(), "-q", "-l", "yosys.log", "-s", "whole.ys"], cwd=build_dir,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"yosys failed (see {build_dir / 'yosys.log'})")
+    modules = json.loads((build_dir / "whole.json").read_text())["modules"]
+    module = modules.get(name) or modules.get("\\" + name)
+    prefix = "chip." if not block else ""
+    inner_blocks = {b[len(block) + 1:] if block else b: () for b in DEPTH_BLOCKS
+                    if not block or b.startswith(block + ".")}
+    return WholeDepth(longest_paths(module), crossing_paths(module, inner_blocks, count, prefix),
+                      combinational_fanout(module, above))

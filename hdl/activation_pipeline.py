@@ -79,7 +79,7 @@ class ActivationPipeline(wiring.Component):
     #: at a row per cycle: requantization, table lookup, pooling, output
     #: queue. A slower pipeline (shared requantizers, a multi-cycle product)
     #: adds `row_cycles` - 1.
-    BASE_LATENCY = Requantizer.BASE_LATENCY + 1 + PoolingUnit.latency + 1
+    BASE_LATENCY = Requantizer.BASE_LATENCY + 1 + PoolingUnit.BASE_LATENCY + 1
 
     #: Reset values of the operation settings: identity into int8, no pooling.
     SETTINGS_RESET = {
@@ -125,9 +125,16 @@ class ActivationPipeline(wiring.Component):
         return self._max_width
 
     @staticmethod
+    def extra_latency(config):
+        """Cycles the pooling unit of `config` adds to `BASE_LATENCY`: 3 with
+        ``serial_act`` (its average multiplied over 4 cycles)."""
+        return PoolingUnit.latency_of(bool(config.serial_act)) - PoolingUnit.BASE_LATENCY
+
+    @staticmethod
     def latency_of(config):
         """`latency` of the pipeline of `config`."""
-        return ActivationPipeline.BASE_LATENCY + config.act_row_cycles - 1
+        return (ActivationPipeline.BASE_LATENCY + config.act_row_cycles - 1
+                + ActivationPipeline.extra_latency(config))
 
     @property
     def latency(self):
@@ -169,20 +176,31 @@ class ActivationPipeline(wiring.Component):
         # in flight and this one, and the requantizers have taken every group
         # of the row before; writes wait for an empty computation and hold
         # off new rows.
-        depth = self.BASE_LATENCY + 1
+        base = self.BASE_LATENCY + self.extra_latency(self._config)
+        depth = base + 1
+        if self._config.serial_act:
+            # A row every `row_cycles`: no more than this many are ever in
+            # flight or queued while `o` keeps up, so the queue is sized to
+            # that, not to a row a cycle.
+            depth = (self.latency + 1) // row_cycles + 3
         m.submodules.queue = queue = SyncFIFO(width=8 * cols, depth=depth)
-        pending = Signal(range(self.BASE_LATENCY + 2))
+        pending = Signal(range(base + 2))
         # Cycle of the row in the requantizers: group `count // cycles`
         # enters them when `count % cycles` is 0; 0 also takes a new row.
         count = Signal(range(row_cycles))
         step = Signal(range(steps))
         m.d.comb += step.eq(count >> exact_log2(cycles))
+        # `held` counts the rows in flight and queued (``pending +
+        # queue.level``) in a register, so that `room`, whether one more
+        # fits, is a register too and no adder lies on the way to `ready`.
+        held_rows = Signal(range(depth + 1))
+        room = Signal(init=1)
         computing = Signal()
         writing = Signal()
         m.d.comb += [
             computing.eq(pending != 0),
             writing.eq(self.set_settings.valid | self.set_channel.valid | self.set_lut.valid),
-            self.i.ready.eq((pending + queue.level < depth) & ~writing & (count == 0)),
+            self.i.ready.eq(room & ~writing & (count == 0)),
             self.set_settings.ready.eq(~computing),
             self.set_channel.ready.eq(~computing),
             self.set_lut.ready.eq(~computing),
@@ -215,25 +233,30 @@ class ActivationPipeline(wiring.Component):
             | (self.set_channel.valid & self.set_channel.ready)
             | (self.set_lut.valid & self.set_lut.ready))
 
-        # Clamp bounds of the function and the output type.
+        # Clamp bounds of the function and the output type, registered a
+        # cycle after the settings (a row reaches the clamp four cycles or
+        # more after it is taken, and no row is taken while settings are
+        # written), so no row's clamp decodes the function.
         type_low = Mux(settings.unsigned, 0, -128)
         type_high = Mux(settings.unsigned, 255, 127)
-        low = Signal(signed(VALUE_WIDTH))
-        high = Signal(signed(VALUE_WIDTH))
+        low = Signal(signed(VALUE_WIDTH), init=-128)
+        high = Signal(signed(VALUE_WIDTH), init=127)
         with m.Switch(settings.function):
             with m.Case(Function.RELU):
-                m.d.comb += [
+                m.d.sync += [
                     low.eq(Mux(settings.zero_point > type_low, settings.zero_point, type_low)),
                     high.eq(type_high),
                 ]
             with m.Case(Function.CLAMP):
-                m.d.comb += [
+                m.d.sync += [
                     low.eq(Mux(settings.clamp_min > type_low, settings.clamp_min, type_low)),
                     high.eq(Mux(settings.clamp_max < type_high, settings.clamp_max, type_high)),
                 ]
             with m.Default():
-                m.d.comb += [low.eq(type_low), high.eq(type_high)]
-        use_table = (settings.function == Function.SIGMOID) | (settings.function == Function.TANH)
+                m.d.sync += [low.eq(type_low), high.eq(type_high)]
+        use_table = Signal()
+        m.d.sync += use_table.eq((settings.function == Function.SIGMOID)
+                                 | (settings.function == Function.TANH))
 
         # Stages 1-5 (more with a multi-cycle product): requantization,
         # `lanes` columns at a time: the first group of a row in the cycle it
@@ -273,14 +296,16 @@ class ActivationPipeline(wiring.Component):
             return values[0] if steps == 1 else Array(values)[step]
 
         # The pooling unit shares the requantizers' lanes, group by group.
+        serial = bool(self._config.serial_act)
         m.submodules.pooling = pooling = PoolingUnit(lanes=lanes, max_width=self._max_width,
-                                                     groups=steps)
+                                                     groups=steps, sequential_average=serial)
         lane_out = []
         for n in range(lanes):
             # Column of lane `n` in each group; a short last group repeats group 0's.
             columns = [g * lanes + n if g * lanes + n < cols else n for g in range(steps)]
             lane = Requantizer(per_value_settings=steps > 1,
-                               multiplier_width=self._config.requantizer_multiplier_width)
+                               multiplier_width=self._config.requantizer_multiplier_width,
+                               compact=serial)
             m.submodules[f"requantizer{n}"] = lane
             if cycles > 1:
                 m.d.comb += lane.start.eq(start)
@@ -328,4 +353,11 @@ class ActivationPipeline(wiring.Component):
         waiting = (count != 0) & (count <= (steps - 1) * cycles)
         m.d.comb += pending.eq(sum(v & f for v, f in zip(valid, final)) + waiting
                                + pooling.pending)
+        # A row leaves the count when it is read from the queue, or as it
+        # leaves the pooling unit's last stage without a result.
+        leaving = pooling.row_done & ~queue.w_en
+        read = queue.r_en & queue.r_rdy
+        next_held = Signal.like(held_rows)
+        m.d.comb += next_held.eq(held_rows + accept - read - leaving)
+        m.d.sync += [held_rows.eq(next_held), room.eq(next_held < depth)]
         return m

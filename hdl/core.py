@@ -56,6 +56,12 @@ class TPUCore(wiring.Component):
         (``size`` 0: closed). An RHM or WHM whose bytes are not all inside one
         window faults with HOST_RANGE before it starts. Held by the host
         interface; sampled when each instruction is decoded.
+    clear : In(1)
+        Clears the core as its reset does, a cycle late: each unit (and the
+        counters) takes it through a register of its own, so the clear is
+        registered wherever it fans out and no unit waits on another's
+        wires. The core's state is cleared from the second cycle after
+        ``clear``; in the cycle after it the core still runs as it was.
     dma_error : In(1)
         The host interface failed a DMA (an error completion or a timeout),
         held until reset: the core stops issuing and halts with DMA_ERROR at
@@ -81,6 +87,7 @@ class TPUCore(wiring.Component):
             "host_write_data": Out(stream.Signature(UbRow(config))),
             "wmem_fill":       In(WeightMemoryFillSignature(config)),
             "windows":         In(DmaWindows(config)),
+            "clear":           In(1),
             "dma_error":       In(1),
             "debug_ub":        In(UbReadSignature(config)),
             "debug_acc":       In(AccReadSignature(acc_rows=config.acc_rows, cols=config.cols)),
@@ -102,15 +109,29 @@ class TPUCore(wiring.Component):
         m = Module()
         cfg = self._config
 
-        m.submodules.sequencer = seq = Sequencer(cfg)
-        m.submodules.ub = ub = UnifiedBuffer(cfg)
-        m.submodules.rhm = rhm = HostReadUnit(cfg)
-        m.submodules.whm = whm = HostWriteUnit(cfg)
-        m.submodules.mmc = mmc = MatrixUnit(cfg)
-        m.submodules.act = act = ActivationUnit(cfg)
-        m.submodules.engine = engine = MatrixEngine(cfg)
-        m.submodules.weight_fifo = wfifo = WeightFifo(cfg)
-        m.submodules.weight_memory = wmem = WeightMemory(cfg)
+        def cleared(name, block):
+            # A register of `clear` for this unit alone: a clear fanned out
+            # from one net over the whole core set the chip's clock (its
+            # routing, docs/fpga.md "Logic depth"). `keep` holds the copies
+            # apart through synthesis.
+            copy = Signal(name=f"{name}_clear", attrs={"keep": 1})
+            m.d.sync += copy.eq(self.clear)
+            m.submodules[name] = block = ResetInserter(copy)(block)
+            return block
+
+        seq = Sequencer(cfg)
+        ub = UnifiedBuffer(cfg)
+        rhm = HostReadUnit(cfg)
+        whm = HostWriteUnit(cfg)
+        mmc = MatrixUnit(cfg)
+        act = ActivationUnit(cfg)
+        engine = MatrixEngine(cfg)
+        wfifo = WeightFifo(cfg)
+        wmem = WeightMemory(cfg)
+        for name, block in [("sequencer", seq), ("ub", ub), ("rhm", rhm), ("whm", whm), ("mmc", mmc),
+                            ("act", act), ("engine", engine), ("weight_fifo", wfifo),
+                            ("weight_memory", wmem)]:
+            cleared(name, block)
 
         wiring.connect(m, wiring.flipped(self.instr), seq.instr)
         wiring.connect(m, seq.rhm, rhm.cmd)
@@ -144,8 +165,8 @@ class TPUCore(wiring.Component):
 
         # Weights: RW commands queue up in front of the weight FIFO; the
         # sequencer bounds them (WEIGHT_FIFO_OVERFLOW) so the queue never fills.
-        m.submodules.rw_queue = rw_queue = fifo.SyncFIFOBuffered(
-            width=48, depth=cfg.weight_fifo_tiles + 2)
+        rw_queue = fifo.SyncFIFOBuffered(width=48, depth=cfg.weight_fifo_tiles + 2)
+        cleared("rw_queue", rw_queue)
         rw_word = seq.rw.payload.word
         m.d.comb += [
             rw_queue.w_data.eq(Cat(field(rw_word, Opcode.RW, "tile"), field(rw_word, Opcode.RW, "count"))),
@@ -187,6 +208,8 @@ class TPUCore(wiring.Component):
         # and leave host_stall growing past cycles. (Tile shifts are not
         # gated: prefetched tiles may shift in after a HALT, and the cycle
         # model counts them.)
+        counting = Module()
+        cleared("counting", counting)
         running = ~seq.halted
         row_in = running & engine.act.valid & engine.act.ready
         events = {
@@ -201,7 +224,7 @@ class TPUCore(wiring.Component):
         }
         for name, event in events.items():
             counter = getattr(self.counters, name)
-            m.d.sync += counter.eq(counter + event)
-        m.d.sync += self.counters.useful_macs.eq(
+            counting.d.sync += counter.eq(counter + event)
+        counting.d.sync += self.counters.useful_macs.eq(
             self.counters.useful_macs + Mux(row_in, cfg.rows * cfg.cols, 0))
         return m

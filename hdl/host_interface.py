@@ -78,9 +78,7 @@ class HostInterface(wiring.Component):
         m.submodules.fetcher = fetcher = ProgramFetcher(cfg)
         m.submodules.filler = filler = WeightFiller(cfg)
         m.submodules.arbiter = arbiter = TlpArbiter(cfg.link_dw, 3)
-        core = TPUCore(cfg)
-        core_reset = Signal()
-        m.submodules.core = ResetInserter(core_reset)(core)
+        m.submodules.core = core = TPUCore(cfg)
         # RHM and WHM jobs are whole UB rows, as a `BeatShifter` needs.
         m.submodules.rhm_gearbox = rhm_gearbox = ResetInserter(abort)(gearbox(beat_bytes, cfg.rows))
         m.submodules.whm_gearbox = whm_gearbox = ResetInserter(abort)(gearbox(cfg.rows, beat_bytes))
@@ -144,6 +142,15 @@ class HostInterface(wiring.Component):
                     (rw.WFILL_TILE < cfg.weight_mem_tiles))
         start_ok = start & prog_ok
         wfill_go = wfill & wfill_ok
+        # ABORT, SOFT_RESET and START clear the core through its registers
+        # (`TPUCore.clear`): a cycle later, so the fetcher starts a cycle
+        # later too, and the core and the fetcher see a program start as they
+        # did when the clear was combinational. In the cycle between, the
+        # core still runs as it was: `clearing` masks what it says then.
+        clearing = Signal()
+        start_go = Signal()
+        m.d.sync += [clearing.eq(abort | start_ok), start_go.eq(start_ok)]
+        core_irq = core.irq & ~clearing
 
         with m.If(start & ~prog_ok):
             m.d.comb += host_error.eq(HostError.FETCH_RANGE)
@@ -154,7 +161,7 @@ class HostInterface(wiring.Component):
         with m.If((reader.error != 0) & ~reader_failed):
             m.d.comb += host_error.eq(reader.error)
 
-        core_fault = core.irq & (core.fault != 0)
+        core_fault = core_irq & (core.fault != 0)
         new_error = Signal(8)
         m.d.comb += new_error.eq(Mux(host_error != 0, host_error, Mux(core_fault, core.fault, 0)))
         with m.If((error_code == 0) & (new_error != 0)):
@@ -165,15 +172,15 @@ class HostInterface(wiring.Component):
         # without HALT, whose last RHM the core would otherwise name.
         m.d.comb += core.dma_error.eq((reader.error != 0) & running)
 
-        program_done = ~fetcher.busy & ~core.busy
+        program_done = ~fetcher.busy & ~core.busy & ~start_go
         with m.If(start_ok):
             m.d.sync += [running.eq(1), halted.eq(0)]
-        with m.Elif(running & ((core.irq & core.halted) | (new_error != 0) | (error_code != 0)
+        with m.Elif(running & ((core_irq & core.halted) | (new_error != 0) | (error_code != 0)
                                | program_done)):
             m.d.sync += running.eq(0)
-        with m.If(core.irq & core.halted & (core.fault == 0)):
+        with m.If(core_irq & core.halted & (core.fault == 0)):
             m.d.sync += halted.eq(1)
-        with m.If(core.irq & ~core.halted):
+        with m.If(core_irq & ~core.halted):
             m.d.sync += irq_code.eq(core.irq_code)
         with m.If(bar0.soft_reset):
             m.d.sync += irq_code.eq(0)
@@ -193,8 +200,8 @@ class HostInterface(wiring.Component):
         # --- Interrupts ----------------------------------------------------------
         raised = Signal(32)
         m.d.comb += raised.eq(
-            Mux(core.irq & core.halted & (core.fault == 0), Irq.HALT, 0) |
-            Mux(core.irq & ~core.halted, Irq.INT, 0) |
+            Mux(core_irq & core.halted & (core.fault == 0), Irq.HALT, 0) |
+            Mux(core_irq & ~core.halted, Irq.INT, 0) |
             Mux((error_code == 0) & (new_error != 0), Irq.ERROR, 0) |
             Mux(filler.done, Irq.WFILL_DONE, 0))
         m.d.comb += bar0.irq_raise.eq(raised)
@@ -204,7 +211,7 @@ class HostInterface(wiring.Component):
 
         # --- Core and resets -------------------------------------------------
         m.d.comb += [
-            core_reset.eq(abort | start_ok),
+            core.clear.eq(abort | start_ok),
             core.windows.eq(windows),
         ]
         with m.If(abort):
@@ -212,7 +219,7 @@ class HostInterface(wiring.Component):
 
         # --- DMA reads: program, RHM, weights --------------------------------
         m.d.comb += [
-            fetcher.start.eq(start_ok),
+            fetcher.start.eq(start_go),
             fetcher.addr.eq(prog_addr),
             fetcher.length.eq(rw.PROG_LEN),
             fetcher.flush.eq(abort | (error_code != 0)),
@@ -242,7 +249,9 @@ class HostInterface(wiring.Component):
         sources = [(fetcher.job, Channel.PROGRAM, fetcher.job.payload),
                    (core.host_read_req, Channel.RHM, rhm_job),
                    (filler.job, Channel.WEIGHTS, filler.job.payload)]
-        with m.If(error_code == 0):
+        # Not the core's in the cycle it is being cleared: an RHM it asked
+        # for before an ABORT is not the reader's after it.
+        with m.If((error_code == 0) & ~(clearing & core.host_read_req.valid)):
             for n, (source, channel, payload) in enumerate(sources):
                 earlier = [s.valid for s, _, _ in sources[:n]]
                 with m.If(source.valid & ~Cat(*earlier).any() if earlier else source.valid):
@@ -295,7 +304,7 @@ class HostInterface(wiring.Component):
                     with m.If(writer.job.ready):
                         m.d.sync += msi_pending.eq(0)
                         m.next = "MSI"
-                with m.Elif(core.host_write_req.valid):
+                with m.Elif(core.host_write_req.valid & ~clearing):
                     req = core.host_write_req.payload
                     m.d.comb += [
                         writer.job.valid.eq(1),

@@ -15,6 +15,9 @@ __all__ = ["PoolingUnit"]
 # MAX_POOL_SIZE**2, a global average MAX_POOL_COUNT; values are in -128..255.
 H_WIDTH = VALUE_WIDTH + (MAX_POOL_SIZE - 1).bit_length()
 SUM_WIDTH = VALUE_WIDTH + (MAX_POOL_COUNT - 1).bit_length()
+# The reductions of the 2 and the MAX_POOL_SIZE - 1 newest lines of a window column.
+PAIR_WIDTH = VALUE_WIDTH + (2 * MAX_POOL_SIZE - 1).bit_length()
+PRIOR_WIDTH = VALUE_WIDTH + ((MAX_POOL_SIZE - 1) * MAX_POOL_SIZE - 1).bit_length()
 
 
 class PoolingUnit(wiring.Component):
@@ -72,11 +75,17 @@ class PoolingUnit(wiring.Component):
     pending : Out(range(latency + 1))
         Rows in the pipeline (counted by their last group), whether or not
         they will produce an output.
+    row_done : Out(1)
+        A row (its last group) is in the last stage: it leaves `pending`
+        after this cycle, with `o_valid` if it completes an output.
     """
 
-    latency = 3
+    #: `latency` with the one-cycle average multiply.
+    BASE_LATENCY = 3
+    #: Cycles the average's multiply takes with `sequential_average`.
+    SEQUENTIAL_CYCLES = 4
 
-    def __init__(self, *, lanes, max_width, groups=1):
+    def __init__(self, *, lanes, max_width, groups=1, sequential_average=False):
         for name, value, high in (("lanes", lanes, 256), ("max_width", max_width, 1 << 16),
                                   ("groups", groups, 256)):
             if not isinstance(value, int) or isinstance(value, bool):
@@ -86,6 +95,7 @@ class PoolingUnit(wiring.Component):
         self._lanes = lanes
         self._max_width = max_width
         self._groups = groups
+        self._sequential = bool(sequential_average)
         super().__init__({
             "restart":  In(1),
             "settings": In(SettingsLayout(max_width)),
@@ -97,7 +107,19 @@ class PoolingUnit(wiring.Component):
             "o_group":  Out(range(groups)),
             "o_data":   Out(data.ArrayLayout(unsigned(8), lanes)),
             "pending":  Out(range(self.latency + 1)),
+            "row_done": Out(1),
         })
+
+    @staticmethod
+    def latency_of(sequential_average):
+        """`latency` of a pooling unit with or without `sequential_average`."""
+        return PoolingUnit.BASE_LATENCY + (PoolingUnit.SEQUENTIAL_CYCLES - 1 if sequential_average
+                                           else 0)
+
+    @property
+    def latency(self):
+        """Cycles from a row that completes a window to its output."""
+        return self.latency_of(self._sequential)
 
     @property
     def lanes(self):
@@ -117,11 +139,14 @@ class PoolingUnit(wiring.Component):
         cfg = self.settings
         k, s = cfg.pool_size, cfg.pool_stride
 
+        # What the datapath decodes from the settings, registered: the
+        # settings change only between operations, at least a cycle before
+        # an operation's first row.
         window = Signal()
         global_ = Signal()
         maximum = Signal()
         average = Signal()
-        m.d.comb += [
+        m.d.sync += [
             window.eq((cfg.pool == Pooling.MAX) | (cfg.pool == Pooling.AVG)),
             global_.eq((cfg.pool == Pooling.GLOBAL_AVG) | (cfg.pool == Pooling.GLOBAL_MAX)),
             maximum.eq((cfg.pool == Pooling.MAX) | (cfg.pool == Pooling.GLOBAL_MAX)),
@@ -129,16 +154,39 @@ class PoolingUnit(wiring.Component):
         ]
         # Window tap j (0 = the previous value) takes part when j < k - 1.
         taps = [Signal(name=f"tap{j}") for j in range(MAX_POOL_SIZE - 1)]
-        m.d.comb += [tap.eq(k > j + 1) for j, tap in enumerate(taps)]
+        m.d.sync += [tap.eq(k > j + 1) for j, tap in enumerate(taps)]
 
-        def reduce(first, others):
-            """max or sum of `first` and the taps of `others` in use."""
-            largest = first
-            total = first
-            for tap, value in zip(taps, others):
-                largest = Mux(tap & (value > largest), value, largest)
-                total = total + Mux(tap, value, 0)
-            return Mux(maximum, largest, total)
+        # A window is reduced as its newest value and the reduction of the
+        # k - 1 before it (`prior`), kept with the history, so that each
+        # stage compares or adds once from its input (not k - 1 times in a
+        # row). The history is the newest value, the reduction of the taps
+        # 1 and 2 in use of the next window (`pair`: the newest and the one
+        # before) and `prior`; each is made from the value arriving and one
+        # register, `prior` from `pair`. Whatever is not in use is replaced
+        # by the identity, so no reduction takes a value from before the
+        # window (the previous line's, or the previous operation's); a
+        # window of one (k = 1) is its value alone.
+        assert MAX_POOL_SIZE == 4, "the history holds taps 0..2"
+
+        def combine(a, b):
+            return Mux(maximum, Mux(a > b, a, b), a + b)
+
+        def next_history(value, last, width, pair_width, prior_width):
+            """The history after `value` arrives: the newest value, its pair
+            and its prior, from `last`, the history before."""
+            neutral = Mux(maximum, -(1 << (VALUE_WIDTH - 1)), 0)
+            fields = [Signal(signed(w)) for w in (width, pair_width, prior_width)]
+            m.d.comb += [
+                fields[0].eq(value),
+                fields[1].eq(Mux(taps[1], combine(value, Mux(taps[2], last.newest, neutral)),
+                                 neutral)),
+                fields[2].eq(combine(value, Mux(taps[1], last.pair, neutral))),
+            ]
+            return Cat(*fields)
+
+        def history_layout(width, pair_width, prior_width):
+            return data.StructLayout({"newest": signed(width), "pair": signed(pair_width),
+                                      "prior": signed(prior_width)})
 
         # Position in the image. A row's horizontal window ends when `xn`
         # reaches 0 (at pixels k-1, k-1+s, ...), its vertical window when `yn`
@@ -214,8 +262,9 @@ class PoolingUnit(wiring.Component):
 
         # Stage 1: horizontal window (from a shift register of the previous
         # values) and global reduction.
-        history_layout = data.ArrayLayout(signed(VALUE_WIDTH), MAX_POOL_SIZE - 1)
-        histories, next_histories = group_state("history", history_layout)
+        # The sum of two values fits H_WIDTH, as does the prior's of three.
+        h_widths = (VALUE_WIDTH, H_WIDTH, H_WIDTH)
+        histories, next_histories = group_state("history", history_layout(*h_widths))
         runnings, next_runnings = group_state("running", signed(SUM_WIDTH))
         p1_row = Signal()
         p1_h = Signal()
@@ -223,23 +272,26 @@ class PoolingUnit(wiring.Component):
         p1_v_end = Signal()
         p1_ox = Signal.like(ox)
         p1_group = Signal.like(self.i_group)
+        # The one reduction of a value: with its window's prior, or with the
+        # running global value, unless it is the first of the operation.
+        reduced = Signal()
+        m.d.comb += reduced.eq((window & taps[0]) | (global_ & ~first))
         for n in range(lanes):
             value = Signal(signed(VALUE_WIDTH), name=f"value{n}")
             m.d.comb += value.eq(self.i_data[n])
-            history = [Signal(signed(VALUE_WIDTH), name=f"hist{n}_{j}")
-                       for j in range(MAX_POOL_SIZE - 1)]
+            history = Signal(history_layout(*h_widths), name=f"history{n}")
             running = Signal(signed(SUM_WIDTH), name=f"global{n}")
-            m.d.comb += [running.eq(runnings[n]),
-                         *(h.eq(histories[n][j]) for j, h in enumerate(history))]
-            m.d.comb += next_histories[n].eq(Mux(self.i_valid, Cat(value, *history[:-1]),
-                                                 Cat(*history)))
-            update = Signal(signed(SUM_WIDTH), name=f"global{n}_next")
-            m.d.comb += update.eq(Mux(first, value,
-                                      Mux(maximum, Mux(value > running, value, running),
-                                          running + value)))
-            m.d.comb += next_runnings[n].eq(Mux(self.i_valid, update, running))
-            m.d.sync += p1_value[n].eq(Mux(window, reduce(value, history),
-                                           Mux(global_, update, value)))
+            other = Signal(signed(SUM_WIDTH), name=f"other{n}")
+            m.d.comb += [running.eq(runnings[n]), history.eq(histories[n]),
+                         other.eq(Mux(window, history.prior, running))]
+            with m.If(self.i_valid):
+                m.d.comb += next_histories[n].eq(next_history(value, history, *h_widths))
+            with m.Else():
+                m.d.comb += next_histories[n].eq(histories[n])
+            result = Signal(signed(SUM_WIDTH), name=f"reduced{n}")
+            m.d.comb += result.eq(Mux(reduced, combine(value, other), value))
+            m.d.comb += next_runnings[n].eq(Mux(self.i_valid, result, running))
+            m.d.sync += p1_value[n].eq(result)
         m.d.sync += [
             p1_group.eq(self.i_group),
             p1_row.eq(self.i_valid & final),
@@ -252,7 +304,8 @@ class PoolingUnit(wiring.Component):
         # Stage 2: vertical window, from the line buffer entry of this window
         # column (the previous horizontal results, newest first), one memory
         # per lane, the groups of a window column side by side.
-        entry = data.ArrayLayout(signed(H_WIDTH), MAX_POOL_SIZE - 1)
+        v_widths = (H_WIDTH, PAIR_WIDTH, PRIOR_WIDTH)
+        entry = history_layout(*v_widths)
         p2_valid = Signal()
         p2_group = Signal.like(self.i_group)
         for n in range(lanes):
@@ -261,14 +314,13 @@ class PoolingUnit(wiring.Component):
             rd = lines.read_port()
             wr = lines.write_port()
             h = p1_value[n]
-            old = [rd.data[j] for j in range(MAX_POOL_SIZE - 1)]
             m.d.comb += [
                 rd.addr.eq(Cat(self.i_group, cur_ox)),
                 wr.en.eq(p1_h),
                 wr.addr.eq(Cat(p1_group, p1_ox)),
-                wr.data.eq(Cat(h[:H_WIDTH], *old[:-1])),
+                wr.data.eq(next_history(h, rd.data, *v_widths)),
             ]
-            m.d.sync += p2_value[n].eq(Mux(window, reduce(h, old), h))
+            m.d.sync += p2_value[n].eq(Mux(window & taps[0], combine(h, rd.data.prior), h))
         m.d.sync += [
             p2_valid.eq(p1_emit | (p1_h & p1_v_end)),
             p2_row.eq(p1_row),
@@ -279,18 +331,30 @@ class PoolingUnit(wiring.Component):
         p3_valid = Signal()
         p3_group = Signal.like(self.i_group)
         half = cfg.pool_count >> 1
-        for n in range(lanes):
-            v = p2_value[n]
-            magnitude = Mux(v < 0, -v, v)[:SUM_WIDTH]
-            m.d.sync += [
-                p3_product[n].eq((magnitude + half) * cfg.pool_reciprocal),
-                p3_negative[n].eq(v < 0),
-                p3_value[n].eq(v),
-            ]
+        if self._sequential:
+            self._sequential_average(m, p2_valid, p2_value, half, p3_product, p3_negative,
+                                     p3_value)
+        else:
+            for n in range(lanes):
+                v = p2_value[n]
+                magnitude = Mux(v < 0, -v, v)[:SUM_WIDTH]
+                m.d.sync += [
+                    p3_product[n].eq((magnitude + half) * cfg.pool_reciprocal),
+                    p3_negative[n].eq(v < 0),
+                    p3_value[n].eq(v),
+                ]
+        # With the sequential multiply the row's flags wait for the product.
+        extra = self.latency - self.BASE_LATENCY
+        flags = [(p2_valid, p2_row, p2_group)]
+        for j in range(extra):
+            later = (Signal(name=f"p3_valid_{j}"), Signal(name=f"p3_row_{j}"),
+                     Signal.like(self.i_group, name=f"p3_group_{j}"))
+            m.d.sync += [a.eq(b) for a, b in zip(later, flags[-1])]
+            flags.append(later)
         m.d.sync += [
-            p3_valid.eq(p2_valid),
-            p3_row.eq(p2_row),
-            p3_group.eq(p2_group),
+            p3_valid.eq(flags[-1][0]),
+            p3_row.eq(flags[-1][1]),
+            p3_group.eq(flags[-1][2]),
         ]
 
         # Output: sign and clamp to the output type.
@@ -304,6 +368,49 @@ class PoolingUnit(wiring.Component):
         m.d.comb += [
             self.o_valid.eq(p3_valid),
             self.o_group.eq(p3_group),
-            self.pending.eq(p1_row + p2_row + p3_row),
+            self.pending.eq(p1_row + p2_row + sum(f[1] for f in flags[1:]) + p3_row),
+            self.row_done.eq(p3_row),
         ]
         return m
+
+    def _sequential_average(self, m, start, values, half, products, negatives, held):
+        """Stage 3 over `SEQUENTIAL_CYCLES` cycles on one 16 x 16-bit
+        unsigned multiplier per lane: ``x = |v| + half`` (below 2**22) times
+        the reciprocal ``r`` (33 bits) is ``x_1 r_1`` and ``r[32] x`` at
+        2**32, ``x_1 r_0``, ``x_0 r_1`` at 2**16 and ``x_0 r_0``, the 16-bit
+        pieces summed most significant first; the first in the cycle the
+        value arrives (`start`), the others from `x` registered, so the
+        product is ready three cycles later than the one-cycle multiply's.
+        A value arrives at most once every `SEQUENTIAL_CYCLES` cycles (the
+        requantizers' products take as long)."""
+        cfg = self.settings
+        recip = cfg.pool_reciprocal
+        phase = Signal(range(self.SEQUENTIAL_CYCLES))   # step 1..3 running; 0 idle
+        m.d.sync += phase.eq(Mux(start, 1, Mux((phase == 0) | (phase == self.SEQUENTIAL_CYCLES - 1), 0,
+                                                   phase + 1)))
+        for n, v in enumerate(values):
+            now = Signal(22, name=f"p3_x{n}_now")
+            x = Signal(22, name=f"p3_x{n}")
+            m.d.comb += now.eq(Mux(v < 0, -v, v)[:SUM_WIDTH] + half)
+            with m.If(start):
+                m.d.sync += [x.eq(now), negatives[n].eq(v < 0), held[n].eq(v)]
+            a = Signal(16, name=f"p3_a{n}")
+            b = Signal(16, name=f"p3_b{n}")
+            piece = Signal(32, name=f"p3_piece{n}")
+            total = products[n]
+            with m.Switch(phase):
+                with m.Case(0):
+                    m.d.comb += [a.eq(now[16:]), b.eq(recip[16:32])]
+                with m.Case(1):
+                    m.d.comb += [a.eq(x[16:]), b.eq(recip[:16])]
+                with m.Case(2):
+                    m.d.comb += [a.eq(x[:16]), b.eq(recip[16:32])]
+                with m.Default():
+                    m.d.comb += [a.eq(x[:16]), b.eq(recip[:16])]
+            m.d.comb += piece.eq(a * b)
+            with m.If(start):
+                m.d.sync += total.eq(piece + Mux(recip[32], now, 0))
+            with m.Elif(phase == 2):
+                m.d.sync += total.eq(total + piece)
+            with m.Elif(phase != 0):
+                m.d.sync += total.eq((total << 16) + piece)

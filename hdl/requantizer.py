@@ -69,6 +69,12 @@ class Requantizer(wiring.Component):
     per_value_settings : bool
         Carry ``multiplier`` and ``shift`` down the pipeline with each value
         (a few registers), so that they may change every cycle.
+    compact : bool
+        With a `multiplier_width` of 16 or 8: stages 3 to 5 work on the
+        product's magnitude (the sum of stage 2 before it is signed) and
+        both roundings are one rounding right shift that keeps only the
+        bits the clamp can use (`_compact_rounding`); the same values in
+        the same cycles, in a fraction of the logic.
     multiplier_width : int
         32: stage 2 is one 32 x 32-bit multiply. 16 or 8: stage 2 takes
         ``(32 / multiplier_width)**2`` cycles on one such unsigned multiplier
@@ -79,11 +85,14 @@ class Requantizer(wiring.Component):
     #: `latency` with the one-cycle product.
     BASE_LATENCY = 5
 
-    def __init__(self, *, per_value_settings=False, multiplier_width=32):
+    def __init__(self, *, per_value_settings=False, multiplier_width=32, compact=False):
         if multiplier_width not in (8, 16, 32):
             raise ValueError(f"multiplier_width must be 8, 16 or 32, not {multiplier_width!r}")
+        if compact and multiplier_width == 32:
+            raise ValueError("a compact requantizer needs a multiplier_width of 8 or 16, not 32")
         self._per_value = per_value_settings
         self._width = multiplier_width
+        self._compact = bool(compact)
         ports = {"start": In(1)} if self.multiply_cycles > 1 else {}
         super().__init__({
             **ports,
@@ -119,7 +128,8 @@ class Requantizer(wiring.Component):
         # What stages 3 and 4 derive from the shift (the amounts of their
         # variable shifts, the rounding constants) is registered a stage
         # ahead beside it, so that no stage decodes the shift on its way into
-        # a barrel shifter: `total3` and `total3_less` as stage 3 starts,
+        # a barrel shifter: `total3` and `total3_less`, and the division's
+        # `right3`, `2**(right3 - 1)` and that less one, as stage 3 starts,
         # `right4` and the rounding term `rounding4` as stage 4 does. Without
         # `per_value_settings` they follow the inputs a cycle late, which the
         # settings' rule (no change while values are in flight) allows, as a
@@ -129,8 +139,15 @@ class Requantizer(wiring.Component):
         total3 = Signal(range(64))          # single rounding: 31 - shift, 0..63
         total3_less = Signal(range(64))     # max(total3 - 1, 0)
 
+        right3 = Signal(range((1 << (SHIFT_WIDTH - 1)) + 1))    # max(-shift, 0), 0..32
+        half3 = Signal(32)                  # 2**(right3 - 1), 0 for right3 = 0
+        half3_less = Signal(32)             # max(half3 - 1, 0)
+
         def totals(shift):
-            return [total3.eq(31 - shift), total3_less.eq(Mux(shift == 31, 0, 30 - shift))]
+            right = Mux(shift < 0, -shift, 0)[:SHIFT_WIDTH]     # 0..32
+            half = (Const(1, 33) << right) >> 1
+            return [total3.eq(31 - shift), total3_less.eq(Mux(shift == 31, 0, 30 - shift)),
+                    right3.eq(right), half3.eq(half), half3_less.eq(Mux(right == 0, 0, half - 1))]
 
         if self._per_value:
             shift2, shift3 = (Signal.like(self.shift, name=f"shift{j}") for j in (2, 3))
@@ -158,6 +175,12 @@ class Requantizer(wiring.Component):
                 product.eq(shifted * multiplier2),
                 saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
             ]
+        elif self._compact:
+            magnitude, negative = Signal(64), Signal()
+            self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
+                                     totals, magnitude=magnitude, negative_out=negative)
+            self._compact_rounding(m, magnitude, negative, shift3, total3)
+            return m
         else:
             self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
                                      totals)
@@ -169,21 +192,15 @@ class Requantizer(wiring.Component):
         # is added.
         high_mul = Signal(signed(32))
         high_next = Signal(signed(32))
-        right3 = Signal(range((1 << (SHIFT_WIDTH - 1)) + 1))    # 0..32
-        half3 = Signal(32)
         right4 = Signal.like(right3)
         rounding4 = Signal(32)
-        m.d.comb += [
-            high_next.eq(Mux(saturate, INT32_MAX, (product + (1 << 30)) >> 31)),
-            right3.eq(Mux(shift3 < 0, -shift3, 0)),
-            half3.eq((Const(1, 33) << right3) >> 1),
-        ]
+        m.d.comb += high_next.eq(Mux(saturate, INT32_MAX, (product + (1 << 30)) >> 31))
         floored = Signal(signed(64))
         round_bit = Signal()
         m.d.sync += [
             high_mul.eq(high_next),
             right4.eq(right3),
-            rounding4.eq(Mux(high_next[31] & (right3 != 0), half3 - 1, half3)),
+            rounding4.eq(Mux(high_next[31], half3_less, half3)),
             floored.eq(product >> total3),
             round_bit.eq((total3 != 0) & product.bit_select(total3_less, 1)),
         ]
@@ -209,17 +226,89 @@ class Requantizer(wiring.Component):
         with m.Else():
             m.d.sync += divided.eq(floored[:32] + round_bit)
 
-        # 5: zero point and clamp.
-        offset = Signal(signed(34))
-        raised = Signal(signed(34))
-        m.d.comb += [
-            offset.eq(divided + self.zero_point),
-            raised.eq(Mux(offset < self.low, self.low, offset)),
-        ]
-        m.d.sync += self.value.eq(Mux(raised > self.high, self.high, raised))
+        self._clamp(m, divided)
         return m
 
-    def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, totals):
+    def _clamp(self, m, divided):
+        """Stage 5: `value` from `divided`, the requantized value."""
+        # 5: zero point and clamp. The bounds less the zero point are
+        # registered beside the settings (which change only while no value
+        # is in flight, and a value reaches this stage four cycles or more
+        # after it was presented), so that `divided` is compared with them
+        # directly, both comparisons side by side, and only the low byte
+        # and sign of the sum are made: ``high`` wins over ``low`` as
+        # ``low`` is taken as ``min(low, high)``.
+        low5 = Signal(signed(VALUE_WIDTH))
+        high5 = Signal(signed(VALUE_WIDTH))
+        below = Signal(signed(VALUE_WIDTH + 2))     # low5 - zero_point
+        above = Signal(signed(VALUE_WIDTH + 2))     # high5 - zero_point
+        low_now = Mux(self.low > self.high, self.high, self.low)
+        m.d.sync += [
+            low5.eq(low_now),
+            high5.eq(self.high),
+            below.eq(low_now - self.zero_point),
+            above.eq(self.high - self.zero_point),
+        ]
+        with m.If(divided > above):
+            m.d.sync += self.value.eq(high5)
+        with m.Elif(divided < below):
+            m.d.sync += self.value.eq(low5)
+        with m.Else():
+            m.d.sync += self.value.eq(divided[:VALUE_WIDTH] + self.zero_point)
+
+    def _compact_rounding(self, m, magnitude, negative, shift3, total3):
+        """Stages 3 to 5 on the product's magnitude ``P`` and sign.
+
+        Both roundings are round-half-away-from-zero or round-half-up of
+        ``p = ±P``, so on magnitudes (``neg`` = ``p < 0``):
+
+        * one rounding, ``t = 31 - shift``: ``|v| = (P + 2**(t-1) - neg) >> t``
+          for t > 0, ``P`` for t = 0;
+        * two: ``|y| = (P + 2**30 - neg) >> 31`` (the doubling high half;
+          ``INT32_MIN * INT32_MIN``'s 2**31 instead of INT32_MAX rounds and
+          clamps alike), then ``|v| = (|y| + 2**(r-1)) >> r``, r = max(-shift, 0).
+
+        With ``S = P - neg`` (``P`` for t = 0; or ``|y|``) and ``a = t`` (or
+        ``r``) both are ``((2 S >> a) + 1) >> 1``: for a = 0 that is ``S``. P = 0 with neg is
+        0. Stage 3 makes ``S`` and ``a``; stage 4 the shift, keeping the 10
+        bits below the clamp's reach and whether any bit above them is set
+        (then the magnitude is taken as 512, beyond every bound); stage 5
+        signs it and clamps."""
+        zero = Signal()                          # P = 0 and neg: the borrow
+        less = Signal(65)
+        rounded = negative & ~(self.single_round & (total3 == 0))   # t = 0: S = P
+        m.d.comb += [less.eq(magnitude - rounded), zero.eq(less[64])]
+        halved = Signal(34)                      # |y|
+        m.d.comb += halved.eq((less[30:64] + 1) >> 1)
+        s3 = Signal(64)
+        a3 = Signal(range(64))
+        neg3 = Signal()
+        m.d.sync += [
+            s3.eq(Mux(zero, 0, Mux(self.single_round, less[:64], halved))),
+            a3.eq(Mux(self.single_round, total3, Mux(shift3 < 0, -shift3, 0))),
+            neg3.eq(negative),
+        ]
+        # 4: ``(2 S) >> a``, the larger shifts first so that each keeps only
+        # the bits the later ones can bring into the 10 kept; bits above
+        # the window at each step go into `over`.
+        bits = Cat(C(0, 1), s3)                  # 2 S, 65 bits
+        over = C(0, 1)
+        for k in reversed(range(6)):
+            keep = 10 + (1 << k) - 1             # bits the shifts by 2**k .. 1 need
+            moved = Mux(a3[k], bits >> (1 << k), bits)
+            over = over | (moved[keep:] != 0)
+            bits = moved[:keep]
+        sh = Signal(11)
+        m.d.comb += sh.eq(bits[:10] + 1)
+        q4 = Signal(10)                          # min(|v|, 512)
+        neg4 = Signal()
+        m.d.sync += [q4.eq(Mux(over | sh[10], 512, sh[1:11])), neg4.eq(neg3)]
+        divided = Signal(signed(11))
+        m.d.comb += divided.eq(Mux(neg4, -q4, q4))
+        self._clamp(m, divided)
+
+    def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, totals,
+                            magnitude=None, negative_out=None):
         """Stage 2 in `multiply_cycles` cycles on one `multiplier_width`-bit
         unsigned multiplier: the magnitudes' product summed piece by piece,
         most significant diagonal first (``sum = (sum << w) + a_i * b_j``
@@ -266,7 +355,10 @@ class Requantizer(wiring.Component):
 
         # The sign and the saturating case stay with the sum, as a new value
         # may start in the sum's last cycle.
-        negative_out = Signal()
+        if negative_out is None:
+            negative_out = Signal()
+        if magnitude is not None:
+            m.d.comb += magnitude.eq(total)
         with m.If(step == cycles - 1):
             m.d.sync += [negative_out.eq(negative), saturate.eq(both_min)]
             if shift2 is not None:

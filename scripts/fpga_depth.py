@@ -7,6 +7,8 @@ minute a block, against tens of minutes for a place and route).
     python scripts/fpga_depth.py                          # the default 8x8 chip on the ECP5
     python scripts/fpga_depth.py --profile ulx3s16 --markdown
     python scripts/fpga_depth.py --family ice40 --profile up5k --block host.core.sequencer
+    python scripts/fpga_depth.py --whole                  # the whole chip flattened: paths across blocks, fan-out
+    python scripts/fpga_depth.py --whole --block host.core
 
 The configuration options are those of ``tpu verilog``. It prints a table
 (Markdown with --markdown) and saves the depths as JSON.
@@ -19,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tpu.config import PROFILES, ConfigError, TPUConfig
-from tpu.fpga.logic_depth import DEPTH_BLOCKS, measure_blocks
+from tpu.fpga.logic_depth import DEPTH_BLOCKS, measure_blocks, measure_whole
 
 
 def format_rows(depths, markdown):
@@ -37,6 +39,27 @@ def format_rows(depths, markdown):
     return "\n".join(lines)
 
 
+def format_whole(whole, markdown):
+    """The report of a `WholeDepth`: its deepest path, its deepest paths across
+    blocks, its nets of largest fan-out."""
+    d = whole.deepest
+    lines = [f"deepest path: {d.levels} levels, {d.by_levels.carry} carry cells, "
+             f"{d.by_levels.start} -> {d.by_levels.end}; longest carry: {d.carry} cells"]
+    if markdown:
+        lines += ["", "| LUT levels | carry cells | start | end | blocks |", "|---:|---:|---|---|---|"]
+        lines += [f"| {p.levels} | {p.carry} | `{p.start}` | `{p.end}` | {' -> '.join(b or 'top' for b in p.blocks)} |"
+                  for p in whole.crossing]
+        lines += ["", "| net | sinks | driven by |", "|---|---:|---|"]
+        lines += [f"| `{f.net}` | {f.sinks} | {f.driver_type} `{f.driver}` |" for f in whole.fanout]
+    else:
+        lines.append("paths across blocks (levels, carry, start -> end, blocks):")
+        lines += [f"  {p.levels:>3} {p.carry:>3}  {p.start} -> {p.end}\n"
+                  f"           {' -> '.join(b or 'top' for b in p.blocks)}" for p in whole.crossing]
+        lines.append("largest fan-out (sinks, net, driver):")
+        lines += [f"  {f.sinks:>6}  {f.net}  ({f.driver_type} {f.driver})" for f in whole.fanout]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,6 +70,9 @@ def main(argv=None):
     parser.add_argument("--family", default="ecp5", choices=["ecp5", "ice40"])
     parser.add_argument("--block", action="append", metavar="BLOCK", choices=list(DEPTH_BLOCKS),
                         help="only this block (repeatable; default every block)")
+    parser.add_argument("--whole", action="store_true",
+                        help="the whole chip (or the one --block) flattened, no black boxes: its deepest "
+                             "paths across blocks and its nets of largest fan-out")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--build-dir", type=Path, default=Path("build/bench/fpga_depth"))
     parser.add_argument("--json", type=Path, default=Path("build/bench/fpga_depth.json"))
@@ -58,6 +84,18 @@ def main(argv=None):
     except ConfigError as error:
         parser.error(str(error))
     start = time.monotonic()
+    if args.whole:
+        if args.block and len(args.block) > 1:
+            parser.error("--whole takes one --block at most")
+        whole = measure_whole(config, args.family, args.build_dir, (args.block or [""])[0])
+        seconds = round(time.monotonic() - start, 1)
+        print(format_whole(whole, args.markdown))
+        print(f"(synth_{args.family} of {(args.block or ['the whole chip'])[0]} of {config.name}, "
+              f"flattened, {seconds} s)")
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"config": config.to_dict(), "family": args.family, "seconds": seconds,
+                                         "whole": asdict(whole)}, indent=1) + "\n")
+        return
     depths = measure_blocks(config, args.family, args.build_dir, args.block)
     seconds = round(time.monotonic() - start, 1)
     print(format_rows(depths, args.markdown))

@@ -28,9 +28,13 @@ CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)] + [
     TPUConfig(rows=4, cols=4, acc_rows=64, requantizers=1),
     TPUConfig(rows=8, cols=8, acc_rows=64, requantizers=3),
     # Products in 16 cycles on 8 x 8-bit multipliers, one per column; and the
-    # UP5K profile: one requantizer, products in 4 cycles.
+    # UP5K profile: one requantizer, products in 4 cycles, in the small form
+    # (`serial_act`), and the same in the fast form.
     TPUConfig(rows=3, cols=3, acc_rows=64, requantizer_multiplier_width=8),
     UP5K_PROFILE,
+    UP5K_PROFILE.replace(serial_act=0),
+    # The small form with a lane per column (the pooling unit's groups of one).
+    TPUConfig(rows=3, cols=3, acc_rows=64, requantizer_multiplier_width=8, serial_act=1),
 ]
 
 
@@ -38,7 +42,8 @@ def _config_id(config):
     shared = f"_requantizers{config.requantizers}" if config.requantizers else ""
     narrow = (f"_multiplier{config.requantizer_multiplier_width}"
               if config.requantizer_multiplier_width != 32 else "")
-    return f"cols{config.cols}{shared}{narrow}"
+    small = "_serial" if config.serial_act else ""
+    return f"cols{config.cols}{shared}{narrow}{small}"
 
 
 @lru_cache(maxsize=None)

@@ -23,7 +23,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "max_read_request": (128, 4096), "read_tags": (1, 32), "cpl_timeout": (16, 1 << 24),
         "dma_windows": (1, 16), "requantizers": (0, 256), "requantizer_multiplier_width": (8, 32),
         "host_addr_bits": (32, 64), "counter_bits": (32, 64), "dsp_multipliers": (0, 65536),
-        "dsp_bands": (0, 1), "serial_issue": (0, 1), "serial_decode": (0, 1),
+        "dsp_bands": (0, 1), "serial_issue": (0, 1), "serial_decode": (0, 1), "serial_act": (0, 1),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -128,3 +128,11 @@ def test_up5k_profile_has_the_uart_sized_host_interface():
     from tpu.config import UP5K_HOST_FIELDS, UP5K_PROFILE
     assert all(getattr(UP5K_PROFILE, name) == value for name, value in UP5K_HOST_FIELDS.items())
     assert (UP5K_PROFILE.host_addr_bits, UP5K_PROFILE.counter_bits) == (32, 32)
+
+
+def test_serial_act_needs_a_multi_cycle_product():
+    from tpu.config import UP5K_PROFILE
+    assert UP5K_PROFILE.serial_act == 1 and TPUConfig().serial_act == 0
+    with pytest.raises(ConfigError, match="serial_act = 1 needs requantizer_multiplier_width 16 or 8"):
+        TPUConfig(serial_act=1)
+    assert TPUConfig(serial_act=1, requantizer_multiplier_width=8).act_row_cycles == 16

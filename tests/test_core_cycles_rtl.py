@@ -200,24 +200,28 @@ def test_shared_requantizer_estimate(simulator, tmp_path, seed):
 
 
 @pytest.mark.rtl
-def test_shared_requantizer_act_timing(simulator, tmp_path):
-    """ACTs on the UP5K profile's core: 20 rows without pooling take 8 cycles a
-    row; a 2x2 MAX pooling whose last window completes 8 rows before the end
-    is done when the pipeline has taken its last row (the rows read ahead of
-    it are not left for the next ACT, whose results would then be wrong); an
-    RHM runs beside the ACT's UB writes."""
-    step = SHARED.act_row_cycles
+@pytest.mark.parametrize("serial_act", [1, 0], ids=["small", "fast"])
+def test_shared_requantizer_act_timing(simulator, tmp_path, serial_act):
+    """ACTs on the UP5K profile's core, with its small activation pipeline
+    and with the fast one: 20 rows without pooling take 8 cycles a row (and
+    the small form's 3 cycles more of latency); a 2x2 MAX pooling whose last
+    window completes 8 rows before the end is done when the pipeline has
+    taken its last row (the rows read ahead of it are not left for the next
+    ACT, whose results would then be wrong); an RHM runs beside the ACT's UB
+    writes."""
+    config = SHARED.replace(serial_act=serial_act)
+    step = config.act_row_cycles
     program = [Rhm(0, 24, HOST_IN), Rw(0, 1), Mmc(0, 24, 0, switch=True),
                Act(0, 100, 20, func=Func.RELU),
                Act(0, 120, 24, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=8),
                Rhm(200, 24, HOST_IN), Act(0, 140, 3), Whm(100, 44, HOST_OUT), Halt()]
-    schedule = estimate_cycles(SHARED, program, schedule=True)["schedule"]
+    schedule = estimate_cycles(config, program, schedule=True)["schedule"]
     act, pooled = schedule[3], schedule[4]
-    assert act["done"] - act["issue"] == 20 * step + 16
+    assert act["done"] - act["issue"] == 20 * step + (19 if serial_act else 16)
     # Settings 2 cycles after issue; the pipeline takes the first row 3
     # cycles after them and the last 23 x step later; idle 2 cycles after.
     assert pooled["done"] - pooled["issue"] == 2 + 3 + 23 * step + 2
-    r = _bench(simulator, tmp_path, _asm("shared_act", program), config=SHARED)
+    r = _bench(simulator, tmp_path, _asm(f"shared_act_{serial_act}", program), config=config)
     _check_estimate(r)
 
 

@@ -33,6 +33,25 @@ def _cases(rng, n):
     cases = []
     for k in range(n):
         edge = k < 2 * len(EDGES)
+        if not edge and k % 2:
+            # As a quantized network's: small sums, multipliers in [2**30,
+            # 2**31) of either sign, right shifts; results near the bounds,
+            # ties included (acc a multiple of a power of two).
+            acc = int(rng.integers(-1 << 16, 1 << 16)) << int(rng.integers(0, 8))
+            multiplier = int(rng.integers(1 << 30, 1 << 31)) * int(rng.choice([-1, 1]))
+            shift = int(rng.integers(-24, 2))
+            if k % 7 == 1:
+                # Ties: x * 2**30 is a half for odd x; small x and shifts
+                # keep the result inside the clamp.
+                multiplier = (1 << 30) * int(rng.choice([-1, 1]))
+                acc, shift = int(rng.integers(-600, 600)), int(rng.integers(-3, 1))
+            elif k % 7 == 3:
+                # Tiny products with shift 31 (no rounding when rounded once).
+                acc, multiplier, shift = (int(rng.integers(-20, 21)), int(rng.integers(-20, 21)),
+                                          31)
+            cases.append(dict(acc=acc, bias=0 if k % 7 in (1, 3) else int(rng.integers(-500, 500)),
+                              multiplier=multiplier, shift=shift))
+            continue
         cases.append(dict(
             acc=EDGES[k % len(EDGES)] if edge else int(rng.integers(INT32_MIN, INT32_MAX + 1)),
             bias=0 if edge else int(rng.integers(-5000, 5000)),
@@ -43,16 +62,18 @@ def _cases(rng, n):
 
 
 @pytest.mark.parametrize("single_round", [0, 1])
-@pytest.mark.parametrize("width", [8, 16, 32])
-def test_narrow_multiplier_matches_the_model(width, single_round):
+@pytest.mark.parametrize("width,compact", [(8, False), (16, False), (32, False),
+                                           (8, True), (16, True)])
+def test_narrow_multiplier_matches_the_model(width, compact, single_round):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     rng = np.random.default_rng(seed)
-    dut = Requantizer(per_value_settings=True, multiplier_width=width)
+    dut = Requantizer(per_value_settings=True, multiplier_width=width, compact=compact)
     cycles = dut.multiply_cycles
     assert cycles == (32 // width) ** 2 and dut.latency == 4 + cycles
-    zero_point, low, high = 3, -256, 255
-    cases = _cases(rng, 60)
+    # A zero point far from 0 lets results of 256..511 in magnitude through.
+    zero_point, low, high = (int(rng.choice([-200, 200])) if compact else 3), -256, 255
+    cases = _cases(rng, 300 if compact else 60)
     results = {}
 
     async def bench(ctx):
@@ -143,3 +164,5 @@ def test_shared_settings_match_the_model(single_round):
 def test_bad_multiplier_width_is_named():
     with pytest.raises(ValueError, match="multiplier_width must be 8, 16 or 32, not 12"):
         Requantizer(multiplier_width=12)
+    with pytest.raises(ValueError, match="compact requantizer needs a multiplier_width of 8 or 16"):
+        Requantizer(multiplier_width=32, compact=True)

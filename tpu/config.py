@@ -49,6 +49,10 @@ _RANGES = {
                                        "waits until every other unit is idle), with no range interlocks"),
     "serial_decode":     (0, 1,        "1: the decoder's geometry products are multiplied a bit a cycle "
                                        "on one shift-and-add multiplier sized to the unified buffer"),
+    "serial_act":        (0, 1,        "1: the activation unit's small form: the requantizer rounds the "
+                                       "product's magnitude once, keeping only the bits the clamp uses, and "
+                                       "average pooling multiplies on one 16 x 16-bit multiplier over 4 "
+                                       "cycles (needs requantizer_multiplier_width 16 or 8)"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
@@ -138,6 +142,15 @@ class TPUConfig:
         size and multiplied a bit a cycle on one shift-and-add multiplier
         (``ub_rows.bit_length() + 1`` cycles a product; an MMC with CONV
         takes four products, a windowed ACT one: `tpu.hdl.decoder.decode_cycles`).
+    serial_act : int
+        0 (the default): the activation pipeline as above. 1: its small
+        form, for a `requantizer_multiplier_width` of 16 or 8: each
+        requantizer works on the product's magnitude and makes both
+        roundings with one shifter that keeps only the 10 bits the clamp can
+        use, and the pooling unit's average is multiplied on one 16 x 16-bit
+        multiplier over 4 cycles, which makes the pipeline's latency 3
+        cycles longer (same results; `tpu.models.cycle_model` knows the
+        cycles).
 
     Raises
     ------
@@ -170,6 +183,7 @@ class TPUConfig:
     dsp_bands: int = 0
     serial_issue: int = 0
     serial_decode: int = 0
+    serial_act: int = 0
 
     def __post_init__(self):
         for f in fields(self):
@@ -185,6 +199,9 @@ class TPUConfig:
         if self.dsp_bands and self.dsp_multipliers:
             raise ConfigError(f"TPUConfig.dsp_bands = 1 places the array's DSP blocks itself: "
                               f"dsp_multipliers must be 0 with it, not {self.dsp_multipliers}")
+        if self.serial_act and self.requantizer_multiplier_width == 32:
+            raise ConfigError("TPUConfig.serial_act = 1 needs requantizer_multiplier_width 16 or 8 "
+                              "(a product over several cycles), not 32")
         if self.requantizers > self.cols:
             raise ConfigError(f"TPUConfig.requantizers = {self.requantizers} is more than "
                               f"cols = {self.cols}: at most one requantizer per column")
@@ -273,11 +290,12 @@ UP5K_HOST_FIELDS = dict(link_dw=1, max_payload=128, max_read_request=128, read_t
 PROFILES = {
     # iCE40 UP5K (iCEBreaker): a 2x2 array, small memories, a host interface
     # for a UART, one requantizer with a 16 x 16-bit multiplier (ACT takes
-    # 8 cycles a row), the sequencer issuing to one unit at a time and the
-    # decoder's products a bit a cycle.
+    # 8 cycles a row) and the small activation pipeline, the sequencer
+    # issuing to one unit at a time and the decoder's products a bit a cycle.
     "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
                  cpl_timeout=16000000, **UP5K_HOST_FIELDS,
-                 requantizers=1, requantizer_multiplier_width=16, serial_issue=1, serial_decode=1),
+                 requantizers=1, requantizer_multiplier_width=16, serial_issue=1, serial_decode=1,
+                 serial_act=1),
     # ECP5-85F (ULX3S): a 16x16 array, 144 of its PEs in three bands of
     # rows on the three lines of MULT18X18D (the placement that routes,
     # with nextpnr's static placer; the decoder's products then go into

@@ -118,7 +118,7 @@ class TB:
         # Every input defined from the start: X must not leak in from here.
         for name in ("wmem_fill__en", "wmem_fill__addr", "wmem_fill__data", "debug_ub__en",
                      "debug_ub__addr", "debug_acc__en", "debug_acc__addr", "instr__payload",
-                     "host_read_data__payload", "dma_error"):
+                     "host_read_data__payload", "dma_error", "clear"):
             getattr(dut, name).value = 0
         self.set_windows([open_window(self.cfg)])
 

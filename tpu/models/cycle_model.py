@@ -62,7 +62,9 @@ What is modelled (each rule is the RTL's, in cycles):
   (``config.requantizers``) the pipeline takes a row every ``s =
   act_row_cycles`` cycles and its latency is ``s - 1`` cycles longer; the
   ACT is done no earlier than 2 cycles after the pipeline has taken its last
-  row (``3 + (rows - 1) x s`` cycles after the settings). CFG takes 1 cycle,
+  row (``3 + (rows - 1) x s`` cycles after the settings). The small form
+  (``config.serial_act``) writes every result 3 cycles later and frees the
+  pipeline 3 cycles later (its pooling multiplies over 4 cycles). CFG takes 1 cycle,
   LDQ ``19 x cols + 1``, LDL ``2 x ceil(256 / rows) + 257``.
 
 With ``host=HostLink.of(config, latency)`` the estimate is of the whole chip
@@ -81,6 +83,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ..config import TPUConfig
+from ..hdl.activation_pipeline import ActivationPipeline
 from ..hdl.decoder import decode_cycles
 from ..hdl.sequencer import ACC_SLOTS
 from ..isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
@@ -666,13 +669,16 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
                 # pipeline has taken the last row (at a row per cycle, once
                 # it is read).
                 step = cfg.act_row_cycles
+                # The small form's pooling multiplies over 4 cycles: every
+                # result 3 cycles later (`serial_act`).
+                later = ActivationPipeline.extra_latency(cfg)
                 completing = _last_completing_row(ins)
                 last_read = ins.rows if step == 1 else (
                     TIMING["act_first_row_taken"] + (ins.rows - 1) * step)
                 done = max(start + last_read + TIMING["act_read_done"],
-                           start + completing * step + TIMING["act_last_write"] + step - 1)
-                pipe_free = start + ins.rows * step + TIMING["act_pipeline_free"]
-                first_write = start + TIMING["act_first_write"] + step - 1
+                           start + completing * step + TIMING["act_last_write"] + step - 1 + later)
+                pipe_free = start + ins.rows * step + TIMING["act_pipeline_free"] + later
+                first_write = start + TIMING["act_first_write"] + step - 1 + later
                 _add_writes(act_writes, (first_write + j * step for j in _completing_rows(ins)))
                 # An RHM still running loses a cycle for every UB write of this ACT.
                 r = units["rhm"]
