@@ -163,7 +163,10 @@ class Bar0(wiring.Component):
                                     (fmt == FmtType.CFGWR1))) | message
         length = Mux(hdr.length == 0, 1024, hdr.length)
         whole = (hdr.first_be == 0xF) & ((length == 1) | (hdr.last_be == 0xF))
-        served = is_mem & (length <= MAX_ACCESS_WORDS) & ~hdr.ep
+        # 1 <= Length <= MAX_ACCESS_WORDS (a 0 is 1024) as plain logic, no
+        # comparison's carry chain in front of the request's checks.
+        short = Cat(hdr.length == k for k in range(1, MAX_ACCESS_WORDS + 1)).any()
+        served = is_mem & short & ~hdr.ep
         word_offset = hdr.address[2:12]
 
         # Writes: apply each payload word as it passes (`index`: word of the packet).
@@ -222,9 +225,10 @@ class Bar0(wiring.Component):
             if not len(counter_hi):
                 return
             with m.If(taken & latch):
-                with m.Switch(offset + 1):
+                # The _HI is the word after the _LO read at `offset`.
+                with m.Switch(offset):
                     for i, name in enumerate(COUNTER_NAMES):
-                        with m.Case((0x200 >> 2) + 2 * i + 1):
+                        with m.Case((0x200 >> 2) + 2 * i):
                             m.d.sync += counter_hi.eq(self.counters[name][32:])
 
         if link_dw == 1:

@@ -159,9 +159,16 @@ class ByteAligner(wiring.Component):
         ]
         out_fire = self.o.valid & self.o.ready
         in_fire = self.i.valid & self.i.ready
-        take = Mux(out_fire, self.o.payload.count, 0)
+        # What is kept is `fill` less the output beat's count: all of it
+        # (`fill - n`, 0 when the beat is a short last one) if a beat
+        # leaves. Both cases are worked out beside the handshake, which only
+        # chooses between them, so no subtraction follows `o.ready`.
         kept = Signal(range(size + 1))
-        m.d.comb += kept.eq(fill - take)
+        after_beat = Signal(range(size + 1))
+        m.d.comb += [
+            after_beat.eq(Mux(full, fill - n, 0)),
+            kept.eq(Mux(out_fire, after_beat, fill)),
+        ]
         m.d.sync += fill.eq(kept + Mux(in_fire, self.i.payload.count, 0))
         with m.If(out_fire & self.o.payload.last):
             m.d.sync += ending.eq(0)
@@ -180,9 +187,9 @@ class ByteAligner(wiring.Component):
                     m.d.comb += self.o.payload.data.eq(
                         Cat(slots[0][8 * offset:], slots[1][:8 * offset]))
         data = self.i.payload.data
-        realign = in_fire & (kept == 0)
-        into_first = d + kept == n
-        popped = out_fire & full & (kept != 0)      # a whole slot left and bytes stay: shift down
+        realign = in_fire & Mux(out_fire, after_beat == 0, fill == 0)
+        into_first = Mux(out_fire, d + after_beat == n, d + fill == n)
+        popped = out_fire & full & (fill != n)      # a whole slot left and bytes stay: shift down
         with m.If(realign):
             m.d.sync += [d.eq(self.i.payload.lane), slots[0].eq(data)]
         with m.Elif(popped):

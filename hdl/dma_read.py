@@ -103,8 +103,15 @@ class DmaReader(wiring.Component):
         # Offset in the request's max_read_request-aligned block of the next
         # byte due, so also where its bytes have arrived up to.
         next_off = Array(Signal(range(mrr + 1), name=f"next_off{t}") for t in range(tags))
-        start = Array(Signal(range(mrr), name=f"start{t}") for t in range(tags))
-        length = Array(Signal(range(mrr + 1), name=f"length{t}") for t in range(tags))
+        # Where each request's bytes lie in its slot, worked out when it is
+        # issued so that delivery reads registers: its first and last rows,
+        # the lane of its first byte, and the byte counts of its first row
+        # and of its last row (when that is not the first).
+        first_row = Array(Signal(range(rows), name=f"first_row{t}") for t in range(tags))
+        last_row = Array(Signal(range(rows), name=f"last_row{t}") for t in range(tags))
+        first_lane = Array(Signal(range(beat), name=f"first_lane{t}") for t in range(tags))
+        first_count = Array(Signal(range(beat + 1), name=f"first_count{t}") for t in range(tags))
+        last_count = Array(Signal(range(beat + 1), name=f"last_count{t}") for t in range(tags))
         job_end = Signal(tags)
         channel = Array(Signal(2, name=f"channel{t}") for t in range(tags))
         timer = Array(Signal(range(cfg.cpl_timeout), name=f"timer{t}") for t in range(tags))
@@ -130,6 +137,23 @@ class DmaReader(wiring.Component):
             ]
 
         split = split_request(m, addr, job_left, mrr, fmt32=FmtType.MRD_32, fmt64=FmtType.MRD_64)
+        lane_bits = _log2(link_dw)
+        row_bits = _log2(rows)
+        beat_bits = _log2(beat)
+        # The request's place in its slot. It ends the job when the job's
+        # bytes fit in the room to the next aligned boundary; its last byte
+        # is then found from the job's length, not from the byte count
+        # chosen after that comparison.
+        i_start = addr[:_log2(mrr)]
+        is_job_end = Signal()
+        i_end = Signal(range(mrr))      # offset of the request's last byte
+        m.d.comb += [
+            is_job_end.eq(job_left <= mrr - i_start),
+            i_end.eq(Mux(is_job_end, i_start + job_left[:_log2(mrr)] - 1, mrr - 1)),
+        ]
+        i_first_row = i_start[beat_bits:]
+        i_last_row = i_end[beat_bits:]
+        i_end_count = i_end[:beat_bits] + 1
         tail_free = ~busy.bit_select(tail, 1) & ~outstanding.bit_select(tail, 1)
         issue = Signal()
         m.d.comb += [
@@ -138,7 +162,6 @@ class DmaReader(wiring.Component):
         ]
         with m.If(self.request.ready):
             m.d.sync += req_valid.eq(0)
-        is_job_end = split["bytes"] == job_left
         with m.If(issue):
             m.d.sync += [
                 *request_header(self.request.payload.header, split, addr, self.requester_id, tail),
@@ -215,8 +238,6 @@ class DmaReader(wiring.Component):
 
         # The reorder buffer: one bank per payload word lane, so a beat whose
         # first word is at any word offset lands in one cycle.
-        lane_bits = _log2(link_dw)
-        row_bits = _log2(rows)
         banks = []
         for k in range(link_dw):
             bank = Memory(shape=32, depth=tags * rows, init=[])
@@ -239,7 +260,8 @@ class DmaReader(wiring.Component):
 
         # -- Per-tag bookkeeping ---------------------------------------
         head = Signal(tag_bits)     # the tag being delivered
-        row = Signal(range(rows))   # row of the head slot being read, from its first
+        abs_row = Signal(range(rows))   # row of the head slot being read
+        at_first = Signal(init=1)   # ... and it is its request's first row
         deliver_last_row = Signal()
         read = Signal()
         for t in range(tags):
@@ -266,9 +288,13 @@ class DmaReader(wiring.Component):
                 m.d.sync += [
                     busy[t].eq(1), outstanding[t].eq(1), stale[t].eq(0), timer[t].eq(0),
                     left[t].eq(split["bytes"]),
-                    next_off[t].eq(addr[:_log2(mrr)]),
-                    start[t].eq(addr[:_log2(mrr)]),
-                    length[t].eq(split["bytes"]),
+                    next_off[t].eq(i_start),
+                    first_row[t].eq(i_first_row),
+                    last_row[t].eq(i_last_row),
+                    first_lane[t].eq(i_start[:beat_bits]),
+                    first_count[t].eq(Mux(i_first_row == i_last_row, i_end_count, beat)
+                                      - i_start[:beat_bits]),
+                    last_count[t].eq(i_end_count),
                     job_end[t].eq(is_job_end),
                     channel[t].eq(job_channel),
                 ]
@@ -288,17 +314,14 @@ class DmaReader(wiring.Component):
             m.d.sync += self.error.eq(error_now)
 
         # -- Delivery --------------------------------------------------
-        h_start = start[head]
-        h_end = Signal(range(mrr))  # offset of the request's last byte
-        m.d.comb += h_end.eq(h_start + length[head] - 1)
-        first_row = h_start >> _log2(beat)
-        last_row = h_end >> _log2(beat)
-        abs_row = Signal(range(rows))
-        m.d.comb += [
-            abs_row.eq(first_row + row),
-            deliver_last_row.eq(abs_row == last_row),
-        ]
-        arrived = ~outstanding.bit_select(head, 1) | (((abs_row + 1) << _log2(beat)) <= next_off[head])
+        # `abs_row` is kept in a register: loaded with the next tag's first
+        # row as the head moves on to it, or, when the head waits on a tag
+        # not yet issued, with that request's first row as it is issued.
+        m.d.comb += deliver_last_row.eq(abs_row == last_row[head])
+        head_next = Signal(tag_bits)
+        m.d.comb += head_next.eq(next_tag(head))
+        # (abs_row + 1) * beat <= next_off, the row's bytes all here.
+        arrived = ~outstanding.bit_select(head, 1) | (abs_row < next_off[head][beat_bits:])
 
         m.submodules.pack = pack = ResetInserter(flush)(ByteAligner(beat))
         r_valid = Signal()          # a read's data is on the banks' outputs
@@ -313,17 +336,21 @@ class DmaReader(wiring.Component):
         with m.If(advance):
             m.d.sync += [
                 r_valid.eq(read),
-                r_lane.eq(Mux(row == 0, h_start[:_log2(beat)], 0)),
-                r_count.eq(Mux(deliver_last_row, h_end[:_log2(beat)] + 1, beat)
-                           - Mux(row == 0, h_start[:_log2(beat)], 0)),
+                r_lane.eq(Mux(at_first, first_lane[head], 0)),
+                r_count.eq(Mux(at_first, first_count[head], Mux(deliver_last_row, last_count[head], beat))),
                 r_last.eq(job_end.bit_select(head, 1) & deliver_last_row),
                 r_channel.eq(channel[head]),
             ]
-        with m.If(read):
-            with m.If(deliver_last_row):
-                m.d.sync += [head.eq(next_tag(head)), row.eq(0)]
+        with m.If(read & deliver_last_row):
+            m.d.sync += [head.eq(head_next), at_first.eq(1)]
+            with m.If(issue & (tail == head_next)):
+                m.d.sync += abs_row.eq(i_first_row)
             with m.Else():
-                m.d.sync += row.eq(row + 1)
+                m.d.sync += abs_row.eq(first_row[head_next])
+        with m.Elif(read):
+            m.d.sync += [abs_row.eq(abs_row + 1), at_first.eq(0)]
+        with m.Elif(issue & (tail == head)):
+            m.d.sync += abs_row.eq(i_first_row)
 
         out_channel = Signal(2)     # the gearbox holds one job at a time
         m.d.comb += [
@@ -353,7 +380,7 @@ class DmaReader(wiring.Component):
                 # The slots are handed out in turn; the next request's comes
                 # first for delivery.
                 head.eq(tail),
-                row.eq(0),
+                at_first.eq(1),
             ]
 
         m.d.comb += self.idle.eq(~active & (busy == 0) & (outstanding == 0) & ~req_valid

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from ..isa import INSTRUCTION_BITS, INSTRUCTION_BYTES
 from .byte_gearbox import ByteBeat, gearbox
 from .dma_read import read_job
+from .dma_split import address_counter
 
 
 __all__ = ["ProgramFetcher"]
@@ -82,6 +83,7 @@ class ProgramFetcher(wiring.Component):
                 packer.o.ready.eq(self.instr.ready),
             ]
             arrived = self.data.valid & self.data.ready
+            popped = queue.r_en & queue.r_rdy
         else:
             wiring.connect(m, wiring.flipped(self.data), packer.i)
             m.d.comb += [
@@ -93,29 +95,47 @@ class ProgramFetcher(wiring.Component):
                 queue.r_en.eq(self.instr.ready),
             ]
             arrived = packer.o.valid & packer.o.ready
+            popped = queue.r_en & queue.r_rdy
 
         addr = Signal(self._config.host_addr_bits)
         left = Signal(32)          # instructions not yet asked for
         # Queue entries asked for and not yet queued.
         outstanding = Signal(range(depth * per_instruction + 1))
+        # ... and those plus the queue's level: the queue entries taken,
+        # counted here rather than summed from the queue's level.
+        committed = Signal(range(depth * per_instruction + 1))
+        # The next job's instructions, min(left, chunk), kept in a register
+        # beside `left` so that neither the job's handshake nor the address
+        # waits on a 32-bit comparison: after a job it is worked out from
+        # `left` before the job (left - chunk, chunk or 0).
         take = Signal(range(chunk + 1))
-        m.d.comb += take.eq(Mux(left > chunk, chunk, left))
         asked = self.job.valid & self.job.ready
+        job_bytes = 1 << (chunk * INSTRUCTION_BYTES - 1).bit_length()
+        load_addr, advance_addr = address_counter(m, addr, job_bytes)
 
         m.d.comb += [
-            self.job.valid.eq((left != 0) & (queue.level + outstanding + take * per_instruction
+            self.job.valid.eq((take != 0) & (committed + take * per_instruction
                                              <= depth * per_instruction)),
             self.job.payload.addr.eq(addr),
             self.job.payload.length.eq(take * INSTRUCTION_BYTES),
         ]
-        m.d.sync += outstanding.eq(outstanding + Mux(asked, take * per_instruction, 0) - arrived)
+        # Both sums are ready before the handshake, which only chooses.
+        m.d.sync += [
+            outstanding.eq(Mux(asked, outstanding + take * per_instruction - arrived, outstanding - arrived)),
+            committed.eq(Mux(asked, committed + take * per_instruction - popped, committed - popped)),
+        ]
         with m.If(asked):
-            m.d.sync += [addr.eq(addr + take * INSTRUCTION_BYTES), left.eq(left - take)]
+            m.d.sync += [
+                *advance_addr(take * INSTRUCTION_BYTES),
+                left.eq(left - take),
+                take.eq(Mux(left > 2 * chunk, chunk, Mux(left > chunk, left[:len(take)] - chunk, 0))),
+            ]
         with m.If(self.start):
-            m.d.sync += [addr.eq(self.addr), left.eq(self.length)]
+            m.d.sync += [*load_addr(self.addr), left.eq(self.length),
+                         take.eq(Mux(self.length > chunk, chunk, self.length))]
 
         m.d.comb += self.busy.eq((left != 0) | (outstanding != 0) | queue.r_rdy
                                  | (~packer.idle if words else 0))
         with m.If(self.flush):
-            m.d.sync += [left.eq(0), outstanding.eq(0)]
+            m.d.sync += [left.eq(0), take.eq(0), outstanding.eq(0), committed.eq(0)]
         return m

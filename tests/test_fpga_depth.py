@@ -36,24 +36,25 @@ RATCHET = {
     # tail count from registers; now the first beat's Length into the
     # packet's fault reason, 7.
     "host.rx": (7, 40),
-    # Measured 12 on 5 December (the tag being delivered through its start
-    # and length into the read count; 11 when first measured); its address
-    # was a 49-cell carry chain before `address_counter`, 33 now.
-    "host.reader": (12, 40),
+    # 12 before the rows and counts of each tag's request were registered
+    # when it is issued (the tag being delivered through its start and
+    # length into the read count), 11 before the byte aligner chose what it
+    # keeps beside its handshake; now a completion's first beat through its
+    # tag's expected offset into the error code, 10. Its address was a
+    # 49-cell carry chain before `address_counter`, 33 now.
+    "host.reader": (10, 40),
     # 49 carry cells before `address_counter`, 33 now.
     "host.writer": (10, 40),
     "host.core.weight_memory": (8, 40),
     # 7 when first measured on its own branch, 8 on the merged tree (rx_byte
     # into the NAK request); not re-timed yet.
     "port.bridge": (8, 40),
-    "host.bar0": (7, 40),
-    "host.fetcher": (7, 44),
 }
 
 #: The blocks the suite synthesises (about a minute each on the loaded 2-core
 #: machine; scripts/fpga_depth.py measures every block of `DEPTH_BLOCKS`).
 SUITE_BLOCKS = ("host.core.sequencer", "host.core.mmc", "host.core.rhm", "host.core.whm",
-                "host.core.weight_fifo", "host.bar0", "host.tx", "host.rx", "port.bridge")
+                "host.core.weight_fifo", "host.bar0", "host.tx", "host.rx", "host.fetcher", "port.bridge")
 
 
 def budget(block):
@@ -191,13 +192,16 @@ ICE40_RATCHET = {
     # requantizer (`serial_act`); now the small requantizer's stage 5, 13
     # (11 in another run of the same tree).
     "host.core.act": (13, 64),
-    "host.reader": (16, 63),
+    # 16 before its delivery rows and counts were registered at issue
+    "host.reader": (14, 63),
     "host.writer": (14, 63),
-    "host.bar0": (11, 40),
+    # 11 levels and 40 carry cells before its Length check was plain logic
+    "host.bar0": (10, 31),
     "port.bridge": (9, 15),
     "host.core.mmc": (8, 22),
     "host.rx": (8, 13),
-    "host.fetcher": (8, 58),
+    # 58 carry cells before its job size was a register
+    "host.fetcher": (8, 31),
     "host.core.weight_memory": (8, 31),
     "host.core.rhm": (6, 22),
     "host.core.whm": (5, 22),
