@@ -260,7 +260,7 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     jobs = [(n, mt) for mt in tiles for n in range(n0, n1)]
     # The accumulator rows of each job's tile: the two halves in turn, or,
     # for a layer split by K (its sums kept from part to part), the tiles'
-    # rows one after another (`backend._parts` runs as many tiles a part as
+    # rows one after another (`parts.part_ranges` runs as many tiles a part as
     # the accumulators hold).
     if (k0, k1) != (0, len(k_tiles)):
         acc_base, at = [], 0

@@ -3,6 +3,8 @@ layer before them, or an `ir.Elementwise`), Add of two tensors (`ir.Add`)
 or of a constant, Softmax (a host step), and the refusals of LeakyRelu and
 of dynamic quantization."""
 
+from functools import partialmethod
+
 import numpy as np
 
 from .. import ir
@@ -60,22 +62,13 @@ class ElementwiseOps:
                                        f"the chip's table maps within one type")
         self.layers.append(self.function(self.label(node), x, out, act))
 
-    def op_Relu(self, node):
-        self.elementwise(node, "Relu")
-
-    def op_Clip(self, node):
-        self.elementwise(node, "Clip")
-
-    def op_Sigmoid(self, node):
-        self.elementwise(node, "Sigmoid")
-
-    def op_Tanh(self, node):
-        self.elementwise(node, "Tanh")
+    op_Relu = partialmethod(elementwise, kind="Relu")
+    op_Clip = partialmethod(elementwise, kind="Clip")
+    op_Sigmoid = partialmethod(elementwise, kind="Sigmoid")
+    op_Tanh = partialmethod(elementwise, kind="Tanh")
 
     def op_QLinearSigmoid(self, node):
-        i = node.input
-        self.elementwise(node, "Sigmoid", self.quant(node, i[1], i[2], what="input"),
-                         self.quant(node, i[3], i[4] if len(i) > 4 else None, what="output"))
+        self.elementwise(node, "Sigmoid", *self.qlinear_quants(node))
 
     def op_QLinearLeakyRelu(self, node):
         raise self.unsupported(node, f"LeakyRelu is not supported; the chip's activations are "
@@ -177,11 +170,8 @@ class ElementwiseOps:
         self.layers.append(ir.HostOp(self.label(node), "qlinear_softmax", [x], [out],
                                      {"axis": -1}))
 
-    def op_Softmax(self, node):
-        self.softmax(node)
+    op_Softmax = softmax
 
     def op_QLinearSoftmax(self, node):
-        i = node.input
-        self.softmax(node, self.quant(node, i[1], i[2], what="input"),
-                     self.quant(node, i[3], i[4] if len(i) > 4 else None, what="output"))
+        self.softmax(node, *self.qlinear_quants(node))
 

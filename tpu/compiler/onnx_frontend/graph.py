@@ -102,6 +102,15 @@ class GraphReader:
         except ir.IRError as exc:
             raise self.unsupported(node, f"the {what}'s quantization: {exc}") from None
 
+    def qlinear_quants(self, node):
+        """The input's and the output's quantization of a QLinear operator
+        of one input, ``(x, x_scale, x_zero_point, y_scale[, y_zero_point])``:
+        QLinearSigmoid, QLinearSoftmax, QLinearAveragePool,
+        QLinearGlobalAveragePool."""
+        i = node.input
+        return (self.quant(node, i[1], i[2], what="input"),
+                self.quant(node, i[3], i[4] if len(i) > 4 else None, what="output"))
+
     def qdq_quant(self, node, what):
         """The quantization a QuantizeLinear/DequantizeLinear node applies."""
         attrs = node_attrs(node)

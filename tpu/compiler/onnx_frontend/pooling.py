@@ -2,6 +2,8 @@
 become `ir.Pool2D`, `ir.GlobalAvgPool`, a summing `ir.Conv2D` on the matrix
 unit, or a host step that rounds as ONNX Runtime does."""
 
+from functools import partialmethod
+
 import numpy as np
 
 from .. import ir
@@ -81,16 +83,11 @@ class PoolingOps:
         return ir.Conv2D(self.label(node), x, out, weight, np.full(c, 1.0 / (_SUM_WEIGHT * count)),
                          None, stride, tuple(padding))
 
-    def op_MaxPool(self, node):
-        self.pool(node, "max")
-
-    def op_AveragePool(self, node):
-        self.pool(node, "avg")
+    op_MaxPool = partialmethod(pool, kind="max")
+    op_AveragePool = partialmethod(pool, kind="avg")
 
     def op_QLinearAveragePool(self, node):
-        i = node.input
-        self.pool(node, "avg", self.quant(node, i[1], i[2], what="input"),
-                  self.quant(node, i[3], i[4] if len(i) > 4 else None, what="output"))
+        self.pool(node, "avg", *self.qlinear_quants(node))
 
     def global_pool(self, node, in_q=None, out_q=None):
         x, is_float = self.activation_input(node, node.input[0], in_q)
@@ -106,11 +103,8 @@ class PoolingOps:
         else:
             self.layers.append(ir.GlobalAvgPool(self.label(node), x, out))
 
-    def op_GlobalAveragePool(self, node):
-        self.global_pool(node)
+    op_GlobalAveragePool = global_pool
 
     def op_QLinearGlobalAveragePool(self, node):
-        i = node.input
-        self.global_pool(node, self.quant(node, i[1], i[2], what="input"),
-                         self.quant(node, i[3], i[4] if len(i) > 4 else None, what="output"))
+        self.global_pool(node, *self.qlinear_quants(node))
 
