@@ -47,6 +47,8 @@ ROUTED_CHIPS = (
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a sixth run'),
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, control re-timed", 16, 16, 16.6667, 28.87,
                "2026-12-05", "ae77c3d", 'docs/fpga.md, "The 16x16 chip on the ECP5-85F", an eighth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, registered clear", 16, 16, 25.0, 32.63,
+               "2026-12-05", "38f4c0a", 'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a ninth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
