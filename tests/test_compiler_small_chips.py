@@ -2,7 +2,11 @@
 2x2 chip of 256 unified-buffer rows, 64 accumulator rows and 16 weight
 tiles. Every layer streams in bands or is split by N and K into hundreds
 to thousands of parts, and each model runs on the golden chip equal to
-TFLite's reference kernels (2 random inputs, seeds printed).
+TFLite's reference kernels (2 random inputs, seeds printed). The same
+models run on the whole chip's RTL under Verilator on those chips, the
+default chip and ``--profile ulx3s16`` (2 random inputs each; from about a
+minute for ad01 on the default chip to hours for the models of millions of
+cycles on the smallest chips).
 
 Each model compiles for about a minute or more, so these run when asked:
 ``TPU_LONG_MODELS=1`` (docs/compiler.md lists the measured cycles and
@@ -19,7 +23,8 @@ from tpu import TPUConfig
 from tpu.compiler.mlperf_tiny import MODELS
 from tpu.compiler.session import InferenceSession
 from tpu.compiler.tflite_frontend import import_tflite
-from tpu.config import UP5K_PROFILE
+from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE
+from tpu.sim.harness import missing_simulator
 
 from conftest import base_seed
 from test_tflite_frontend import random_inputs, tflite_run, tiny_model
@@ -35,6 +40,9 @@ long_models = pytest.mark.skipif(not os.environ.get(LONG_VARIABLE),
 SMALL_2X2 = TPUConfig(rows=2, cols=2, ub_rows=256, acc_rows=64, weight_mem_tiles=16)
 
 CHIPS = {"up5k": UP5K_PROFILE, "2x2": SMALL_2X2}
+
+#: the chips the models run on under Verilator
+RTL_CHIPS = {"default": TPUConfig(), "ulx3s16": ULX3S16_PROFILE, **CHIPS}
 
 
 @long_models
@@ -55,6 +63,28 @@ def test_model_on_a_small_chip_equals_tflite(name, chip):
     report = session.report()
     print(f"{name} on {chip}: {len(session.compiled.chip_steps)} parts, compiled in "
           f"{compiled:.0f} s, {report.cycles_per_inference} cycles per inference")
+
+
+@long_models
+@pytest.mark.parametrize("chip", list(RTL_CHIPS))
+@pytest.mark.parametrize("name", list(MODELS))
+def test_model_on_the_chip_rtl_equals_tflite(name, chip):
+    """Item 3 of the compiler's targets: each model's compiled program on the
+    whole chip (host interface, DMA, core) simulated by Verilator."""
+    reason = missing_simulator("verilator")
+    if reason:
+        pytest.skip(reason)
+    path = tiny_model(name)
+    graph = import_tflite(path)
+    seed = base_seed()
+    print(f"seed {seed}")
+    x = random_inputs(graph, 2, seed)
+    session = InferenceSession(graph, backend="verilator", config=RTL_CHIPS[chip], batch=1)
+    start = time.perf_counter()
+    (got,) = session.run(None, {graph.inputs[0].model_name: x})
+    ran = time.perf_counter() - start
+    np.testing.assert_array_equal(got.reshape(len(x), -1), tflite_run(path, x).reshape(len(x), -1))
+    print(f"{name} on {chip} under Verilator: 2 inputs in {ran:.0f} s")
 
 
 @pytest.mark.parametrize("name, parts", [("ad01_int8", 4128), ("kws_ref_model", 1196)])
