@@ -60,3 +60,13 @@ def test_dma_early_delivery(simulator, tmp_path):
     when the rest of the request arrives (one configuration: it is timing of
     the reorder buffer, the same logic in each)."""
     test_dma(simulator, CONFIGS[1], "early_delivery", tmp_path)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("config", [CONFIGS[1], CONFIGS[2]], ids=_id)
+def test_dma_issue_at_handover(simulator, config, tmp_path):
+    """A job's first request issued in the cycle delivery of the previous
+    request ends: the reorder buffer's row for it is bypassed from the
+    request being issued (two configurations: many rows per slot, and few
+    with eight tags)."""
+    test_dma(simulator, config, "issue_at_handover", tmp_path)

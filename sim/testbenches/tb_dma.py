@@ -834,3 +834,77 @@ async def early_delivery(dut):
         await loop.run_until(lambda: sink.done == 1, timeout=4000, what="the rest of the job")
         await loop.run_until(lambda: int(dut.rd_idle.value) == 1, timeout=200, what="idle")
     assert int(dut.rd_error.value) == 0
+
+
+@cocotb.test()
+async def issue_at_handover(dut):
+    """A job's first request issued in the very cycle delivery finishes the
+    previous request's last row: the head moves on to a tag whose place in
+    its slot is being worked out that cycle, so its first row must come from
+    the request, not from the slot's registers (still the slot's last use).
+    A two-job pair is run again and again with the second job held back one
+    cycle more each time, from its request going out long before the first
+    job's last byte to well after it, so one run hits the cycle whatever the
+    reader's latency; each second job starts on a row other than the one
+    its tag's previous request started on."""
+    cfg, seed, rng = await _setup(dut)
+    beat = 4 * cfg.link_dw
+    mrr = cfg.max_read_request
+    memory = HostMemory(rng)
+    host = ReadHost(dut, cfg, memory, rng, max_delay=0, reorder=False, split=False)
+    sink = DataSink(dut, cfg, rng, stall=0.0)
+    source = StreamSource(dut, "rd_job", rng=rng)
+    loop = CycleLoop(dut.clk, sources=[source, host, sink])
+
+    def previous_row(tag):
+        """The first row of `tag`'s last request (0, the reset value, if none)."""
+        for _, t, lo, _ in reversed(host.requests):
+            if t == tag:
+                return lo % mrr // beat
+        return 0
+
+    def place(row, lane, longest):
+        base, mem = rng.choice(memory.regions)
+        block = base + mrr * rng.randrange(len(mem) // mrr - 2)
+        off = row * beat + lane
+        return block + off, rng.randint(1, longest(mrr - off))
+
+    trials = 0
+    for _ in range(3):
+        # The first job: one request, a few rows, the same in every run of the sweep.
+        a_addr, a_len = place(rng.randrange(mrr // beat), rng.randrange(beat), lambda room: min(room, 6 * beat))
+        diffs = []
+        delay = 0
+        while not diffs or diffs[-1] < 4:
+            await loop.run_until(lambda: int(dut.rd_idle.value) == 1 and source.done, timeout=200,
+                                 what="idle between runs")
+            done, requests = sink.done, len(host.requests)
+            b_tag = (requests + 1) % cfg.read_tags
+            stale = previous_row(b_tag)
+            b_row = rng.choice([r for r in range(mrr // beat) if r != stale])
+            b_addr, b_len = place(b_row, rng.randrange(beat), lambda room: min(room + mrr, 3 * mrr))
+            _read_job(cfg, memory, host, sink, source, a_addr, a_len, rng.randrange(4))
+            start = loop.cycle
+            a_end = None
+            while sink.done < done + 2:
+                if loop.cycle - start == delay:
+                    _read_job(cfg, memory, host, sink, source, b_addr, b_len, rng.randrange(4))
+                if loop.cycle - start > 400 + 4 * delay:
+                    raise AssertionError(f"run with delay {delay} did not finish [seed {seed}]")
+                await loop.step()
+                if a_end is None and sink.done == done + 1:
+                    a_end = loop.cycle
+            assert int(dut.rd_error.value) == 0, f"error {int(dut.rd_error.value)} [seed {seed}]"
+            b_issued, tag = host.requests[requests + 1][:2]
+            assert tag == b_tag, f"the second job went out with tag {tag}, expected {b_tag}"
+            diffs.append(b_issued - a_end)
+            delay += 1
+            trials += 1
+        # Every offset between the second job's request and the first job's
+        # last beat from well before to well after was run (the first few
+        # delays alike: the second job waits for the first's request).
+        assert diffs[0] < -1 and sorted(set(diffs)) == list(range(diffs[0], diffs[-1] + 1)), \
+            f"offsets {diffs} [seed {seed}]"
+    await loop.run_until(lambda: int(dut.rd_idle.value) == 1, timeout=200, what="idle")
+    assert host.quiet and int(dut.rd_error.value) == 0
+    dut._log.info("%d runs", trials)
