@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tpu import TPUConfig  # noqa: E402
-from tpu.compiler import backend, ir  # noqa: E402
+from tpu.compiler import ir, parts  # noqa: E402
 from tpu.compiler.layout import as_image  # noqa: E402
 from tpu.compiler.mlperf_tiny import missing_reason, model_path  # noqa: E402
 from tpu.compiler.report import conv_macs_per_pixel  # noqa: E402
@@ -51,9 +51,9 @@ def golden_report(graph, size, ub_rows, x, skip_zero_tiles=True):
     if skip_zero_tiles:
         session = InferenceSession(graph, backend="golden", config=config, batch=1)
     else:
-        # Every tile kept: the back end before it skipped all-zero ones.
+        # Every tile kept: the parts pass before it skipped all-zero ones.
         every_tile = lambda tiles: np.ones(tiles.shape[:2], dtype=bool)  # noqa: E731
-        with mock.patch.object(backend, "kept_tiles", every_tile):
+        with mock.patch.object(parts, "kept_tiles", every_tile):
             session = InferenceSession(graph, backend="golden", config=config, batch=1)
     session.run(None, {graph.inputs[0].model_name: x})
     return session.report()

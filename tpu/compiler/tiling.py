@@ -75,7 +75,7 @@ def _k_tiles(chip, config):
         jb = _blocks(cin, R)
         if chip.k_by_rows:
             # (a part of one kernel row's taps of a few input blocks reads
-            # only those input rows and blocks: `backend._parts`)
+            # only those input rows and blocks: `parts.part_ranges`)
             return [KTile(dy, dx, j) for dy in range(kh) for j in range(jb) for dx in range(kw)]
         return [KTile(dy, dx, j) for dy in range(kh) for dx in range(kw) for j in range(jb)]
     h, wd, c = chip.in_shape
