@@ -9,7 +9,7 @@ transfer's first starts aligned.
 from amaranth import *
 
 
-__all__ = ["split_request", "request_header", "address_counter"]
+__all__ = ["split_request", "split_chunk", "request_header", "address_counter"]
 
 
 def split_request(m, addr, left, max_bytes, *, fmt32, fmt64):
@@ -24,14 +24,23 @@ def split_request(m, addr, left, max_bytes, *, fmt32, fmt64):
     bits = max_bytes.bit_length() - 1
     room = Signal(range(max_bytes + 1))
     chunk = Signal(range(max_bytes + 1))
+    m.d.comb += [
+        room.eq(max_bytes - addr[:bits]),
+        chunk.eq(Mux(left < room, left, room)),
+    ]
+    return split_chunk(m, addr, chunk, max_bytes, fmt32=fmt32, fmt64=fmt64)
+
+
+def split_chunk(m, addr, chunk, max_bytes, *, fmt32, fmt64):
+    """`split_request`'s signals for a TLP of `chunk` bytes at `addr` whose
+    byte count was chosen already (a register, where the engine works it
+    out a cycle ahead)."""
     dwords = Signal(range(max_bytes // 4 + 2))
     end = Signal(2)        # lane of the last byte in its word
     first_be = Signal(4)
     last_be = Signal(4)
     lead = addr[:2]
     m.d.comb += [
-        room.eq(max_bytes - addr[:bits]),
-        chunk.eq(Mux(left < room, left, room)),
         dwords.eq((lead + chunk + 3) >> 2),
         end.eq(lead + chunk - 1),
         first_be.eq(0xF << lead),

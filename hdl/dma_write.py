@@ -4,8 +4,8 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .byte_gearbox import append_bytes, byte_stream
-from .dma_split import address_counter, request_header, split_request
+from .byte_gearbox import byte_stream
+from .dma_split import address_counter, request_header, split_chunk
 from .tlp import FmtType, TlpHeader, tlp_stream
 
 
@@ -86,22 +86,41 @@ class DmaWriter(wiring.Component):
         buf = Signal(8 * size)
         fill = Signal(range(size + 1))
 
-        split = split_request(m, addr, left, max_payload,
-                              fmt32=FmtType.MWR_32, fmt64=FmtType.MWR_64)
+        # The next TLP's byte count is chosen a TLP ahead: `chunk` and `after`
+        # (what `left` becomes once it is sent) are set with the job and
+        # again as each header is made, from registers alone. A TLP after the
+        # job's first starts `max_payload`-aligned, so its count is
+        # `max_payload` or the job's rest.
+        bits = max_payload.bit_length() - 1
+        chunk = Signal(range(max_payload + 1))
+        after = Signal(32)
+        split = split_chunk(m, addr, chunk, max_payload, fmt32=FmtType.MWR_32, fmt64=FmtType.MWR_64)
         load_addr, advance_addr = address_counter(m, addr, max_payload)
 
+        # The TLP's next beat: its byte count, word count and whether it is
+        # the last, registered beside `tlp_left` (set with it at the header,
+        # stepped as a beat goes), so the offer and the buffer's shift start
+        # from registers.
         take = Signal(range(beat + 1))
-        m.d.comb += take.eq(Mux(tlp_left < beat, tlp_left, beat))
+        words = Signal(range(link_dw + 1))
+        last = Signal()
+
+        def beat_of(n):
+            return [take.eq(Mux(n < beat, n, beat)), words.eq(Mux(n < beat, (n + 3) >> 2, link_dw)),
+                    last.eq(n <= beat)]
+
+        enough = Signal()
+        m.d.comb += enough.eq(fill >= take)
         out = self.request
         m.d.comb += [
-            out.valid.eq(tlp & (draining | (fill >= take))),
+            out.valid.eq(tlp & (draining | enough)),
             out.payload.header.eq(hdr),
             out.payload.data.eq(buf[:8 * beat]),
-            out.payload.words.eq(Mux(tlp_left < beat, (tlp_left + 3) >> 2, link_dw)),
-            out.payload.last.eq(tlp_left <= beat),
+            out.payload.words.eq(words),
+            out.payload.last.eq(last),
         ]
         out_fire = out.valid & out.ready
-        tlp_end = out_fire & out.payload.last
+        tlp_end = out_fire & last
 
         in_count = Signal(range(beat + 1))
         m.d.comb += [
@@ -109,9 +128,28 @@ class DmaWriter(wiring.Component):
             self.data.ready.eq(active & ~draining & (in_left != 0) & (fill <= size - beat)),
         ]
         in_fire = self.data.valid & self.data.ready
-        # Only a draining TLP can want more bytes than are held.
-        removed = Mux(out_fire, Mux(take > fill, fill, take), 0)
-        append_bytes(m, buf, fill, removed, self.data.payload.data, in_count, in_fire)
+        # The byte queue (`append_bytes`'s, bytes at and above `fill` zero)
+        # after a beat leaves and after none are both worked out from
+        # registers and the input; the handshake on `request` only chooses.
+        # Only a draining TLP can want more bytes than are held, and then
+        # nothing comes in.
+        kept = Signal.like(fill)
+        incoming = Signal(8 * beat)
+        m.d.comb += [
+            kept.eq(Mux(enough, fill - take, 0)),
+            incoming.eq(Mux(in_fire, self.data.payload.data, 0) &
+                        Cat((k < in_count).replicate(8) for k in range(beat))),
+        ]
+        with m.If(out_fire):
+            m.d.sync += [
+                buf.eq(((buf >> (take * 8)) | (incoming << (kept * 8)))[:len(buf)]),
+                fill.eq(Mux(in_fire, kept + in_count, kept)),
+            ]
+        with m.Else():
+            m.d.sync += [
+                buf.eq((buf | (incoming << (fill * 8)))[:len(buf)]),
+                fill.eq(Mux(in_fire, fill + in_count, fill)),
+            ]
         with m.If(in_fire):
             m.d.sync += in_left.eq(in_left - in_count)
 
@@ -121,8 +159,8 @@ class DmaWriter(wiring.Component):
         # arbiter waiting on it).
         with m.If(out.valid):
             m.d.sync += started.eq(1)
-        with m.If(out_fire):
-            m.d.sync += tlp_left.eq(tlp_left - take)
+        with m.If(out_fire & ~last):
+            m.d.sync += [tlp_left.eq(tlp_left - beat), *beat_of(tlp_left - beat)]
         # The next header is ready as the previous TLP's last beat goes, so
         # TLPs follow each other without a gap.
         with m.If(active & ~draining & (left != 0) & (~tlp | tlp_end)):
@@ -132,8 +170,11 @@ class DmaWriter(wiring.Component):
                 started.eq(0),
                 # The buffer starts with addr % 4 zero lanes (see `job`).
                 tlp_left.eq(addr[:2] + split["bytes"]),
+                *beat_of(addr[:2] + split["bytes"]),
                 *advance_addr(split["bytes"]),
-                left.eq(left - split["bytes"]),
+                left.eq(after),
+                chunk.eq(Mux(after[bits:] == 0, after, max_payload)),
+                after.eq(Mux(after[bits:] == 0, 0, after - max_payload)),
             ]
         with m.Elif(tlp_end):
             m.d.sync += [tlp.eq(0), started.eq(0)]
@@ -145,10 +186,15 @@ class DmaWriter(wiring.Component):
             self.idle.eq(~active),
         ]
         with m.If(self.job.valid & self.job.ready):
+            room = Signal(range(max_payload + 1))
+            fits = self.job.payload.length <= room
+            m.d.comb += room.eq(max_payload - self.job.payload.addr[:bits])
             m.d.sync += [
                 active.eq(1),
                 *load_addr(self.job.payload.addr),
                 left.eq(self.job.payload.length),
+                chunk.eq(Mux(fits, self.job.payload.length, room)),
+                after.eq(Mux(fits, 0, self.job.payload.length - room)),
                 in_left.eq(self.job.payload.length),
                 # Zero lanes in front of the first byte put it in lane addr % 4.
                 fill.eq(self.job.payload.addr[:2]),
