@@ -103,6 +103,10 @@ class DmaReader(wiring.Component):
         # Offset in the request's max_read_request-aligned block of the next
         # byte due, so also where its bytes have arrived up to.
         next_off = Array(Signal(range(mrr + 1), name=f"next_off{t}") for t in range(tags))
+        # The words from the one holding the next byte to the request's end,
+        # ceil((next_off % 4 + left) / 4): a completion carrying exactly
+        # these is its last, found by one compare with its Length.
+        due = Array(Signal(range(mrr // 4 + 1), name=f"due{t}") for t in range(tags))
         # Where each request's bytes lie in its slot, worked out when it is
         # issued so that delivery reads registers: its first and last rows,
         # the lane of its first byte, and the byte counts of its first row
@@ -189,23 +193,34 @@ class DmaReader(wiring.Component):
         c_stale = stale.bit_select(ctag, 1)
         c_left = left[ctag]
         c_next = next_off[ctag]
+        c_due = due[ctag]
         lead = c_next[:2]
         dwords = Signal(11)
         covered = Signal(13)        # bytes from the word holding the next byte
-        need = Signal(13)           # ... to the end of the request
-        c_bytes = Signal(range(mrr + 1))
         m.d.comb += [
             dwords.eq(Mux(hdr.length == 0, 1024, hdr.length)),
             covered.eq(dwords << 2),
-            need.eq(lead + c_left),
         ]
-        final = (need + 3) >> 2 == dwords
-        partial = covered < need
+        # `due` is at most 1024 (a request lies in one aligned block of at
+        # most 4096 bytes), so its low ten bits against Length decide.
+        final = c_due[:10] == hdr.length
+        partial = dwords < c_due
         shape_ok = ((hdr.fmt_type == FmtType.CPLD)
                     & (Mux(hdr.byte_count == 0, 4096, hdr.byte_count) == c_left)
                     & (hdr.lower_address == c_next[:7])
                     & (final | partial))
-        m.d.comb += c_bytes.eq(Mux(final, c_left, covered - lead))
+        # Where a partial completion leaves its tag's request: it ends on a
+        # word boundary, so its bytes are `covered` less the lead. A final
+        # one ends the request, whose counts are then not looked at again,
+        # so these are applied whichever it is.
+        c_next_off = Signal(range(mrr + 1))
+        c_left_after = Signal(range(mrr + 1))
+        c_due_after = Signal(range(mrr // 4 + 1))
+        m.d.comb += [
+            c_next_off.eq(Cat(C(0, 2), c_next[2:]) + covered),
+            c_left_after.eq(c_left - (covered - lead)),
+            c_due_after.eq(c_due - dwords),
+        ]
         # A poisoned completion's data is known bad: refuse it like an error status.
         status_ok = (hdr.status == CplStatus.SC) & ~hdr.ep
 
@@ -214,14 +229,18 @@ class DmaReader(wiring.Component):
         p_good = Signal()           # its payload is written and counted
         p_final = Signal()
         p_dwords = Signal(11)
-        p_bytes = Signal(range(mrr + 1))
+        p_next_off = Signal(range(mrr + 1))
+        p_left = Signal(range(mrr + 1))
+        p_due = Signal(range(mrr // 4 + 1))
         p_base = Signal(range(mrr // 4 + 1))
         p_count = Signal(12)        # payload words so far, saturating
         e_tag = Mux(first, ctag, p_tag)
         e_good = Mux(first, matched & status_ok & shape_ok, p_good)
         e_final = Mux(first, final, p_final)
         e_dwords = Mux(first, dwords, p_dwords)
-        e_bytes = Mux(first, c_bytes, p_bytes)
+        e_next_off = Mux(first, c_next_off, p_next_off)
+        e_left = Mux(first, c_left_after, p_left)
+        e_due = Mux(first, c_due_after, p_due)
         e_base = Mux(first, c_next >> 2, p_base)
         e_count = Mux(first, 0, p_count)
         words = cpl.payload.words
@@ -229,10 +248,22 @@ class DmaReader(wiring.Component):
         m.d.comb += count_after.eq(e_count + words)
         with m.If(first):
             m.d.sync += [p_tag.eq(ctag), p_good.eq(matched & status_ok & shape_ok),
-                         p_final.eq(final), p_dwords.eq(dwords), p_bytes.eq(c_bytes),
+                         p_final.eq(final), p_dwords.eq(dwords), p_next_off.eq(c_next_off),
+                         p_left.eq(c_left_after), p_due.eq(c_due_after),
                          p_base.eq(c_next >> 2)]
+        # The beat's first word's lane in the slot and the payload words
+        # still to come, kept a beat ahead so a word's write enable does not
+        # wait on the sum of the offset and the count.
+        p_lane = Signal(max(1, lane_bits))
+        p_room = Signal(11)
+        e_lane = Mux(first, c_next[2:2 + max(1, lane_bits)], p_lane)
+        e_room = Mux(first, dwords, p_room)
         with m.If(cpl.valid):
-            m.d.sync += p_count.eq(Mux(count_after > 2047, 2047, count_after))
+            m.d.sync += [
+                p_count.eq(Mux(count_after > 2047, 2047, count_after)),
+                p_lane.eq(e_lane + words),
+                p_room.eq(Mux(words >= e_room, 0, e_room - words)),
+            ]
         complete = cpl.valid & cpl.payload.last & e_good
         length_ok = count_after == e_dwords
 
@@ -250,12 +281,12 @@ class DmaReader(wiring.Component):
             if link_dw == 1:
                 m.d.comb += j.eq(0)
             else:
-                m.d.comb += j.eq((k - (e_base + e_count)[:lane_bits])[:lane_bits])
+                m.d.comb += j.eq((k - e_lane)[:lane_bits])
             m.d.comb += [
                 pos.eq(e_base + e_count + j),
                 wr.addr.eq(Cat((pos >> lane_bits)[:row_bits], e_tag)),
                 wr.data.eq(cpl.payload.data.word_select(j, 32)),
-                wr.en.eq(cpl.valid & e_good & (j < words) & (e_count + j < e_dwords)),
+                wr.en.eq(cpl.valid & e_good & (j < words) & (j < e_room)),
             ]
 
         # -- Per-tag bookkeeping ---------------------------------------
@@ -277,7 +308,7 @@ class DmaReader(wiring.Component):
                     m.d.sync += outstanding[t].eq(0)
             with m.If(complete & (e_tag == t)):
                 with m.If(length_ok):
-                    m.d.sync += [left[t].eq(left[t] - e_bytes), next_off[t].eq(next_off[t] + e_bytes)]
+                    m.d.sync += [left[t].eq(e_left), next_off[t].eq(e_next_off), due[t].eq(e_due)]
                     with m.If(e_final):
                         m.d.sync += outstanding[t].eq(0)
                 with m.Else():
@@ -289,6 +320,7 @@ class DmaReader(wiring.Component):
                     busy[t].eq(1), outstanding[t].eq(1), stale[t].eq(0), timer[t].eq(0),
                     left[t].eq(split["bytes"]),
                     next_off[t].eq(i_start),
+                    due[t].eq(split["dwords"]),
                     first_row[t].eq(i_first_row),
                     last_row[t].eq(i_last_row),
                     first_lane[t].eq(i_start[:beat_bits]),

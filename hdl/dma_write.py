@@ -132,19 +132,20 @@ class DmaWriter(wiring.Component):
         # after a beat leaves and after none are both worked out from
         # registers and the input; the handshake on `request` only chooses.
         # Only a draining TLP can want more bytes than are held, and then
-        # nothing comes in.
+        # nothing comes in, so only its count saturates.
         kept = Signal.like(fill)
         incoming = Signal(8 * beat)
         m.d.comb += [
-            kept.eq(Mux(enough, fill - take, 0)),
+            kept.eq(fill - take),
             incoming.eq(Mux(in_fire, self.data.payload.data, 0) &
                         Cat((k < in_count).replicate(8) for k in range(beat))),
         ]
         with m.If(out_fire):
-            m.d.sync += [
-                buf.eq(((buf >> (take * 8)) | (incoming << (kept * 8)))[:len(buf)]),
-                fill.eq(Mux(in_fire, kept + in_count, kept)),
-            ]
+            m.d.sync += buf.eq(((buf >> (take * 8)) | (incoming << (kept * 8)))[:len(buf)])
+            with m.If(draining):
+                m.d.sync += fill.eq(Mux(enough, kept, 0))
+            with m.Else():
+                m.d.sync += fill.eq(Mux(in_fire, kept + in_count, kept))
         with m.Else():
             m.d.sync += [
                 buf.eq((buf | (incoming << (fill * 8)))[:len(buf)]),
