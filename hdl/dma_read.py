@@ -43,7 +43,8 @@ class DmaReader(wiring.Component):
         ``max_read_request``-aligned address (MRD_32 below 4 GiB, else
         MRD_64), tags handed out in turn from 0..read_tags-1.
     completion : In(tlp_stream(link_dw))
-        Every completion the chip receives. Always ready.
+        Every completion the chip receives (the parsed stream: every beat
+        but a packet's last carries ``link_dw`` words). Always ready.
     data : Out(byte_stream(4 * link_dw, channel=2))
         Each job's bytes, in job order, the job's first byte in lane 0 and
         its ``channel`` on every beat.
@@ -251,17 +252,19 @@ class DmaReader(wiring.Component):
                          p_final.eq(final), p_dwords.eq(dwords), p_next_off.eq(c_next_off),
                          p_left.eq(c_left_after), p_due.eq(c_due_after),
                          p_base.eq(c_next >> 2)]
-        # The beat's first word's lane in the slot and the payload words
-        # still to come, kept a beat ahead so a word's write enable does not
-        # wait on the sum of the offset and the count.
+        # The bank of a beat's first word, and the payload words still to
+        # come, kept in registers so a word's write enable does not wait on
+        # the sum of the offset and the count. Every beat but a packet's last
+        # is whole, so the bank is the first beat's throughout.
         p_lane = Signal(max(1, lane_bits))
         p_room = Signal(11)
         e_lane = Mux(first, c_next[2:2 + max(1, lane_bits)], p_lane)
         e_room = Mux(first, dwords, p_room)
+        with m.If(first):
+            m.d.sync += p_lane.eq(e_lane)
         with m.If(cpl.valid):
             m.d.sync += [
                 p_count.eq(Mux(count_after > 2047, 2047, count_after)),
-                p_lane.eq(e_lane + words),
                 p_room.eq(Mux(words >= e_room, 0, e_room - words)),
             ]
         complete = cpl.valid & cpl.payload.last & e_good

@@ -182,7 +182,9 @@ class TlpReceiver(wiring.Component):
         avail = Signal(range(L + 1))
         pdata = Signal(32 * L)
         tail = Signal(range(L + 1))
-        for hdw, branch in ((4, m.If(four)), (3, m.Else())):
+        # Only a beat after the first produces, so the header's size for it
+        # is taken from the held first word, not from the beat's own.
+        for hdw, branch in ((4, m.If(hwords[0][29])), (3, m.Else())):
             q, s = _realignment(L, hdw)
             with branch:
                 if s == 0:
@@ -193,6 +195,10 @@ class TlpReceiver(wiring.Component):
                         pdata.eq(Cat(held[32 * s:], beat.data[:32 * s])),
                         avail.eq((L - s) + Mux(count > s, s, count)),
                     ]
+        for hdw, branch in ((4, m.If(four)), (3, m.Else())):
+            q, s = _realignment(L, hdw)
+            with branch:
+                if s != 0:
                     with m.If((k >= q) & (count > s)):
                         m.d.comb += tail.eq(count - s)
 
