@@ -187,8 +187,13 @@ class ByteAligner(wiring.Component):
                     m.d.comb += self.o.payload.data.eq(
                         Cat(slots[0][8 * offset:], slots[1][:8 * offset]))
         data = self.i.payload.data
-        realign = in_fire & Mux(out_fire, after_beat == 0, fill == 0)
-        into_first = Mux(out_fire, d + after_beat == n, d + fill == n)
+        # Both read `fill` and `d + fill` alone (a beat that leaves takes
+        # `n` bytes if the queue is full, else all of it), so the handshake
+        # only chooses.
+        ahead = Signal(range(size + n))
+        m.d.comb += ahead.eq(d + fill)
+        realign = in_fire & Mux(out_fire, ~full | (fill == n), fill == 0)
+        into_first = Mux(out_fire, full & (ahead == 2 * n), ahead == n)
         popped = out_fire & full & (fill != n)      # a whole slot left and bytes stay: shift down
         with m.If(realign):
             m.d.sync += [d.eq(self.i.payload.lane), slots[0].eq(data)]

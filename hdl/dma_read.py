@@ -229,7 +229,6 @@ class DmaReader(wiring.Component):
         p_tag = Signal(tag_bits)
         p_good = Signal()           # its payload is written and counted
         p_final = Signal()
-        p_dwords = Signal(11)
         p_next_off = Signal(range(mrr + 1))
         p_left = Signal(range(mrr + 1))
         p_due = Signal(range(mrr // 4 + 1))
@@ -238,7 +237,6 @@ class DmaReader(wiring.Component):
         e_tag = Mux(first, ctag, p_tag)
         e_good = Mux(first, matched & status_ok & shape_ok, p_good)
         e_final = Mux(first, final, p_final)
-        e_dwords = Mux(first, dwords, p_dwords)
         e_next_off = Mux(first, c_next_off, p_next_off)
         e_left = Mux(first, c_left_after, p_left)
         e_due = Mux(first, c_due_after, p_due)
@@ -249,15 +247,18 @@ class DmaReader(wiring.Component):
         m.d.comb += count_after.eq(e_count + words)
         with m.If(first):
             m.d.sync += [p_tag.eq(ctag), p_good.eq(matched & status_ok & shape_ok),
-                         p_final.eq(final), p_dwords.eq(dwords), p_next_off.eq(c_next_off),
+                         p_final.eq(final), p_next_off.eq(c_next_off),
                          p_left.eq(c_left_after), p_due.eq(c_due_after),
                          p_base.eq(c_next >> 2)]
         # The bank of a beat's first word, and the payload words still to
         # come, kept in registers so a word's write enable does not wait on
         # the sum of the offset and the count. Every beat but a packet's last
         # is whole, so the bank is the first beat's throughout.
+        # Its length check is then the last beat's words against that room
+        # (`p_over`: more words came than the Length).
         p_lane = Signal(max(1, lane_bits))
         p_room = Signal(11)
+        p_over = Signal()
         e_lane = Mux(first, c_next[2:2 + max(1, lane_bits)], p_lane)
         e_room = Mux(first, dwords, p_room)
         with m.If(first):
@@ -266,9 +267,10 @@ class DmaReader(wiring.Component):
             m.d.sync += [
                 p_count.eq(Mux(count_after > 2047, 2047, count_after)),
                 p_room.eq(Mux(words >= e_room, 0, e_room - words)),
+                p_over.eq((p_over & ~first) | (words > e_room)),
             ]
         complete = cpl.valid & cpl.payload.last & e_good
-        length_ok = count_after == e_dwords
+        length_ok = Mux(first, words == dwords, ~p_over & (words == p_room))
 
         # The reorder buffer: one bank per payload word lane, so a beat whose
         # first word is at any word offset lands in one cycle.
