@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..host_registers import HostError
 from .byte_gearbox import ByteAligner, byte_stream
-from .dma_split import address_counter, request_header, split_request
+from .dma_split import address_counter, chunk_ahead, request_header, split_chunk
 from .tlp import CplStatus, FmtType, tlp_stream
 
 
@@ -126,36 +126,31 @@ class DmaReader(wiring.Component):
         # -- Requests --------------------------------------------------
         active = Signal()
         addr = Signal(cfg.host_addr_bits)
-        job_left = Signal(32)
         job_channel = Signal(2)
         tail = Signal(tag_bits)     # the next tag to hand out
         req_valid = Signal()
 
         load_addr, advance_addr = address_counter(m, addr, mrr)
+        # The next request's byte count and whether it ends the job are
+        # chosen a request ahead, so issuing one reads registers.
+        chunk, _, is_job_end, load_chunk, advance_chunk = chunk_ahead(m, mrr)
         m.d.comb += self.job.ready.eq(~active & ~flush)
         with m.If(self.job.valid & self.job.ready):
             m.d.sync += [
                 active.eq(1),
                 *load_addr(self.job.payload.addr),
-                job_left.eq(self.job.payload.length),
+                *load_chunk(self.job.payload.addr, self.job.payload.length),
                 job_channel.eq(self.job.payload.channel),
             ]
 
-        split = split_request(m, addr, job_left, mrr, fmt32=FmtType.MRD_32, fmt64=FmtType.MRD_64)
+        split = split_chunk(m, addr, chunk, mrr, fmt32=FmtType.MRD_32, fmt64=FmtType.MRD_64)
         lane_bits = _log2(link_dw)
         row_bits = _log2(rows)
         beat_bits = _log2(beat)
-        # The request's place in its slot. It ends the job when the job's
-        # bytes fit in the room to the next aligned boundary; its last byte
-        # is then found from the job's length, not from the byte count
-        # chosen after that comparison.
+        # The request's place in its slot.
         i_start = addr[:_log2(mrr)]
-        is_job_end = Signal()
         i_end = Signal(range(mrr))      # offset of the request's last byte
-        m.d.comb += [
-            is_job_end.eq(job_left <= mrr - i_start),
-            i_end.eq(Mux(is_job_end, i_start + job_left[:_log2(mrr)] - 1, mrr - 1)),
-        ]
+        m.d.comb += i_end.eq(i_start + chunk - 1)
         i_first_row = i_start[beat_bits:]
         i_last_row = i_end[beat_bits:]
         i_end_count = i_end[:beat_bits] + 1
@@ -173,7 +168,7 @@ class DmaReader(wiring.Component):
                 self.request.payload.last.eq(1),
                 req_valid.eq(1),
                 *advance_addr(split["bytes"]),
-                job_left.eq(job_left - split["bytes"]),
+                *advance_chunk(),
                 tail.eq(next_tag(tail)),
             ]
             with m.If(is_job_end):
@@ -254,11 +249,11 @@ class DmaReader(wiring.Component):
         # come, kept in registers so a word's write enable does not wait on
         # the sum of the offset and the count. Every beat but a packet's last
         # is whole, so the bank is the first beat's throughout.
-        # Its length check is then the last beat's words against that room
-        # (`p_over`: more words came than the Length).
+        # Its length check is then the last beat's words against that room:
+        # a CplD's last beat carries at least one word, so one after more
+        # words than the Length (the room saturated at 0) fails it too.
         p_lane = Signal(max(1, lane_bits))
         p_room = Signal(11)
-        p_over = Signal()
         e_lane = Mux(first, c_next[2:2 + max(1, lane_bits)], p_lane)
         e_room = Mux(first, dwords, p_room)
         with m.If(first):
@@ -267,10 +262,9 @@ class DmaReader(wiring.Component):
             m.d.sync += [
                 p_count.eq(Mux(count_after > 2047, 2047, count_after)),
                 p_room.eq(Mux(words >= e_room, 0, e_room - words)),
-                p_over.eq((p_over & ~first) | (words > e_room)),
             ]
         complete = cpl.valid & cpl.payload.last & e_good
-        length_ok = Mux(first, words == dwords, ~p_over & (words == p_room))
+        length_ok = Mux(first, words == dwords, words == p_room)
 
         # The reorder buffer: one bank per payload word lane, so a beat whose
         # first word is at any word offset lands in one cycle.

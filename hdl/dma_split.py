@@ -9,32 +9,18 @@ transfer's first starts aligned.
 from amaranth import *
 
 
-__all__ = ["split_request", "split_chunk", "request_header", "address_counter"]
+__all__ = ["chunk_ahead", "split_chunk", "request_header", "address_counter"]
 
 
-def split_request(m, addr, left, max_bytes, *, fmt32, fmt64):
-    """Comb signals describing the next TLP of a transfer of `left` (>= 1)
-    bytes at byte address `addr`.
+def split_chunk(m, addr, chunk, max_bytes, *, fmt32, fmt64):
+    """Comb signals describing a TLP of `chunk` bytes at byte address `addr`
+    (`chunk_ahead`'s registered count).
 
     Returns a dict: ``bytes`` (its byte count), ``words`` (its Length in
     words, 1024 as 0 like the header field), ``dwords`` (its word count),
     ``first_be``, ``last_be`` (a one-word TLP has ``last_be`` 0) and
     ``fmt_type`` (`fmt32` while the TLP lies below 4 GiB, else `fmt64`).
     """
-    bits = max_bytes.bit_length() - 1
-    room = Signal(range(max_bytes + 1))
-    chunk = Signal(range(max_bytes + 1))
-    m.d.comb += [
-        room.eq(max_bytes - addr[:bits]),
-        chunk.eq(Mux(left < room, left, room)),
-    ]
-    return split_chunk(m, addr, chunk, max_bytes, fmt32=fmt32, fmt64=fmt64)
-
-
-def split_chunk(m, addr, chunk, max_bytes, *, fmt32, fmt64):
-    """`split_request`'s signals for a TLP of `chunk` bytes at `addr` whose
-    byte count was chosen already (a register, where the engine works it
-    out a cycle ahead)."""
     dwords = Signal(range(max_bytes // 4 + 2))
     end = Signal(2)        # lane of the last byte in its word
     first_be = Signal(4)
@@ -56,6 +42,35 @@ def split_chunk(m, addr, chunk, max_bytes, *, fmt32, fmt64):
         # A TLP never crosses 4 KiB, so its first byte decides.
         "fmt_type": Mux(addr[32:] == 0, int(fmt32), int(fmt64)),
     }
+
+
+def chunk_ahead(m, max_bytes):
+    """The byte count of a transfer's next TLP, chosen a TLP ahead so that
+    making its header reads registers: ``(chunk, after, final, load,
+    advance)``. ``chunk`` is the next TLP's byte count, ``after`` the
+    transfer's bytes after it and ``final`` whether it is the last;
+    ``load(addr, length)`` sets them for a transfer's first TLP (from the
+    job, as it is taken), ``advance()`` for the TLP after ``chunk``'s. Every
+    TLP but a transfer's first starts `max_bytes`-aligned, so its count is
+    `max_bytes` or the transfer's rest."""
+    bits = max_bytes.bit_length() - 1
+    chunk = Signal(range(max_bytes + 1))
+    after = Signal(32)
+    final = Signal()
+    room = Signal(range(max_bytes + 1))
+
+    def load(addr, length):
+        fits = length <= room
+        m.d.comb += room.eq(max_bytes - addr[:bits])
+        return [chunk.eq(Mux(fits, length, room)), after.eq(Mux(fits, 0, length - room)),
+                final.eq(fits)]
+
+    def advance():
+        small = after[bits:] == 0
+        return [chunk.eq(Mux(small, after, max_bytes)), after.eq(Mux(small, 0, after - max_bytes)),
+                final.eq(after <= max_bytes)]
+
+    return chunk, after, final, load, advance
 
 
 def request_header(header, split, addr, requester_id, tag=0):

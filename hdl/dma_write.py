@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .byte_gearbox import byte_stream
-from .dma_split import address_counter, request_header, split_chunk
+from .dma_split import address_counter, chunk_ahead, request_header, split_chunk
 from .tlp import FmtType, TlpHeader, tlp_stream
 
 
@@ -86,14 +86,9 @@ class DmaWriter(wiring.Component):
         buf = Signal(8 * size)
         fill = Signal(range(size + 1))
 
-        # The next TLP's byte count is chosen a TLP ahead: `chunk` and `after`
-        # (what `left` becomes once it is sent) are set with the job and
-        # again as each header is made, from registers alone. A TLP after the
-        # job's first starts `max_payload`-aligned, so its count is
-        # `max_payload` or the job's rest.
-        bits = max_payload.bit_length() - 1
-        chunk = Signal(range(max_payload + 1))
-        after = Signal(32)
+        # The next TLP's byte count is chosen a TLP ahead (`after`: what
+        # `left` becomes once it is sent).
+        chunk, after, _, load_chunk, advance_chunk = chunk_ahead(m, max_payload)
         split = split_chunk(m, addr, chunk, max_payload, fmt32=FmtType.MWR_32, fmt64=FmtType.MWR_64)
         load_addr, advance_addr = address_counter(m, addr, max_payload)
 
@@ -174,8 +169,7 @@ class DmaWriter(wiring.Component):
                 *beat_of(addr[:2] + split["bytes"]),
                 *advance_addr(split["bytes"]),
                 left.eq(after),
-                chunk.eq(Mux(after[bits:] == 0, after, max_payload)),
-                after.eq(Mux(after[bits:] == 0, 0, after - max_payload)),
+                *advance_chunk(),
             ]
         with m.Elif(tlp_end):
             m.d.sync += [tlp.eq(0), started.eq(0)]
@@ -187,15 +181,11 @@ class DmaWriter(wiring.Component):
             self.idle.eq(~active),
         ]
         with m.If(self.job.valid & self.job.ready):
-            room = Signal(range(max_payload + 1))
-            fits = self.job.payload.length <= room
-            m.d.comb += room.eq(max_payload - self.job.payload.addr[:bits])
             m.d.sync += [
                 active.eq(1),
                 *load_addr(self.job.payload.addr),
                 left.eq(self.job.payload.length),
-                chunk.eq(Mux(fits, self.job.payload.length, room)),
-                after.eq(Mux(fits, 0, self.job.payload.length - room)),
+                *load_chunk(self.job.payload.addr, self.job.payload.length),
                 in_left.eq(self.job.payload.length),
                 # Zero lanes in front of the first byte put it in lane addr % 4.
                 fill.eq(self.job.payload.addr[:2]),
