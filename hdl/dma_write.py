@@ -126,8 +126,9 @@ class DmaWriter(wiring.Component):
         # The byte queue (`append_bytes`'s, bytes at and above `fill` zero)
         # after a beat leaves and after none are both worked out from
         # registers and the input; the handshake on `request` only chooses.
-        # Only a draining TLP can want more bytes than are held, and then
-        # nothing comes in, so only its count saturates.
+        # Only a draining TLP can want more bytes than are held; then
+        # nothing comes in, the shift by `take` brings in zero lanes, and the
+        # count, wrong until the TLP ends, is cleared with it.
         kept = Signal.like(fill)
         incoming = Signal(8 * beat)
         m.d.comb += [
@@ -137,10 +138,7 @@ class DmaWriter(wiring.Component):
         ]
         with m.If(out_fire):
             m.d.sync += buf.eq(((buf >> (take * 8)) | (incoming << (kept * 8)))[:len(buf)])
-            with m.If(draining):
-                m.d.sync += fill.eq(Mux(enough, kept, 0))
-            with m.Else():
-                m.d.sync += fill.eq(Mux(in_fire, kept + in_count, kept))
+            m.d.sync += fill.eq(Mux(in_fire, kept + in_count, kept))
         with m.Else():
             m.d.sync += [
                 buf.eq((buf | (incoming << (fill * 8)))[:len(buf)]),
