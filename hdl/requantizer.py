@@ -158,35 +158,31 @@ class Requantizer(wiring.Component):
         else:
             m.d.sync += totals(self.shift)
 
-        # 1: bias, left shift. The shifter takes the shift's low bits as they
-        # are and whether to shift at all is chosen after it, so that the
-        # decode of the shift (its sign, `single_round`) runs beside the sum
-        # instead of into the shifter's selects.
+        left = Signal(range(1 << (SHIFT_WIDTH - 1)))      # 0..31
+        m.d.comb += left.eq(Mux((self.shift > 0) & ~self.single_round, self.shift, 0))
+
+        # 1: bias, left shift.
         biased = Signal(signed(32))
         m.d.comb += biased.eq(self.acc + self.bias)
-        shifts_left = Signal()
-        m.d.comb += shifts_left.eq((self.shift > 0) & ~self.single_round)
-        left_shifted = Signal(signed(32))
-        m.d.comb += left_shifted.eq(Mux(shifts_left, biased << self.shift[:SHIFT_WIDTH - 1], biased))
 
         # 2: product, and the one product that saturates.
         product = Signal(signed(64))
         saturate = Signal()
         if cycles == 1:
             shifted = Signal(signed(32))
-            m.d.sync += shifted.eq(left_shifted)
+            m.d.sync += shifted.eq(biased << left)
             m.d.sync += [
                 product.eq(shifted * multiplier2),
                 saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
             ]
         elif self._compact:
             magnitude, negative = Signal(64), Signal()
-            self._sequential_product(m, left_shifted, product, saturate, shift2, shift3,
+            self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
                                      totals, magnitude=magnitude, negative_out=negative)
             self._compact_rounding(m, magnitude, negative, shift3, total3)
             return m
         else:
-            self._sequential_product(m, left_shifted, product, saturate, shift2, shift3,
+            self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
                                      totals)
 
         # 3: rounding doubling high half, and the rounding term of stage 4's
