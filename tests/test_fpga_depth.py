@@ -35,19 +35,15 @@ RATCHET = {
     # the same RTL with the old combinational reset measures 8): the window
     # ends registered beside the decoder are to take it back below 8.
     "host.core.sequencer": (9, 40),
-    # 12 before the write count came from `remaining` alone and the commit's
-    # tail count from registers; now the first beat's Length into the
-    # packet's fault reason, 7.
-    "host.rx": (7, 40),
     # 12 before the rows and counts of each tag's request were registered
     # when it is issued (the tag being delivered through its start and
     # length into the read count), 11 before the byte aligner chose what it
-    # keeps beside its handshake; now a completion's first beat through its
-    # tag's expected offset into the error code, 10. Its address was a
-    # 49-cell carry chain before `address_counter`, 33 now.
-    "host.reader": (10, 40),
-    # 49 carry cells before `address_counter`, 33 now.
-    "host.writer": (10, 40),
+    # keeps beside its handshake, 9 before each tag kept its words still
+    # due and each request's byte count was chosen a request ahead; now
+    # the request's start and byte count into its first row's byte count,
+    # 7. Its address was a 49-cell carry chain before `address_counter`,
+    # 28 now.
+    "host.reader": (7, 40),
     "host.core.weight_memory": (8, 40),
     # 7 when first measured on its own branch, 8 on the merged tree (rx_byte
     # into the NAK request); not re-timed yet.
