@@ -53,6 +53,11 @@ class PLLSettings:
     def vco_hz(self):
         return self.output_hz * self.clkop_div
 
+    def as_dict(self):
+        """The settings as a build report records them."""
+        return {"primitive": "EHXPLLL", "clki_div": self.clki_div, "clkfb_div": self.clkfb_div,
+                "clkop_div": self.clkop_div, "vco_mhz": self.vco_hz / 1e6}
+
     @property
     def clkop_cphase(self):
         # CLKOP shifted by half its period in VCO cycles, as Lattice's tools
