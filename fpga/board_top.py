@@ -34,7 +34,7 @@ from amaranth.lib import io
 
 from ..hdl.serial_chip import SerialChip, retransmit_cycles
 from .ecp5_pll import ECP5PLL, ecp5_pll_outputs, ecp5_pll_settings
-from .ice40_pll import ICE40PLL, ICE40PLLSettings, ice40_pll_outputs, ice40_pll_settings
+from .ice40_pll import ICE40PLL, ICE40PLLSettings, LockReset, ice40_pll_outputs, ice40_pll_settings
 from .routed_clocks import MARGIN, fastest_clock_within, latest_routed
 
 
@@ -220,19 +220,10 @@ class BoardTop(Elaboratable):
         m.submodules.pll = pll = ICE40PLL(self.pll, clk_pin.io)
         m.domains.por = ClockDomain("por", reset_less=True, local=True)
         m.d.comb += ClockSignal("por").eq(pll.clk_out)
-        delay = int(15e-6 * self.clock_hz)
-        locked = Signal(2)
-        timer = Signal(range(delay + 1))
-        ready = Signal()
-        m.d.por += locked.eq(Cat(pll.locked, locked[0]))
-        with m.If(~locked[1]):
-            m.d.por += [timer.eq(0), ready.eq(0)]
-        with m.Elif(timer == delay):
-            m.d.por += ready.eq(1)
-        with m.Else():
-            m.d.por += timer.eq(timer + 1)
+        m.submodules.lock_reset = lock = DomainRenamer("por")(LockReset(int(15e-6 * self.clock_hz)))
+        m.d.comb += lock.locked.eq(pll.locked)
         m.domains.sync = sync = ClockDomain("sync")
-        m.d.comb += [sync.clk.eq(pll.clk_out), sync.rst.eq(~ready)]
+        m.d.comb += [sync.clk.eq(pll.clk_out), sync.rst.eq(~lock.ready)]
         platform.add_clock_constraint(sync.clk, self.clock_hz)
 
     def _clock_from_ecp5_pll(self, m, platform):

@@ -19,9 +19,11 @@ so ``SB_PLL40_PAD`` takes it without a global buffer between.
 from dataclasses import dataclass
 
 from amaranth import *
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 
-__all__ = ["ICE40PLLSettings", "ice40_pll_settings", "ice40_pll_outputs", "ICE40PLL",
+__all__ = ["ICE40PLLSettings", "ice40_pll_settings", "ice40_pll_outputs", "ICE40PLL", "LockReset",
            "ICE40_PLL_RANGES_HZ", "ICE40_TOLERANCE"]
 
 #: (lowest, highest) frequency in Hz of each point of the PLL.
@@ -144,4 +146,38 @@ class ICE40PLL(Elaboratable):
             p_FILTER_RANGE=C(s.filter_range, 3),
             i_PACKAGEPIN=self.pad, i_RESETB=1, i_BYPASS=0,
             o_PLLOUTGLOBAL=self.clk_out, o_LOCK=self.locked)
+        return m
+
+
+class LockReset(wiring.Component):
+    """Releases a reset `delay` cycles after a PLL has locked, in the PLL's
+    clock: ``locked`` (the PLL's LOCK, asynchronous to it) goes through two
+    flip-flops; ``ready`` rises `delay` cycles after that copy rose (the
+    iCE40's block RAMs read zeros for about 3 us after configuration) and
+    falls in the cycle after it falls (the PLL lost lock).
+
+    Ports
+    -----
+    locked : In(1)
+    ready : Out(1)
+    """
+
+    def __init__(self, delay):
+        if not isinstance(delay, int) or delay < 1:
+            self._MustUse__silence = True   # refused, so never elaborated
+            raise ValueError(f"the reset delay must be a positive number of cycles, not {delay!r}")
+        self._delay = delay
+        super().__init__({"locked": In(1), "ready": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        locked = Signal(2)
+        timer = Signal(range(self._delay + 1))
+        m.d.sync += locked.eq(Cat(self.locked, locked[0]))
+        with m.If(~locked[1]):
+            m.d.sync += [timer.eq(0), self.ready.eq(0)]
+        with m.Elif(timer == self._delay):
+            m.d.sync += self.ready.eq(1)
+        with m.Else():
+            m.d.sync += timer.eq(timer + 1)
         return m

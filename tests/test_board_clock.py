@@ -261,3 +261,37 @@ def test_icebreaker_top_at_the_oscillator_has_no_pll():
     assert top.clock_hz == 12e6 and top.pll is None and top.chip.divisor == 104
     rtlil, _ = _icebreaker_rtlil(top)
     assert _cell(rtlil, "SB_PLL40_PAD") is None
+
+
+def test_lock_reset_waits_after_lock():
+    """`ready` rises `delay` cycles after the PLL's LOCK (through two
+    flip-flops) rose and falls as that copy falls; LOCK dropping for a
+    cycle restarts the wait."""
+    from amaranth.sim import Simulator
+    from tpu.fpga.ice40_pll import LockReset
+    delay = 7
+    dut = LockReset(delay)
+    locked = [0] * 5 + [1] * 20 + [0] + [1] * 15 + [0] * 3 + [1] * 12
+    seen = []
+
+    async def bench(ctx):
+        for value in locked:
+            ctx.set(dut.locked, value)
+            await ctx.tick()
+            seen.append(ctx.get(dut.ready))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    # The edge of cycle n sees LOCK's second copy at locked[n - 2]; ready is
+    # set at the edge after that copy has been high `delay` edges running.
+    want = []
+    run = 0
+    for n in range(len(locked)):
+        copy = locked[n - 2] if n >= 2 else 0
+        run = run + 1 if copy else 0
+        want.append(int(run > delay))
+    assert seen == want, (seen, want)
+    with pytest.raises(ValueError, match="the reset delay must be a positive number of cycles, not 0"):
+        LockReset(0)
