@@ -22,6 +22,8 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .pll_frequencies import check_frequencies, check_nearest, in_range
+
 
 __all__ = ["ICE40PLLSettings", "ice40_pll_settings", "ice40_pll_outputs", "ICE40PLL", "LockReset",
            "ICE40_PLL_RANGES_HZ", "ICE40_TOLERANCE"]
@@ -79,8 +81,7 @@ class ICE40PLLSettings:
 
 
 def _in_range(point, hz):
-    low, high = ICE40_PLL_RANGES_HZ[point]
-    return low <= hz <= high
+    return in_range(ICE40_PLL_RANGES_HZ, point, hz)
 
 
 def _all_settings(input_hz):
@@ -100,24 +101,14 @@ def ice40_pll_settings(input_hz, output_hz):
     ValueError (one line) when a frequency is out of the PLL's range or no
     settings come within `ICE40_TOLERANCE` of it (the message names the
     nearest it can make)."""
-    for name, value in (("input", input_hz), ("output", output_hz)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"the PLL's {name} frequency must be a positive number of Hz, "
-                             f"not {value!r}")
-        if not _in_range(name, value):
-            low, high = ICE40_PLL_RANGES_HZ[name]
-            raise ValueError(f"{value / 1e6:g} MHz is outside the iCE40 PLL's {name} range "
-                             f"({low / 1e6:g} to {high / 1e6:g} MHz)")
+    check_frequencies("iCE40", ICE40_PLL_RANGES_HZ, input_hz, output_hz)
     best = None
     for settings in _all_settings(input_hz):
         # Strictly nearer only, as icepll: the first of equals wins.
         if best is None or abs(settings.output_hz - output_hz) < abs(best.output_hz - output_hz):
             best = settings
-    if best is None or abs(best.output_hz - output_hz) > ICE40_TOLERANCE * output_hz:
-        nearest = f"; the nearest it makes is {best.output_hz / 1e6:.6g} MHz" if best else ""
-        raise ValueError(f"the iCE40 PLL cannot make {output_hz / 1e6:g} MHz from "
-                         f"{input_hz / 1e6:g} MHz within {ICE40_TOLERANCE:.0%}{nearest}")
-    return best
+    return check_nearest("iCE40", best, input_hz, output_hz, ICE40_TOLERANCE,
+                         f" within {ICE40_TOLERANCE:.0%}")
 
 
 def ice40_pll_outputs(input_hz):
