@@ -231,8 +231,10 @@ ICE40_RATCHET = {
     # requantizer (`serial_act`); now the small requantizer's stage 5, 13
     # (11 in another run of the same tree).
     "host.core.act": (13, 64),
-    # 16 before its delivery rows and counts were registered at issue
-    "host.reader": (14, 63),
+    # 16 before its delivery rows and counts were registered at issue, 14
+    # before each request's byte count was chosen a request ahead and each
+    # tag kept its words still due (5 December)
+    "host.reader": (10, 32),
     "host.writer": (14, 63),
     # 11 levels and 40 carry cells before its Length check was plain logic
     "host.bar0": (10, 31),
