@@ -30,11 +30,16 @@ def config_id(config):
 
 
 def _run(config, simulator, testcase, **env):
+    # The bridge also checks, every cycle, that the chip's link outputs it
+    # samples at the falling edge do not change after it drives its own
+    # (`tpu.sim.host.pcie_host.SAMPLED_AT_FALLING_EDGE`): these tests cover
+    # every kind of packet and fault, on narrow, wide and small-FPGA links.
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_host", testcase=testcase, seed=seed,
                           toplevel=CHIP_NAME, verilog_source=generate_verilog(config, top="chip"),
-                          extra_env={"TPU_SIMULATOR": simulator, **env})
+                          extra_env={"TPU_SIMULATOR": simulator, "TPU_BRIDGE_CHECK_SAMPLING": "1",
+                                     **env})
     assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"
 
 
