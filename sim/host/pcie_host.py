@@ -316,9 +316,6 @@ class PcieBridge(Device):
             return 0
         return int((get_sim_time("ns") - self._start_ns + CLOCK_NS // 2) // CLOCK_NS)
 
-    def _has_work(self):
-        return bool(self.requests or self.completions)
-
     def start(self):
         self._start_ns = get_sim_time("ns")
         cocotb.start_soon(self._run())
@@ -350,8 +347,8 @@ class PcieBridge(Device):
             # One wake a cycle: rx.ready, tx.valid and tx.payload are
             # functions of the chip's registers (`SAMPLED_AT_FALLING_EDGE`),
             # so what they are now, before this edge's writes, is what the
-            # next rising edge sees. (`check_sampling` compares them with the
-            # read-only phase after the writes, as a slower bridge did.)
+            # next rising edge sees. (`check_sampling` compares them with
+            # their values in the read-only phase after the writes.)
             ready_now = rx_ready.value
             tx_valid = tx_valid_port.value
             word = int(tx_payload.value) if tx_valid else None
