@@ -13,12 +13,18 @@ faster pass) is checked by recording before and comparing after:
 Cases: the zoo's models and the demo's trained digit models (ONNX, QDQ and
 QOperator), the MLPerf Tiny models (../shared/models) on the default chip,
 on ``--profile up5k`` and on a 2x2 chip of 256 UB rows, 64 accumulator rows
-and 16 weight tiles, ResNet-18 and MobileNetV2 at 32x32, and random layers
-of tests/test_compiler_bands.py's shapes on small memories. ``--quick``
-leaves out the MLPerf Tiny models on the small chips (minutes each);
-``--only SUBSTRING`` (repeatable) runs the cases whose names hold it. The models are
-built once into ``--cache`` (build/fingerprint-models) so that both runs
-compile the same bytes.
+and 16 weight tiles, ResNet-18 and MobileNetV2 at 32x32 and at 224x224 on
+8x8 (``--all``: at 224x224 on 16x16 and TPU v1's 256x256 too), and random
+layers of tests/test_compiler_bands.py's shapes on small memories.
+``--quick`` leaves out the MLPerf Tiny models on the small chips and the
+224x224 models (minutes each); ``--only SUBSTRING`` (repeatable) runs the
+cases whose names hold it. The models are built once into ``--cache``
+(build/fingerprint-models) so that both runs compile the same bytes. Each
+line shows the compile's CPU time (`time.process_time`), so the same run
+measures a faster compiler.
+
+tests/test_compiler_fingerprints.py holds the quick cases' hashes: random
+layers and the MLPerf Tiny models on the default chip, up5k and 2x2.
 """
 
 import argparse
@@ -35,7 +41,7 @@ from tpu import TPUConfig
 from tpu.compiler.artifact import ChipStep
 from tpu.compiler.backend import compile_graph
 from tpu.compiler.errors import CompileError
-from tpu.config import UP5K_PROFILE
+from tpu.config import UP5K_PROFILE, V1_PROFILE
 
 #: the 2x2 chip of issue 26
 SMALL_2X2 = TPUConfig(rows=2, cols=2, ub_rows=256, acc_rows=64, weight_mem_tiles=16)
@@ -119,6 +125,17 @@ def _onnx_models(cache):
     return paths
 
 
+def _imagenet_224(cache, name):
+    """ResNet-18's or MobileNetV2's quantized ONNX model at 224x224, built
+    into `cache` the first time it is compiled."""
+    import onnx
+    from tpu.compiler import imagenet_models
+    path = cache / f"{name}_224.onnx"
+    if not path.exists():
+        onnx.save(imagenet_models.quantized(name, 224), str(path))
+    return str(path)
+
+
 def random_layers():
     """name -> (graph, config, batch): tests/test_compiler_bands.py's
     random convolutions on a third of the UB they need, and random weight
@@ -164,18 +181,18 @@ def random_layers():
     return cases
 
 
-def cases(cache, quick=False):
+def cases(cache, quick=False, every_chip=False):
     """Yield ``(name, make_graph, config, batch)``."""
     from tpu.compiler.mlperf_tiny import MODELS, model_path, missing_reason
     from tpu.compiler.onnx_frontend import import_onnx
     from tpu.compiler.tflite_frontend import import_tflite
     for name, path in _onnx_models(cache).items():
+        load = lambda p=path: import_onnx(str(p))  # noqa: E731
         for config, label in ((DEFAULT, "default"), (SMALL_2X2, "2x2")):
             if name.startswith(("resnet", "mobilenet")) and label == "2x2":
                 continue
             for batch in (1, 4):
-                yield (f"{name}_{label}_b{batch}", lambda p=path: import_onnx(str(p)),
-                       config, batch)
+                yield f"{name}_{label}_b{batch}", load, config, batch
     for name, (graph, config, batch) in random_layers().items():
         yield name, lambda g=graph: g, config, batch
     for name in MODELS:
@@ -185,8 +202,19 @@ def cases(cache, quick=False):
         chips = [("default", DEFAULT)]
         if not quick:
             chips += [("up5k", UP5K_PROFILE), ("2x2", SMALL_2X2)]
+        load = lambda n=name: import_tflite(str(model_path(n)))  # noqa: E731
         for label, config in chips:
-            yield (f"{name}_{label}", lambda n=name: import_tflite(str(model_path(n))), config, 1)
+            yield f"{name}_{label}", load, config, 1
+    if quick:
+        return
+    from tpu.compiler import imagenet_models
+    chips = [("8x8", DEFAULT)]
+    if every_chip:
+        chips += [("16x16", TPUConfig(rows=16, cols=16)), ("v1", V1_PROFILE)]
+    for name in imagenet_models.MODELS:
+        load = lambda n=name: import_onnx(_imagenet_224(cache, n))  # noqa: E731
+        for label, config in chips:
+            yield f"{name}_224_{label}_b1", load, config, 1
 
 
 def main(argv=None):
@@ -195,7 +223,10 @@ def main(argv=None):
     group.add_argument("--record", metavar="FILE", help="write the fingerprints to FILE (JSON)")
     group.add_argument("--check", metavar="FILE", help="compare with FILE's fingerprints")
     ap.add_argument("--quick", action="store_true",
-                    help="leave out the MLPerf Tiny models on the small chips")
+                    help="leave out the MLPerf Tiny models on the small chips and the "
+                         "224x224 models")
+    ap.add_argument("--all", action="store_true",
+                    help="the 224x224 models on 16x16 and v1 too")
     ap.add_argument("--only", metavar="SUBSTRING", action="append",
                     help="only the cases whose names hold it (repeatable)")
     ap.add_argument("--cache", default="build/fingerprint-models", type=Path,
@@ -203,14 +234,17 @@ def main(argv=None):
     args = ap.parse_args(argv)
     want = json.loads(Path(args.check).read_text()) if args.check else {}
     got, bad = {}, []
-    for name, make, config, batch in cases(args.cache, args.quick):
+    graphs = {}
+    for name, make, config, batch in cases(args.cache, args.quick, args.all):
         if args.only and not any(part in name for part in args.only):
             continue
         if args.check and name not in want:
             continue
-        start = time.perf_counter()
+        if make not in graphs:          # (a model compiled for several chips is read once)
+            graphs = {make: make()}
+        start = time.process_time()
         try:
-            compiled = compile_graph(make(), config, batch)
+            compiled = compile_graph(graphs[make], config, batch)
         except CompileError as e:       # (a refusal's words are output too)
             got[name] = {"hash": hashlib.sha256(str(e).encode()).hexdigest()[:16],
                          "cycles": None, "parts": None}
@@ -221,7 +255,7 @@ def main(argv=None):
         if args.check and want[name] != got[name]:
             bad.append(name)
         print(f"{name}: {got[name]['hash']} {got[name]['cycles']} cycles "
-              f"{got[name]['parts']} parts ({time.perf_counter() - start:.1f} s){same}",
+              f"{got[name]['parts']} parts (compile {time.process_time() - start:.1f} s CPU){same}",
               flush=True)
     if args.record:
         Path(args.record).write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")

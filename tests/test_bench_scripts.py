@@ -38,7 +38,8 @@ def _script(name, *args, check=True):
                                          ("bench_small_chips.py", ["--chips", "--backend",
                                                                    "--inputs"]),
                                          ("bench_imagenet.py", ["--chips", "--models", "--run"]),
-                                         ("compile_golden.py", ["--record", "--check", "--only"])])
+                                         ("compiler_fingerprints.py", ["--record", "--check",
+                                                                       "--only", "--all"])])
 def test_help(name, words):
     out = _script(name, "--help").stdout
     assert out.startswith("usage: ") and all(w in out for w in words)
