@@ -623,6 +623,16 @@ async def bad_tlps(dut):
     assert not answers, f"the chip answered a dropped packet (seed {seed}): {answers[0]!r}"
     _assert_untouched(link, before, what=f"bad packets (seed {seed})")
 
+    # A 4-word header (MWr with a 64-bit address; BAR0 decodes the offset
+    # from its lower word): the write is taken.
+    for _ in range(2):
+        value = rng.getrandbits(32)
+        high = rng.getrandbits(32)
+        bridge.inject_raw(words_to_beats(_request_words(TlpType.MEM_WRITE_64, high << 32 | target, [value]),
+                                         config.link_dw), "MWr with a 4-word header")
+        got = await device.read_register("PROG_ADDR_LO")
+        assert got == value, f"MWr 4-word header (seed {seed}): PROG_ADDR_LO 0x{got:08x}, not 0x{value:08x}"
+
     # Bad packets among the completions of a running program: it runs on.
     for _ in range(2):
         await _copy_during(device, rng, packets, seed)
@@ -654,7 +664,7 @@ async def bad_tlps(dut):
 async def _copy_during(device, rng, packets, seed):
     """A copy big enough to keep reads in flight while bad packets arrive."""
     cfg, link = device.config, device.link
-    rows = 6 * cfg.max_read_request // cfg.rows
+    rows = min(6 * cfg.max_read_request // cfg.rows, cfg.ub_rows)
     data = rng.randbytes(rows * cfg.rows)
     src, src_addr = _placed(device, rng, len(data))
     dst, dst_addr = _placed(device, rng, len(data))
