@@ -55,7 +55,8 @@ _RANGES = {
                                        "cycles (needs requantizer_multiplier_width 16 or 8)"),
     "serial_host":       (0, 1,        "1: the host side's small form for a UART link (needs link_dw 1 and "
                                        "read_tags 1): the DMA writer queues its bytes as whole words, "
-                                       "BAR0 serves one-word accesses and keeps only the interrupt bits"),
+                                       "BAR0 serves one-word accesses and keeps only the interrupt bits, "
+                                       "the TLP receiver keeps three header words"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
@@ -162,7 +163,10 @@ class TPUConfig:
         (the same TLPs in the same cycles); BAR0 answers only one-word
         reads and writes (a two-word one is an Unsupported Request, as a
         three-word one is), and IRQ_ENABLE and IRQ_STATUS keep only their
-        four `Irq` bits (`tpu.host_registers.register_bits`).
+        four `Irq` bits (`tpu.host_registers.register_bits`); the TLP
+        receiver keeps a 4-word header's lower address word in place of its
+        upper one (a received address reads its lower 32 bits), so its
+        header queue is three words wide (docs/host_interface.md).
 
     Raises
     ------
