@@ -235,7 +235,12 @@ DEPTH_BLOCKS = {
     "host.core": ("act", "engine", "mmc", "rhm", "rw_queue", "sequencer", "ub", "weight_fifo",
                   "weight_memory", "whm"),
     "host.core.sequencer": (),
+    # Measured whole (with its pipeline's requantizers and pooling unit), as
+    # a shared lane's paths run from the pipeline's column count into its
+    # requantizer; the lane itself measured apart too.
     "host.core.act": (),
+    "host.core.act.pipeline.requantizer0": (),
+    "host.core.act.pipeline.pooling": (),
     "host.core.engine": ("array",),
     "host.core.mmc": (),
     "host.core.rhm": (),

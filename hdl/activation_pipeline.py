@@ -295,6 +295,42 @@ class ActivationPipeline(wiring.Component):
             """The value of the group entering the requantizers."""
             return values[0] if steps == 1 else Array(values)[step]
 
+        # With shared lanes the column settings (and, with a multi-cycle
+        # product, the held accumulator values) of the group entering the
+        # requantizers next are chosen a cycle ahead into registers, so that
+        # `count` reaches only those registers' selects and a requantizer's
+        # operands come from flip-flops. `ahead` is the group of the next
+        # cycle: with a multi-cycle product ``(count + 1) // cycles``, which
+        # is group 0 while idle whether or not a row is taken; with a
+        # product a cycle, ``count + 1``, group 0 being read directly in
+        # the cycle a row is taken (``count == 0``).
+        ahead = Signal(range(steps), name="ahead")
+        ahead_first = Signal(name="ahead_first")        # the next group is group 0
+        if steps > 1:
+            if cycles > 1:
+                m.d.comb += ahead.eq(Mux(count == row_cycles - 1, 0, count + 1) >> exact_log2(cycles))
+            else:
+                m.d.comb += ahead.eq(Mux(count == row_cycles - 1, 0, count + 1))
+            m.d.sync += ahead_first.eq(ahead == 0)
+        channel_write = self.set_channel.valid & self.set_channel.ready
+
+        def chosen(values, name, written):
+            """`values` (one per group) of the group entering the requantizers,
+            from a register chosen a cycle ahead. A channel write (while idle,
+            when the register holds group 0's value) goes into the register
+            too, as a row may be taken in the next cycle."""
+            if steps == 1:
+                return values[0]
+            register = Signal.like(values[0], name=name)
+            m.d.sync += register.eq(Array(values)[ahead])
+            if cycles > 1:
+                column, payload = written
+                with m.If(channel_write & (self.set_channel.payload.col == column)):
+                    m.d.sync += register.eq(payload)
+                return register
+            # A product a cycle: group 0 is read directly as the row is taken.
+            return Mux(count == 0, values[0], register)
+
         # The pooling unit shares the requantizers' lanes, group by group.
         serial = bool(self._config.serial_act)
         m.submodules.pooling = pooling = PoolingUnit(lanes=lanes, max_width=self._max_width,
@@ -309,11 +345,24 @@ class ActivationPipeline(wiring.Component):
             m.submodules[f"requantizer{n}"] = lane
             if cycles > 1:
                 m.d.comb += lane.start.eq(start)
+            payload = self.set_channel.payload
+            if steps > 1 and cycles > 1:
+                # Group 0's value comes in as the row is taken; the others'
+                # from `held`, chosen a cycle ahead (`held` is loaded as the
+                # row is taken, `cycles` cycles before group 1 enters).
+                held_value = Signal(signed(32), name=f"held_value{n}")
+                m.d.sync += held_value.eq(Array([held[c] for c in columns])[ahead])
+                lane_acc = Mux(ahead_first, self.i.payload.data[n], held_value)
+            else:
+                lane_acc = per_group([self.i.payload.data[n]] + [held[c] for c in columns[1:]])
             m.d.comb += [
-                lane.acc.eq(per_group([self.i.payload.data[n]] + [held[c] for c in columns[1:]])),
-                lane.bias.eq(per_group([bias[c] for c in columns])),
-                lane.multiplier.eq(per_group([multiplier[c] for c in columns])),
-                lane.shift.eq(per_group([shift[c] for c in columns])),
+                lane.acc.eq(lane_acc),
+                lane.bias.eq(chosen([bias[c] for c in columns], f"lane_bias{n}",
+                                    (columns[0], payload.bias))),
+                lane.multiplier.eq(chosen([multiplier[c] for c in columns], f"lane_multiplier{n}",
+                                          (columns[0], payload.multiplier))),
+                lane.shift.eq(chosen([shift[c] for c in columns], f"lane_shift{n}",
+                                     (columns[0], payload.shift))),
                 lane.single_round.eq(settings.single_round),
                 lane.zero_point.eq(settings.zero_point),
                 lane.low.eq(low),

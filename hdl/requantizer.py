@@ -318,7 +318,7 @@ class Requantizer(wiring.Component):
         w, cycles = self._width, self.multiply_cycles
         pieces = 32 // w
         a, b = Signal(32), Signal(32)          # magnitudes; |INT32_MIN| fits
-        negative, both_min = Signal(), Signal()
+        negative = Signal()
         shifted_now = Signal(signed(32))
         m.d.comb += shifted_now.eq(shifted)
         with m.If(self.start):
@@ -326,7 +326,6 @@ class Requantizer(wiring.Component):
                 a.eq(Mux(shifted_now < 0, -shifted_now, shifted_now)[:32]),
                 b.eq(Mux(self.multiplier < 0, -self.multiplier, self.multiplier)[:32]),
                 negative.eq(shifted_now[31] ^ self.multiplier[31]),
-                both_min.eq((shifted_now == INT32_MIN) & (self.multiplier == INT32_MIN)),
             ]
             if shift2 is not None:
                 m.d.sync += shift2.eq(self.shift)
@@ -359,8 +358,13 @@ class Requantizer(wiring.Component):
             negative_out = Signal()
         if magnitude is not None:
             m.d.comb += magnitude.eq(total)
+        # ``INT32_MIN * INT32_MIN`` is the one product whose magnitudes are
+        # both 2**31: found from `a` and `b` (which a value starting in this
+        # cycle replaces only at its end), not beside the shift on the way
+        # into them.
         with m.If(step == cycles - 1):
-            m.d.sync += [negative_out.eq(negative), saturate.eq(both_min)]
+            m.d.sync += [negative_out.eq(negative),
+                         saturate.eq((a == 1 << 31) & (b == 1 << 31))]
             if shift2 is not None:
                 m.d.sync += [shift3.eq(shift2), *totals(shift2)]
         m.d.comb += product.eq(Mux(negative_out, -total, total))

