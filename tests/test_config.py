@@ -151,7 +151,7 @@ def test_serial_act_needs_a_multi_cycle_product():
 
 def test_serial_host_needs_a_one_word_link_with_one_tag():
     from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE
-    assert UP5K_PROFILE.serial_host == ULX3S16_PROFILE.serial_host == 1 and TPUConfig().serial_host == 0
+    assert UP5K_PROFILE.serial_host == 1 and ULX3S16_PROFILE.serial_host == TPUConfig().serial_host == 0
     for fields in (dict(link_dw=1), dict(read_tags=1), dict(link_dw=2, read_tags=1)):
         with pytest.raises(ConfigError, match="serial_host = 1 is the host side of a one-word link "
                                               "with one read tag"):

@@ -300,11 +300,11 @@ class TPUConfig:
 
 #: The host-interface fields of a chip for a small FPGA behind a UART (the
 #: iCEBreaker's UP5K): one read tag, one DMA window, a one-word link, the
-#: smallest TLPs, 32-bit host addresses and 32-bit counters, and the host
-#: side's small form (`serial_host`). A board profile adds its core fields
-#: to these.
+#: smallest TLPs, 32-bit host addresses and 32-bit counters. A board profile
+#: adds its core fields to these (the `up5k` profile also the host side's
+#: small form, `serial_host`).
 UP5K_HOST_FIELDS = dict(link_dw=1, max_payload=128, max_read_request=128, read_tags=1,
-                        dma_windows=1, host_addr_bits=32, counter_bits=32, serial_host=1)
+                        dma_windows=1, host_addr_bits=32, counter_bits=32)
 
 #: Board profiles: field values for a chip sized for one FPGA board, the
 #: same programs bit-exact through the same driver (docs/fpga.md), and
@@ -313,11 +313,12 @@ PROFILES = {
     # iCE40 UP5K (iCEBreaker): a 2x2 array, small memories, a host interface
     # for a UART, one requantizer with a 16 x 16-bit multiplier (ACT takes
     # 8 cycles a row) and the small activation pipeline, the sequencer
-    # issuing to one unit at a time and the decoder's products a bit a cycle.
+    # issuing to one unit at a time, the decoder's products a bit a cycle and
+    # the host side's small form.
     "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
                  cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                  requantizers=1, requantizer_multiplier_width=16, serial_issue=1, serial_decode=1,
-                 serial_act=1),
+                 serial_act=1, serial_host=1),
     # ECP5-85F (ULX3S): a 16x16 array, 144 of its PEs in three bands of
     # rows on the three lines of MULT18X18D (the placement that routes,
     # with nextpnr's static placer; the decoder's products then go into
