@@ -49,9 +49,6 @@ RATCHET = {
     # 49 carry cells before `address_counter`, 33 now.
     "host.writer": (10, 40),
     "host.core.weight_memory": (8, 40),
-    # 7 when first measured on its own branch, 8 on the merged tree (rx_byte
-    # into the NAK request); not re-timed yet.
-    "port.bridge": (8, 40),
 }
 
 #: The blocks the suite synthesises (about a minute each on the loaded 2-core
@@ -243,7 +240,9 @@ ICE40_RATCHET = {
     "host.writer": (14, 63),
     # 11 levels and 40 carry cells before its Length check was plain logic
     "host.bar0": (10, 31),
-    "port.bridge": (9, 15),
+    # 9 levels and 15 carry cells before its decisions were registered a
+    # cycle later (rx_byte into the NAK request)
+    "port.bridge": (6, 14),
     "host.core.mmc": (8, 22),
     # 8 before the small host side (`serial_host`: a 96-bit header queue);
     # the same path, into the packet's fault reason (`commit_reason`),

@@ -82,3 +82,10 @@ def test_bad_tlps(simulator, config):
 def test_abort_during_writes(simulator):
     """Many ABORTs and SOFT_RESETs while WHM writes keep the link busy."""
     _run(NARROW, simulator, "abort_during_writes")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("config", [NARROW, WIDE], ids=config_id)
+def test_fetch_reads_only_the_program(simulator, config):
+    """The program fetch reads each program's bytes once and nothing past its end."""
+    _run(config, simulator, "fetch_bounds")

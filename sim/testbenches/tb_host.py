@@ -722,3 +722,47 @@ async def abort_during_writes(dut):
         await link.sleep(rng.randint(0, 100) * CLOCK_NS * 1e-9)
         _assert_untouched(link, before, allowed, what)
     await _copy_runs(device, rng, f"after the stops (seed {seed})")
+
+
+# ---------------------------------------------------------------------------------------
+# The program fetch reads the program and nothing past it
+
+
+@cocotb.test(timeout_time=1, timeout_unit="ms")   # a stuck link fails, never hangs
+async def fetch_bounds(dut):
+    """Programs of lengths around the fetcher's chunks (16 instructions) and
+    the link's largest read, at random 16-byte offsets: the chip's memory
+    reads while each runs to its HALT, and for a while after, cover the
+    program's bytes exactly once and nothing past its end (the words there,
+    host memory all the same, would only wait behind the HALT)."""
+    from ...driver import Device
+    from ..host.pcie_host import _READS
+    config = config_from_env()
+    seed = _seed()
+    rng = random.Random(seed)
+    link = await open_rtl_link(dut, config, seed=seed)
+    device = await Device.open(link, config, irq_recheck=2e-6)
+    chunk, per_read = 16, config.max_read_request // 16
+    lengths = sorted({1, 2, chunk - 1, chunk, chunk + 1, 2 * chunk - 1, 2 * chunk, 2 * chunk + 1,
+                      3 * chunk + rng.randint(1, chunk - 1), per_read + 1, rng.randint(3, 5 * chunk)})
+    rng.shuffle(lengths)
+    for n in lengths:
+        program = encode_program([Nop()] * (n - 1) + [Halt()])
+        buffer = device.alloc(len(program) + 256, 256)
+        addr = buffer.addr + 16 * rng.randrange(16)
+        device.write(buffer, program, addr - buffer.addr)
+        what = f"a program of {n} instructions at 0x{addr:x} (seed {seed})"
+        sent = len(link.bridge.sent)
+        result = await device.wait(await device.submit(addr, n), timeout=1e-3)
+        assert result.halted, f"{what}: {result}"
+        await link.sleep(rng.randint(200, 600) * CLOCK_NS * 1e-9)
+        reads = sorted((t.address + t.get_first_be_offset(), t.get_be_byte_count())
+                       for t in link.bridge.sent[sent:] if t.fmt_type in _READS)
+        past = [f"0x{a:x}+{b}" for a, b in reads if a < addr or a + b > addr + len(program)]
+        assert not past, f"{what}: reads outside [0x{addr:x}, 0x{addr + len(program):x}): {past}"
+        at = addr
+        for a, b in reads:
+            assert a == at, f"{what}: the reads {reads} leave a gap or overlap at 0x{at:x}"
+            at += b
+        assert at == addr + len(program), f"{what}: the reads {reads} end at 0x{at:x}"
+        device.free(buffer)
