@@ -1,12 +1,18 @@
 """The whole chip on a board: `SerialChip` on the board's FTDI UART, with LEDs.
 
 The chip's clock is the board's default (`BOARD_CLOCK_HZ`) or what the
-caller asks for. The iCEBreaker's chip runs from its 12 MHz oscillator; on
-the ULX3S the ECP5's PLL makes the chip clock (by default below the chip's
-routed Fmax: `tpu.fpga.routed_clocks`) from the 25 MHz oscillator
-(`tpu.fpga.ecp5_pll`), and the chip is held in reset (the ECP5's global set/reset, as Amaranth's own clock
-domain does it) until the PLL locks. The UART divisor is the chip clock over
-the baud rate, rounded. The LEDs (docs/fpga.md):
+caller asks for. On the iCEBreaker it is the 12 MHz oscillator by default
+(no routed result of the chip there yet), and any other clock is made by
+the iCE40's PLL from it (`tpu.fpga.ice40_pll`, ``SB_PLL40_PAD`` on the
+oscillator's pin); the chip is held in reset until the PLL locks and
+15 us more (the iCE40's block RAMs read zeros for about 3 us after
+configuration, as Amaranth's own iCE40 clock domain allows). On the ULX3S
+the ECP5's PLL makes the chip clock (by default below the chip's routed
+Fmax: `tpu.fpga.routed_clocks`) from the 25 MHz oscillator
+(`tpu.fpga.ecp5_pll`), and the chip is held in reset (the ECP5's global
+set/reset, as Amaranth's own clock domain does it) until the PLL locks.
+The UART divisor is the chip clock over the baud rate, rounded. The LEDs
+(docs/fpga.md):
 
 ==========  ===========================  =============================
 signal      iCEBreaker                   ULX3S
@@ -28,6 +34,7 @@ from amaranth.lib import io
 
 from ..hdl.serial_chip import SerialChip, retransmit_cycles
 from .ecp5_pll import ECP5PLL, ecp5_pll_outputs, ecp5_pll_settings
+from .ice40_pll import ICE40PLL, ICE40PLLSettings, LockReset, ice40_pll_outputs, ice40_pll_settings
 from .routed_clocks import MARGIN, fastest_clock_within, latest_routed
 
 
@@ -39,11 +46,11 @@ BOARD_OSCILLATOR_HZ = {"icebreaker": 12e6, "ulx3s-85f": 25e6}
 
 #: boards whose top makes the chip clock with a PLL -> the function that
 #: sets the PLL up, (oscillator Hz, chip clock Hz) -> settings
-_PLLS = {"ulx3s-85f": ecp5_pll_settings}
+_PLLS = {"ulx3s-85f": ecp5_pll_settings, "icebreaker": ice40_pll_settings}
 
 #: boards whose top has a PLL -> the function listing what it makes from
 #: the oscillator (Hz, ascending)
-_PLL_OUTPUTS = {"ulx3s-85f": ecp5_pll_outputs}
+_PLL_OUTPUTS = {"ulx3s-85f": ecp5_pll_outputs, "icebreaker": ice40_pll_outputs}
 
 
 def board_clocks(board):
@@ -61,7 +68,7 @@ def default_clock_hz(board, profile=None):
     none: the up5k profile is the small chip's) less `MARGIN`
     (`tpu.fpga.routed_clocks`); the oscillator rather than the PLL when both
     make it. The board's oscillator when nothing is recorded (the
-    iCEBreaker: its top has no PLL, and its chip does not fit yet)."""
+    iCEBreaker: its chip has not been routed yet)."""
     oscillator = float(BOARD_OSCILLATOR_HZ[board])
     routed = latest_routed(board, profile) or latest_routed(board, None)
     if not routed:
@@ -106,7 +113,8 @@ def board_clock(board, clock_hz=None):
     """(the chip clock in Hz, the PLL settings or None) for `board` asked to
     run at `clock_hz` (None: the board's default), or ValueError (one line)
     for a clock the board cannot make. The clock is what the PLL makes, which
-    may differ from `clock_hz` by up to 0.1%."""
+    may differ from `clock_hz` by up to its tolerance (the ECP5's 0.1%,
+    the iCE40's 1%)."""
     if board not in BOARD_LEDS:
         raise ValueError(f"unknown board {board!r}: choose one of {', '.join(BOARD_LEDS)}")
     oscillator = BOARD_OSCILLATOR_HZ[board]
@@ -198,6 +206,27 @@ class BoardTop(Elaboratable):
         return m
 
     def _clock_from_pll(self, m, platform):
+        if isinstance(self.pll, ICE40PLLSettings):
+            self._clock_from_ice40_pll(m, platform)
+        else:
+            self._clock_from_ecp5_pll(m, platform)
+
+    def _clock_from_ice40_pll(self, m, platform):
+        # The sync domain, driven by the PLL, as Amaranth's iCE40 platform
+        # makes it from the oscillator: in reset until 15 us after the PLL
+        # has locked (its LOCK brought into the PLL's clock by two
+        # flip-flops), and again should it lose lock.
+        clk_pin = platform.request(platform.default_clk, dir="-")
+        m.submodules.pll = pll = ICE40PLL(self.pll, clk_pin.io)
+        m.domains.por = ClockDomain("por", reset_less=True, local=True)
+        m.d.comb += ClockSignal("por").eq(pll.clk_out)
+        m.submodules.lock_reset = lock = DomainRenamer("por")(LockReset(int(15e-6 * self.clock_hz)))
+        m.d.comb += lock.locked.eq(pll.locked)
+        m.domains.sync = sync = ClockDomain("sync")
+        m.d.comb += [sync.clk.eq(pll.clk_out), sync.rst.eq(~lock.ready)]
+        platform.add_clock_constraint(sync.clk, self.clock_hz)
+
+    def _clock_from_ecp5_pll(self, m, platform):
         # The sync domain, driven by the PLL, as Amaranth's ECP5 platform makes
         # it from the oscillator: reset-less, every flip-flop held by the
         # global set/reset (SGSR) until two cycles after the PLL has locked.

@@ -573,9 +573,7 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
     result = {"board": board, "device": spec.device, "top": top, "config": config.to_dict(),
               "baudrate": baudrate, "uart_divisor": design.chip.divisor,
               "clock_mhz": design.clock_hz / 1e6, "oscillator_mhz": platform.default_clk_frequency / 1e6,
-              "pll": None if pll is None else {
-                  "clki_div": pll.clki_div, "clkfb_div": pll.clkfb_div,
-                  "clkop_div": pll.clkop_div, "vco_mhz": pll.vco_hz / 1e6},
+              "pll": None if pll is None else pll.as_dict(),
               "dsp": dsp, "router": router or "router1", "placer": placer or "heap",
               "build_dir": str(build_dir), "tools": tool_versions(board)}
     start = time.monotonic()

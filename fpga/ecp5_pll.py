@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from amaranth import *
 
+from .pll_frequencies import check_frequencies, check_nearest, in_range
+
 
 __all__ = ["PLLSettings", "ecp5_pll_settings", "ecp5_pll_outputs", "ECP5PLL", "PLL_RANGES_HZ"]
 
@@ -53,6 +55,11 @@ class PLLSettings:
     def vco_hz(self):
         return self.output_hz * self.clkop_div
 
+    def as_dict(self):
+        """The settings as a build report records them."""
+        return {"primitive": "EHXPLLL", "clki_div": self.clki_div, "clkfb_div": self.clkfb_div,
+                "clkop_div": self.clkop_div, "vco_mhz": self.vco_hz / 1e6}
+
     @property
     def clkop_cphase(self):
         # CLKOP shifted by half its period in VCO cycles, as Lattice's tools
@@ -61,22 +68,14 @@ class PLLSettings:
 
 
 def _in_range(point, hz):
-    low, high = PLL_RANGES_HZ[point]
-    return low <= hz <= high
+    return in_range(PLL_RANGES_HZ, point, hz)
 
 
 def ecp5_pll_settings(input_hz, output_hz):
     """The `PLLSettings` that make `output_hz` from `input_hz`, or ValueError
     (one line) when a frequency is out of the PLL's range or no settings come
     within 0.1% of it (the message names the nearest it can make)."""
-    for name, value in (("input", input_hz), ("output", output_hz)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"the PLL's {name} frequency must be a positive number of Hz, "
-                             f"not {value!r}")
-        if not _in_range(name, value):
-            low, high = PLL_RANGES_HZ[name]
-            raise ValueError(f"{value / 1e6:g} MHz is outside the ECP5 PLL's {name} range "
-                             f"({low / 1e6:g} to {high / 1e6:g} MHz)")
+    check_frequencies("ECP5", PLL_RANGES_HZ, input_hz, output_hz)
     best, best_key = None, None
     for clki_div in range(1, _CLKI_DIV_MAX + 1):
         if not _in_range("pfd", input_hz / clki_div):
@@ -95,11 +94,7 @@ def ecp5_pll_settings(input_hz, output_hz):
             key = (abs(out - output_hz), abs(settings.vco_hz - 600e6))
             if best_key is None or key < best_key:
                 best, best_key = settings, key
-    if best is None or best_key[0] > TOLERANCE * output_hz:
-        nearest = f"; the nearest it makes is {best.output_hz / 1e6:.6g} MHz" if best else ""
-        raise ValueError(f"the ECP5 PLL cannot make {output_hz / 1e6:g} MHz from "
-                         f"{input_hz / 1e6:g} MHz{nearest}")
-    return best
+    return check_nearest("ECP5", best, input_hz, output_hz, TOLERANCE)
 
 
 def ecp5_pll_outputs(input_hz):

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .byte_gearbox import append_bytes, byte_stream
+from .byte_gearbox import append_bytes, append_bytes_in_words, byte_stream
 from .dma_split import address_counter, request_header, split_request
 from .tlp import FmtType, TlpHeader, tlp_stream
 
@@ -83,7 +83,6 @@ class DmaWriter(wiring.Component):
         # Room for two beats in flight plus one arriving, plus the up to three
         # lanes that place the first byte in its word.
         size = 3 * beat + 3
-        buf = Signal(8 * size)
         fill = Signal(range(size + 1))
 
         split = split_request(m, addr, left, max_payload,
@@ -96,7 +95,6 @@ class DmaWriter(wiring.Component):
         m.d.comb += [
             out.valid.eq(tlp & (draining | (fill >= take))),
             out.payload.header.eq(hdr),
-            out.payload.data.eq(buf[:8 * beat]),
             out.payload.words.eq(Mux(tlp_left < beat, (tlp_left + 3) >> 2, link_dw)),
             out.payload.last.eq(tlp_left <= beat),
         ]
@@ -111,7 +109,15 @@ class DmaWriter(wiring.Component):
         in_fire = self.data.valid & self.data.ready
         # Only a draining TLP can want more bytes than are held.
         removed = Mux(out_fire, Mux(take > fill, fill, take), 0)
-        append_bytes(m, buf, fill, removed, self.data.payload.data, in_count, in_fire)
+        if cfg.serial_host:
+            # One-word link: only whole words leave but a job's last bytes.
+            head, empty = append_bytes_in_words(m, size, fill, removed, self.data.payload.data,
+                                                in_count, in_fire)
+        else:
+            buf = Signal(8 * size)
+            append_bytes(m, buf, fill, removed, self.data.payload.data, in_count, in_fire)
+            head, empty = buf[:8 * beat], [buf.eq(0), fill.eq(0)]
+        m.d.comb += out.payload.data.eq(head)
         with m.If(in_fire):
             m.d.sync += in_left.eq(in_left - in_count)
 
@@ -154,7 +160,7 @@ class DmaWriter(wiring.Component):
                 fill.eq(self.job.payload.addr[:2]),
             ]
 
-        stop = [active.eq(0), tlp.eq(0), started.eq(0), draining.eq(0), fill.eq(0), buf.eq(0),
+        stop = [active.eq(0), tlp.eq(0), started.eq(0), draining.eq(0), *empty,
                 left.eq(0), in_left.eq(0)]
         with m.If(draining & tlp_end):
             m.d.sync += stop

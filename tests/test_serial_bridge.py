@@ -8,7 +8,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from conftest import base_seed
-from tpu.driver.serial_framing import Deframer, Frame, Kind, encode_frame
+from tpu.driver.serial_framing import SOF, Deframer, Frame, Kind, _stuff, crc16, encode_frame
 from tpu.driver.tlp_bytes import memory_read, memory_write, parse
 from tpu.hdl.serial_bridge import SerialBridge
 
@@ -51,14 +51,15 @@ def _run(dw, script, retransmit=400):
 
     class IO:
         async def send(self, ctx, data, gap=3, then=60):
-            """`data` a byte every `gap` cycles, then `then` idle cycles (a
-            host waits for its ACK)."""
+            """`data` a byte every `gap` + 1 cycles, then `then` idle cycles
+            (a host waits for its ACK)."""
             for byte in data:
                 ctx.set(dut.rx_byte.valid, 1)
                 ctx.set(dut.rx_byte.payload, byte)
                 await ctx.tick()
                 ctx.set(dut.rx_byte.valid, 0)
-                await ctx.tick().repeat(gap)
+                if gap:
+                    await ctx.tick().repeat(gap)
             await ctx.tick().repeat(then)
 
         async def send_tlp(self, ctx, words):
@@ -122,6 +123,47 @@ def test_frames_in(dw):
     assert io.frames() == [Frame(Kind.SYNC, 0), Frame(Kind.ACK, 0), Frame(Kind.ACK, 0),
                            Frame(Kind.NAK, 0), Frame(Kind.ACK, 1)]
     assert len(io.bad_frames) == 1
+
+
+def _frame_as_said(ctrl, length, payload):
+    """A frame whose control byte and length say what they are told, with a
+    good CRC: a well-formed frame of a malformed TLP."""
+    body = bytes((ctrl, length >> 8, length & 0xFF)) + bytes(payload)
+    crc = crc16(body)
+    return bytes((SOF,)) + _stuff(body + bytes((crc >> 8, crc & 0xFF)))
+
+
+@pytest.mark.parametrize("dw", [1, 4])
+@pytest.mark.parametrize("gap", [0, 2])
+def test_malformed_frames_are_refused(dw, gap):
+    """Frames whose length or control byte is wrong, CRC good, bytes back to
+    back (a byte a cycle, while the bridge judges the length in the cycle
+    after it) or spaced: each is NAKed and flagged and nothing of it reaches
+    the chip; a good TLP after them goes through."""
+    depth = 4 + 32                          # the bridge's buffer, in words (`_run`)
+    write = memory_write(0x80, bytes(range(16)))
+    rng = random.Random(base_seed())
+    tlp = Kind.TLP << 4
+    bad = [
+        (tlp, 14, bytes(14)),                                   # not whole words
+        (tlp, 8, bytes(8)),                                     # shorter than a header
+        (tlp, 4 * depth + 4, rng.randbytes(4 * depth + 4)),     # longer than the buffer
+        (tlp, 0x100 + 12, rng.randbytes(12)),                   # the high byte alone too long
+        (Kind.ACK << 4, 4, bytes(4)),                           # a control frame with a payload
+        (tlp | 0x2, len(write), write),                         # a reserved control bit
+        (0x60, 0, b""),                                         # no such kind
+    ]
+
+    async def script(ctx, io):
+        for ctrl, length, payload in bad:
+            await io.send(ctx, _frame_as_said(ctrl, length, payload), gap=gap, then=80)
+        await io.send(ctx, encode_frame(Kind.TLP, 0, write), gap=gap)
+        await ctx.tick().repeat(100)
+
+    io = _run(dw, script)
+    assert [_raw(w) for w in io.tlps()] == [write]
+    assert io.frames() == [Frame(Kind.NAK, 0)] * len(bad) + [Frame(Kind.ACK, 0)]
+    assert len(io.bad_frames) == len(bad)
 
 
 @pytest.mark.parametrize("dw", [1, 4])
