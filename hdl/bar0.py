@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host_registers import COUNTER_NAMES, UNMAPPED, config_words, register_bits, registers
+from ..host_registers import COUNTER_NAMES, UNMAPPED, Irq, config_words, register_bits, registers
 from .window import DmaWindows
 from .tlp import CplStatus, FmtType, TlpHeader, has_data, tlp_stream
 
@@ -64,7 +64,11 @@ class Bar0(wiring.Component):
     On a one-word link one register multiplexer serves a two-word read, the
     second word a cycle after the first (still before the link needs it),
     so a 64-bit read of a counter's ``_LO``/``_HI`` pair is one snapshot;
-    a wider link reads both words at once through two.
+    a wider link reads both words at once through two. With
+    ``serial_host`` (the small form behind a UART, whose driver reads and
+    writes one word at a time) only one-word accesses are served, a longer
+    one is answered UR like any other it does not serve, and IRQ_STATUS
+    keeps only the `Irq` bits.
     """
 
     def __init__(self, config):
@@ -99,13 +103,14 @@ class Bar0(wiring.Component):
         m = Module()
         cfg = self._config
         link_dw = cfg.link_dw
+        max_words = 1 if cfg.serial_host else MAX_ACCESS_WORDS
 
         # Register storage: only the bits a register keeps (an address _HI
         # above host_addr_bits keeps none, reads 0 and ignores writes).
         stored = {r.name: Signal(self._bits.get(r.name, 32), name=f"reg_{r.name.lower()}",
                                  init=r.reset)
                   for r in self._table if r.access == "rw"}
-        irq_status = Signal(32)
+        irq_status = Signal(len(Irq) if cfg.serial_host else 32)
         counter_hi = Signal(cfg.counter_bits - 32)
         bad_requests = Signal(32)
         m.d.comb += self.irq_status.eq(irq_status)
@@ -165,7 +170,7 @@ class Bar0(wiring.Component):
         whole = (hdr.first_be == 0xF) & ((length == 1) | (hdr.last_be == 0xF))
         # 1 <= Length <= MAX_ACCESS_WORDS (a 0 is 1024) as plain logic, no
         # comparison's carry chain in front of the request's checks.
-        short = Cat(hdr.length == k for k in range(1, MAX_ACCESS_WORDS + 1)).any()
+        short = Cat(hdr.length == k for k in range(1, max_words + 1)).any()
         served = is_mem & short & ~hdr.ep
         word_offset = hdr.address[2:12]
 
@@ -205,9 +210,9 @@ class Bar0(wiring.Component):
         # Non-posted requests are answered: a read of registers or UR.
         responding = Signal()
         resp = Signal(TlpHeader)
-        resp_words = Signal(range(MAX_ACCESS_WORDS + 1))
-        resp_data = Signal(32 * MAX_ACCESS_WORDS)
-        sent = Signal(range(MAX_ACCESS_WORDS + link_dw + 1))
+        resp_words = Signal(range(max_words + 1))
+        resp_data = Signal(32 * max_words)
+        sent = Signal(range(max_words + link_dw + 1))
 
         # A request that follows a write waits until the write has taken full
         # effect (a CONTROL bit acts two cycles later), so a read always sees
@@ -231,7 +236,9 @@ class Bar0(wiring.Component):
                         with m.Case((0x200 >> 2) + 2 * i):
                             m.d.sync += counter_hi.eq(self.counters[name][32:])
 
-        if link_dw == 1:
+        if link_dw == 1 and max_words == 1:
+            accept_value, accept_latch = read(word_offset)
+        elif link_dw == 1:
             second = Signal()                  # the second word is read this cycle
             second_offset = Signal(10)
             read_offset = Signal(10)
@@ -260,17 +267,19 @@ class Bar0(wiring.Component):
                     resp.lower_address.eq(Mux(ok, Cat(first[:2], hdr.address[2:7]), 0)),
                     resp_words.eq(Mux(ok, length, 0)),
                 ]
-                if link_dw == 1:
+                if link_dw == 1 and max_words == 1:
+                    take_word(0, ok, accept_value, accept_latch, word_offset)
+                elif link_dw == 1:
                     # One word a beat: the second word is not sent before
                     # the cycle after next, so one register mux reads both,
                     # the second in the next cycle.
                     take_word(0, ok & (length >= 1), accept_value, accept_latch, word_offset)
                     m.d.sync += [second.eq(ok & (length == 2)), second_offset.eq(word_offset + 1)]
                 else:
-                    for w in range(MAX_ACCESS_WORDS):
+                    for w in range(max_words):
                         value, latch = read(word_offset + w)
                         take_word(w, ok & (w < length), value, latch, word_offset + w)
-        if link_dw == 1:
+        if link_dw == 1 and max_words > 1:
             with m.If(second):
                 take_word(1, 1, accept_value, accept_latch, second_offset)
                 m.d.sync += second.eq(0)

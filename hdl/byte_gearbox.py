@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 
 __all__ = ["ByteBeat", "byte_stream", "ByteGearbox", "ByteAligner", "BeatShifter", "gearbox",
-           "append_bytes"]
+           "append_bytes", "append_bytes_in_words"]
 
 
 def ByteBeat(n, **extra):
@@ -45,6 +45,58 @@ def append_bytes(m, buf, fill, take, in_data, in_count, in_fire):
         buf.eq(shifted[:len(buf)]),
         fill.eq(kept + Mux(in_fire, in_count, 0)),
     ]
+
+
+def append_bytes_in_words(m, size, fill, take, in_data, in_count, in_fire):
+    """`append_bytes` for a queue of `size` bytes from which only whole
+    words (``len(in_data) // 8`` bytes, a power of two) leave, or all it
+    holds (`take` is 0, a word, or `fill`): the DMA writer's on a one-word
+    link, whose TLPs end on word boundaries but for a job's last.
+
+    The queue is held in word slots, the first word in slot 0. A word
+    leaving shifts the slots down by one (bytes at and above `fill` read
+    zero, as with `append_bytes`), and appended bytes are written in place,
+    rotated to the lanes their positions fall on: one multiplexer `n` ways
+    over the input, where `append_bytes` shifts the whole queue by any
+    number of bytes.
+
+    Returns the first word of the queue (`append_bytes`'s ``buf``'s) and
+    the statements that empty the queue (with ``fill`` set to 0)."""
+    n = len(in_data) // 8
+    assert n & (n - 1) == 0, n
+    lane_bits = n.bit_length() - 1
+    count = -(-size // n)
+    slots = [Signal(8 * n, name=f"word_slot{k}") for k in range(count)]
+    kept = Signal.like(fill)
+    pop = Signal()
+    m.d.comb += [
+        kept.eq(fill - take),
+        pop.eq(take != 0),
+    ]
+    # Byte i of the input lands on lane (r + i) % n of slot (kept + i) // n:
+    # for lane l, byte (l - r) % n, in the slot holding position kept or
+    # the one after it (l < r).
+    r = kept[:lane_bits] if lane_bits else C(0, 1)
+    rotated = Signal(8 * n)
+    with m.Switch(r):
+        for rr in range(n):
+            with m.Case(rr):
+                m.d.comb += rotated.eq(Cat(in_data.word_select((lane - rr) % n, 8) for lane in range(n)))
+    for lane in range(n):
+        target = Signal(range(count + 1), name=f"word_lane{lane}_slot")
+        write = Signal(name=f"word_lane{lane}_write")
+        m.d.comb += [
+            target.eq(kept[lane_bits:] + (lane < r)),
+            write.eq(in_fire & (((lane - r) % n if lane_bits else 0) < in_count)),
+        ]
+        for k in range(count):
+            byte = slots[k].word_select(lane, 8)
+            with m.If(write & (target == k)):
+                m.d.sync += byte.eq(rotated.word_select(lane, 8))
+            with m.Elif(pop):
+                m.d.sync += byte.eq(slots[k + 1].word_select(lane, 8) if k + 1 < count else 0)
+    m.d.sync += fill.eq(kept + Mux(in_fire, in_count, 0))
+    return slots[0], [*(slot.eq(0) for slot in slots), fill.eq(0)]
 
 
 class ByteGearbox(wiring.Component):

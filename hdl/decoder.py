@@ -11,7 +11,7 @@ from ..isa import LAYOUTS, MAX_POOL_COUNT, Fault, Opcode, Pool, ldl_rows, ldq_ro
 from .bounded_product import bounded_product
 from .device_family import is_ecp5, is_ice40
 from .serial_divider import SerialDivider, divider_cycles
-from .window import DmaWindows, inside_a_window
+from .window import DmaWindows, WindowLimits
 
 
 __all__ = ["InstructionDecoder", "field", "decode_cycles", "product_cycles", "Ranges", "RANGE_KINDS",
@@ -121,8 +121,10 @@ class InstructionDecoder(wiring.Component):
         A new ``word`` is presented (and held until the next start).
     word : In(128)
     windows : In(DmaWindows(config))
-        Sampled in the cycle after ``start``: the host interface must not
-        change them while an instruction is being decoded or waits to issue.
+        Sampled from the cycle of ``start`` (each window's end is
+        registered, `WindowLimits`) until ``done``: the host interface must
+        not change them while an instruction is being decoded or waits to
+        issue.
     done : Out(1)
         ``fault`` and the derived values below are valid for ``word``.
     fault : Out(4)
@@ -368,12 +370,16 @@ class InstructionDecoder(wiring.Component):
         def span_bad(first, count, size):
             return (count != 0) & ((first + count) > size)
 
-        # RHM and WHM: inside one DMA window. The comparisons are wide
-        # (65-bit window end), so they are registered with the word's other
-        # checks.
+        # RHM and WHM: inside one DMA window. Each window's end is
+        # registered beside the decoder (`WindowLimits`); START registers
+        # the span's end and whether it starts inside each window, CHECK
+        # compares the registered end with the registered window ends: no
+        # add and compare are chained in one cycle.
         dma = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
-        dma_end = dma["host"] + dma["rows"] * cfg.rows
-        inside = inside_a_window(m, self.windows, dma["host"], dma["rows"] * cfg.rows)
+        limits = WindowLimits(m, self.windows)
+        host_check = Signal()
+        host_above = Signal(len(self.windows))
+        host_end = Signal(66)
 
         # Limits of the activation unit this chip was built with.
         unsupported = is_act & (
@@ -382,12 +388,14 @@ class InstructionDecoder(wiring.Component):
 
         with m.If(fsm.ongoing("START")):
             m.d.sync += [bad_opcode.eq(~legal_opcode), bad_field.eq(illegal_field | unsupported),
-                         word_ub_bad.eq(0), acc_bad.eq(0), wmem_bad.eq(0), host_bad.eq(0)]
+                         word_ub_bad.eq(0), acc_bad.eq(0), wmem_bad.eq(0), host_check.eq(0),
+                         host_above.eq(limits.above_base(dma["host"])),
+                         host_end.eq(dma["host"] + dma["rows"] * cfg.rows)]
             with m.Switch(opcode):
                 with m.Case(Opcode.RHM, Opcode.WHM):
                     m.d.sync += [
                         word_ub_bad.eq(span_bad(dma["ub"], dma["rows"], cfg.ub_rows)),
-                        host_bad.eq((dma["rows"] != 0) & ((dma_end > (1 << 64)) | ~inside)),
+                        host_check.eq(dma["rows"] != 0),
                     ]
                 with m.Case(Opcode.RW):
                     rw = {name: field(word, Opcode.RW, name) for name in _fields(Opcode.RW)}
@@ -433,6 +441,7 @@ class InstructionDecoder(wiring.Component):
                     m.d.sync += rows_range("ub_r", field(word, Opcode.LDL, "ub"), ldl_rows(cfg))
 
         # CHECK: the fault, the lowest-numbered first.
+        m.d.comb += host_bad.eq(host_check & ~limits.inside(host_above, host_end))
         mmc_ub_bad = is_mmc & (mmc["rows"] != 0) & (ub_last >= cfg.ub_rows)
         act_ub_bad = is_act & (out_rows_r != 0) & (ub_last > cfg.ub_rows - 1)
         ub_bad = word_ub_bad | mmc_ub_bad | act_ub_bad

@@ -90,7 +90,7 @@ def request_header(header, split, addr, requester_id, tag=0):
 def address_counter(m, addr, max_bytes):
     """Statements that set and advance the transfer address `addr` without a
     carry chain its whole width: ``load(value)`` sets it, ``advance(chunk)``
-    adds a TLP's byte count (`split_request`'s ``bytes``).
+    adds a TLP's byte count (`chunk_ahead`'s ``chunk``).
 
     A TLP ends at or before the next `max_bytes`-aligned address, so the
     sum's low ``log2(max_bytes)`` bits take a short chain and the bits above

@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .byte_gearbox import byte_stream
+from .byte_gearbox import append_bytes_in_words, byte_stream
 from .dma_split import address_counter, chunk_ahead, request_header, split_chunk
 from .tlp import FmtType, TlpHeader, tlp_stream
 
@@ -83,7 +83,6 @@ class DmaWriter(wiring.Component):
         # Room for two beats in flight plus one arriving, plus the up to three
         # lanes that place the first byte in its word.
         size = 3 * beat + 3
-        buf = Signal(8 * size)
         fill = Signal(range(size + 1))
 
         # The next TLP's byte count is chosen a TLP ahead (`after`: what
@@ -110,7 +109,6 @@ class DmaWriter(wiring.Component):
         m.d.comb += [
             out.valid.eq(tlp & (draining | enough)),
             out.payload.header.eq(hdr),
-            out.payload.data.eq(buf[:8 * beat]),
             out.payload.words.eq(words),
             out.payload.last.eq(last),
         ]
@@ -123,27 +121,37 @@ class DmaWriter(wiring.Component):
             self.data.ready.eq(active & ~draining & (in_left != 0) & (fill <= size - beat)),
         ]
         in_fire = self.data.valid & self.data.ready
-        # The byte queue (`append_bytes`'s, bytes at and above `fill` zero)
-        # after a beat leaves and after none are both worked out from
-        # registers and the input; the handshake on `request` only chooses.
-        # Only a draining TLP can want more bytes than are held; then
-        # nothing comes in, the shift by `take` brings in zero lanes, and the
-        # count, wrong until the TLP ends, is cleared with it.
-        kept = Signal.like(fill)
-        incoming = Signal(8 * beat)
-        m.d.comb += [
-            kept.eq(fill - take),
-            incoming.eq(Mux(in_fire, self.data.payload.data, 0) &
-                        Cat((k < in_count).replicate(8) for k in range(beat))),
-        ]
-        with m.If(out_fire):
-            m.d.sync += buf.eq(((buf >> (take * 8)) | (incoming << (kept * 8)))[:len(buf)])
-            m.d.sync += fill.eq(Mux(in_fire, kept + in_count, kept))
-        with m.Else():
-            m.d.sync += [
-                buf.eq((buf | (incoming << (fill * 8)))[:len(buf)]),
-                fill.eq(Mux(in_fire, fill + in_count, fill)),
+        if cfg.serial_host:
+            # One-word link: only whole words leave but a job's last bytes.
+            # Only a draining TLP can want more bytes than are held.
+            removed = Mux(out_fire, Mux(take > fill, fill, take), 0)
+            head, empty = append_bytes_in_words(m, size, fill, removed, self.data.payload.data,
+                                                in_count, in_fire)
+        else:
+            buf = Signal(8 * size)
+            # The byte queue (`append_bytes`'s, bytes at and above `fill` zero)
+            # after a beat leaves and after none are both worked out from
+            # registers and the input; the handshake on `request` only chooses.
+            # Only a draining TLP can want more bytes than are held; then
+            # nothing comes in, the shift by `take` brings in zero lanes, and the
+            # count, wrong until the TLP ends, is cleared with it.
+            kept = Signal.like(fill)
+            incoming = Signal(8 * beat)
+            m.d.comb += [
+                kept.eq(fill - take),
+                incoming.eq(Mux(in_fire, self.data.payload.data, 0) &
+                            Cat((k < in_count).replicate(8) for k in range(beat))),
             ]
+            with m.If(out_fire):
+                m.d.sync += buf.eq(((buf >> (take * 8)) | (incoming << (kept * 8)))[:len(buf)])
+                m.d.sync += fill.eq(Mux(in_fire, kept + in_count, kept))
+            with m.Else():
+                m.d.sync += [
+                    buf.eq((buf | (incoming << (fill * 8)))[:len(buf)]),
+                    fill.eq(Mux(in_fire, fill + in_count, fill)),
+                ]
+            head, empty = buf[:8 * beat], [buf.eq(0), fill.eq(0)]
+        m.d.comb += out.payload.data.eq(head)
         with m.If(in_fire):
             m.d.sync += in_left.eq(in_left - in_count)
 
@@ -189,7 +197,7 @@ class DmaWriter(wiring.Component):
                 fill.eq(self.job.payload.addr[:2]),
             ]
 
-        stop = [active.eq(0), tlp.eq(0), started.eq(0), draining.eq(0), fill.eq(0), buf.eq(0),
+        stop = [active.eq(0), tlp.eq(0), started.eq(0), draining.eq(0), *empty,
                 left.eq(0), in_left.eq(0)]
         with m.If(draining & tlp_end):
             m.d.sync += stop

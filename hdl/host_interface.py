@@ -70,7 +70,8 @@ class HostInterface(wiring.Component):
         beat_bytes = 4 * cfg.link_dw
 
         abort = Signal()        # ABORT or SOFT_RESET this cycle
-        m.submodules.rx = rx = TlpReceiver(cfg.link_dw, max_payload=cfg.max_payload)
+        m.submodules.rx = rx = TlpReceiver(cfg.link_dw, max_payload=cfg.max_payload,
+                                           addr32=bool(cfg.serial_host))
         m.submodules.tx = tx = TlpTransmitter(cfg.link_dw)
         m.submodules.bar0 = bar0 = Bar0(cfg)
         m.submodules.reader = reader = DmaReader(cfg)

@@ -173,21 +173,32 @@ class Sequencer(wiring.Component):
         with m.Elif(issue):
             m.d.sync += loaded.eq(0)
 
-        opcode = word[:8]
         # Nothing issues from the cycle a DMA error is seen.
         ready = loaded & decoder.done & ~halted & ~self.dma_error
 
+        # What the issue logic asks of the opcode and the word, decoded from
+        # the queue's output and registered with `word`, so that the issue
+        # cycle starts from flip-flops.
+        def opcode_is(*ops):
+            def test(w):
+                return Cat(*[w[:8] == op for op in ops]).any()
+            return test
+        predecoded = {
+            "rhm": opcode_is(Opcode.RHM), "whm": opcode_is(Opcode.WHM), "mmc": opcode_is(Opcode.MMC),
+            "act": opcode_is(Opcode.ACT, Opcode.CFG, Opcode.LDQ, Opcode.LDL), "rw": opcode_is(Opcode.RW),
+            "barrier": opcode_is(Opcode.SYNC, Opcode.INT, Opcode.HALT), "nop": opcode_is(Opcode.NOP),
+            "halt": opcode_is(Opcode.HALT), "int": opcode_is(Opcode.INT),
+            "rw_empty": lambda w: opcode_is(Opcode.RW)(w) & (field(w, Opcode.RW, "count") == 0),
+            "switch": lambda w: opcode_is(Opcode.MMC)(w) & field(w, Opcode.MMC, "switch") &
+                                (field(w, Opcode.MMC, "rows") != 0),
+        }
+        decoded = {name: Signal(name=f"is_{name}") for name in predecoded}
+        with m.If(load):
+            m.d.sync += [decoded[name].eq(test(queue.r_data)) for name, test in predecoded.items()]
+
         # The unit each opcode goes to.
-        target = {unit: Signal(name=f"to_{unit}") for unit in (*UNITS, "rw")}
-        m.d.comb += [
-            target["rhm"].eq(opcode == Opcode.RHM),
-            target["whm"].eq(opcode == Opcode.WHM),
-            target["mmc"].eq(opcode == Opcode.MMC),
-            target["act"].eq((opcode == Opcode.ACT) | (opcode == Opcode.CFG) |
-                             (opcode == Opcode.LDQ) | (opcode == Opcode.LDL)),
-            target["rw"].eq(opcode == Opcode.RW),
-        ]
-        barrier = (opcode == Opcode.SYNC) | (opcode == Opcode.INT) | (opcode == Opcode.HALT)
+        target = {unit: decoded[unit] for unit in (*UNITS, "rw")}
+        barrier = decoded["barrier"]
 
         idle_in = {unit: getattr(self, f"{unit}_idle") for unit in UNITS}
         hazard = Signal()
@@ -208,12 +219,11 @@ class Sequencer(wiring.Component):
         # Weight tiles requested by RW and not yet switched to.
         pending = Signal(range(cfg.weight_mem_tiles + cfg.weight_fifo_tiles + 3))
         rw_count = field(word, Opcode.RW, "count")
-        switch = (opcode == Opcode.MMC) & field(word, Opcode.MMC, "switch") & \
-            (field(word, Opcode.MMC, "rows") != 0)
+        switch = decoded["switch"]
         # Registered, as the comparisons above: `pending` changes only when
         # an instruction issues.
         underflow = _registered(m, switch & (pending == 0), "underflow")
-        overflow = _registered(m, (opcode == Opcode.RW) & (pending + rw_count > cfg.weight_fifo_tiles + 2),
+        overflow = _registered(m, target["rw"] & (pending + rw_count > cfg.weight_fifo_tiles + 2),
                                "overflow")
 
         fault = Signal(4)
@@ -230,9 +240,9 @@ class Sequencer(wiring.Component):
         unit_ready = Signal()
         with m.If(barrier):
             m.d.comb += unit_ready.eq(all_idle)
-        with m.Elif(opcode == Opcode.RW):
-            m.d.comb += unit_ready.eq((rw_count == 0) | self.rw.ready)
-        with m.Elif(opcode == Opcode.NOP):
+        with m.Elif(target["rw"]):
+            m.d.comb += unit_ready.eq(decoded["rw_empty"] | self.rw.ready)
+        with m.Elif(decoded["nop"]):
             m.d.comb += unit_ready.eq(1)
         with m.Else():
             # A unit's ready may come before it is idle (the matrix unit takes
@@ -242,7 +252,7 @@ class Sequencer(wiring.Component):
 
         m.d.comb += [
             go.eq(ready & (fault == Fault.NONE) & unit_ready & ~hazard),
-            halting.eq(go & (opcode == Opcode.HALT)),
+            halting.eq(go & decoded["halt"]),
             issue.eq(go),
             self.raw_stall.eq(ready & (fault == Fault.NONE) & unit_ready & hazard),
         ]
@@ -251,9 +261,9 @@ class Sequencer(wiring.Component):
             m.d.comb += [port.payload.eq(command), port.valid.eq(ready & (fault == Fault.NONE) &
                                                                  target[unit] & ~hazard)]
         m.d.comb += [self.rw.payload.eq(command),
-                     self.rw.valid.eq(ready & (fault == Fault.NONE) & target["rw"] & (rw_count != 0))]
+                     self.rw.valid.eq(ready & (fault == Fault.NONE) & target["rw"] & ~decoded["rw_empty"])]
 
-        with m.If(go & (opcode == Opcode.RW)):
+        with m.If(go & target["rw"]):
             m.d.sync += pending.eq(pending + rw_count)
         with m.Elif(go & switch):
             m.d.sync += pending.eq(pending - 1)
@@ -272,9 +282,9 @@ class Sequencer(wiring.Component):
         with m.Elif(ready & (fault != Fault.NONE) & all_idle):
             m.d.sync += [halted.eq(1), self.fault.eq(fault), self.fault_index.eq(index),
                          self.irq.eq(1), self.irq_code.eq(0)]
-        with m.If(go & (opcode == Opcode.HALT)):
+        with m.If(go & decoded["halt"]):
             m.d.sync += [halted.eq(1), self.irq.eq(1), self.irq_code.eq(0)]
-        with m.If(go & (opcode == Opcode.INT)):
+        with m.If(go & decoded["int"]):
             m.d.sync += [self.irq.eq(1), self.irq_code.eq(field(word, Opcode.INT, "code"))]
 
         m.d.comb += self.idle.eq(~queue.r_rdy & ~loaded & all_idle)
@@ -286,10 +296,17 @@ class Sequencer(wiring.Component):
         # What the instruction reads and writes: registered by the decoder
         # in the cycle before its ``done``.
         ub_r, ub_w, acc_r, acc_w = (decoder.ranges[kind] for kind in RANGE_KINDS)
-        # What each running unit reads and writes.
-        running = {unit: {kind: _Range(f"{unit}_{kind}") for kind in ("ub_r", "ub_w", "acc_r", "acc_w")}
+        # What each running unit reads and writes. An instruction that
+        # issues has no fault, so its rows are below the UB's or the
+        # accumulators' size: only the address bits are kept and compared
+        # (a faulting instruction's ranges may be wider, but it never
+        # issues, so its comparisons are never used).
+        cfg = self._config
+        width = {"ub_r": cfg.ub_addr_width, "ub_w": cfg.ub_addr_width,
+                 "acc_r": cfg.acc_addr_width, "acc_w": cfg.acc_addr_width}
+        running = {unit: {kind: _Range(f"{unit}_{kind}", width[kind]) for kind in RANGE_KINDS}
                    for unit in UNITS}
-        slots = [_Range(f"acc_slot{i}") for i in range(ACC_SLOTS)]
+        slots = [_Range(f"acc_slot{i}", cfg.acc_addr_width) for i in range(ACC_SLOTS)]
 
         # The range comparisons are registered: every cycle, the waiting
         # instruction's ranges (from the decoder's registers) against the
@@ -300,7 +317,8 @@ class Sequencer(wiring.Component):
         # running ranges' valid bits, which clear when a unit is idle, are
         # combined in the issue cycle.
         def bounds_meet(a, b):
-            return (a.lo <= b.hi) & (b.lo <= a.hi)
+            bits = len(b.lo)
+            return (a.lo[:bits] <= b.hi) & (b.lo <= a.hi[:bits])
 
         pairs = (("ub_w", "ub_r"), ("ub_w", "ub_w"), ("ub_r", "ub_w"),
                  ("acc_w", "acc_r"), ("acc_w", "acc_w"), ("acc_r", "acc_w"))
@@ -379,8 +397,9 @@ class Sequencer(wiring.Component):
             with m.If(allocate & (tail == i)):
                 m.d.sync += [*slot.copy_from(rows_range), ends[i].eq(end)]
             with m.Elif(take & ~allocate & (youngest == i)):
-                m.d.sync += [slot.lo.eq(Mux(rows_range.lo < slot.lo, rows_range.lo, slot.lo)),
-                             slot.hi.eq(Mux(rows_range.hi > slot.hi, rows_range.hi, slot.hi)),
+                lo, hi = rows_range.lo[:len(slot.lo)], rows_range.hi[:len(slot.hi)]
+                m.d.sync += [slot.lo.eq(Mux(lo < slot.lo, lo, slot.lo)),
+                             slot.hi.eq(Mux(hi > slot.hi, hi, slot.hi)),
                              ends[i].eq(end)]
         with m.If(retire):
             m.d.sync += head.eq(advance(head))

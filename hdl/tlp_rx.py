@@ -96,9 +96,14 @@ class TlpReceiver(wiring.Component):
         One-cycle pulse per dropped packet (a cycle after its last beat).
     malformed_reason : Out(RxError)
         Why, in the cycle of the pulse.
+
+    With ``addr32`` (a host side whose addresses are below 4 GiB: the
+    ``serial_host`` small form) a 4-word header's upper address word is not
+    kept: its ``address`` reads the lower 32 bits, and the header queue is
+    three words wide instead of four (6 iCE40 block RAMs instead of 8).
     """
 
-    def __init__(self, link_dw, *, max_payload=4096):
+    def __init__(self, link_dw, *, max_payload=4096, addr32=False):
         if link_dw not in (1, 2, 4, 8):
             raise ValueError(f"link_dw must be 1, 2, 4 or 8, not {link_dw!r}")
         if max_payload < 4 or max_payload > 4096 or max_payload % 4:
@@ -106,6 +111,7 @@ class TlpReceiver(wiring.Component):
                              f"not {max_payload!r}")
         self._link_dw = link_dw
         self._max_words = max_payload // 4
+        self._addr32 = addr32
         super().__init__({
             "link":             In(link_stream(link_dw)),
             "tlp":              Out(tlp_stream(link_dw)),
@@ -130,7 +136,8 @@ class TlpReceiver(wiring.Component):
         m.submodules.buffer = buffer = Memory(shape=entry, depth=depth, init=[])
         wp = buffer.write_port()
         rp = buffer.read_port()
-        m.submodules.headers = headers = fifo.SyncFIFOBuffered(width=128, depth=hdr_depth)
+        kept_words = 3 if self._addr32 else 4
+        m.submodules.headers = headers = fifo.SyncFIFOBuffered(width=32 * kept_words, depth=hdr_depth)
 
         # Pointers carry one bit more than the address, so full and empty differ.
         wr_ptr = Signal(abits + 1)      # next entry to write
@@ -158,7 +165,7 @@ class TlpReceiver(wiring.Component):
         remaining = Signal(range(max_words + 1))  # payload words still to write
         held = Signal(32 * L)           # the previous beat
         bad_keep = Signal()
-        hwords = [Signal(32, name=f"hword{i}") for i in range(4)]
+        hwords = [Signal(32, name=f"hword{i}") for i in range(kept_words)]
 
         first = Signal()
         m.d.comb += first.eq(k == 0)
@@ -256,8 +263,14 @@ class TlpReceiver(wiring.Component):
                 bad_keep.eq(~beat.last & (bad_keep | ~keep_ok)),
             ]
             for i in range(4):
-                with m.If(k == i // L):
-                    m.d.sync += hwords[i].eq(beat.data.word_select(i % L, 32))
+                if i < kept_words:
+                    with m.If(k == i // L):
+                        m.d.sync += hwords[i].eq(beat.data.word_select(i % L, 32))
+                else:
+                    # A 4-word header's lower address word takes the place
+                    # of the upper one.
+                    with m.If((k == i // L) & four):
+                        m.d.sync += hwords[2].eq(beat.data.word_select(i % L, 32))
             with m.If(produce & (wn != 0)):
                 m.d.comb += [
                     wp.en.eq(1),
@@ -330,7 +343,11 @@ class TlpReceiver(wiring.Component):
         with m.Elif(self.tlp.valid & self.tlp.ready):
             m.d.sync += rd_valid.eq(0)
 
-        header = decode_header(m, [headers.r_data.word_select(i, 32) for i in range(4)])
+        if self._addr32:
+            r0, r1, r2 = (headers.r_data.word_select(i, 32) for i in range(3))
+            header = decode_header(m, [r0, r1, r2 & ~r0[29].replicate(32), r2])
+        else:
+            header = decode_header(m, [headers.r_data.word_select(i, 32) for i in range(4)])
         m.d.comb += [
             # The header is queued as the packet commits and reaches the
             # queue's output as soon as the first entry reaches the read port.

@@ -6,14 +6,19 @@ icarus for the RTL) for ``--inputs`` random int8 inputs at batch 1, every
 output byte against the TFLite interpreter's reference kernels.
 
 Prints per model and chip: the parts, the compile time (wall clock and the
-process's CPU time), the cycles per inference (the chip's counters) and
-whether the outputs equal TFLite's; the exit status is 1 when any differs.
+process's CPU time), the cycles per inference (the chip's counters), the
+run's wall time and, on a simulator, its simulated cycles per wall second
+and per CPU second of the simulation process, and whether the outputs equal
+TFLite's; the exit status is 1 when any differs. ``--chips`` also takes
+``default`` and ``ulx3s16`` (the other chips the RTL test of
+tests/test_compiler_small_chips.py runs on).
 
     .venv/bin/python scripts/bench_small_chips.py [--models ad01_int8,kws_ref_model,...]
         [--chips up5k,2x2] [--backend golden|verilator|icarus] [--inputs 2] [--seed 1]
 """
 
 import argparse
+import resource
 import sys
 import time
 from pathlib import Path
@@ -25,11 +30,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tpu import TPUConfig  # noqa: E402
 from tpu.bench.tflite import tflite_outputs  # noqa: E402
 from tpu.compiler.mlperf_tiny import MODELS, missing_reason, model_path  # noqa: E402
-from tpu.config import UP5K_PROFILE  # noqa: E402
+from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE  # noqa: E402
 
 #: the chips measured, by name
 CHIPS = {"up5k": UP5K_PROFILE,
-         "2x2": TPUConfig(rows=2, cols=2, ub_rows=256, acc_rows=64, weight_mem_tiles=16)}
+         "2x2": TPUConfig(rows=2, cols=2, ub_rows=256, acc_rows=64, weight_mem_tiles=16),
+         "default": TPUConfig(), "ulx3s16": ULX3S16_PROFILE}
+
+#: the chips measured unless --chips names others
+DEFAULT_CHIPS = "up5k,2x2"
+
+
+def _children_cpu():
+    """CPU seconds of this process's finished children (the simulator's)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def measure(name, chip, backend, inputs, seed):
@@ -42,19 +57,19 @@ def measure(name, chip, backend, inputs, seed):
     wall, cpu = time.perf_counter(), time.process_time()
     session = InferenceSession(graph, backend=backend, config=CHIPS[chip], batch=1)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    start = time.perf_counter()
+    start, children = time.perf_counter(), _children_cpu()
     (got,) = session.run(None, {graph.inputs[0].model_name: x})
-    ran = time.perf_counter() - start
+    ran, simulator_cpu = time.perf_counter() - start, _children_cpu() - children
     equal = np.array_equal(got.reshape(inputs, -1), tflite_outputs(path, x))
     return dict(model=name, chip=chip, parts=len(session.compiled.chip_steps), compile_s=wall,
                 compile_cpu_s=cpu, cycles=session.report().cycles_per_inference, run_s=ran,
-                equal=equal)
+                simulator_cpu_s=simulator_cpu, equal=equal)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--chips", default=",".join(CHIPS))
+    parser.add_argument("--chips", default=DEFAULT_CHIPS)
     parser.add_argument("--backend", default="golden", choices=["golden", "verilator", "icarus"])
     parser.add_argument("--inputs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
@@ -66,9 +81,11 @@ def main(argv=None):
     if bad:
         parser.error(f"unknown model {bad[0]!r}: choose from {', '.join(MODELS)}")
     ok = True
+    simulated = args.backend != "golden"
     print(f"| model | chip | parts | compile (wall / CPU) | cycles per inference | "
-          f"{args.backend} run ({args.inputs} inputs) | equal to TFLite |")
-    print("|---|---|---:|---:|---:|---:|---|")
+          f"{args.backend} run ({args.inputs} inputs) | "
+          + ("cycles/s (wall / simulator CPU) | " if simulated else "") + "equal to TFLite |")
+    print("|---|---|---:|---:|---:|---:|" + ("---:|" if simulated else "") + "---|")
     for name in args.models.split(","):
         reason = missing_reason(name)
         if reason:
@@ -77,9 +94,14 @@ def main(argv=None):
         for chip in args.chips.split(","):
             r = measure(name, chip, args.backend, args.inputs, args.seed)
             ok &= r["equal"]
+            rate = ""
+            if simulated:
+                cycles = r["cycles"] * args.inputs
+                rate = (f"{cycles / r['run_s']:,.0f} / "
+                        f"{cycles / max(r['simulator_cpu_s'], 1e-9):,.0f} | ")
             print(f"| {name} | {chip} | {r['parts']:,} | {r['compile_s']:.0f} s / "
                   f"{r['compile_cpu_s']:.0f} s | {r['cycles']:,.0f} | {r['run_s']:.0f} s | "
-                  f"{'yes' if r['equal'] else 'NO'} |", flush=True)
+                  f"{rate}{'yes' if r['equal'] else 'NO'} |", flush=True)
     return 0 if ok else 1
 
 

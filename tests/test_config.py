@@ -24,6 +24,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "dma_windows": (1, 16), "requantizers": (0, 256), "requantizer_multiplier_width": (8, 32),
         "host_addr_bits": (32, 64), "counter_bits": (32, 64), "dsp_multipliers": (0, 65536),
         "dsp_bands": (0, 1), "serial_issue": (0, 1), "serial_decode": (0, 1), "serial_act": (0, 1),
+        "serial_host": (0, 1),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -146,3 +147,13 @@ def test_serial_act_needs_a_multi_cycle_product():
     with pytest.raises(ConfigError, match="serial_act = 1 needs requantizer_multiplier_width 16 or 8"):
         TPUConfig(serial_act=1)
     assert TPUConfig(serial_act=1, requantizer_multiplier_width=8).act_row_cycles == 16
+
+
+def test_serial_host_needs_a_one_word_link_with_one_tag():
+    from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE
+    assert UP5K_PROFILE.serial_host == 1 and ULX3S16_PROFILE.serial_host == TPUConfig().serial_host == 0
+    for fields in (dict(link_dw=1), dict(read_tags=1), dict(link_dw=2, read_tags=1)):
+        with pytest.raises(ConfigError, match="serial_host = 1 is the host side of a one-word link "
+                                              "with one read tag"):
+            TPUConfig(serial_host=1, **fields)
+    TPUConfig(serial_host=1, link_dw=1, read_tags=1)

@@ -107,3 +107,92 @@ def test_every_limit_at_and_one_past(cfg):
         if (got_at, got_past) != (want_at, want_past):
             wrong.append(f"{name}: decoder {got_at.name}/{got_past.name}, check {want_at.name}/{want_past.name}")
     assert not wrong, f"seed {seed}: " + "; ".join(wrong)
+
+
+def _host_range_model(cfg, windows, host, rows):
+    """HOST_RANGE of an RHM or WHM against `windows` ((base, size) pairs),
+    as `tpu.driver.golden` and the decoder's docstring state it."""
+    nbytes = rows * cfg.rows
+    if nbytes == 0:
+        return False
+    end = host + nbytes
+    if end > 1 << min(64, cfg.host_addr_bits):
+        return True
+    return not any(size and base <= host and end <= base + size for base, size in windows)
+
+
+def _window_cases(cfg, rng, count):
+    """(windows, host, rows) with spans at the windows' edges: exact fits, a
+    byte over either end, windows that reach or pass the top of the address
+    space, closed windows."""
+    top = 1 << cfg.host_addr_bits
+    cases = []
+    for _ in range(count):
+        windows = []
+        for _ in range(cfg.dma_windows):
+            kind = rng.choice(["closed", "low", "top", "past_top"])
+            if kind == "closed":
+                windows.append((rng.randrange(top), 0))
+            elif kind == "low":
+                windows.append((rng.randrange(1 << 20), rng.randrange(1, 1 << 16)))
+            elif kind == "top":
+                size = rng.randrange(1, 1 << 16)
+                windows.append((top - size, size))
+            else:
+                base = top - rng.randrange(1, 1 << 12)
+                windows.append((base, rng.randrange(top - base, top)))
+        rows = rng.choice([0, 1, rng.randrange(1, 64)])
+        nbytes = rows * cfg.rows
+        base, size = rng.choice(windows)
+        host = rng.choice([base, base - 1, base + 1, base + size - nbytes, base + size - nbytes + 1,
+                           base + size - nbytes - 1, top - nbytes, top - nbytes + cfg.rows,
+                           rng.randrange(top)])
+        cases.append((windows, host % top, rows))
+    return cases
+
+
+@pytest.mark.parametrize("cfg", [CONFIG.replace(dma_windows=3),
+                                 SMALL.replace(dma_windows=1, host_addr_bits=32, serial_issue=1,
+                                               serial_decode=1)],
+                         ids=["4x4-64bit", "2x3-32bit-serial"])
+def test_host_range_with_windows_set_at_start(cfg):
+    """RHM and WHM against random DMA windows at their edges, the windows
+    changed in the very cycle of ``start`` (the earliest the decoder may
+    sample them; each window's end is registered beside it)."""
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    rng = random.Random(seed)
+    cases = _window_cases(cfg, rng, 60)
+    dut = InstructionDecoder(cfg)
+    got = []
+
+    async def testbench(ctx):
+        for windows, host, rows in cases:
+            for i, (base, size) in enumerate(windows):
+                ctx.set(dut.windows[i].base, base)
+                ctx.set(dut.windows[i].size, size)
+            ctx.set(dut.word, _word(rng.choice([Opcode.RHM, Opcode.WHM]), ub=0, rows=rows, host=host))
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            await ctx.tick().until(dut.done)
+            got.append(Fault(ctx.get(dut.fault)))
+            # Half the time closed and moved away after the decode, half the
+            # time left open to be resized at the next start: the next
+            # case's windows must be taken from its own start either way.
+            if rng.random() < 0.5:
+                for i in range(cfg.dma_windows):
+                    ctx.set(dut.windows[i].base, (1 << cfg.host_addr_bits) - 1)
+                    ctx.set(dut.windows[i].size, 0)
+            for _ in range(rng.randrange(3)):
+                await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    wrong = [f"windows {[(hex(b), hex(s)) for b, s in w]} host 0x{h:x} rows {r}: {f.name}"
+             for (w, h, r), f in zip(cases, got)
+             if f != (Fault.HOST_RANGE if _host_range_model(cfg, w, h, r) else Fault.NONE)]
+    assert sum(f == Fault.HOST_RANGE for f in got) >= 10 and sum(f == Fault.NONE for f in got) >= 10
+    assert not wrong, f"seed {seed}: " + "; ".join(wrong)

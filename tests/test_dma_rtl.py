@@ -12,9 +12,12 @@ from tpu.sim.tops.dma_top import DmaTop, GearboxTop
 
 
 # Small cpl_timeout keeps the timeout case short; it is still far above the
-# host model's delays.
+# host model's delays. The first is the UP5K's host side, with its small
+# form (`serial_host`: the writer's word slots); the chip's 1-word NARROW
+# configuration (tests/test_host_interface_rtl.py) keeps the byte queue.
 CONFIGS = [
-    TPUConfig(link_dw=1, max_read_request=128, max_payload=128, read_tags=1, cpl_timeout=1500),
+    TPUConfig(link_dw=1, max_read_request=128, max_payload=128, read_tags=1, cpl_timeout=1500,
+              serial_host=1),
     TPUConfig(link_dw=2, max_read_request=512, max_payload=256, read_tags=4, cpl_timeout=1500),
     TPUConfig(link_dw=4, max_read_request=128, max_payload=256, read_tags=8, cpl_timeout=1500),
     TPUConfig(link_dw=4, max_read_request=512, max_payload=128, read_tags=8, cpl_timeout=1500),
@@ -23,7 +26,8 @@ TOP = "tpu_dma"
 
 
 def _id(config):
-    return f"{config.link_dw}dw-mrr{config.max_read_request}-mps{config.max_payload}-tags{config.read_tags}"
+    return (f"{config.link_dw}dw-mrr{config.max_read_request}-mps{config.max_payload}-tags{config.read_tags}"
+            + ("-serial_host" if config.serial_host else ""))
 
 
 @pytest.mark.rtl

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import base_seed
 from tpu import TPUConfig
-from tpu.config import UP5K_HOST_FIELDS
+from tpu.config import UP5K_PROFILE
 from tpu.selftest.checks import CHECKS
 from tpu.hdl.verilog import CHIP_NAME, generate_verilog
 from tpu.sim.harness import run
@@ -16,10 +16,10 @@ NARROW = TPUConfig(rows=4, cols=4, acc_rows=256, ub_rows=1024, weight_mem_tiles=
                    max_payload=128, max_read_request=128, read_tags=2, cpl_timeout=2000)
 WIDE = TPUConfig(rows=8, cols=8, acc_rows=256, ub_rows=1024, weight_mem_tiles=64, link_dw=4,
                  cpl_timeout=2000)
-# The small-FPGA host profile: one tag, one window, 32-bit addresses and counters,
-# on the up5k profile's 2x2 array with its small sequencer and decoder (serial
-# issue and products).
-UP5K_HOST = NARROW.replace(rows=2, cols=2, **UP5K_HOST_FIELDS, serial_issue=1, serial_decode=1)
+# The up5k profile's chip: the small-FPGA host side (one tag, one window,
+# 32-bit addresses and counters, `serial_host`) on its 2x2 array with the
+# small sequencer, decoder and activation pipeline.
+UP5K_HOST = UP5K_PROFILE
 # A rectangular array (ACT stores min(rows, cols) channels of a row): tpu sim
 # runs testcases of the chip on it (tests/test_cli_sim.py).
 RECTANGULAR = NARROW.replace(rows=3, cols=5)
@@ -30,11 +30,16 @@ def config_id(config):
 
 
 def _run(config, simulator, testcase, **env):
+    # The bridge also checks, every cycle, that the chip's link outputs it
+    # samples at the falling edge do not change after it drives its own
+    # (`tpu.sim.host.pcie_host.SAMPLED_AT_FALLING_EDGE`): these tests cover
+    # every kind of packet and fault, on narrow, wide and small-FPGA links.
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_host", testcase=testcase, seed=seed,
                           toplevel=CHIP_NAME, verilog_source=generate_verilog(config, top="chip"),
-                          extra_env={"TPU_SIMULATOR": simulator, **env})
+                          extra_env={"TPU_SIMULATOR": simulator, "TPU_BRIDGE_CHECK_SAMPLING": "1",
+                                     **env})
     assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"
 
 
@@ -57,10 +62,10 @@ def test_driver_check_wide(simulator, check):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("check", ["mlp", "faults", "dma_windows", "register_access",
-                                   "counter_latch", "weights_at_tile"])
+@pytest.mark.parametrize("check", ["mlp", "faults", "dma_windows", "abort", "register_reset",
+                                   "register_access", "counter_latch", "weights_at_tile"])
 def test_driver_check_up5k_host(simulator, check):
-    """The same driver checks on the host profile of a small FPGA."""
+    """The same driver checks on the up5k profile's chip."""
     _run(UP5K_HOST, simulator, "check", TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
 
 

@@ -49,7 +49,8 @@ def _small_config(rng):
                   weight_fifo_tiles=rng.choice([1, 2, 4]),
                   weight_mem_tiles=rng.choice([1, 2, 3, 8, 64]), dma_windows=rng.choice([1, 4]))
     if rng.random() < 0.3:
-        fields.update(UP5K_HOST_FIELDS)     # 32-bit host addresses, one tag, one window
+        # 32-bit host addresses, one tag, one window, the small host side
+        fields.update(UP5K_HOST_FIELDS, serial_host=1)
     return TPUConfig(**fields)
 
 

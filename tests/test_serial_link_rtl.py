@@ -20,6 +20,7 @@ import pytest
 
 from conftest import base_seed
 from tpu import TPUConfig
+from tpu.config import UP5K_PROFILE
 from tpu.selftest.checks import CHECKS
 from tpu.hdl.verilog import SERIAL_NAME, generate_verilog
 from tpu.sim.harness import run
@@ -31,11 +32,11 @@ SERIAL = TPUConfig(rows=4, cols=4, acc_rows=256, ub_rows=1024, weight_mem_tiles=
                    max_payload=128, max_read_request=128, read_tags=2, cpl_timeout=1 << 20)
 
 
-def _run(simulator, testcase, **env):
+def _run(simulator, testcase, config=SERIAL, **env):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
-    tests, failures = run(SERIAL, simulator, "tpu.sim.testbenches.tb_serial", testcase=testcase, seed=seed,
-                          toplevel=SERIAL_NAME, verilog_source=generate_verilog(SERIAL, top="serial"),
+    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_serial", testcase=testcase, seed=seed,
+                          toplevel=SERIAL_NAME, verilog_source=generate_verilog(config, top="serial"),
                           extra_env={"TPU_SIMULATOR": simulator, **env})
     assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"
 
@@ -50,6 +51,16 @@ ALL = pytest.mark.skipif(not os.environ.get("TPU_SERIAL_ALL"),
                                     "stop_mid_program"]])
 def test_driver_check(simulator, check):
     _run(simulator, "check", TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("checks", [pytest.param(c, marks=ALL) for c in
+                                    ["mlp,abort", "faults", "dma_windows,register_reset"]])
+def test_driver_checks_up5k(simulator, checks):
+    """The driver checks on the up5k profile's chip, its small host side
+    (`serial_host`) behind the UART, several on one device."""
+    _run(simulator, "check", config=UP5K_PROFILE,
+         TPU_HOST_CHECK=",".join(f"tpu.selftest.checks:{CHECKS[c].__name__}" for c in checks.split(",")))
 
 
 @pytest.mark.rtl

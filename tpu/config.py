@@ -53,6 +53,10 @@ _RANGES = {
                                        "product's magnitude once, keeping only the bits the clamp uses, and "
                                        "average pooling multiplies on one 16 x 16-bit multiplier over 4 "
                                        "cycles (needs requantizer_multiplier_width 16 or 8)"),
+    "serial_host":       (0, 1,        "1: the host side's small form for a UART link (needs link_dw 1 and "
+                                       "read_tags 1): the DMA writer queues its bytes as whole words, "
+                                       "BAR0 serves one-word accesses and keeps only the interrupt bits, "
+                                       "the TLP receiver keeps three header words"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
@@ -151,6 +155,18 @@ class TPUConfig:
         multiplier over 4 cycles, which makes the pipeline's latency 3
         cycles longer (same results; `tpu.models.cycle_model` knows the
         cycles).
+    serial_host : int
+        0 (the default): the host side as above. 1: its small form for a
+        chip behind a UART (`link_dw` 1 and `read_tags` 1 only): the DMA
+        writer keeps its bytes in four word slots, each beat written at the
+        job's byte offset, instead of a byte queue shifted by any amount
+        (the same TLPs in the same cycles); BAR0 answers only one-word
+        reads and writes (a two-word one is an Unsupported Request, as a
+        three-word one is), and IRQ_ENABLE and IRQ_STATUS keep only their
+        four `Irq` bits (`tpu.host_registers.register_bits`); the TLP
+        receiver keeps a 4-word header's lower address word in place of its
+        upper one (a received address reads its lower 32 bits), so its
+        header queue is three words wide (docs/host_interface.md).
 
     Raises
     ------
@@ -184,6 +200,7 @@ class TPUConfig:
     serial_issue: int = 0
     serial_decode: int = 0
     serial_act: int = 0
+    serial_host: int = 0
 
     def __post_init__(self):
         for f in fields(self):
@@ -202,6 +219,10 @@ class TPUConfig:
         if self.serial_act and self.requantizer_multiplier_width == 32:
             raise ConfigError("TPUConfig.serial_act = 1 needs requantizer_multiplier_width 16 or 8 "
                               "(a product over several cycles), not 32")
+        if self.serial_host and (self.link_dw != 1 or self.read_tags != 1):
+            raise ConfigError(f"TPUConfig.serial_host = 1 is the host side of a one-word link with one "
+                              f"read tag: it needs link_dw 1 and read_tags 1, not {self.link_dw} and "
+                              f"{self.read_tags}")
         if self.requantizers > self.cols:
             raise ConfigError(f"TPUConfig.requantizers = {self.requantizers} is more than "
                               f"cols = {self.cols}: at most one requantizer per column")
@@ -280,7 +301,8 @@ class TPUConfig:
 #: The host-interface fields of a chip for a small FPGA behind a UART (the
 #: iCEBreaker's UP5K): one read tag, one DMA window, a one-word link, the
 #: smallest TLPs, 32-bit host addresses and 32-bit counters. A board profile
-#: adds its core fields to these.
+#: adds its core fields to these (the `up5k` profile also the host side's
+#: small form, `serial_host`).
 UP5K_HOST_FIELDS = dict(link_dw=1, max_payload=128, max_read_request=128, read_tags=1,
                         dma_windows=1, host_addr_bits=32, counter_bits=32)
 
@@ -291,11 +313,12 @@ PROFILES = {
     # iCE40 UP5K (iCEBreaker): a 2x2 array, small memories, a host interface
     # for a UART, one requantizer with a 16 x 16-bit multiplier (ACT takes
     # 8 cycles a row) and the small activation pipeline, the sequencer
-    # issuing to one unit at a time and the decoder's products a bit a cycle.
+    # issuing to one unit at a time, the decoder's products a bit a cycle and
+    # the host side's small form.
     "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
                  cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                  requantizers=1, requantizer_multiplier_width=16, serial_issue=1, serial_decode=1,
-                 serial_act=1),
+                 serial_act=1, serial_host=1),
     # ECP5-85F (ULX3S): a 16x16 array, 144 of its PEs in three bands of
     # rows on the three lines of MULT18X18D (the placement that routes,
     # with nextpnr's static placer; the decoder's products then go into

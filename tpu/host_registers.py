@@ -184,11 +184,14 @@ def register_bits(config):
     """{name: bits the chip keeps} for the registers that keep fewer than 32
     bits of what is written (or latched): the ``_HI`` halves of host
     addresses above ``host_addr_bits`` and of counters above
-    ``counter_bits``. Such a register reads its kept bits, zero above; one
+    ``counter_bits``, and with ``serial_host`` IRQ_ENABLE (the `Irq` bits). Such a register reads its kept bits, zero above; one
     that keeps none reads 0 and ignores writes."""
     pairs = list(_ADDRESS_PAIRS)
     for i in range(config.dma_windows):
         pairs += [f"WIN{i}_BASE", f"WIN{i}_SIZE"]
     bits = {f"{pair}_HI": config.host_addr_bits - 32 for pair in pairs}
     bits.update({f"{name.upper()}_HI": config.counter_bits - 32 for name in COUNTER_NAMES})
+    if config.serial_host:
+        # The host side's small form keeps only the interrupt bits there are.
+        bits["IRQ_ENABLE"] = len(Irq)
     return {name: n for name, n in bits.items() if n < 32}

@@ -13,6 +13,7 @@ chip's reads (an error status, a lost, stray or malformed completion), and
 """
 
 import logging
+import os
 import random
 import warnings
 from dataclasses import dataclass
@@ -47,6 +48,26 @@ DEVICE_ID = 0x7401
 _COMPLETIONS = {TlpType.CPL, TlpType.CPL_DATA, TlpType.CPL_LOCKED, TlpType.CPL_LOCKED_DATA}
 _CONFIG = {TlpType.CFG_READ_0, TlpType.CFG_WRITE_0}
 _READS = {TlpType.MEM_READ, TlpType.MEM_READ_64}
+
+#: The chip's link outputs the bridge reads at a falling edge, before it
+#: drives rx and tx.ready for the next rising edge: each a function of the
+#: chip's registers only (TlpReceiver's ready of its buffer's pointers and
+#: header count, TlpTransmitter's valid and beat of its state and of
+#: registered TLP streams), so their value half a cycle before the edge is
+#: their value at it. `PcieBridge.check_sampling` checks this as it runs.
+SAMPLED_AT_FALLING_EDGE = ("rx__ready", "tx__valid", "tx__payload")
+
+
+def _check_sampled(early, late):
+    """`early` and `late` (rx.ready, tx.valid, tx.payload or None) agree."""
+    for name, a, b in zip(SAMPLED_AT_FALLING_EDGE, early, late):
+        if name == "tx__payload" and not late[1]:
+            continue
+        if (None if a is None else int(a)) != (None if b is None else int(b)):
+            raise AssertionError(f"the chip's {name} changed from {a} to {b} after the bridge "
+                                 f"drove rx and tx.ready at a falling edge: it depends on them "
+                                 f"combinationally, so the bridge cannot sample it at the edge")
+
 
 #: How `PcieBridge.fail_read` can spoil the answer to a read, and the
 #: `HostError` name the chip must report for each.
@@ -114,12 +135,19 @@ class PcieBridge(Device):
 
     Config space (BAR0 of `BAR0_BYTES`, an MSI capability) lives in the
     model's function, as it would in a PCIe hard block.
+
+    The bridge wakes once a clock cycle, at the falling edge, while anything
+    is on the link or due (and sleeps otherwise): it reads the chip's
+    `SAMPLED_AT_FALLING_EDGE` outputs before driving its own. With
+    `check_sampling` it also reads them again in the read-only phase after
+    its writes and fails if any differs (one more wake a cycle).
     """
 
     def __init__(self, dut, config, rng, *, idle=0.0, backpressure=0.0, reorder=True,
-                 max_delay=0):
+                 max_delay=0, check_sampling=False):
         super().__init__()
         self.dut = dut
+        self.check_sampling = check_sampling
         self.config = config
         self.rng = rng
         self.idle = idle
@@ -288,9 +316,6 @@ class PcieBridge(Device):
             return 0
         return int((get_sim_time("ns") - self._start_ns + CLOCK_NS // 2) // CLOCK_NS)
 
-    def _has_work(self):
-        return bool(self.requests or self.completions)
-
     def start(self):
         self._start_ns = get_sim_time("ns")
         cocotb.start_soon(self._run())
@@ -308,15 +333,26 @@ class PcieBridge(Device):
             if driven[name] != value:
                 driven[name] = value
                 port.value = value
+                return True
+            return False
 
         # The handles and triggers, looked up once: a DMA-bound run goes
         # through this loop every cycle.
         pcie_id, rx_payload, rx_valid, rx_ready = dut.pcie_id, dut.rx__payload, dut.rx__valid, dut.rx__ready
         tx_ready, tx_valid_port, tx_payload = dut.tx__ready, dut.tx__valid, dut.tx__payload
         falling, read_only, rng = FallingEdge(dut.clk), ReadOnly(), self.rng
+        check = self.check_sampling
         while True:
             await falling
-            drive("pcie_id", pcie_id, int(self.function.pcie_id))
+            # One wake a cycle: rx.ready, tx.valid and tx.payload are
+            # functions of the chip's registers (`SAMPLED_AT_FALLING_EDGE`),
+            # so what they are now, before this edge's writes, is what the
+            # next rising edge sees. (`check_sampling` compares them with
+            # their values in the read-only phase after the writes.)
+            ready_now = rx_ready.value
+            tx_valid = tx_valid_port.value
+            word = int(tx_payload.value) if tx_valid else None
+            renamed = drive("pcie_id", pcie_id, int(self.function.pcie_id))
             # (The idle draw comes first, work or not: a seed's host behaviour
             # stays what it was.)
             if not beats and rng.random() >= self.idle and (self.requests or self.completions):
@@ -329,12 +365,18 @@ class PcieBridge(Device):
             offered = bool(beats)
             drive("rx_valid", rx_valid, int(offered))
             drive("tx_ready", tx_ready, int(rng.random() >= self.backpressure))
-            await read_only
-            if offered and rx_ready.value:
+            if renamed or check:
+                # A new pcie_id is in the chip's requester ID from now on.
+                await read_only
+                later = (rx_ready.value, tx_valid_port.value)
+                later_word = int(tx_payload.value) if later[1] else None
+                if check and not renamed:
+                    _check_sampled((ready_now, tx_valid, word), (*later, later_word))
+                ready_now, tx_valid, word = *later, later_word
+            if offered and ready_now:
                 beats.pop(0)
-            tx_valid = tx_valid_port.value
             if tx_valid and driven["tx_ready"]:
-                beat = unpack_link_beat(int(tx_payload.value), link_dw)
+                beat = unpack_link_beat(word, link_dw)
                 gathered.append(beat)
                 if beat[2]:
                     tlp = beats_to_tlp(gathered)
@@ -346,14 +388,24 @@ class PcieBridge(Device):
                         # tag belong to its latest read.
                         self._reads[tlp.tag] = _Read(tlp)
                     self._tx_queue.put_nowait(tlp)
-            if not offered and not beats and not gathered and not tx_valid and not self._has_work():
-                # Nothing offered, nothing to send, nothing coming: sleep
-                # until the chip raises tx.valid or the host queues a packet,
-                # instead of waking every cycle (most of a compute-bound
-                # run). tx.valid rises only after a rising edge, so the next
-                # falling edge still sees its first beat before it is taken.
-                self._wake.clear()
-                await First(RisingEdge(tx_valid_port), self._wake.wait())
+            if not offered and not beats and not gathered and not tx_valid and not self.requests:
+                # Nothing offered, nothing to send, nothing coming yet: sleep
+                # until the chip raises tx.valid, the host queues a packet or
+                # the first held completion is due, instead of waking every
+                # cycle (most of a compute-bound run, and of the waits for
+                # delayed completions). tx.valid rises only after a rising
+                # edge, so the next falling edge still sees its first beat
+                # before it is taken.
+                due = min((queue[0][0] for queue in self.completions.values() if queue),
+                          default=None)
+                now = self.cycle
+                if due is None or due > now + 1:
+                    self._wake.clear()
+                    wakes = [RisingEdge(tx_valid_port), self._wake.wait()]
+                    if due is not None:
+                        # To the rising edge before the falling edge of cycle `due`.
+                        wakes.append(Timer((due - now) * CLOCK_NS - CLOCK_NS // 2, "ns"))
+                    await First(*wakes)
             # The next falling edge: no need to wake at the rising one.
 
     async def _send_upstream(self):
@@ -447,16 +499,21 @@ async def attach_root_complex(dut, config, bridge, *, split_on_all_rcb, rcb_128)
 
 
 async def open_rtl_link(dut, config, *, seed, backend="rtl", memory_bytes=1 << 21, idle=None,
-                        backpressure=None, max_delay=None):
+                        backpressure=None, max_delay=None, check_sampling=None):
     """Start the clock, reset the RTL, enumerate it under a root complex and
-    return its `RtlLink`. Random host behaviour is drawn from `seed`."""
+    return its `RtlLink`. Random host behaviour is drawn from `seed`.
+    `check_sampling` (`PcieBridge`): by default, whether the environment
+    sets ``TPU_BRIDGE_CHECK_SAMPLING=1``."""
+    if check_sampling is None:
+        check_sampling = os.environ.get("TPU_BRIDGE_CHECK_SAMPLING", "") == "1"
     rng = random.Random(seed)
     cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
     dut.rst.value = 1
     bridge = PcieBridge(dut, config, rng,
                         idle=rng.choice([0.0, 0.2, 0.5]) if idle is None else idle,
                         backpressure=rng.choice([0.0, 0.2, 0.5]) if backpressure is None else backpressure,
-                        max_delay=rng.choice([0, 8, 40]) if max_delay is None else max_delay)
+                        max_delay=rng.choice([0, 8, 40]) if max_delay is None else max_delay,
+                        check_sampling=check_sampling)
     # Completions split at every read-completion boundary, sometimes.
     rc, pci_device = await attach_root_complex(dut, config, bridge,
                                                split_on_all_rcb=rng.random() < 0.5,

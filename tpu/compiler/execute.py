@@ -21,10 +21,13 @@ from .artifact import ChipStep
 __all__ = ["execute", "part_timeout"]
 
 
-def part_timeout(config, program, clock_hz):
+def part_timeout(config, program, clock_hz, cycles=None):
     """Link seconds to allow a part: ten times its cycle estimate plus 100k
-    cycles for host latency (simulated links answer reads slowly)."""
-    cycles = estimate_cycles(config, program)["cycles"]
+    cycles for host latency (simulated links answer reads slowly). The
+    estimate is `cycles` when known (a `ChipStep`'s, made when it was
+    compiled: host offsets do not change it), else the cycle model's."""
+    if not cycles:
+        cycles = estimate_cycles(config, program)["cycles"]
     return (10 * cycles + 100_000) / clock_hz
 
 
@@ -91,7 +94,8 @@ async def _run_part(device, compiled, step, region, resident, clock):
         resident.update({base + i: first + i for i in range(count)})
         loaded = count
     program = relocate(decode_program(step.program), [(0, compiled.host_size, region)])
-    result = await device.run(program, timeout=part_timeout(compiled.config, program, clock))
+    result = await device.run(program, timeout=part_timeout(compiled.config, program, clock,
+                                                            step.estimated_cycles))
     return dict(name=step.name, kind="chip", layers=list(step.layers),
                 counters=dict(result.counters), estimated_cycles=step.estimated_cycles,
                 useful_macs=step.useful_macs, performed_macs=step.performed_macs,
