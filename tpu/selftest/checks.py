@@ -411,14 +411,27 @@ async def check_faults(device):
 
 
 async def check_host_errors(device):
-    """FETCH_RANGE for a program outside the window (or running past its end),
-    WFILL_RANGE for weights outside the window or past weight memory."""
-    cfg = device.config
-    end = device.arena.end
-    for addr, count in ((end, 1), (end - 16, 2), (device.arena.addr - 16, 1)):
+    """FETCH_RANGE for a program outside the window (running past its end, or
+    starting a byte before it), WFILL_RANGE for weights outside the window
+    (by a byte at either end) or past weight memory; a program and a fill
+    that end exactly at the window's end are taken."""
+    cfg, link = device.config, device.link
+    start, end = device.arena.addr, device.arena.end
+    for addr, count in ((end, 1), (end - 16, 2), (start - 16, 1), (start - 1, 1)):
         job = await device.submit(addr, count)
         await _expect_fault(device.wait(job, 1e-3), HostError.FETCH_RANGE, None)
         await _assert_idle(device)
+    # The window's last 16 bytes, whoever's they are, hold a HALT for a while.
+    last = link.read_memory(end - 16, 16)
+    link.write_memory(end - 16, encode_program([Halt()]))
+    result = await device.wait(await device.submit(end - 16, 1), 1e-3)
+    link.write_memory(end - 16, last)
+    assert result.halted, f"a program ending at the window's end: {result}"
+    await device.wait(await device.fill(end - cfg.tile_bytes, 0, 1), 1e-3)
+    await _assert_idle(device)
+    job = await device.fill(start - 1, 0, 1)
+    await _expect_fault(device.wait(job, 1e-3), HostError.WFILL_RANGE, None)
+    await _assert_idle(device)
     tiles = np.ones((2, cfg.rows, cfg.cols), dtype=np.int8)
     await _expect_fault(device.load_weights(tiles, first_tile=cfg.weight_mem_tiles - 1, timeout=1e-3),
                         HostError.WFILL_RANGE, None)
