@@ -102,18 +102,22 @@ class TB:
 
     # Stimulus ------------------------------------------------------------
 
-    async def configure(self, settings):
-        """Write what differs from the current settings, in the order a
-        sequencer would: only after the previous operation's rows are taken."""
-        await self.loop.run_until(lambda: self.rows.done, timeout=50_000 * self.row_cycles,
-                                  what="rows to be taken")
-        old = self.current
+    def _send_changed_columns(self, settings, old):
+        """Queue a column write for each column whose settings differ from `old`."""
         for n in range(self.cols):
             if (settings.bias[n], settings.multiplier[n], settings.shift[n]) != \
                     (old.bias[n], old.multiplier[n], old.shift[n]):
                 self.channel_in.send(pack_fields(self.channel_layout, {
                     "col": n, "bias": settings.bias[n], "multiplier": settings.multiplier[n],
                     "shift": settings.shift[n]}))
+
+    async def configure(self, settings):
+        """Write what differs from the current settings, in the order a
+        sequencer would: only after the previous operation's rows are taken."""
+        await self.loop.run_until(lambda: self.rows.done, timeout=50_000 * self.row_cycles,
+                                  what="rows to be taken")
+        old = self.current
+        self._send_changed_columns(settings, old)
         # The table memory keeps its contents through reset: write it whole once.
         changed = np.flatnonzero(settings.lut != old.lut) if self.lut_written else range(256)
         self.lut_written = True
@@ -141,12 +145,7 @@ class TB:
             old = self.current
             assert np.array_equal(settings.lut, old.lut) and all(
                 getattr(settings, name) == getattr(old, name) for name, _ in self.settings_layout)
-            for n in range(self.cols):
-                if (settings.bias[n], settings.multiplier[n], settings.shift[n]) != \
-                        (old.bias[n], old.multiplier[n], old.shift[n]):
-                    self.channel_in.send(pack_fields(self.channel_layout, {
-                        "col": n, "bias": settings.bias[n], "multiplier": settings.multiplier[n],
-                        "shift": settings.shift[n]}))
+            self._send_changed_columns(settings, old)
             self.current = settings
         else:
             await self.configure(settings)
