@@ -51,6 +51,9 @@ ROUTED_CHIPS = (
                "2026-12-05", "38f4c0a", 'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a ninth run'),
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, act and host re-timed", 16, 16, 25.0, 33.20,
                "2026-12-05", "35d5887", 'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a tenth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, shared lane chosen ahead", 16, 16, 25.0,
+               37.55, "2026-12-05", "e3ca138",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", an eleventh run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
