@@ -126,8 +126,9 @@ class ActivationPipeline(wiring.Component):
 
     @staticmethod
     def extra_latency(config):
-        """Cycles the pooling unit of `config` adds to `BASE_LATENCY`: 3 with
-        ``serial_act`` (its average multiplied over 4 cycles)."""
+        """Cycles the pooling unit of `config` adds to `BASE_LATENCY`: 2 for
+        its average's multiply in three registered stages, 3 with
+        ``serial_act`` (over 4 cycles on one small multiplier)."""
         return PoolingUnit.latency_of(bool(config.serial_act)) - PoolingUnit.BASE_LATENCY
 
     @staticmethod

@@ -48,7 +48,8 @@ class PoolingUnit(wiring.Component):
     `latency` cycles after its last group.
 
     A pipeline without stalls: horizontal and global reduction, vertical
-    reduction and reciprocal multiply are registered stages, the rounding and
+    reduction and reciprocal multiply (itself three stages, or
+    `SEQUENTIAL_CYCLES` on one small multiplier) are registered, the rounding and
     clamp is combinational at the output. The output for a row that
     completes a window is presented `latency` cycles after that row.
 
@@ -80,10 +81,14 @@ class PoolingUnit(wiring.Component):
         after this cycle, with `o_valid` if it completes an output.
     """
 
-    #: `latency` with the one-cycle average multiply.
+    #: `latency` with a one-cycle average multiply (a stage each for the
+    #: horizontal, vertical and average steps).
     BASE_LATENCY = 3
     #: Cycles the average's multiply takes with `sequential_average`.
     SEQUENTIAL_CYCLES = 4
+    #: Cycles the average takes without it: the magnitude and rounding
+    #: term, the product's two halves, their sum, each registered.
+    PIPELINED_CYCLES = 3
 
     def __init__(self, *, lanes, max_width, groups=1, sequential_average=False):
         for name, value, high in (("lanes", lanes, 256), ("max_width", max_width, 1 << 16),
@@ -113,8 +118,8 @@ class PoolingUnit(wiring.Component):
     @staticmethod
     def latency_of(sequential_average):
         """`latency` of a pooling unit with or without `sequential_average`."""
-        return PoolingUnit.BASE_LATENCY + (PoolingUnit.SEQUENTIAL_CYCLES - 1 if sequential_average
-                                           else 0)
+        return PoolingUnit.BASE_LATENCY - 1 + (PoolingUnit.SEQUENTIAL_CYCLES if sequential_average
+                                               else PoolingUnit.PIPELINED_CYCLES)
 
     @property
     def latency(self):
@@ -335,15 +340,8 @@ class PoolingUnit(wiring.Component):
             self._sequential_average(m, p2_valid, p2_value, half, p3_product, p3_negative,
                                      p3_value)
         else:
-            for n in range(lanes):
-                v = p2_value[n]
-                magnitude = Mux(v < 0, -v, v)[:SUM_WIDTH]
-                m.d.sync += [
-                    p3_product[n].eq((magnitude + half) * cfg.pool_reciprocal),
-                    p3_negative[n].eq(v < 0),
-                    p3_value[n].eq(v),
-                ]
-        # With the sequential multiply the row's flags wait for the product.
+            self._pipelined_average(m, p2_value, half, p3_product, p3_negative, p3_value)
+        # The row's flags wait for the product.
         extra = self.latency - self.BASE_LATENCY
         flags = [(p2_valid, p2_row, p2_group)]
         for j in range(extra):
@@ -372,6 +370,34 @@ class PoolingUnit(wiring.Component):
             self.row_done.eq(p3_row),
         ]
         return m
+
+    def _pipelined_average(self, m, values, half, products, negatives, held):
+        """Stage 3 over `PIPELINED_CYCLES` registered stages: ``x = |v| +
+        half`` (below 2**22); the products of `x` and the reciprocal's low
+        18 and high bits (each on MULT18X18Ds with one partial-product sum);
+        their sum. In one cycle the negation, the add and the whole
+        product's partial-product sums made the chip's longest path."""
+        recip = self.settings.pool_reciprocal
+        split = 18
+        for n, v in enumerate(values):
+            x = Signal(SUM_WIDTH + 1, name=f"p3_x{n}")
+            low = Signal(SUM_WIDTH + 1 + split, name=f"p3_low{n}")
+            high = Signal(SUM_WIDTH + 1 + RECIPROCAL_WIDTH - split, name=f"p3_high{n}")
+            # The sign and the value travel beside the product.
+            negative = [Signal(name=f"p3_negative{n}_{j}") for j in range(2)]
+            value = [Signal(signed(VALUE_WIDTH), name=f"p3_value{n}_{j}") for j in range(2)]
+            m.d.sync += [
+                x.eq(Mux(v < 0, -v, v)[:SUM_WIDTH] + half),
+                negative[0].eq(v < 0),
+                value[0].eq(v),
+                low.eq(x * recip[:split]),
+                high.eq(x * recip[split:]),
+                negative[1].eq(negative[0]),
+                value[1].eq(value[0]),
+                products[n].eq(low + (high << split)),
+                negatives[n].eq(negative[1]),
+                held[n].eq(value[1]),
+            ]
 
     def _sequential_average(self, m, start, values, half, products, negatives, held):
         """Stage 3 over `SEQUENTIAL_CYCLES` cycles on one 16 x 16-bit
