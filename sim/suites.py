@@ -117,7 +117,9 @@ def _chip():
                                   ("wfill", "a weight fill")]]
     cases += [Testcase("bad_tlps", module, "bad_tlps", "malformed and unsupported packets"),
               Testcase("abort_during_writes", module, "abort_during_writes",
-                       "ABORT and SOFT_RESET while WHM writes keep the link busy")]
+                       "ABORT and SOFT_RESET while WHM writes keep the link busy"),
+              Testcase("fetch_bounds", module, "fetch_bounds",
+                       "each program's fetch reads its bytes once and nothing past its end")]
     return cases
 
 
