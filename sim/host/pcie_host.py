@@ -28,7 +28,7 @@ from cocotbext.pcie.core.caps import MsiCapability
 from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpType
 
 from ...host_registers import BAR0_BYTES
-from ...driver.link import RamLink
+from ...driver.link import RamLink, check_pair, check_value64
 from .tlp_link import (Beat, beats_to_tlp, pack_link_beat, tlp_to_beats, tlp_to_words,
                        unpack_link_beat, words_to_beats)
 
@@ -443,6 +443,22 @@ class RtlLink(RamLink):
 
     async def write32(self, offset, value):
         await self.bar.write_dword(offset, value & 0xFFFFFFFF)
+
+    # One two-word TLP for a pair of registers (the driver's doorbells and
+    # counter reads): each MMIO is a round trip through the root complex's
+    # tasks, which a part on a small chip spends most of its time on. A
+    # `serial_host` chip serves one-word accesses only (docs/host_interface.md).
+    async def read64(self, offset):
+        if self.bridge.config.serial_host:
+            return await super().read64(offset)
+        check_pair(offset, BAR0_BYTES)
+        return await self.bar.read_qword(offset)
+
+    async def write64(self, offset, value):
+        if self.bridge.config.serial_host:
+            return await super().write64(offset, value)
+        check_pair(offset, BAR0_BYTES)
+        await self.bar.write_qword(offset, check_value64(value))
 
     @property
     def msi_address(self):

@@ -423,13 +423,24 @@ class Device:
                             await self.read_register("IRQ_CODE"))
 
     async def counters(self):
-        """The eight performance counters (`COUNTER_NAMES`), each read ``_LO`` then ``_HI``."""
-        out = {}
-        for name in COUNTER_NAMES:
-            lo = await self.read_register(f"{name.upper()}_LO")
-            hi = await self.read_register(f"{name.upper()}_HI")
-            out[name] = hi << 32 | lo
-        return out
+        """The eight performance counters (`COUNTER_NAMES`), each read ``_LO`` then ``_HI``.
+
+        The counters lie ``_LO``, ``_HI`` one after another, so a counter's
+        ``_HI`` and the next one's ``_LO`` are one `Link.read64` (one MMIO
+        round trip where the link has two-word accesses): nine accesses for
+        the sixteen registers, in the same order."""
+        self._check_open("counters")
+        offsets = [self.registers[f"{name.upper()}_{half}"].offset
+                   for name in COUNTER_NAMES for half in ("LO", "HI")]
+        words = [await self.link.read32(offsets[0])]
+        for i in range(1, len(offsets) - 1, 2):
+            if offsets[i + 1] == offsets[i] + 4:
+                pair = await self.link.read64(offsets[i])
+                words += [pair & _U32, pair >> 32]
+            else:
+                words += [await self.link.read32(offsets[i]), await self.link.read32(offsets[i + 1])]
+        words.append(await self.link.read32(offsets[-1]))
+        return {name: words[2 * i + 1] << 32 | words[2 * i] for i, name in enumerate(COUNTER_NAMES)}
 
     # Host memory ----------------------------------------------------------------------
 
@@ -543,8 +554,7 @@ class Device:
         job.device = self
         self._jobs.append(job)
         try:
-            for name, value in registers:
-                await self.write_register(name, value)
+            await self._write_registers(registers)
             if job.aborted_by is None:
                 await self.write_register("CONTROL", control)
         except BaseException as error:
@@ -559,6 +569,21 @@ class Device:
             await self.write_register("CONTROL", Control.ABORT)
             raise JobAborted(job.kind, job.aborted_by)
         return job
+
+    async def _write_registers(self, registers):
+        """Write ``(name, value)`` pairs in order; two registers one after the
+        other in BAR0 go in one `Link.write64` (one posted TLP on PCIe)."""
+        registers = [(self.registers[name].offset, value) for name, value in registers]
+        i = 0
+        while i < len(registers):
+            offset, value = registers[i]
+            self._check_open("write_register")
+            if i + 1 < len(registers) and registers[i + 1][0] == offset + 4:
+                await self.link.write64(offset, registers[i + 1][1] << 32 | value)
+                i += 2
+            else:
+                await self.link.write32(offset, value)
+                i += 1
 
     async def submit(self, addr, count, *, program=None):
         """Ring the doorbell for `count` (>= 1) instructions already at host `addr`.
@@ -742,12 +767,19 @@ class Device:
                     f"{link.backend} link time (STATUS {status!r}); the chip was aborted",
                     counters)
             if self.use_interrupts:
+                if woken:
+                    # The interrupt was an INT of a program still running
+                    # (STATUS above says busy): note its code now, before a
+                    # later INT replaces it.
+                    await self._take_int(result)
+                    self._stopped(job)
                 woken = await link.wait_interrupt(min(remaining, self.irq_recheck))
                 self._stopped(job)
                 if woken:
+                    # STATUS first (the loop's next read): an interrupt that
+                    # ends the job needs no IRQ_STATUS read of its own; the
+                    # end's read below takes its causes and any INT code.
                     result.interrupts += 1
-                    await self._take_int(result)
-                    self._stopped(job)
             else:
                 woken = False
                 await link.sleep(min(remaining, self.poll_interval))
@@ -770,8 +802,11 @@ class Device:
             self._end(job)
             await self.abort()
             raise ChipFault(code, index, text, counters)
-        await self._take_int(result)
+        # The job is over, so no cause can rise between this read and the
+        # write that acknowledges them all.
         irq = await self.read_register("IRQ_STATUS")
+        if irq & Irq.INT:
+            result.int_codes.append(await self.read_register("IRQ_CODE"))
         await self.write_register("IRQ_STATUS", irq)
         if job.kind == "program":
             result.halted = bool(status & Status.HALTED)

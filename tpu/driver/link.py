@@ -25,6 +25,15 @@ Registers
     inside BAR0, and for a value outside ``0 .. 2**32 - 1`` (`check_offset`,
     `check_value`).
 
+    ``await read64(offset)`` and ``await write64(offset, value)`` access the
+    two registers at `offset` and ``offset + 4`` (the first in the low 32
+    bits), as if by ``read32`` (or ``write32``) of `offset` then of ``offset +
+    4``. The default does exactly that; a transport whose chip serves
+    two-word accesses (a PCIe chip without ``serial_host``) does it in one
+    request, one round trip instead of two. The chip reads or writes the two
+    words in that order either way, so a counter's ``_HI`` then the next
+    counter's ``_LO`` is the same pair of reads.
+
 Host memory
     The memory the chip reaches by DMA. ``alloc(nbytes, align)`` reserves
     `nbytes` bytes at an address that is a multiple of `align` (a power of
@@ -74,7 +83,7 @@ the chip's ``irq_pending`` line) until the timeout, `sleep` with
 import abc
 
 
-__all__ = ["Link", "RamLink", "check_offset", "check_value"]
+__all__ = ["Link", "RamLink", "check_offset", "check_value", "check_pair", "check_value64"]
 
 
 def check_offset(offset, bar_bytes=4096):
@@ -93,6 +102,25 @@ def check_value(value):
         raise TypeError(f"a register value must be an int, not {value!r}")
     if not 0 <= value < 1 << 32:
         raise ValueError(f"register value {value:#x} does not fit 32 bits")
+    return value
+
+
+def check_pair(offset, bar_bytes=4096):
+    """`offset` as an int, or `ValueError` if it and ``offset + 4`` are not
+    both register offsets (`read64`, `write64`)."""
+    check_offset(offset, bar_bytes)
+    if offset + 4 >= bar_bytes:
+        raise ValueError(f"BAR0 offset 0x{offset:x} is the last register: a two-register access "
+                         f"needs 0x{offset + 4:x} too, and BAR0 ends at 0x{bar_bytes:x}")
+    return offset
+
+
+def check_value64(value):
+    """`value` as an int, or `ValueError` if it does not fit 64 bits."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"a two-register value must be an int, not {value!r}")
+    if not 0 <= value < 1 << 64:
+        raise ValueError(f"two-register value {value:#x} does not fit 64 bits")
     return value
 
 
@@ -124,6 +152,23 @@ class Link(abc.ABC):
     @abc.abstractmethod
     async def write32(self, offset, value):
         """Write the 32-bit register at byte `offset` of BAR0."""
+
+    async def read64(self, offset):
+        """The registers at byte `offset` (bits 31:0) and ``offset + 4`` (63:32)."""
+        check_pair(offset, self._bar_bytes)
+        low = await self.read32(offset)
+        return await self.read32(offset + 4) << 32 | low
+
+    async def write64(self, offset, value):
+        """Write bits 31:0 of `value` to the register at `offset`, then bits
+        63:32 to the one at ``offset + 4``."""
+        check_pair(offset, self._bar_bytes)
+        check_value64(value)
+        await self.write32(offset, value & 0xFFFF_FFFF)
+        await self.write32(offset + 4, value >> 32)
+
+    #: BAR0's size for `read64` and `write64`'s checks
+    _bar_bytes = 4096
 
     # Host memory ------------------------------------------------------------
 
