@@ -29,7 +29,7 @@ from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpType
 
 from ...host_registers import BAR0_BYTES
 from ...driver.link import RamLink, check_pair, check_value64
-from .tlp_link import (Beat, beats_to_tlp, pack_link_beat, tlp_to_beats, tlp_to_words,
+from .tlp_link import (Beat, beats_to_tlp, pack_link_beat, packed_link_beats, tlp_to_words,
                        unpack_link_beat, words_to_beats)
 
 
@@ -304,9 +304,11 @@ class PcieBridge(Device):
         return tlp
 
     def _packet_beats(self, packet):
+        """The link payload bits (`pack_link_beat`) of each of `packet`'s beats."""
+        link_dw = self.config.link_dw
         if isinstance(packet, RawPacket):
-            return list(packet.beats)
-        return list(tlp_to_beats(packet, self.config.link_dw))
+            return [pack_link_beat(beat, link_dw) for beat in packet.beats]
+        return packed_link_beats(tlp_to_words(packet), link_dw)
 
     # -- cycle by cycle ----------------------------------------------------
     @property
@@ -323,18 +325,13 @@ class PcieBridge(Device):
 
     async def _run(self):
         dut, link_dw = self.dut, self.config.link_dw
-        beats = []          # the packet being driven
+        beats = []          # the packet being driven, its beats packed
         gathered = []       # the packet being received
         # What the ports were last driven to: a write through the simulator
-        # costs more than the comparison.
-        driven = {"pcie_id": None, "rx_valid": 0, "tx_ready": 0}
-
-        def drive(name, port, value):
-            if driven[name] != value:
-                driven[name] = value
-                port.value = value
-                return True
-            return False
+        # costs more than the comparison (a beat held by back-pressure is
+        # not written again).
+        driven_id = driven_payload = None
+        driven_valid = driven_ready = 0
 
         # The handles and triggers, looked up once: a DMA-bound run goes
         # through this loop every cycle.
@@ -352,7 +349,10 @@ class PcieBridge(Device):
             ready_now = rx_ready.value
             tx_valid = tx_valid_port.value
             word = int(tx_payload.value) if tx_valid else None
-            renamed = drive("pcie_id", pcie_id, int(self.function.pcie_id))
+            requester = int(self.function.pcie_id)
+            renamed = requester != driven_id
+            if renamed:
+                pcie_id.value = driven_id = requester
             # (The idle draw comes first, work or not: a seed's host behaviour
             # stays what it was.)
             if not beats and rng.random() >= self.idle and (self.requests or self.completions):
@@ -360,11 +360,14 @@ class PcieBridge(Device):
                 if tlp is not None:
                     self.received.append(tlp)
                     beats = self._packet_beats(tlp)
-            if beats:
-                rx_payload.value = pack_link_beat(beats[0], link_dw)
-            offered = bool(beats)
-            drive("rx_valid", rx_valid, int(offered))
-            drive("tx_ready", tx_ready, int(rng.random() >= self.backpressure))
+            if beats and beats[0] != driven_payload:
+                rx_payload.value = driven_payload = beats[0]
+            offered = int(bool(beats))
+            if offered != driven_valid:
+                rx_valid.value = driven_valid = offered
+            ready = int(rng.random() >= self.backpressure)
+            if ready != driven_ready:
+                tx_ready.value = driven_ready = ready
             if renamed or check:
                 # A new pcie_id is in the chip's requester ID from now on.
                 await read_only
@@ -375,7 +378,7 @@ class PcieBridge(Device):
                 ready_now, tx_valid, word = *later, later_word
             if offered and ready_now:
                 beats.pop(0)
-            if tx_valid and driven["tx_ready"]:
+            if tx_valid and driven_ready:
                 beat = unpack_link_beat(word, link_dw)
                 gathered.append(beat)
                 if beat[2]:

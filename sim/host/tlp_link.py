@@ -12,6 +12,7 @@ functions taking beats also accept plain tuples in that order and dicts with
 those keys.
 """
 
+import struct
 from typing import NamedTuple
 
 from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpAt, TlpAttr, TlpFmt, TlpTc, TlpType
@@ -19,7 +20,8 @@ from cocotbext.pcie.core.utils import PcieId
 
 
 __all__ = ["Beat", "pack_link_beat", "unpack_link_beat", "HEADER_FIELDS", "tlp_to_words", "words_to_tlp", "words_to_beats", "beats_to_words",
-           "tlp_to_beats", "beats_to_tlp", "header_from_tlp", "tlp_from_header", "header_dw"]
+           "tlp_to_beats", "beats_to_tlp", "header_from_tlp", "tlp_from_header", "header_dw",
+           "packed_link_beats"]
 
 
 class Beat(NamedTuple):
@@ -64,11 +66,10 @@ def tlp_to_words(tlp, *, digest=None):
     word, which `tlp.td` should then announce."""
     raw = bytes(tlp.pack())
     size = tlp.get_header_size()
-    words = [int.from_bytes(raw[i:i + 4], "big") for i in range(0, size, 4)]
-    payload = raw[size:]
-    if len(payload) % 4:
-        raise ValueError(f"payload of {len(payload)} bytes is not whole words")
-    words += [int.from_bytes(payload[i:i + 4], "little") for i in range(0, len(payload), 4)]
+    payload = len(raw) - size
+    if payload % 4:
+        raise ValueError(f"payload of {payload} bytes is not whole words")
+    words = [*struct.unpack_from(f">{size // 4}I", raw), *struct.unpack_from(f"<{payload // 4}I", raw, size)]
     if digest is not None:
         words.append(digest & 0xFFFF_FFFF)
     return words
@@ -96,6 +97,22 @@ def words_to_beats(words, link_dw):
                           keep=(1 << len(chunk)) - 1,
                           last=start + link_dw >= len(words)))
     return beats
+
+
+def packed_link_beats(words, link_dw):
+    """`pack_link_beat` of each of `words_to_beats(words, link_dw)`, made from
+    the words' bytes at once: the simulated host drives a packet's beats with
+    one integer each, and a 512-byte completion has 64 of them on a
+    two-word link."""
+    n = len(words)
+    raw = struct.pack(f"<{n}I", *words)
+    keep_at, last_at = 32 * link_dw, 33 * link_dw
+    packed = []
+    for start in range(0, max(n, 1), link_dw):
+        count = min(link_dw, n - start)
+        packed.append(int.from_bytes(raw[4 * start:4 * (start + count)], "little")
+                      | ((1 << count) - 1) << keep_at | (start + link_dw >= n) << last_at)
+    return packed
 
 
 def beats_to_words(beats):
