@@ -406,3 +406,114 @@ def test_golden_link_arguments():
         await link.sleep(1e-300)
         assert link.cycle == before + 1          # any wait at all lets time pass
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------
+# Two-register accesses (Link.read64 / write64)
+
+
+class _CountingLink(GoldenLink):
+    """A golden link that logs each access the driver makes, as ``(kind, offset)``."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.log = []
+        self._inner = False     # the one-word accesses of a pair are not the driver's
+
+    def _note(self, kind, offset):
+        if not self._inner:
+            self.log.append((kind, offset))
+
+    async def read32(self, offset):
+        self._note("read32", offset)
+        return await super().read32(offset)
+
+    async def write32(self, offset, value):
+        self._note("write32", offset)
+        await super().write32(offset, value)
+
+    async def read64(self, offset):
+        self._note("read64", offset)
+        self._inner = True
+        try:
+            return await super().read64(offset)
+        finally:
+            self._inner = False
+
+    async def write64(self, offset, value):
+        self._note("write64", offset)
+        self._inner = True
+        try:
+            await super().write64(offset, value)
+        finally:
+            self._inner = False
+
+
+def test_read64_and_write64_are_the_two_registers():
+    """The default pair access is the two one-word accesses in order; a pair
+    that would leave BAR0, a misaligned offset or a value over 64 bits is refused
+    before anything is accessed."""
+    async def main(device):
+        link = device.link
+        regs = register_map(device.config)
+        lo = regs["PROG_ADDR_LO"].offset
+        await link.write64(lo, 0x1234_5678_9ABC_DEF0)
+        assert await link.read32(lo) == 0x9ABC_DEF0
+        assert await link.read32(lo + 4) == 0x1234_5678
+        assert await link.read64(lo) == 0x1234_5678_9ABC_DEF0
+        # A counter's _HI with the next counter's _LO: the _LO latches its own _HI.
+        link.poke_counter("cycles", 0x3_0000_0010)
+        link.poke_counter("mxu_active", 0x9_0000_0020)
+        assert await link.read32(regs["CYCLES_LO"].offset) == 0x10
+        pair = await link.read64(regs["CYCLES_HI"].offset)
+        assert (pair & 0xFFFF_FFFF, pair >> 32) == (3, 0x20)
+        assert await link.read32(regs["MXU_ACTIVE_HI"].offset) == 9
+        for offset, error in [(4092, "last register"), (2, "register offset"), (4096, "register offset")]:
+            with pytest.raises(ValueError, match=error):
+                await link.read64(offset)
+            with pytest.raises(ValueError, match=error):
+                await link.write64(offset, 0)
+        with pytest.raises(ValueError, match="64 bits"):
+            await link.write64(lo, 1 << 64)
+        with pytest.raises(TypeError, match="must be an int"):
+            await link.write64(lo, 1.0)
+        assert await link.read64(lo) == 0x1234_5678_9ABC_DEF0
+    golden(TPUConfig(), main)
+
+
+def test_a_part_takes_few_register_accesses():
+    """A weight fill and a program as a compiled model's part runs them: the
+    doorbells write register pairs in one access, the counters are read in
+    nine, and the end of a job reads IRQ_STATUS once (each access is an MMIO
+    round trip on a PCIe link)."""
+    config = TPUConfig()
+    regs = register_map(config)
+
+    async def main():
+        link = _CountingLink(config)
+        device = await Device.open(link, config)
+        link.log.clear()
+        await device.load_weights(np.ones((1, config.rows, config.cols), dtype=np.int8))
+        fill = list(link.log)
+        link.log.clear()
+        result = await device.run([Int(code=5), Halt()], timeout=1e-3)
+        return fill, list(link.log), result
+
+    fill, program, result = asyncio.run(main())
+    assert result.halted and result.int_codes == [5] and result.counters["cycles"] > 0
+    names = {r.offset: r.name for r in regs.values()}
+    named = lambda log: [(kind, names[offset]) for kind, offset in log]
+    assert named(fill)[:5] == [("read32", "STATUS"), ("write32", "IRQ_STATUS"),
+                               ("write64", "WFILL_ADDR_LO"), ("write64", "WFILL_TILE"),
+                               ("write32", "CONTROL")]
+    assert named(program)[:5] == [("read32", "STATUS"), ("write32", "IRQ_STATUS"),
+                                  ("write64", "PROG_ADDR_LO"), ("write32", "PROG_LEN"),
+                                  ("write32", "CONTROL")]
+    counters = [(kind, names[offset]) for kind, offset in program[-9:]]
+    assert counters == [("read32", "CYCLES_LO")] + [
+        ("read64", f"{a.upper()}_HI") for a in COUNTER_NAMES[:-1]] + [
+        ("read32", f"{COUNTER_NAMES[-1].upper()}_HI")]
+    # The end: one IRQ_STATUS read, IRQ_CODE for the INT, one acknowledging write.
+    assert named(program)[-12:-9] == [("read32", "IRQ_STATUS"), ("read32", "IRQ_CODE"),
+                                      ("write32", "IRQ_STATUS")]
+    assert len(fill) <= 8 and len(program) <= 19, (named(fill), named(program))
