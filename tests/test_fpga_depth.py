@@ -86,7 +86,7 @@ def test_levels_and_carry_counted_apart():
 
 
 def test_ports_and_combinational_dsp():
-    # An input port through an unregistered MULT18X18D and a LUT to an output.
+    # An input port through an unregistered MULT18X18D (bus-named ports) and a LUT to an output.
     module = {"ports": {"a": {"direction": "input", "bits": [2]}, "y": {"direction": "output", "bits": [4]}},
               "cells": {
                   "m": _cell("MULT18X18D", {"A": [2], "B": ["0"], "P": [3]}, {"A": "input", "B": "input", "P": "output"},
@@ -97,6 +97,64 @@ def test_ports_and_combinational_dsp():
     # Registered, the DSP block starts and ends paths.
     module["cells"]["m"]["parameters"]["REG_OUTPUT_CLK"] = "CLK0"
     assert longest_paths(module).levels == 1
+
+
+def _bit_named_mult(a, b, p, **parameters):
+    """A MULT18X18D as synth_ecp5 writes it: a port per bit (A0..A17,
+    B0..B17, P0..P35, SIGNEDA, SIGNEDB), no parameters when unregistered."""
+    connections = {**{f"A{i}": [a[i] if i < len(a) else "0"] for i in range(18)},
+                   **{f"B{i}": [b[i] if i < len(b) else "0"] for i in range(18)},
+                   **{f"C{i}": ["0"] for i in range(18)},
+                   **{f"P{i}": [p[i]] if i < len(p) else [] for i in range(36)},
+                   "SIGNEDA": ["0"], "SIGNEDB": ["0"], "SOURCEA": ["0"], "SOURCEB": ["0"]}
+    directions = {port: "output" if port.startswith("P") else "input" for port in connections}
+    return _cell("MULT18X18D", connections, directions, **parameters)
+
+
+def test_bit_named_mult_between_flip_flops():
+    # ff a (bit 2) and ff b (bit 3) -> LUT -> MULT18X18D's A1 and B0; its P5
+    # -> LUT -> ff; the product's 3 levels and the two LUTs: 5.
+    module = {"ports": {}, "cells": {
+        "fa": _ff(90, 2), "fb": _ff(91, 3),
+        "l1": _cell("LUT4", {"A": [2], "B": [3], "Z": [4]}),
+        "m": _bit_named_mult(["0", 4], [3], [10, 11, 12, 13, 14, 15]),
+        "l2": _cell("LUT4", {"A": [15], "Z": [16]}),
+        "dst": _ff(16, 92),
+    }}
+    depth = longest_paths(module)
+    assert (depth.levels, depth.by_levels.carry) == (1 + 3 + 1, 0)
+    assert depth.by_levels.start in ("fa.Q", "fb.Q") and depth.by_levels.end == "dst.DI"
+    # Its operands or its product registered, it cuts the path: the LUTs on
+    # either side are one level each.
+    for register in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_PIPELINE_CLK", "REG_OUTPUT_CLK"):
+        module["cells"]["m"]["parameters"] = {register: "CLK0"}
+        depth = longest_paths(module)
+        assert depth.levels == 1
+        assert depth.by_levels.end.startswith("m.") or depth.by_levels.start.startswith("m.")
+
+
+def _mac16(a, o, **parameters):
+    """An SB_MAC16 as synth_ice40 -dsp writes it: bus ports, integer
+    parameters as strings of bits."""
+    connections = {"A": a + ["0"] * (16 - len(a)), "B": ["0"] * 16, "C": ["0"] * 16, "D": ["0"] * 16,
+                   "O": o + [100 + i for i in range(32 - len(o))], "CLK": ["0"], "CE": ["1"]}
+    directions = {port: "output" if port == "O" else "input" for port in connections}
+    return _cell("SB_MAC16", connections, directions, **parameters)
+
+
+def test_ice40_mac16_combinational_and_registered():
+    ff = lambda d, q: _cell("SB_DFF", {"D": [d], "Q": [q]}, {"D": "input", "Q": "output"})
+    unregistered = dict(A_REG="0", B_REG="0", C_REG="0", D_REG="0", TOP_8x8_MULT_REG="0",
+                        BOT_8x8_MULT_REG="0", PIPELINE_16x16_MULT_REG1="0", PIPELINE_16x16_MULT_REG2="0",
+                        TOPOUTPUT_SELECT="11", BOTOUTPUT_SELECT="11")
+    module = {"ports": {}, "cells": {
+        "src": ff(90, 2), "m": _mac16([2], [3], **unregistered),
+        "l": _cell("SB_LUT4", {"I0": [3], "O": [4]}), "dst": ff(4, 91)}}
+    # The 16 x 16 product unregistered (both halves' output select 3).
+    assert longest_paths(module).levels == 3 + 1
+    for register, value in (("PIPELINE_16x16_MULT_REG2", "1"), ("A_REG", "1"), ("TOPOUTPUT_SELECT", "01")):
+        module["cells"]["m"]["parameters"] = {**unregistered, register: value}
+        assert longest_paths(module).levels == 1
 
 
 def test_a_loop_is_an_error():
