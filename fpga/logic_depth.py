@@ -19,7 +19,11 @@ walked here:
   (``CIN`` -> ``COUT``/``S``, ``CI`` -> ``CO``) it is one carry cell and no
   level. The ECP5's wide-LUT muxes (``PFUMX``, ``L6MUX21``) are in the
   slice of their LUTs and count as nothing; a LUT RAM's read
-  (``TRELLIS_DPR16X4`` ``RAD`` -> ``DO``) is a level.
+  (``TRELLIS_DPR16X4`` ``RAD`` -> ``DO``) is a level;
+* a DSP block (ECP5 ``MULT18X18D``, iCE40 ``SB_MAC16``) that registers
+  neither its operands nor its product is `COMBINATIONAL_DSP_LEVELS`
+  levels from each operand bit to each product bit; one that registers
+  either starts and ends paths like a flip-flop.
 
 `longest_paths` gives the deepest path by levels (its carry cells beside)
 and the longest by carry (its levels beside).
