@@ -59,6 +59,10 @@ RATCHET = {
     # into `divided`; the 24 carry cells are a multiplier's product into
     # the requantizer's `product`, 5 levels). Not in `SUITE_BLOCKS`.
     "host.core.act": (7, 40),
+    # The host's glue with its sub-blocks as black boxes: 8 levels on 4
+    # December, 9 on 5 December (the units' status into the `status`
+    # register's enable; no multiply). Not in `SUITE_BLOCKS`.
+    "host": (9, 40),
 }
 
 #: The blocks the suite synthesises (about a minute each on the loaded 2-core
