@@ -71,3 +71,19 @@ def test_link_beat_packing_is_the_rtl_layout(link_dw):
         assert unpack_link_beat(word, link_dw) == beat, f"[seed {seed}] {beat}"
     # Fields wider than the layout are cut to it, as the RTL port would.
     assert pack_link_beat((1 << 32 * link_dw, 1 << link_dw, 2), link_dw) == 0
+
+
+@pytest.mark.parametrize("link_dw", [1, 2, 4, 8])
+def test_packed_beats_are_the_packed_beats_of_the_words(link_dw):
+    """packed_link_beats (a packet's beats made from its bytes at once, as the
+    simulated host drives them) equals pack_link_beat of each of
+    words_to_beats, for packets of every length, none included."""
+    from tpu.sim.host.tlp_link import pack_link_beat, packed_link_beats, words_to_beats
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    rng = random.Random(seed)
+    for n in [0, 1, link_dw, link_dw + 1, *(rng.randint(2, 140) for _ in range(200))]:
+        words = [rng.getrandbits(32) for _ in range(n)]
+        assert packed_link_beats(words, link_dw) == \
+            [pack_link_beat(beat, link_dw) for beat in words_to_beats(words, link_dw)], \
+            f"[seed {seed}] {n} words"
