@@ -169,8 +169,8 @@ class ActivationUnit(wiring.Component):
                     with m.Switch(payload[:8]):
                         with m.Case(Opcode.CFG):
                             reg = field(payload, Opcode.CFG, "reg")
-                            saturated = _saturate(field(payload, Opcode.CFG, "value").as_signed(),
-                                                  VALUE_WIDTH)
+                            cfg_value = field(payload, Opcode.CFG, "value").as_signed()
+                            saturated = _saturate(cfg_value, VALUE_WIDTH)
                             for r, sig in regs.items():
                                 with m.If(reg == r):
                                     m.d.sync += sig.eq(saturated)
