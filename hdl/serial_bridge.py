@@ -152,11 +152,14 @@ class SerialBridge(wiring.Component):
                                  cap_last.eq(self.tlp_in.payload.last), cap_slot.eq(0)]
                     m.next = "WRITE"
             with m.State("WRITE"):
-                # keep is contiguous from word 0: words up to the first clear bit.
+                # keep is contiguous from word 0: words up to the first clear
+                # bit (a one-word link's beat is its one word).
                 m.d.comb += [tx_wr.addr.eq(widx), tx_wr.data.eq(cap_data.word_select(cap_slot, 32)),
                              tx_wr.en.eq(widx < depth)]
                 m.d.sync += [widx.eq(widx + 1), cap_slot.eq(cap_slot + 1)]
-                beat_done = (cap_slot == dw - 1) | ~cap_keep.bit_select(cap_slot + 1, 1)
+                beat_done = cap_slot == dw - 1
+                if dw > 1:
+                    beat_done |= ~cap_keep.bit_select(cap_slot + 1, 1)
                 with m.If(beat_done):
                     with m.If(cap_last):
                         m.d.sync += [tx_full.eq(1), tx_words.eq(widx + 1), widx.eq(0)]
