@@ -19,13 +19,18 @@ walked here:
   (``CIN`` -> ``COUT``/``S``, ``CI`` -> ``CO``) it is one carry cell and no
   level. The ECP5's wide-LUT muxes (``PFUMX``, ``L6MUX21``) are in the
   slice of their LUTs and count as nothing; a LUT RAM's read
-  (``TRELLIS_DPR16X4`` ``RAD`` -> ``DO``) is a level.
+  (``TRELLIS_DPR16X4`` ``RAD`` -> ``DO``) is a level;
+* a DSP block (ECP5 ``MULT18X18D``, iCE40 ``SB_MAC16``) that registers
+  neither its operands nor its product is `COMBINATIONAL_DSP_LEVELS`
+  levels from each operand bit to each product bit; one that registers
+  either starts and ends paths like a flip-flop.
 
 `longest_paths` gives the deepest path by levels (its carry cells beside)
 and the longest by carry (its levels beside).
 """
 
 import json
+import re
 from collections import defaultdict, deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,24 +61,50 @@ _ARCS = {
 COMBINATIONAL_DSP_LEVELS = 3
 
 
-def _dsp_arcs(cell):
-    """The arcs of a MULT18X18D or SB_MAC16 without its registers, or None."""
+#: A DSP block's data ports: (inputs, outputs), each a pattern its port
+#: names match. Yosys's ECP5 library names MULT18X18D's ports bit by bit
+#: (``A0``..``A17``, ``P0``..``P35``), its iCE40 library SB_MAC16's as
+#: buses (``A[15:0]``, ``O[31:0]``); both spellings are taken.
+_DSP_PORTS = {
+    "MULT18X18D": (re.compile(r"(A|B)\d*|SIGNED[AB]"), re.compile(r"P\d*|SIGNEDP")),
+    "SB_MAC16": (re.compile(r"[ABCD]\d*"), re.compile(r"O\d*")),
+}
+
+
+def _param_int(value):
+    """A cell parameter as an integer: yosys writes an integer parameter as
+    a string of its bits (as wide as the parameter or 32), or as a number."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    return int(text, 2) if text and set(text) <= {"0", "1"} else 0
+
+
+def _dsp_registered(cell):
+    """Whether a MULT18X18D or SB_MAC16 registers its operands or product
+    (then its inputs end paths and its outputs start them)."""
     params = cell.get("parameters", {})
     if cell["type"] == "MULT18X18D":
-        registered = any(params.get(p, "NONE").strip() not in ("NONE", "")
-                         for p in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_OUTPUT_CLK"))
-        ins, outs = ("A", "B"), ("P",)
-    elif cell["type"] == "SB_MAC16":
-        registered = any("1" in str(params.get(p, "0")) for p in
-                         ("A_REG", "B_REG", "TOP_8x8_MULT_REG", "BOT_8x8_MULT_REG",
-                          "PIPELINE_16x16_MULT_REG1", "PIPELINE_16x16_MULT_REG2",
-                          "TOPOUTPUT_SELECT", "BOTOUTPUT_SELECT"))
-        ins, outs = ("A", "B"), ("O",)
-    else:
+        return any(str(params.get(p, "NONE")).strip() not in ("NONE", "")
+                   for p in ("REG_INPUTA_CLK", "REG_INPUTB_CLK", "REG_PIPELINE_CLK", "REG_OUTPUT_CLK"))
+    # SB_MAC16: its input and product registers, and an output select of 1
+    # (the accumulator's register; 0 is the adder, 2 and 3 the products).
+    return (any(_param_int(params.get(p, 0)) for p in
+                ("A_REG", "B_REG", "C_REG", "D_REG", "TOP_8x8_MULT_REG", "BOT_8x8_MULT_REG",
+                 "PIPELINE_16x16_MULT_REG1", "PIPELINE_16x16_MULT_REG2"))
+            or any(_param_int(params.get(p, 0)) == 1 for p in ("TOPOUTPUT_SELECT", "BOTOUTPUT_SELECT")))
+
+
+def _dsp_arcs(cell):
+    """The arcs of a MULT18X18D or SB_MAC16 without its registers, or None:
+    `COMBINATIONAL_DSP_LEVELS` from each bit of its operands to each bit of
+    its product."""
+    ports = _DSP_PORTS.get(cell["type"])
+    if ports is None or _dsp_registered(cell):
         return None
-    if registered:
-        return None
-    return {p: [(o, COMBINATIONAL_DSP_LEVELS, 0) for o in outs] for p in ins}
+    ins, outs = ports
+    outputs = [(o, COMBINATIONAL_DSP_LEVELS, 0) for o in cell["connections"] if outs.fullmatch(o)]
+    return {p: outputs for p in cell["connections"] if ins.fullmatch(p)}
 
 
 @dataclass(frozen=True)
@@ -285,7 +316,6 @@ def measure_blocks(config, family, build_dir, blocks=None):
     block's name is its path below the top, "" the top) of the serial chip
     of `config` built for `family` ("ecp5" or "ice40"), synthesised in one
     yosys process in `build_dir`."""
-    import re
     import subprocess
     from ..hdl.verilog import SERIAL_NAME, generate_verilog
 
