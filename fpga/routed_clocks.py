@@ -54,6 +54,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, shared lane chosen ahead", 16, 16, 25.0,
                37.55, "2026-12-05", "e3ca138",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", an eleventh run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, pooling average in stages", 16, 16,
+               25.0, 45.02, "2026-12-05", "f9103d6",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twelfth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
