@@ -73,13 +73,19 @@ MARGIN = 0.05
 
 
 def latest_routed(board, profile=None):
-    """The routed builds of `board` and `profile` from the latest day one was
-    made (a list, the slowest first; empty when none is recorded)."""
+    """The routed builds of `board` and `profile` of the latest tree built
+    (a list, the slowest first; empty when none is recorded): the builds
+    of the last recorded build's commit, or, without one, those without a
+    commit on its day. One tree built at several clocks routes at several
+    Fmax (a new placement each); an older tree's slower result is no
+    longer the chip's."""
     found = [r for r in ROUTED_CHIPS if r.board == board and r.profile == profile]
     if not found:
         return []
-    day = max(r.date for r in found)
-    return sorted((r for r in found if r.date == day), key=lambda r: r.fmax_mhz)
+    last = found[-1]
+    same_tree = [r for r in found if (r.commit == last.commit if last.commit else
+                                       r.commit is None and r.date == last.date)]
+    return sorted(same_tree, key=lambda r: r.fmax_mhz)
 
 
 def fastest_clock_within(clocks_hz, limit_hz):
