@@ -54,6 +54,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, shared lane chosen ahead", 16, 16, 25.0,
                37.55, "2026-12-05", "e3ca138",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", an eleventh run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, pooling average in stages", 16, 16,
+               25.0, 45.02, "2026-12-05", "f9103d6",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twelfth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
@@ -70,13 +73,19 @@ MARGIN = 0.05
 
 
 def latest_routed(board, profile=None):
-    """The routed builds of `board` and `profile` from the latest day one was
-    made (a list, the slowest first; empty when none is recorded)."""
+    """The routed builds of `board` and `profile` of the latest tree built
+    (a list, the slowest first; empty when none is recorded): the builds
+    of the last recorded build's commit, or, without one, those without a
+    commit on its day. One tree built at several clocks routes at several
+    Fmax (a new placement each); an older tree's slower result is no
+    longer the chip's."""
     found = [r for r in ROUTED_CHIPS if r.board == board and r.profile == profile]
     if not found:
         return []
-    day = max(r.date for r in found)
-    return sorted((r for r in found if r.date == day), key=lambda r: r.fmax_mhz)
+    last = found[-1]
+    same_tree = [r for r in found if (r.commit == last.commit if last.commit else
+                                       r.commit is None and r.date == last.date)]
+    return sorted(same_tree, key=lambda r: r.fmax_mhz)
 
 
 def fastest_clock_within(clocks_hz, limit_hz):

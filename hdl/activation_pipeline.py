@@ -314,14 +314,19 @@ class ActivationPipeline(wiring.Component):
                 m.d.comb += ahead.eq(Mux(count == row_cycles - 1, 0, count + 1))
             m.d.sync += ahead_first.eq(ahead == 0)
         channel_write = self.set_channel.valid & self.set_channel.ready
+        # The small form reads the entering group's settings and held values
+        # directly, by `step`: its requantizer registers its operands as the
+        # group enters anyway, so the registers chosen ahead would only
+        # repeat them (70 flip-flops and their multiplexers a lane).
+        serial = bool(self._config.serial_act)
 
         def chosen(values, name, written):
             """`values` (one per group) of the group entering the requantizers,
             from a register chosen a cycle ahead. A channel write (while idle,
             when the register holds group 0's value) goes into the register
             too, as a row may be taken in the next cycle."""
-            if steps == 1:
-                return values[0]
+            if steps == 1 or serial:
+                return per_group(values)
             register = Signal.like(values[0], name=name)
             m.d.sync += register.eq(Array(values)[ahead])
             if cycles > 1:
@@ -333,7 +338,6 @@ class ActivationPipeline(wiring.Component):
             return Mux(count == 0, values[0], register)
 
         # The pooling unit shares the requantizers' lanes, group by group.
-        serial = bool(self._config.serial_act)
         m.submodules.pooling = pooling = PoolingUnit(lanes=lanes, max_width=self._max_width,
                                                      groups=steps, sequential_average=serial)
         lane_out = []
@@ -347,7 +351,7 @@ class ActivationPipeline(wiring.Component):
             if cycles > 1:
                 m.d.comb += lane.start.eq(start)
             payload = self.set_channel.payload
-            if steps > 1 and cycles > 1:
+            if steps > 1 and cycles > 1 and not serial:
                 # Group 0's value comes in as the row is taken; the others'
                 # from `held`, chosen a cycle ahead (`held` is loaded as the
                 # row is taken, `cycles` cycles before group 1 enters).

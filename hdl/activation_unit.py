@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
-from ..isa import Opcode, Pool, Reg, ldq_sections
+from ..isa import MAX_POOL_COUNT, Opcode, Pool, Reg, ldq_sections
 from .accumulators import AccReadSignature
 from .activation_pipeline import ActivationPipeline
 from .activation_settings import SHIFT_WIDTH, VALUE_WIDTH, RECIPROCAL_SHIFT
@@ -69,17 +69,21 @@ class ActivationUnit(wiring.Component):
         m.submodules.pipeline = pipe = ActivationPipeline(cfg, max_width=cfg.pool_max_width)
 
         word = Signal(128)
-        out_rows = Signal(24)
-        regs = {reg: Signal(signed(32), name=f"reg_{reg.name.lower()}") for reg in Reg}
+        # Row counters sized to the memories: the decoder faults an ACT
+        # whose rows reach past the accumulators or the UB.
+        out_rows = Signal(range(cfg.ub_rows + 1))
+        # The registers hold the values ACT uses, saturated to the pipeline's
+        # range as CFG writes them, so one saturation serves all three.
+        regs = {reg: Signal(signed(VALUE_WIDTH), name=f"reg_{reg.name.lower()}") for reg in Reg}
 
         # ACT: accumulator rows into the pipeline, results into the UB.
         m.submodules.reader = reader = MemoryReader(
             addr_shape=range(cfg.acc_rows), data_shape=data.ArrayLayout(signed(32), cols),
             side_shape=1)
         acc_addr = Signal(range(cfg.acc_rows))
-        to_read = Signal(24)
+        to_read = Signal(range(cfg.acc_rows + 1))
         ub_addr = Signal(range(cfg.ub_rows))
-        to_write = Signal(24)
+        to_write = Signal(range(cfg.ub_rows + 1))
         m.d.comb += [
             reader.i.payload.addr.eq(acc_addr),
             reader.i.payload.side.eq(to_read == 1),
@@ -103,8 +107,12 @@ class ActivationUnit(wiring.Component):
             m.d.sync += [ub_addr.eq(ub_addr + 1), to_write.eq(to_write - 1)]
 
         # Settings of an ACT, from its fields and the CFG registers.
-        m.submodules.divider = divider = SerialDivider(RECIPROCAL_SHIFT + 2)
-        count = Signal(24)
+        # The divisor is a pooling count: the decoder faults a GLOBAL_AVG of
+        # more than MAX_POOL_COUNT rows, so the divisor and the divider's
+        # remainder are 13 bits, not the dividend's 34.
+        count = Signal(range(MAX_POOL_COUNT + 1))
+        m.submodules.divider = divider = SerialDivider(RECIPROCAL_SHIFT + 2,
+                                                       divisor_width=len(count))
         act = {name: field(word, Opcode.ACT, name) for name in
                ("unsigned", "single_round", "acc", "ub", "rows", "func", "pool", "pool_size", "pool_stride", "in_w")}
         windowed = (act["pool"] == Pool.MAX) | (act["pool"] == Pool.AVG)
@@ -114,9 +122,9 @@ class ActivationUnit(wiring.Component):
             settings.function.eq(act["func"]),
             settings.unsigned.eq(act["unsigned"]),
             settings.single_round.eq(act["single_round"]),
-            settings.zero_point.eq(_saturate(regs[Reg.OUT_ZERO_POINT], VALUE_WIDTH)),
-            settings.clamp_min.eq(_saturate(regs[Reg.CLAMP_MIN], VALUE_WIDTH)),
-            settings.clamp_max.eq(_saturate(regs[Reg.CLAMP_MAX], VALUE_WIDTH)),
+            settings.zero_point.eq(regs[Reg.OUT_ZERO_POINT]),
+            settings.clamp_min.eq(regs[Reg.CLAMP_MIN]),
+            settings.clamp_max.eq(regs[Reg.CLAMP_MAX]),
             settings.pool.eq(act["pool"]),
             settings.pool_size.eq(Mux(windowed, act["pool_size"], 1)),
             settings.pool_stride.eq(Mux(windowed, act["pool_stride"], 1)),
@@ -161,9 +169,11 @@ class ActivationUnit(wiring.Component):
                     with m.Switch(payload[:8]):
                         with m.Case(Opcode.CFG):
                             reg = field(payload, Opcode.CFG, "reg")
+                            cfg_value = field(payload, Opcode.CFG, "value").as_signed()
+                            saturated = _saturate(cfg_value, VALUE_WIDTH)
                             for r, sig in regs.items():
                                 with m.If(reg == r):
-                                    m.d.sync += sig.eq(field(payload, Opcode.CFG, "value"))
+                                    m.d.sync += sig.eq(saturated)
                         with m.Case(Opcode.LDL):
                             m.d.sync += [table_row.eq(field(payload, Opcode.LDL, "ub")),
                                          lut_index.eq(0)]

@@ -118,7 +118,9 @@ class InstructionDecoder(wiring.Component):
     Members
     -------
     start : In(1)
-        A new ``word`` is presented (and held until the next start).
+        A new ``word`` is presented: it is taken in this cycle (and need
+        not be held), as is what the word alone decides (its opcode and
+        fields, each span's end); the stages after read only registers.
     word : In(128)
     windows : In(DmaWindows(config))
         Sampled from the cycle of ``start`` (each window's end is
@@ -157,52 +159,70 @@ class InstructionDecoder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        word = self.word
+        # The word is taken in the cycle of ``start`` (PRESENT): what it
+        # alone decides is worked out then, from the word as it arrives (in
+        # the sequencer, the instruction queue's output register), and
+        # registered with it. START and the stages after it read only
+        # registers.
+        new = self.word
+        word = Signal(INSTRUCTION_BITS)
+        with m.If(self.start):
+            m.d.sync += word.eq(new)
         opcode = word[:8]
 
-        # Configuration-independent legality, from the layout table.
-        legal_opcode = Signal()
-        illegal_field = Signal()
-        for op, fields in LAYOUTS.items():
-            with m.If(opcode == int(op)):
-                m.d.comb += legal_opcode.eq(1)
-                by_name = {f.name: f for f in fields}
-                # Conditional fields are checked below: zero when inactive.
-                defined = 0xFF
-                for f in fields:
-                    defined |= f.mask
-                reserved = ((1 << INSTRUCTION_BITS) - 1) & ~defined
-                bad = [(word & reserved) != 0] if reserved else []
-                for f in fields:
-                    value = word[f.lsb:f.lsb + f.width]
-                    value = value.as_signed() if f.signed else value
-                    low, high = f.legal
-                    natural = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed \
-                        else (0, (1 << f.width) - 1)
-                    checks = []
-                    if low > natural[0]:
-                        checks.append(value < low)
-                    if high < natural[1]:
-                        checks.append(value > high)
-                    if f.when is None:
-                        bad.extend(checks)
-                        continue
-                    cond = by_name[f.when[0]]
-                    cond_value = word[cond.lsb:cond.lsb + cond.width]
-                    active = Cat(*[cond_value == v for v in f.when[1]]).any()
-                    inactive_bits = value != 0
-                    bad.append(Mux(active, Cat(*checks).any() if checks else 0, inactive_bits))
-                if bad:
-                    m.d.comb += illegal_field.eq(Cat(*bad).any())
+        def legality(w):
+            """(legal opcode, an illegal field) of `w`, from the layout table."""
+            legal_opcode = Signal()
+            illegal_field = Signal()
+            for op, fields in LAYOUTS.items():
+                with m.If(w[:8] == int(op)):
+                    m.d.comb += legal_opcode.eq(1)
+                    by_name = {f.name: f for f in fields}
+                    # Conditional fields are checked below: zero when inactive.
+                    defined = 0xFF
+                    for f in fields:
+                        defined |= f.mask
+                    reserved = ((1 << INSTRUCTION_BITS) - 1) & ~defined
+                    bad = [(w & reserved) != 0] if reserved else []
+                    for f in fields:
+                        value = w[f.lsb:f.lsb + f.width]
+                        value = value.as_signed() if f.signed else value
+                        low, high = f.legal
+                        natural = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed \
+                            else (0, (1 << f.width) - 1)
+                        checks = []
+                        if low > natural[0]:
+                            checks.append(value < low)
+                        if high < natural[1]:
+                            checks.append(value > high)
+                        if f.when is None:
+                            bad.extend(checks)
+                            continue
+                        cond = by_name[f.when[0]]
+                        cond_value = w[cond.lsb:cond.lsb + cond.width]
+                        active = Cat(*[cond_value == v for v in f.when[1]]).any()
+                        inactive_bits = value != 0
+                        bad.append(Mux(active, Cat(*checks).any() if checks else 0, inactive_bits))
+                    if bad:
+                        m.d.comb += illegal_field.eq(Cat(*bad).any())
+            return legal_opcode, illegal_field
 
         # Geometry that needs division, done on the serial divider.
         m.submodules.div = div = SerialDivider(24)
         act = {name: field(word, Opcode.ACT, name) for name in _fields(Opcode.ACT)}
         mmc = {name: field(word, Opcode.MMC, name) for name in _fields(Opcode.MMC)}
-        is_act = opcode == Opcode.ACT
-        is_mmc = opcode == Opcode.MMC
-        windowed = is_act & ((act["pool"] == Pool.MAX) | (act["pool"] == Pool.AVG)) & (act["rows"] != 0)
-        conv = is_mmc & mmc["conv"] & (mmc["rows"] != 0)
+        new_act = {name: field(new, Opcode.ACT, name) for name in _fields(Opcode.ACT)}
+        new_mmc = {name: field(new, Opcode.MMC, name) for name in _fields(Opcode.MMC)}
+
+        # The opcode, decoded in PRESENT.
+        ops = (Opcode.RHM, Opcode.WHM, Opcode.RW, Opcode.MMC, Opcode.ACT, Opcode.LDQ, Opcode.LDL)
+        is_op = {op: Signal(name=f"is_{op.name.lower()}") for op in ops}
+        is_act, is_mmc = is_op[Opcode.ACT], is_op[Opcode.MMC]
+        windowed = Signal()
+        conv = Signal()
+        new_windowed = (new[:8] == Opcode.ACT) & ((new_act["pool"] == Pool.MAX) | (new_act["pool"] == Pool.AVG)) & \
+            (new_act["rows"] != 0)
+        new_conv = (new[:8] == Opcode.MMC) & new_mmc["conv"] & (new_mmc["rows"] != 0)
 
         in_h = Signal(24)
         win_bad = Signal()
@@ -218,7 +238,8 @@ class InstructionDecoder(wiring.Component):
         check = Signal()
         done = Signal()
 
-        # Checks of the word alone, registered in START.
+        # Checks of the word alone: PRESENT registers the opcode and field
+        # checks and each span's end, START compares the ends.
         bad_opcode = Signal()
         bad_field = Signal()
         word_ub_bad = Signal()
@@ -275,19 +296,22 @@ class InstructionDecoder(wiring.Component):
                 (out_h, out_w, pooled_rows),
             ])
 
+        # The first division's operands, chosen in PRESENT.
+        first_dividend = Signal(24)
+        first_divisor = Signal(24)
+
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [done.eq(0), win_bad.eq(0)]
                     m.next = "START"
             with m.State("START"):
+                with m.If(windowed | conv):
+                    m.d.comb += [div.start.eq(1), div.dividend.eq(first_dividend),
+                                 div.divisor.eq(first_divisor)]
                 with m.If(windowed):
-                    m.d.comb += [div.start.eq(1), div.dividend.eq(act["rows"]),
-                                 div.divisor.eq(act["in_w"])]
                     m.next = "IN_H"
                 with m.Elif(conv):
-                    m.d.comb += [div.start.eq(1), div.dividend.eq(mmc["rows"] - 1),
-                                 div.divisor.eq(mmc["out_w"])]
                     m.next = "CONV"
                 with m.Else():
                     m.d.comb += derive.eq(1)
@@ -348,16 +372,10 @@ class InstructionDecoder(wiring.Component):
                 m.d.sync += done.eq(1)
                 m.next = "IDLE"
 
-        # ACT output rows.
+        # ACT output rows: without windowed pooling, decided in PRESENT.
+        plain_out_rows = Signal(24)
         out_rows = Signal(24)
-        with m.If(act["rows"] == 0):
-            m.d.comb += out_rows.eq(0)
-        with m.Elif(act["pool"] == Pool.GLOBAL_AVG):
-            m.d.comb += out_rows.eq(1)
-        with m.Elif(windowed):
-            m.d.comb += out_rows.eq(pooled_rows)
-        with m.Else():
-            m.d.comb += out_rows.eq(act["rows"])
+        m.d.comb += out_rows.eq(Mux(windowed, pooled_rows, plain_out_rows))
 
         # MMC: the largest UB row read.
         mmc_last = Signal(48)
@@ -366,48 +384,67 @@ class InstructionDecoder(wiring.Component):
         with m.Else():
             m.d.comb += mmc_last.eq(mmc["ub"] + mmc["rows"] - 1)
 
-        # Range faults.
-        def span_bad(first, count, size):
-            return (count != 0) & ((first + count) > size)
-
         # RHM and WHM: inside one DMA window. Each window's end is
-        # registered beside the decoder (`WindowLimits`); START registers
-        # the span's end and whether it starts inside each window, CHECK
+        # registered beside the decoder (`WindowLimits`); PRESENT registers
+        # the span's end and whether it starts inside each window, START
         # compares the registered end with the registered window ends: no
         # add and compare are chained in one cycle.
-        dma = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
+        new_dma = {name: field(new, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
         limits = WindowLimits(m, self.windows)
         host_check = Signal()
         host_above = Signal(len(self.windows))
         host_end = Signal(66)
 
+        # The word's UB, accumulator or weight-memory span (first row, and
+        # how many), ended in PRESENT and compared with the memory's size in
+        # START.
+        span_end = Signal(26)
+        span_in = {kind: Signal(name=f"span_in_{kind}") for kind in ("ub", "acc", "wmem")}
+        span_size = {"ub": cfg.ub_rows, "acc": cfg.acc_rows, "wmem": cfg.weight_mem_tiles}
+        new_rw = {name: field(new, Opcode.RW, name) for name in _fields(Opcode.RW)}
+        spans = {
+            Opcode.RHM: ("ub", new_dma["ub"], new_dma["rows"]),
+            Opcode.WHM: ("ub", new_dma["ub"], new_dma["rows"]),
+            Opcode.RW: ("wmem", new_rw["tile"], new_rw["count"]),
+            Opcode.MMC: ("acc", new_mmc["acc"], new_mmc["rows"]),
+            Opcode.ACT: ("acc", new_act["acc"], new_act["rows"]),
+            Opcode.LDQ: ("ub", field(new, Opcode.LDQ, "ub"), C(ldq_rows(cfg), 24)),
+            Opcode.LDL: ("ub", field(new, Opcode.LDL, "ub"), C(ldl_rows(cfg), 24)),
+        }
+
         # Limits of the activation unit this chip was built with.
-        unsupported = is_act & (
-            (windowed & (act["in_w"] > cfg.pool_max_width)) |
-            ((act["pool"] == Pool.GLOBAL_AVG) & (act["rows"] > MAX_POOL_COUNT)))
+        unsupported = (new[:8] == Opcode.ACT) & (
+            (new_windowed & (new_act["in_w"] > cfg.pool_max_width)) |
+            ((new_act["pool"] == Pool.GLOBAL_AVG) & (new_act["rows"] > MAX_POOL_COUNT)))
+
+        legal_opcode, illegal_field = legality(new)
+        with m.If(self.start):
+            m.d.sync += [bad_opcode.eq(~legal_opcode), bad_field.eq(illegal_field | unsupported),
+                         windowed.eq(new_windowed), conv.eq(new_conv),
+                         *[is_op[op].eq(new[:8] == op) for op in ops],
+                         host_check.eq(0), host_above.eq(limits.above_base(new_dma["host"])),
+                         host_end.eq(new_dma["host"] + new_dma["rows"] * cfg.rows),
+                         span_end.eq(0), *[s.eq(0) for s in span_in.values()],
+                         first_dividend.eq(Mux(new_windowed, new_act["rows"], new_mmc["rows"] - 1)),
+                         first_divisor.eq(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))]
+            with m.If(new_act["rows"] == 0):
+                m.d.sync += plain_out_rows.eq(0)
+            with m.Elif(new_act["pool"] == Pool.GLOBAL_AVG):
+                m.d.sync += plain_out_rows.eq(1)
+            with m.Else():
+                m.d.sync += plain_out_rows.eq(new_act["rows"])
+            with m.Switch(new[:8]):
+                for op, (kind, first, count_) in spans.items():
+                    with m.Case(op):
+                        m.d.sync += [span_end.eq(first + count_), span_in[kind].eq(count_ != 0)]
+                        if op in (Opcode.RHM, Opcode.WHM):
+                            m.d.sync += host_check.eq(count_ != 0)
 
         with m.If(fsm.ongoing("START")):
-            m.d.sync += [bad_opcode.eq(~legal_opcode), bad_field.eq(illegal_field | unsupported),
-                         word_ub_bad.eq(0), acc_bad.eq(0), wmem_bad.eq(0), host_check.eq(0),
-                         host_above.eq(limits.above_base(dma["host"])),
-                         host_end.eq(dma["host"] + dma["rows"] * cfg.rows)]
-            with m.Switch(opcode):
-                with m.Case(Opcode.RHM, Opcode.WHM):
-                    m.d.sync += [
-                        word_ub_bad.eq(span_bad(dma["ub"], dma["rows"], cfg.ub_rows)),
-                        host_check.eq(dma["rows"] != 0),
-                    ]
-                with m.Case(Opcode.RW):
-                    rw = {name: field(word, Opcode.RW, name) for name in _fields(Opcode.RW)}
-                    m.d.sync += wmem_bad.eq(span_bad(rw["tile"], rw["count"], cfg.weight_mem_tiles))
-                with m.Case(Opcode.MMC):
-                    m.d.sync += acc_bad.eq(span_bad(mmc["acc"], mmc["rows"], cfg.acc_rows))
-                with m.Case(Opcode.ACT):
-                    m.d.sync += acc_bad.eq(span_bad(act["acc"], act["rows"], cfg.acc_rows))
-                with m.Case(Opcode.LDQ):
-                    m.d.sync += word_ub_bad.eq(field(word, Opcode.LDQ, "ub") + ldq_rows(cfg) > cfg.ub_rows)
-                with m.Case(Opcode.LDL):
-                    m.d.sync += word_ub_bad.eq(field(word, Opcode.LDL, "ub") + ldl_rows(cfg) > cfg.ub_rows)
+            m.d.sync += [host_bad.eq(host_check & ~limits.inside(host_above, host_end)),
+                         word_ub_bad.eq(span_in["ub"] & (span_end > span_size["ub"])),
+                         acc_bad.eq(span_in["acc"] & (span_end > span_size["acc"])),
+                         wmem_bad.eq(span_in["wmem"] & (span_end > span_size["wmem"]))]
 
         # DERIVE: what the sequencer and the units need, registered.
         ub_last = Signal(48)
@@ -418,30 +455,30 @@ class InstructionDecoder(wiring.Component):
             return [ranges[kind].valid.eq(count_ != 0), ranges[kind].lo.eq(first),
                     ranges[kind].hi.eq(first + count_ - 1)]
 
+        dma = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
         with m.If(derive):
             m.d.sync += [out_rows_r.eq(out_rows), ub_last.eq(Mux(is_act, act["ub"] + out_rows - 1, mmc_last))]
             m.d.sync += [r.valid.eq(0) for r in ranges.values()]
             # Serial issue compares no ranges: they stay invalid.
-            with m.Switch(opcode if not cfg.serial_issue else C(0, 8)):
-                with m.Case(Opcode.RHM):
+            if not cfg.serial_issue:
+                with m.If(is_op[Opcode.RHM]):
                     m.d.sync += rows_range("ub_w", dma["ub"], dma["rows"])
-                with m.Case(Opcode.WHM):
+                with m.If(is_op[Opcode.WHM]):
                     m.d.sync += rows_range("ub_r", dma["ub"], dma["rows"])
-                with m.Case(Opcode.MMC):
+                with m.If(is_mmc):
                     m.d.sync += [ranges["ub_r"].valid.eq(mmc["rows"] != 0), ranges["ub_r"].lo.eq(mmc["ub"]),
                                  ranges["ub_r"].hi.eq(mmc_last)]
                     m.d.sync += rows_range("acc_w", mmc["acc"], mmc["rows"])
-                with m.Case(Opcode.ACT):
+                with m.If(is_act):
                     m.d.sync += rows_range("acc_r", act["acc"], act["rows"])
                     m.d.sync += [ranges["ub_w"].valid.eq(out_rows != 0), ranges["ub_w"].lo.eq(act["ub"]),
                                  ranges["ub_w"].hi.eq(act["ub"] + out_rows - 1)]
-                with m.Case(Opcode.LDQ):
+                with m.If(is_op[Opcode.LDQ]):
                     m.d.sync += rows_range("ub_r", field(word, Opcode.LDQ, "ub"), ldq_rows(cfg))
-                with m.Case(Opcode.LDL):
+                with m.If(is_op[Opcode.LDL]):
                     m.d.sync += rows_range("ub_r", field(word, Opcode.LDL, "ub"), ldl_rows(cfg))
 
         # CHECK: the fault, the lowest-numbered first.
-        m.d.comb += host_bad.eq(host_check & ~limits.inside(host_above, host_end))
         mmc_ub_bad = is_mmc & (mmc["rows"] != 0) & (ub_last >= cfg.ub_rows)
         act_ub_bad = is_act & (out_rows_r != 0) & (ub_last > cfg.ub_rows - 1)
         ub_bad = word_ub_bad | mmc_ub_bad | act_ub_bad

@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ..host_registers import HostError
 from .byte_gearbox import ByteAligner, byte_stream
 from .dma_split import address_counter, chunk_ahead, request_header, split_chunk
+from .lfsr import LfsrTimer
 from .tlp import CplStatus, FmtType, tlp_stream
 
 
@@ -119,7 +120,16 @@ class DmaReader(wiring.Component):
         last_count = Array(Signal(range(beat + 1), name=f"last_count{t}") for t in range(tags))
         job_end = Signal(tags)
         channel = Array(Signal(2, name=f"channel{t}") for t in range(tags))
-        timer = Array(Signal(range(cfg.cpl_timeout), name=f"timer{t}") for t in range(tags))
+        if cfg.serial_host:
+            # The small form times its one tag on an LFSR: no carry chain.
+            lfsr = LfsrTimer(cfg.cpl_timeout)
+            timer = Array(Signal(lfsr.width, name=f"timer{t}", init=lfsr.start) for t in range(tags))
+            timer_start, timer_last = lfsr.start, lfsr.last
+            timer_step = lfsr.step
+        else:
+            timer = Array(Signal(range(cfg.cpl_timeout), name=f"timer{t}") for t in range(tags))
+            timer_start, timer_last = 0, cfg.cpl_timeout - 1
+            timer_step = lambda state: state + 1
 
         error_now = Signal(5)       # an error found this cycle (latest wins)
 
@@ -296,13 +306,13 @@ class DmaReader(wiring.Component):
         read = Signal()
         for t in range(tags):
             with m.If(outstanding[t]):
-                m.d.sync += timer[t].eq(timer[t] + 1)
-                with m.If(timer[t] == cfg.cpl_timeout - 1):
+                m.d.sync += timer[t].eq(timer_step(timer[t]))
+                with m.If(timer[t] == timer_last):
                     m.d.sync += outstanding[t].eq(0)
                     with m.If(~stale[t]):
                         m.d.comb += error_now.eq(HostError.CPL_TIMEOUT)
             with m.If(first & matched & (ctag == t)):
-                m.d.sync += timer[t].eq(0)
+                m.d.sync += timer[t].eq(timer_start)
                 with m.If(~status_ok | ~shape_ok):
                     m.d.sync += outstanding[t].eq(0)
             with m.If(complete & (e_tag == t)):
@@ -316,7 +326,7 @@ class DmaReader(wiring.Component):
                 m.d.sync += busy[t].eq(0)
             with m.If(issue & (tail == t)):
                 m.d.sync += [
-                    busy[t].eq(1), outstanding[t].eq(1), stale[t].eq(0), timer[t].eq(0),
+                    busy[t].eq(1), outstanding[t].eq(1), stale[t].eq(0), timer[t].eq(timer_start),
                     left[t].eq(split["bytes"]),
                     next_off[t].eq(i_start),
                     due[t].eq(split["dwords"]),

@@ -402,13 +402,17 @@ class PoolingUnit(wiring.Component):
     def _sequential_average(self, m, start, values, half, products, negatives, held):
         """Stage 3 over `SEQUENTIAL_CYCLES` cycles on one 16 x 16-bit
         unsigned multiplier per lane: ``x = |v| + half`` (below 2**22) times
-        the reciprocal ``r`` (33 bits) is ``x_1 r_1`` and ``r[32] x`` at
-        2**32, ``x_1 r_0``, ``x_0 r_1`` at 2**16 and ``x_0 r_0``, the 16-bit
-        pieces summed most significant first; the first in the cycle the
-        value arrives (`start`), the others from `x` registered, so the
-        product is ready three cycles later than the one-cycle multiply's.
-        A value arrives at most once every `SEQUENTIAL_CYCLES` cycles (the
-        requantizers' products take as long)."""
+        the reciprocal ``r`` (33 bits) is ``x_0 r_0``, ``x_0 r_1`` and
+        ``x_1 r_0`` at 2**16, ``x_1 r_1`` and ``r[32] x`` at 2**32, the
+        16-bit pieces summed least significant first, the sum shifted right
+        16 bits as it moves up a weight: only the quotient ``floor(x r /
+        2**32)`` is kept (the bits shifted out have already carried into
+        it), in 34 bits instead of the whole 55-bit product. The first piece
+        in the cycle the value arrives (`start`), the others from `x`
+        registered, so the product is ready three cycles later than the
+        one-cycle multiply's. A value arrives at most once every
+        `SEQUENTIAL_CYCLES` cycles (the requantizers' products take as
+        long)."""
         cfg = self.settings
         recip = cfg.pool_reciprocal
         phase = Signal(range(self.SEQUENTIAL_CYCLES))   # step 1..3 running; 0 idle
@@ -423,20 +427,25 @@ class PoolingUnit(wiring.Component):
             a = Signal(16, name=f"p3_a{n}")
             b = Signal(16, name=f"p3_b{n}")
             piece = Signal(32, name=f"p3_piece{n}")
-            total = products[n]
+            total = Signal(34, name=f"p3_total{n}")
             with m.Switch(phase):
                 with m.Case(0):
-                    m.d.comb += [a.eq(now[16:]), b.eq(recip[16:32])]
+                    m.d.comb += [a.eq(now[:16]), b.eq(recip[:16])]
                 with m.Case(1):
-                    m.d.comb += [a.eq(x[16:]), b.eq(recip[:16])]
-                with m.Case(2):
                     m.d.comb += [a.eq(x[:16]), b.eq(recip[16:32])]
+                with m.Case(2):
+                    m.d.comb += [a.eq(x[16:]), b.eq(recip[:16])]
                 with m.Default():
-                    m.d.comb += [a.eq(x[:16]), b.eq(recip[:16])]
+                    m.d.comb += [a.eq(x[16:]), b.eq(recip[16:32])]
             m.d.comb += piece.eq(a * b)
             with m.If(start):
-                m.d.sync += total.eq(piece + Mux(recip[32], now, 0))
+                m.d.sync += total.eq(piece)
             with m.Elif(phase == 2):
                 m.d.sync += total.eq(total + piece)
+            with m.Elif(phase == 1):
+                m.d.sync += total.eq((total >> 16) + piece)
             with m.Elif(phase != 0):
-                m.d.sync += total.eq((total << 16) + piece)
+                m.d.sync += total.eq((total >> 16) + piece + Mux(recip[32], x, 0))
+            # The quotient, below 2**23, where the output stage takes it.
+            quotient_bits = len(products[n]) - RECIPROCAL_SHIFT
+            m.d.comb += products[n].eq(Cat(C(0, RECIPROCAL_SHIFT), total[:quotient_bits]))

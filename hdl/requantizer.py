@@ -274,17 +274,22 @@ class Requantizer(wiring.Component):
         bits below the clamp's reach and whether any bit above them is set
         (then the magnitude is taken as 512, beyond every bound); stage 5
         signs it and clamps."""
+        # One add makes both: ``P - neg`` (one rounding; ``P`` for t = 0),
+        # or ``P + 2**30 - neg``, whose bits from 31 up are ``|y|``.
         zero = Signal()                          # P = 0 and neg: the borrow
         less = Signal(65)
         rounded = negative & ~(self.single_round & (total3 == 0))   # t = 0: S = P
-        m.d.comb += [less.eq(magnitude - rounded), zero.eq(less[64])]
-        halved = Signal(34)                      # |y|
-        m.d.comb += halved.eq((less[30:64] + 1) >> 1)
+        term = Signal(65)
+        m.d.comb += [
+            term.eq(Mux(self.single_round, -rounded, (1 << 30) - rounded)),
+            less.eq(magnitude + term),
+            zero.eq(less[64]),
+        ]
         s3 = Signal(64)
         a3 = Signal(range(64))
         neg3 = Signal()
         m.d.sync += [
-            s3.eq(Mux(zero, 0, Mux(self.single_round, less[:64], halved))),
+            s3.eq(Mux(zero, 0, Mux(self.single_round, less[:64], less[31:64]))),
             a3.eq(Mux(self.single_round, total3, Mux(shift3 < 0, -shift3, 0))),
             neg3.eq(negative),
         ]
@@ -312,7 +317,9 @@ class Requantizer(wiring.Component):
         """Stage 2 in `multiply_cycles` cycles on one `multiplier_width`-bit
         unsigned multiplier: the magnitudes' product summed piece by piece,
         most significant diagonal first (``sum = (sum << w) + a_i * b_j``
-        at the first piece of each diagonal ``i + j``), then signed.
+        at the first piece of each diagonal ``i + j``), or with `compact`
+        least significant first (``sum = (sum >> w) + a_i * b_j``, the `w`
+        bits shifted out kept apart), then signed.
         `product` and `saturate` are ready `multiply_cycles` cycles after
         `start`, as the one-cycle product is one cycle after it."""
         w, cycles = self._width, self.multiply_cycles
@@ -331,8 +338,11 @@ class Requantizer(wiring.Component):
                 m.d.sync += shift2.eq(self.shift)
 
         # The pieces in order, each with whether it opens a new diagonal.
+        # The compact form sums least significant diagonal first; the other
+        # keeps the most significant first.
+        ascending = self._compact
         order = sorted(((i, j) for i in range(pieces) for j in range(pieces)),
-                       key=lambda p: (-(p[0] + p[1]), p[0]))
+                       key=lambda p: ((p[0] + p[1]) if ascending else -(p[0] + p[1]), p[0]))
         step = Signal(range(cycles))
         m.d.sync += step.eq(Mux(self.start, 0, step + 1))
         a_piece, b_piece, shift_sum = Signal(w), Signal(w), Signal()
@@ -345,12 +355,27 @@ class Requantizer(wiring.Component):
         piece = Signal(2 * w)
         m.d.comb += piece.eq(a_piece * b_piece)
         total = Signal(64)
-        with m.If(step == 0):
-            m.d.sync += total.eq(piece)
-        with m.Elif(shift_sum):
-            m.d.sync += total.eq((total << w) + piece)
-        with m.Else():
-            m.d.sync += total.eq(total + piece)
+        if ascending:
+            # The running sum holds one diagonal's pieces and the carry from
+            # the ones below; as the next diagonal opens, its low `w` bits
+            # are final and move into `low`, so the adder is 2 `w` and a few
+            # bits wide, not 64.
+            running = Signal(2 * w + pieces.bit_length() + 1)
+            low = Signal((2 * pieces - 2) * w)
+            with m.If(step == 0):
+                m.d.sync += running.eq(piece)
+            with m.Elif(shift_sum):
+                m.d.sync += [running.eq((running >> w) + piece), low.eq(Cat(low[w:], running[:w]))]
+            with m.Else():
+                m.d.sync += running.eq(running + piece)
+            m.d.comb += total.eq(Cat(low, running))
+        else:
+            with m.If(step == 0):
+                m.d.sync += total.eq(piece)
+            with m.Elif(shift_sum):
+                m.d.sync += total.eq((total << w) + piece)
+            with m.Else():
+                m.d.sync += total.eq(total + piece)
 
         # The sign and the saturating case stay with the sum, as a new value
         # may start in the sum's last cycle.

@@ -162,7 +162,9 @@ class Sequencer(wiring.Component):
         issue = Signal()
 
         halted = Signal()
-        m.d.comb += [decoder.word.eq(word), self.halted.eq(halted)]
+        # The decoder takes the word from the queue's output register as it
+        # is loaded, and decodes what the word alone decides in that cycle.
+        m.d.comb += [decoder.word.eq(queue.r_data), self.halted.eq(halted)]
 
         load = Signal()
         halting = Signal()
@@ -212,7 +214,7 @@ class Sequencer(wiring.Component):
             others_busy = Cat(*[~target[unit] & ~idle_in[unit] for unit in UNITS]).any()
             m.d.comb += hazard.eq(to_unit & (others_busy | (~target["mmc"] & ~self.mmc_drained)))
         else:
-            self._interlocks(m, hazard, target, decoder, idle_in, go)
+            self._interlocks(m, hazard, target, decoder, word, idle_in, go)
         all_idle = Signal()
         m.d.comb += all_idle.eq(Cat(*idle_in.values()).all() & self.mmc_drained)
 
@@ -290,7 +292,7 @@ class Sequencer(wiring.Component):
         m.d.comb += self.idle.eq(~queue.r_rdy & ~loaded & all_idle)
         return m
 
-    def _interlocks(self, m, hazard, target, decoder, idle_in, go):
+    def _interlocks(self, m, hazard, target, decoder, word, idle_in, go):
         """The range interlocks of parallel issue: `hazard` while a running
         unit or an MMC in flight shares rows with the waiting instruction."""
         # What the instruction reads and writes: registered by the decoder
@@ -313,9 +315,7 @@ class Sequencer(wiring.Component):
         # running units' and the accumulator slots'. Their bounds change only
         # when an instruction issues, and the next one's ranges are
         # registered at least a cycle later (`DECODE_STAGES`), so at its
-        # ``done`` the comparisons are of the bounds of this cycle; only the
-        # running ranges' valid bits, which clear when a unit is idle, are
-        # combined in the issue cycle.
+        # ``done`` the comparisons are of the bounds of this cycle.
         def bounds_meet(a, b):
             bits = len(b.lo)
             return (a.lo[:bits] <= b.hi) & (b.lo <= a.hi[:bits])
@@ -324,19 +324,24 @@ class Sequencer(wiring.Component):
                  ("acc_w", "acc_r"), ("acc_w", "acc_w"), ("acc_r", "acc_w"))
         candidate = dict(ub_r=ub_r, ub_w=ub_w, acc_r=acc_r, acc_w=acc_w)
         hazard_terms = []
+        # A unit's comparisons are folded into one register with their
+        # ranges' valid bits: while an instruction waits nothing issues, so
+        # a running range is never set, and all of a unit's ranges clear
+        # together, in the cycle after the unit is idle. So the valid bits
+        # of the next cycle are this cycle's unless the unit is idle now.
         for unit in UNITS:
             r = running[unit]
-            for mine, theirs in pairs:
-                met = _registered(m, ~target[unit] & candidate[mine].valid &
-                                  bounds_meet(candidate[mine], r[theirs]), f"meets_{unit}_{mine}_{theirs}")
-                hazard_terms.append(met & r[theirs].valid)
+            meets = [candidate[mine].valid & r[theirs].valid & bounds_meet(candidate[mine], r[theirs])
+                     for mine, theirs in pairs]
+            hazard_terms.append(_registered(m, ~target[unit] & ~idle_in[unit] & Cat(*meets).any(),
+                                            f"meets_{unit}"))
         # MMCs write their accumulator rows in issue order, so only other
-        # units wait for a slot.
+        # units wait for a slot. A slot frees in any cycle (its MMC's last
+        # row stored), so its valid bit is taken in the issue cycle.
         for i, slot in enumerate(slots):
-            for mine in ("acc_r", "acc_w"):
-                met = _registered(m, ~target["mmc"] & candidate[mine].valid & bounds_meet(candidate[mine], slot),
-                                  f"meets_slot{i}_{mine}")
-                hazard_terms.append(met & slot.valid)
+            meets = [candidate[mine].valid & bounds_meet(candidate[mine], slot) for mine in ("acc_r", "acc_w")]
+            met = _registered(m, ~target["mmc"] & Cat(*meets).any(), f"meets_slot{i}")
+            hazard_terms.append(met & slot.valid)
         # Host memory is one more shared memory: RHM and WHM wait for each
         # other, so a read never overtakes an earlier write, nor a write an
         # earlier read.
@@ -354,7 +359,7 @@ class Sequencer(wiring.Component):
             with m.Elif(idle_in[unit]):
                 m.d.sync += [r[kind].valid.eq(0) for kind in r]
         self._acc_slots(m, slots, go & target["mmc"] & acc_w.valid, acc_w,
-                        field(decoder.word, Opcode.MMC, "rows"))
+                        field(word, Opcode.MMC, "rows"))
 
     def _acc_slots(self, m, slots, take, rows_range, rows):
         """The accumulator ranges of the MMCs in flight, oldest first.

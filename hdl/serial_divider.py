@@ -38,28 +38,45 @@ class SerialDivider(wiring.Component):
         High for one cycle, the cycle after the last busy one, when
         ``quotient`` and ``remainder`` are valid; they stay valid until the
         next start.
-    quotient, remainder : Out(width)
+    quotient : Out(width)
+    remainder : Out(divisor_width)
+
+    Parameters
+    ----------
+    width : int
+        Width of the dividend and the quotient.
+    divisor_width : int
+        Width of the divisor (`width` unless given). The remainder is below
+        the divisor, so it and the running remainder are this narrow: the
+        activation unit divides 34-bit dividends by pooling counts of 13
+        bits. A zero divisor still gives the all-ones quotient; its
+        remainder is then the dividend's low `divisor_width` bits.
     """
 
-    def __init__(self, width):
+    def __init__(self, width, *, divisor_width=None):
+        if divisor_width is None:
+            divisor_width = width
+        if not 1 <= divisor_width <= width:
+            raise ValueError(f"divisor_width must be in 1..{width}, not {divisor_width!r}")
         self._width = width
+        self._divisor_width = divisor_width
         super().__init__({
             "start":     In(1),
             "dividend":  In(width),
-            "divisor":   In(width),
+            "divisor":   In(divisor_width),
             "busy":      Out(1),
             "done":      Out(1),
             "quotient":  Out(width),
-            "remainder": Out(width),
+            "remainder": Out(divisor_width),
         })
 
     def elaborate(self, platform):
         m = Module()
-        w = self._width
+        w, dw = self._width, self._divisor_width
         dividend = Signal(w)
-        divisor = Signal(w)
+        divisor = Signal(dw)
         count = Signal(range(w + 1))
-        rem = Signal(w + 1)
+        rem = Signal(dw + 1)
         quo = Signal(w)
         # The dividend bit the next step shifts in, selected a cycle ahead so
         # that the selection is not in series with the compare and subtract.
@@ -67,7 +84,7 @@ class SerialDivider(wiring.Component):
         m.d.comb += [
             self.busy.eq(count != 0),
             self.quotient.eq(quo),
-            self.remainder.eq(rem[:w]),
+            self.remainder.eq(rem[:dw]),
         ]
 
         # The dividend's length in bits, at least 1 (a priority encoder).
@@ -91,7 +108,7 @@ class SerialDivider(wiring.Component):
                     count.eq(length),
                 ]
         with m.Else():
-            shifted = Cat(bit, rem[:w])
+            shifted = Cat(bit, rem[:dw])
             fits = shifted >= divisor
             m.d.sync += [
                 rem.eq(Mux(fits, shifted - divisor, shifted)),

@@ -101,6 +101,14 @@ class TlpReceiver(wiring.Component):
     ``serial_host`` small form) a 4-word header's upper address word is not
     kept: its ``address`` reads the lower 32 bits, and the header queue is
     three words wide instead of four (6 iCE40 block RAMs instead of 8).
+    On a one-word link it is narrower still, for what the chip's units read
+    of a packet: of the third word only its low 16 bits (a request's
+    address bits 2 to 15, BAR0 decoding bits 2 to 11; a completion's tag and
+    lower address), so ``address`` bits 16 and up and a completion's
+    ``requester_id`` read 0 (5 block RAMs); and the payload buffer keeps
+    data words alone (2 block RAMs instead of 3), a beat's ``words`` and
+    ``last`` following from its header's Fmt and Length, since only
+    well-formed packets leave.
     """
 
     def __init__(self, link_dw, *, max_payload=4096, addr32=False):
@@ -132,12 +140,19 @@ class TlpReceiver(wiring.Component):
         min_beats = -(-3 // L)
         hdr_depth = 1 << (-(-max_beats // min_beats) + 4 - 1).bit_length()
 
-        entry = data.StructLayout({"data": 32 * L, "words": range(L + 1), "last": 1})
+        # The small form (`addr32` on a one-word link): payload entries hold
+        # data alone and the third header word its low half.
+        narrow = self._addr32 and L == 1
+        if narrow:
+            entry = data.StructLayout({"data": 32})
+        else:
+            entry = data.StructLayout({"data": 32 * L, "words": range(L + 1), "last": 1})
         m.submodules.buffer = buffer = Memory(shape=entry, depth=depth, init=[])
         wp = buffer.write_port()
         rp = buffer.read_port()
         kept_words = 3 if self._addr32 else 4
-        m.submodules.headers = headers = fifo.SyncFIFOBuffered(width=32 * kept_words, depth=hdr_depth)
+        kept_bits = 32 * kept_words - (16 if narrow else 0)
+        m.submodules.headers = headers = fifo.SyncFIFOBuffered(width=kept_bits, depth=hdr_depth)
 
         # Pointers carry one bit more than the address, so full and empty differ.
         wr_ptr = Signal(abits + 1)      # next entry to write
@@ -276,9 +291,9 @@ class TlpReceiver(wiring.Component):
                     wp.en.eq(1),
                     wp.addr.eq(wr_ptr[:abits]),
                     wp.data.data.eq(pdata),
-                    wp.data.words.eq(wn),
-                    wp.data.last.eq(wn == remaining),
                 ]
+                if not narrow:
+                    m.d.comb += [wp.data.words.eq(wn), wp.data.last.eq(wn == remaining)]
                 m.d.sync += wr_ptr.eq(wr_ptr + 1)
 
         m.d.sync += commit.eq(last_in)
@@ -310,11 +325,11 @@ class TlpReceiver(wiring.Component):
                     wp.en.eq(commit_write),
                     wp.addr.eq(wr_ptr[:abits]),
                     wp.data.data.eq(tail_data),
-                    wp.data.words.eq(commit_words),
-                    wp.data.last.eq(1),
                     headers.w_en.eq(1),
-                    headers.w_data.eq(Cat(*hwords)),
+                    headers.w_data.eq(Cat(*hwords)[:kept_bits]),
                 ]
+                if not narrow:
+                    m.d.comb += [wp.data.words.eq(commit_words), wp.data.last.eq(1)]
             with m.Else():
                 m.d.sync += wr_ptr.eq(commit_ptr)
         m.d.comb += [
@@ -344,18 +359,36 @@ class TlpReceiver(wiring.Component):
             m.d.sync += rd_valid.eq(0)
 
         if self._addr32:
-            r0, r1, r2 = (headers.r_data.word_select(i, 32) for i in range(3))
+            r0, r1 = (headers.r_data.word_select(i, 32) for i in range(2))
+            r2 = Signal(32)
+            m.d.comb += r2.eq(headers.r_data[64:])
             header = decode_header(m, [r0, r1, r2 & ~r0[29].replicate(32), r2])
         else:
             header = decode_header(m, [headers.r_data.word_select(i, 32) for i in range(4)])
+        if narrow:
+            # A committed packet with data has exactly Length payload words
+            # (at most max_words: 1024 is 0 in ten bits), one a beat; one
+            # without is its one empty entry.
+            out_words = Signal(range(L + 1))
+            out_last = Signal()
+            index_bits = min(10, max_words.bit_length())
+            beat_number = Signal(index_bits, init=1)    # of the beat on the output, from 1
+            with m.If(self.tlp.valid & self.tlp.ready):
+                m.d.sync += beat_number.eq(Mux(out_last, 1, beat_number + 1))
+            m.d.comb += [
+                out_words.eq(r0[30]),
+                out_last.eq(~r0[30] | (beat_number == r0[:index_bits])),
+            ]
+        else:
+            out_words, out_last = rp.data.words, rp.data.last
         m.d.comb += [
             # The header is queued as the packet commits and reaches the
             # queue's output as soon as the first entry reaches the read port.
             self.tlp.valid.eq(rd_valid & headers.r_rdy),
             self.tlp.payload.header.eq(header),
             self.tlp.payload.data.eq(rp.data.data),
-            self.tlp.payload.words.eq(rp.data.words),
-            self.tlp.payload.last.eq(rp.data.last),
-            headers.r_en.eq(self.tlp.valid & self.tlp.ready & rp.data.last),
+            self.tlp.payload.words.eq(out_words),
+            self.tlp.payload.last.eq(out_last),
+            headers.r_en.eq(self.tlp.valid & self.tlp.ready & out_last),
         ]
         return m

@@ -96,7 +96,9 @@ class WeightMemory(wiring.Component):
         # keeps back-pressure from losing the row in flight.
         row = Signal(range(rows))
         issue = Signal()
-        due = (head.due - now)[31] | (head.due == now)
+        # Due when ``head.due - now <= 0``, that is when ``head.due - now - 1``
+        # is negative: ``head.due + ~now``, one carry chain and no compare.
+        due = (head.due + ~now)[31]
         m.d.comb += issue.eq(pending.r_rdy & due & has_credit)
 
         m.submodules.out = out = fifo.SyncFIFO(width=cols * 8, depth=self.SKID_ROWS)
@@ -130,6 +132,13 @@ class WeightMemory(wiring.Component):
             with m.Else():
                 m.d.sync += row.eq(row + 1)
 
-        earned = credit + bpc - Mux(fire, cols, 0)
-        m.d.sync += credit.eq(Mux(earned > cols, cols, earned))
+        # The credit after a cycle with and without a row read, both from
+        # the register alone: `fire` only chooses.
+        def earned(spent):
+            value = credit + bpc - spent
+            return Mux(value > cols, cols, value)
+        kept = Signal.like(credit)
+        spent = Signal.like(credit)
+        m.d.comb += [kept.eq(earned(0)), spent.eq(earned(cols))]
+        m.d.sync += credit.eq(Mux(fire, spent, kept))
         return m

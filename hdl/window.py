@@ -43,9 +43,8 @@ class WindowLimits:
     """The end of each of `windows` (a `DmaWindows` view), registered a cycle
     after the windows, so that a span's check against them is one comparison
     of registers and no add: ``limit`` is ``min(base + size, 2**width)`` (a
-    span must end at or below both), ``open`` is ``size != 0``. Built into
-    `m` with ``m.d.sync``; a window changed in one cycle has its limit from
-    the next.
+    span must end at or below both). Built into `m` with ``m.d.sync``; a
+    window changed in one cycle has its limit from the next.
 
     Then a span ``[addr, end)`` of `addr` registered beside ``above_base``
     (`above_base`) and `end` registered is inside window ``i`` when
@@ -55,18 +54,18 @@ class WindowLimits:
         width = len(windows[0].base)
         self.width = width
         self.limit = [Signal(width + 1, name=f"win{i}_limit") for i in range(len(windows))]
-        self.open = [Signal(name=f"win{i}_open") for i in range(len(windows))]
-        for window, limit, open_ in zip(windows, self.limit, self.open):
+        for window, limit in zip(windows, self.limit):
             end = Signal(width + 1, name=f"{limit.name}_sum")
             m.d.comb += end.eq(window.base + window.size)
             # Above 2**width when bit `width` is set and any bit below it.
-            m.d.sync += [limit.eq(Mux(end[width] & end[:width].any(), 1 << width, end)),
-                         open_.eq(window.size != 0)]
+            m.d.sync += limit.eq(Mux(end[width] & end[:width].any(), 1 << width, end))
         self._windows = windows
 
     def above_base(self, addr):
-        """Per window: open, and `addr` at or above its base (to register)."""
-        return Cat(*[open_ & (window.base <= addr) for window, open_ in zip(self._windows, self.open)])
+        """Per window: open (``size != 0``), and `addr` at or above its base
+        (to register), from the windows of this cycle, so that it may be
+        taken in the cycle the windows are first sampled."""
+        return Cat(*[(window.size != 0) & (window.base <= addr) for window in self._windows])
 
     def inside(self, above_base, end):
         """1 when the span ending at `end` (exclusive, registered) and

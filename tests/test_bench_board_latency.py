@@ -20,10 +20,10 @@ from tpu.fpga.routed_clocks import ROUTED_CHIPS
 
 def test_clocks_are_the_recorded_ones():
     clocks = board_clocks()
-    assert [mhz for _, mhz in clocks] == [28.87, 75.0, 142.0]
-    assert clocks[0][0] == "routed (2026-12-05, ae77c3d)"
+    assert [mhz for _, mhz in clocks] == [45.02, 75.0, 142.0]
+    assert clocks[0][0] == "routed (2026-12-05, f9103d6)"
     # The latest routed ulx3s16 build is the one the table divides by.
-    latest = max((r for r in ROUTED_CHIPS if r.profile == "ulx3s16"), key=lambda r: r.date)
+    latest = [r for r in ROUTED_CHIPS if r.profile == "ulx3s16"][-1]
     assert clocks[0][1] == latest.fmax_mhz
     with pytest.raises(ValueError, match="no routed build of profile 'up6k'"):
         board_clocks(profile="up6k")
@@ -36,14 +36,14 @@ def test_latency_is_cycles_over_the_clock():
     for row, (name, graph) in zip(result["models"], graphs.items()):
         cycles, _ = estimated_cycles(graph, ULX3S16_PROFILE, 1)
         assert row["model"] == name and row["cycles"] == cycles > 0
-        assert row["ms"] == {"routed (2026-12-05, ae77c3d)": cycles / 28870,
+        assert row["ms"] == {"routed (2026-12-05, f9103d6)": cycles / 45020,
                              "target": cycles / 75000, "array alone": cycles / 142000}
         assert row["fpgaconvnet_ms"] is None
     table = markdown(result)
     row = result["models"][0]
-    assert (f"| gemm 64x48 | {row['cycles']:,} | {row['cycles'] / 28870:.3f} | "
+    assert (f"| gemm 64x48 | {row['cycles']:,} | {row['cycles'] / 45020:.3f} | "
             f"{row['cycles'] / 75000:.3f} | {row['cycles'] / 142000:.3f} | - |") in table
-    assert "ms at 28.87 MHz (routed (2026-12-05, ae77c3d))" in table.splitlines()[0]
+    assert "ms at 45.02 MHz (routed (2026-12-05, f9103d6))" in table.splitlines()[0]
 
 
 def test_a_refused_model_is_a_row():
@@ -75,7 +75,7 @@ def test_mlperf_tiny_on_the_ulx3s():
         cycles, _ = estimated_cycles(import_tflite(Path(model_path(name))), ULX3S16_PROFILE, 1)
         print(name, cycles, row["ms"])
         assert row["cycles"] == cycles
-        assert row["ms"]["routed (2026-12-05, ae77c3d)"] == cycles / 28870
+        assert row["ms"]["routed (2026-12-05, f9103d6)"] == cycles / 45020
         assert row["fpgaconvnet_ms"] == FPGACONVNET_MS.get(name)
     assert FPGACONVNET_MS == {"pretrainedResnet_quant": 0.411, "kws_ref_model": 0.324}
 
@@ -85,11 +85,12 @@ def test_routed_builds_in_the_fpga_table():
     from tpu.bench.report import _fpga_section
     lines = routed_table().splitlines()
     assert len(lines) == 2 + len(ROUTED_CHIPS)
-    # 2 x 16 x 16 x 28.87 MHz = 14.8 GOPS; built at 25 MHz now.
+    # 2 x 16 x 16 x 28.87 MHz = 14.8 GOPS; the profile is built at 41.67 MHz now.
     assert "| ulx3s-85f | --profile ulx3s16, control re-timed | 16x16 | 16.6667 | 28.87 | 14.8 | " \
-        "2026-12-05 | ae77c3d | 25 | " in routed_table()
-    # 2 x 16 x 16 x 37.55 MHz = 19.2 GOPS, built at the oscillator's 25 MHz.
-    assert lines[-1].startswith("| ulx3s-85f | --profile ulx3s16, shared lane chosen ahead | 16x16 | "
-                                "25 | 37.55 | 19.2 | 2026-12-05 | e3ca138 | 25 | ")
+        "2026-12-05 | ae77c3d | 41.67 | " in routed_table()
+    # 2 x 16 x 16 x 45.02 MHz = 23.1 GOPS, built at the oscillator's 25 MHz; its
+    # routed Fmax sets the profile's default, 41.67 MHz from the PLL.
+    assert lines[-1].startswith("| ulx3s-85f | --profile ulx3s16, pooling average in stages | 16x16 | "
+                                "25 | 45.02 | 23.1 | 2026-12-05 | f9103d6 | 41.67 | ")
     assert "| 2x2 | 18.75 | 20.73 | 0.2 | 2026-12-02 | - | 18.75 |" in routed_table()
     assert routed_table() in _fpga_section({"fpga": []})

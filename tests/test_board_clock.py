@@ -123,14 +123,16 @@ def test_ulx3s_top_at_the_oscillator_has_no_pll():
 
 
 def test_default_clocks_come_from_the_routed_results():
-    # The ulx3s16 chip routed at 28.87 MHz (docs/fpga.md, "An eighth run"): 5% below
-    # is 27.4 MHz, and the fastest clock the ULX3S makes there is its 25 MHz
-    # oscillator (the PLL's next, 28.125 MHz, is above), with no PLL and divisor 217.
-    assert latest_routed("ulx3s-85f", "ulx3s16")[0].fmax_mhz == 28.87
-    assert default_clock_hz("ulx3s-85f", "ulx3s16") == 25e6
-    assert PROFILE_BUILD_OPTIONS[("ulx3s16", "ulx3s-85f")]["clock_mhz"] == 25.0
-    assert board_clock("ulx3s-85f", default_clock_hz("ulx3s-85f", "ulx3s16")) == (25e6, None)
-    assert uart_divisor(25e6, 115200) == 217
+    # The ulx3s16 chip's latest tree routed at 45.02 MHz (docs/fpga.md, "A twelfth
+    # run"), not the 28.87 or 37.55 MHz of older trees the same day: 5% below is
+    # 42.77 MHz, and the fastest clock the ULX3S makes there is the PLL's 41.67 MHz
+    # (25 MHz x 5 / 3; its next, 42.86 MHz, is above), divisor 362.
+    assert [r.fmax_mhz for r in latest_routed("ulx3s-85f", "ulx3s16")] == [45.02]
+    assert default_clock_hz("ulx3s-85f", "ulx3s16") == pytest.approx(125e6 / 3)
+    assert PROFILE_BUILD_OPTIONS[("ulx3s16", "ulx3s-85f")]["clock_mhz"] == pytest.approx(125 / 3)
+    hz, pll = board_clock("ulx3s-85f", default_clock_hz("ulx3s-85f", "ulx3s16"))
+    assert hz == pytest.approx(125e6 / 3) and pll is not None
+    assert uart_divisor(hz, 115200) == 362
     # The 2x2 chip's latest builds routed at 19.89 and 20.73 MHz: 18.75 MHz from the
     # PLL, the board's default (and the up5k profile's, the same small chip's).
     assert default_clock_hz("ulx3s-85f") == default_clock_hz("ulx3s-85f", "up5k") == 18.75e6

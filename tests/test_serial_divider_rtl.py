@@ -1,6 +1,6 @@
 """`SerialDivider` against Python's ``divmod`` and its exact latency
-(`divider_cycles`), under every simulator, at the decoder's width (24), the
-activation unit's (34) and the smallest."""
+(`divider_cycles`), under every simulator, at the decoder's width (24), 34
+bits, the activation unit's (34 by a 13-bit divisor) and the smallest."""
 
 import pytest
 from amaranth.back import verilog
@@ -16,14 +16,18 @@ TEST_MODULE = "tpu.sim.testbenches.tb_serial_divider"
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("width", [1, 24, 34])
-def test_serial_divider(simulator, width):
-    seed = base_seed() + width
+@pytest.mark.parametrize("width, divisor_width", [(1, 1), (24, 24), (34, 34), (34, 13)],
+                         ids=["1", "24", "34", "34by13"])
+def test_serial_divider(simulator, width, divisor_width):
+    seed = base_seed() + width + divisor_width
     print(f"seed {seed}: replay with TPU_SEED={base_seed()}")
-    source = verilog.convert(SerialDivider(width), name=TOPLEVEL, emit_src=False)
+    source = verilog.convert(SerialDivider(width, divisor_width=divisor_width), name=TOPLEVEL,
+                             emit_src=False)
     tests, failures = run(TPUConfig(), simulator, TEST_MODULE, seed=seed, toplevel=TOPLEVEL,
-                          verilog_source=source, extra_env={"TPU_DIVIDER_WIDTH": str(width)},
-                          run_name=f"width{width}")
+                          verilog_source=source,
+                          extra_env={"TPU_DIVIDER_WIDTH": str(width),
+                                     "TPU_DIVISOR_WIDTH": str(divisor_width)},
+                          run_name=f"width{width}by{divisor_width}")
     assert tests == 1, "the testbench did not run (see the simulation log)"
     assert failures == 0, f"failed with seed {seed} (replay with TPU_SEED={base_seed()})"
 

@@ -56,7 +56,9 @@ _RANGES = {
     "serial_host":       (0, 1,        "1: the host side's small form for a UART link (needs link_dw 1 and "
                                        "read_tags 1): the DMA writer queues its bytes as whole words, "
                                        "BAR0 serves one-word accesses and keeps only the interrupt bits, "
-                                       "the TLP receiver keeps three header words"),
+                                       "the TLP receiver keeps three header words (the third's low half) "
+                                       "and payload words alone, the DMA reader times a completion on "
+                                       "an LFSR"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")

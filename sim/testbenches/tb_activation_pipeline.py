@@ -494,6 +494,12 @@ async def global_average_extremes(dut):
         base = ActivationSettings(cols=cols, unsigned=unsigned)
         settings = base.with_pooling(Pooling.GLOBAL_AVG, rows=rows)
         await tb.operation(settings, np.full((rows, cols), value))
+    # Sums past 2**16 with a count whose reciprocal's low 16 bits are not
+    # zero, so that every piece of a 16-bit multiply's product counts.
+    for unsigned, value in ((True, 100), (False, -100)):
+        base = ActivationSettings(cols=cols, unsigned=unsigned)
+        settings = base.with_pooling(Pooling.GLOBAL_AVG, rows=700)
+        await tb.operation(settings, np.full((700, cols), value))
     # Ties: sums of +-1.5 and +-2.5 times the count.
     base = ActivationSettings(cols=cols)
     for pattern in ([1, 2], [-1, -2], [2, 3], [-2, -3], [0, 1], [0, -1]):

@@ -32,7 +32,7 @@ def _seed():
     return int(os.environ.get("TPU_SEED", "1"))
 
 
-@cocotb.test()
+@cocotb.test(timeout_time=1, timeout_unit="ms")   # a stuck link fails, never hangs (about 6 us)
 async def registers_test(dut):
     config = config_from_env()
     seed = _seed()

@@ -4,7 +4,8 @@ Every division must give ``divmod(dividend, divisor)`` (all-ones quotient
 and the dividend as remainder for a zero divisor), keep ``busy`` high for
 exactly ``divider_cycles(dividend)`` cycles after its start, raise ``done``
 for one cycle after them, ignore ``start`` while busy, and keep its result
-until the next start. The width comes from ``TPU_DIVIDER_WIDTH``.
+until the next start. The width comes from ``TPU_DIVIDER_WIDTH``, the
+divisor's from ``TPU_DIVISOR_WIDTH`` (the same unless set).
 """
 
 import os
@@ -17,25 +18,29 @@ from ...hdl.serial_divider import divider_cycles
 from ..host.streams import start_clock_and_reset
 
 
-def _operands(rng, width, count):
+def _operands(rng, width, divisor_width, count):
     """Corners (zero, one, the largest, a zero divisor), then random pairs of
-    every dividend length, with divisors below, around and above them."""
+    every dividend length, with divisors below, around and above them (up to
+    the largest divisor)."""
     top = (1 << width) - 1
+    top_divisor = (1 << divisor_width) - 1
     corners = sorted({c for c in (0, 1, 2, 3, top - 1, top) if 0 <= c <= top})
-    pairs = [(a, b) for a in corners for b in corners]
+    divisors = sorted({c for c in (0, 1, 2, 3, top_divisor - 1, top_divisor) if 0 <= c <= top_divisor})
+    pairs = [(a, b) for a in corners for b in divisors]
     for _ in range(count):
         a = rng.getrandbits(rng.randint(0, width))
-        b = rng.choice([rng.getrandbits(rng.randint(1, width)), max(1, a >> rng.randint(0, 3)),
-                        a + 1 if a < top else a, rng.randint(0, 3)])
-        pairs.append((a, min(b, top)))
+        b = rng.choice([rng.getrandbits(rng.randint(1, divisor_width)),
+                        max(1, a >> rng.randint(0, 3)), a + 1 if a < top else a, rng.randint(0, 3)])
+        pairs.append((a, min(b, top_divisor)))
     return pairs
 
 
 @cocotb.test()
 async def divmod_and_latency(dut):
     width = int(os.environ["TPU_DIVIDER_WIDTH"])
+    divisor_width = int(os.environ.get("TPU_DIVISOR_WIDTH", width))
     seed = int(os.environ.get("TPU_SEED", "0"))
-    dut._log.info("width %d, seed %d", width, seed)
+    dut._log.info("width %d, divisor width %d, seed %d", width, divisor_width, seed)
     rng = random.Random(seed)
     top = (1 << width) - 1
     dut.start.value = 0
@@ -43,7 +48,7 @@ async def divmod_and_latency(dut):
     await FallingEdge(dut.clk)
     # At each falling edge the outputs of the last rising edge are read,
     # then the inputs for the next one are driven.
-    for dividend, divisor in _operands(rng, width, 400):
+    for dividend, divisor in _operands(rng, width, divisor_width, 400):
         assert not int(dut.busy.value), "busy before the start"
         dut.start.value = 1
         dut.dividend.value = dividend
@@ -59,9 +64,10 @@ async def divmod_and_latency(dut):
             # A start while busy, with other operands, must be ignored.
             dut.start.value = rng.random() < 0.5
             dut.dividend.value = rng.getrandbits(width)
-            dut.divisor.value = rng.getrandbits(width)
+            dut.divisor.value = rng.getrandbits(divisor_width)
         assert not int(dut.busy.value), f"{dividend} / {divisor}: busy and done together"
-        want = divmod(dividend, divisor) if divisor else (top, dividend)
+        # A zero divisor: all ones, and the dividend's bits the remainder holds.
+        want = divmod(dividend, divisor) if divisor else (top, dividend % (1 << divisor_width))
         got = (int(dut.quotient.value), int(dut.remainder.value))
         assert got == want, f"{dividend} / {divisor}: (quotient, remainder) {got}, want {want}"
         assert busy == divider_cycles(dividend), (
