@@ -12,7 +12,7 @@ DSP block is scarce (an iCE40 UP5K has 8).
 from amaranth import *
 
 
-__all__ = ["bounded_product"]
+__all__ = ["bounded_product", "bounded_product_terms"]
 
 
 def _clamped(value, bits):
@@ -28,11 +28,21 @@ def bounded_product(a, b, bits):
     where ``a * b`` is. Partial products of the clamped operands summed as a
     balanced tree of adders (carry chains), never a `*` that synthesis could
     give a DSP block."""
+    [product] = bounded_product_terms(a, b, bits)
+    return product
+
+
+def bounded_product_terms(a, b, bits, count=1):
+    """`bounded_product` as at most `count` terms whose sum it is: its tree
+    of adders stopped `count` sums short of the root, so a caller can
+    register them and add the rest a cycle later."""
+    if count < 1:
+        raise ValueError(f"count must be at least 1, not {count!r}")
     a, b = _clamped(a, bits), _clamped(b, bits)
     if len(b) > len(a):
         a, b = b, a
     terms = [Mux(b[i], a, 0) << i for i in range(len(b))] or [C(0, 1)]
-    while len(terms) > 1:
+    while len(terms) > count:
         terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
                  for i in range(0, len(terms), 2)]
-    return terms[0]
+    return terms

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
 from ..isa import LAYOUTS, MAX_POOL_COUNT, Fault, Opcode, Pool, ldl_rows, ldq_rows, INSTRUCTION_BITS
-from .bounded_product import bounded_product
+from .bounded_product import bounded_product_terms
 from .device_family import is_ecp5, is_ice40
 from .serial_divider import SerialDivider, divider_cycles
 from .window import DmaWindows, WindowLimits
@@ -254,26 +254,15 @@ class InstructionDecoder(wiring.Component):
         # with the array in DSP bands, which leave too few blocks for them:
         # otherwise the 9 MULT18X18D they take cost less logic as soft PEs.
         if is_ice40(platform) or (is_ecp5(platform) and cfg.dsp_bands):
-            def product(a, b):
+            def product_terms(a, b):
                 # `conv_y - 1` and `out_w - 1` are signed, and used only
                 # where they are not negative: their unsigned bits.
                 a = Value.cast(a)
-                return bounded_product(a[:-1] if a.shape().signed else a, b, ub_bits)
+                return bounded_product_terms(a[:-1] if a.shape().signed else a, b, ub_bits, 4)
         else:
-            def product(a, b):
-                return a * b
+            def product_terms(a, b):
+                return [a * b]
 
-        # PRODUCT: the geometry's products, registered.
-        if is_ice40(platform):
-            # (conv_y - 1) * row_step as one product less; the bounded
-            # one stays exact or at least the UB's size (an operand
-            # clamped at 2**ub_bits: (2**ub_bits - 1) * row_step).
-            rows_part_next = product(conv_y, mmc["row_step"])
-            row_step = Mux(mmc["row_step"] >> ub_bits, 1 << ub_bits, mmc["row_step"])
-            full_rows_part_next = rows_part_next - row_step
-        else:
-            rows_part_next = conv_y * mmc["row_step"]
-            full_rows_part_next = (conv_y - 1) * mmc["row_step"]
         # With `serial_decode` the products are at most 2**ub_bits (saturated
         # there: `_serial_products`), so their sums need ub_bits + 2 bits.
         part_bits = ub_bits + 2 if cfg.serial_decode else 48
@@ -282,6 +271,42 @@ class InstructionDecoder(wiring.Component):
         col_part = Signal(part_bits)
         full_col_part = Signal(part_bits)
         pooled_rows = Signal(24)
+        if not cfg.serial_decode:
+            # PRODUCT registers each product as the terms `product_terms`
+            # leaves (two partial sums in logic, one product on a DSP
+            # block); SUM adds them into its sums and registers the pooled
+            # rows, which only DERIVE reads: the products' last adds leave
+            # PRODUCT's cycle without a cycle more (the twelfth ulx3s16
+            # build's critical path was `out_h x out_w` in one cycle).
+            staged = []
+
+            def terms_sum(name, terms, width):
+                regs = [Signal(width, name=f"{name}_term{i}") for i in range(len(terms))]
+                staged.extend(reg.eq(term) for reg, term in zip(regs, terms))
+                return sum(regs[1:], regs[0])
+
+            if is_ice40(platform):
+                # (conv_y - 1) * row_step as one product less; the bounded
+                # one stays exact or at least the UB's size (an operand
+                # clamped at 2**ub_bits: (2**ub_bits - 1) * row_step).
+                row_step = Mux(mmc["row_step"] >> ub_bits, 1 << ub_bits, mmc["row_step"])
+                m.d.comb += [
+                    rows_part.eq(terms_sum("rows_part", product_terms(conv_y, mmc["row_step"]),
+                                           part_bits)),
+                    full_rows_part.eq(rows_part - row_step),
+                ]
+            else:
+                m.d.comb += [
+                    rows_part.eq(terms_sum("rows_part", [conv_y * mmc["row_step"]], part_bits)),
+                    full_rows_part.eq(terms_sum("full_rows_part", [(conv_y - 1) * mmc["row_step"]],
+                                                part_bits)),
+                ]
+            m.d.comb += [
+                col_part.eq(terms_sum("col_part", product_terms(conv_x, mmc["col_step"]), part_bits)),
+                full_col_part.eq(terms_sum("full_col_part",
+                                           product_terms(mmc["out_w"] - 1, mmc["col_step"]), part_bits)),
+            ]
+            pooled_sum = terms_sum("pooled_rows", product_terms(out_h, out_w), 24)
         # SUM and PICK: the last UB row of a convolution, from the end of its
         # last full line of output pixels or of its last pixel.
         tail = Signal(part_bits)
@@ -349,10 +374,7 @@ class InstructionDecoder(wiring.Component):
                 if cfg.serial_decode:
                     m.d.comb += multiply.eq(1)
                 else:
-                    m.d.sync += [rows_part.eq(rows_part_next), full_rows_part.eq(full_rows_part_next),
-                                 col_part.eq(product(conv_x, mmc["col_step"])),
-                                 full_col_part.eq(product(mmc["out_w"] - 1, mmc["col_step"])),
-                                 pooled_rows.eq(product(out_h, out_w))]
+                    m.d.sync += staged
                 m.next = "MULTIPLY" if cfg.serial_decode else "SUM"
             if cfg.serial_decode:
                 with m.State("MULTIPLY"):
@@ -360,6 +382,8 @@ class InstructionDecoder(wiring.Component):
                         m.next = "SUM"
             with m.State("SUM"):
                 m.d.sync += [tail.eq(rows_part + col_part), full.eq(full_rows_part + full_col_part)]
+                if not cfg.serial_decode:
+                    m.d.sync += pooled_rows.eq(pooled_sum)
                 m.next = "PICK"
             with m.State("PICK"):
                 m.d.sync += conv_span.eq(Mux((conv_y != 0) & (full > tail), full, tail))

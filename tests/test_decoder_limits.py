@@ -6,8 +6,10 @@ faults. Random programs rarely land on a limit exactly; an off-by-one there
 same decoder under both simulators."""
 
 import random
+from types import SimpleNamespace
 
 import pytest
+from amaranth import Elaboratable
 from amaranth.sim import Simulator
 
 from conftest import base_seed
@@ -59,8 +61,21 @@ def _limits(cfg, rng):
     return cases
 
 
-def _decoded(cfg, words):
-    """The decoder's fault for each of `words`."""
+class _ElaboratedFor(Elaboratable):
+    """`dut` elaborated as for a platform of `family`, in Amaranth's
+    simulator: the decoder's geometry products are then what a board build
+    makes of them (in logic on an iCE40, and on an ECP5 with `dsp_bands`)."""
+
+    def __init__(self, dut, family):
+        self.dut, self.family = dut, family
+
+    def elaborate(self, platform):
+        return self.dut.elaborate(SimpleNamespace(family=self.family))
+
+
+def _decoded(cfg, words, family=None, out_rows=None):
+    """The decoder's fault for each of `words` (and each ACT's output rows
+    into `out_rows`, a list, when given)."""
     dut = InstructionDecoder(cfg)
     faults = []
 
@@ -75,8 +90,10 @@ def _decoded(cfg, words):
             ctx.set(dut.start, 0)
             await ctx.tick().until(dut.done)
             faults.append(Fault(ctx.get(dut.fault)))
+            if out_rows is not None:
+                out_rows.append(ctx.get(dut.out_rows))
 
-    sim = Simulator(dut)
+    sim = Simulator(dut if family is None else _ElaboratedFor(dut, family))
     sim.add_clock(1e-8)
     sim.add_testbench(testbench)
     sim.run()
@@ -107,6 +124,54 @@ def test_every_limit_at_and_one_past(cfg):
         if (got_at, got_past) != (want_at, want_past):
             wrong.append(f"{name}: decoder {got_at.name}/{got_past.name}, check {want_at.name}/{want_past.name}")
     assert not wrong, f"seed {seed}: " + "; ".join(wrong)
+
+
+def _geometry_cases(cfg, rng, count):
+    """Convolution MMCs and windowed ACTs whose last UB row lands at, just
+    before or just past the UB's end, or (large steps and images) far past
+    it, where the decoder's bounded products saturate."""
+    words = []
+    for _ in range(count):
+        out_w = rng.choice([1, rng.randint(1, 40), rng.randint(1, 1 << 16) - 1])
+        col_step = rng.randint(0, 255)
+        row_step = rng.choice([rng.randint(0, 64), rng.randint(0, (1 << 16) - 1)])
+        rows = rng.choice([rng.randint(1, 64), rng.randint(1, 1 << 14), rng.randint(1, (1 << 24) - 1)])
+        span = max((b // out_w) * row_step + (b % out_w) * col_step
+                   for b in {rows - 1, max(rows - 1 - (rows - 1) % out_w - 1, 0),
+                             min(out_w, rows) - 1})
+        ub = max(0, min(cfg.ub_rows - 1 - span + rng.randint(-1, 1), (1 << 24) - 1))
+        words.append(_word(Opcode.MMC, conv=1, ub=ub, rows=rows, out_w=out_w, col_step=col_step,
+                           row_step=row_step))
+        size = rng.randint(1, 4)
+        stride = rng.randint(1, 4)
+        in_w = rng.randint(size, cfg.pool_max_width)
+        in_h = rng.choice([rng.randint(size, 64), rng.randint(size, (1 << 24) // in_w - 1)])
+        pooled = ((in_h - size) // stride + 1) * ((in_w - size) // stride + 1)
+        ub = max(0, min(cfg.ub_rows - pooled + rng.randint(-1, 1), (1 << 24) - 1))
+        words.append(_word(Opcode.ACT, ub=ub, rows=in_w * in_h, pool=rng.choice([Pool.MAX, Pool.AVG]),
+                           pool_size=size, pool_stride=stride, in_w=in_w))
+    return words
+
+
+#: The decoder's products as a board build makes them: the bounded products
+#: in logic, in registered terms (an iCE40's, an ECP5's with the array in DSP
+#: bands), and on the platform's multipliers (an ECP5 without).
+@pytest.mark.parametrize("family, cfg", [("ice40", CONFIG), ("ecp5", CONFIG.replace(dsp_bands=1)),
+                                         ("ecp5", CONFIG)], ids=["ice40", "ecp5-dsp-bands", "ecp5"])
+def test_geometry_products_as_built(family, cfg):
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    words = _geometry_cases(cfg, random.Random(seed), 60)
+    out_rows = []
+    faults = _decoded(cfg, words, family, out_rows)
+    wrong = []
+    for word, got, rows in zip(words, faults, out_rows):
+        want = check(word.to_bytes(16, "little"), cfg)
+        if got != want:
+            wrong.append(f"{word:#x}: decoder {got.name}, check {want.name}")
+    assert not wrong, f"seed {seed}: " + "; ".join(wrong[:5])
+    # Both sides of the UB's end are reached.
+    assert {Fault.NONE, Fault.UB_RANGE} <= set(faults), faults
 
 
 def _host_range_model(cfg, windows, host, rows):
