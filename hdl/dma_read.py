@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..host_registers import HostError
 from .byte_gearbox import ByteAligner, byte_stream
-from .dma_split import address_counter, chunk_ahead, request_header, split_chunk
+from .dma_split import address_counter, chunk_ahead, fits_in_block, request_header, split_chunk
 from .lfsr import LfsrTimer
 from .tlp import CplStatus, FmtType, tlp_stream
 
@@ -143,13 +143,20 @@ class DmaReader(wiring.Component):
         load_addr, advance_addr = address_counter(m, addr, mrr)
         # The next request's byte count and whether it ends the job are
         # chosen a request ahead, so issuing one reads registers.
-        chunk, _, is_job_end, load_chunk, advance_chunk = chunk_ahead(m, mrr)
+        chunk, after, is_job_end, load_chunk, advance_chunk = chunk_ahead(m, mrr)
+        # The offset of the next request's last byte in its aligned block,
+        # chosen with its byte count, so that the rows and counts a tag
+        # keeps are made at issue from registers without the sum.
+        mrr_bits = _log2(mrr)
+        i_end = Signal(range(mrr))
+        job_fits, job_end_sum = fits_in_block(m, self.job.payload.addr, self.job.payload.length, mrr)
         m.d.comb += self.job.ready.eq(~active & ~flush)
         with m.If(self.job.valid & self.job.ready):
             m.d.sync += [
                 active.eq(1),
                 *load_addr(self.job.payload.addr),
                 *load_chunk(self.job.payload.addr, self.job.payload.length),
+                i_end.eq(Mux(job_fits, job_end_sum - 1, mrr - 1)),
                 job_channel.eq(self.job.payload.channel),
             ]
 
@@ -158,9 +165,7 @@ class DmaReader(wiring.Component):
         row_bits = _log2(rows)
         beat_bits = _log2(beat)
         # The request's place in its slot.
-        i_start = addr[:_log2(mrr)]
-        i_end = Signal(range(mrr))      # offset of the request's last byte
-        m.d.comb += i_end.eq(i_start + chunk - 1)
+        i_start = addr[:mrr_bits]
         i_first_row = i_start[beat_bits:]
         i_last_row = i_end[beat_bits:]
         i_end_count = i_end[:beat_bits] + 1
@@ -179,6 +184,8 @@ class DmaReader(wiring.Component):
                 req_valid.eq(1),
                 *advance_addr(split["bytes"]),
                 *advance_chunk(),
+                # Every request but a job's first starts aligned.
+                i_end.eq(Mux(after[mrr_bits:] == 0, after - 1, mrr - 1)),
                 tail.eq(next_tag(tail)),
             ]
             with m.If(is_job_end):
@@ -242,9 +249,6 @@ class DmaReader(wiring.Component):
         e_tag = Mux(first, ctag, p_tag)
         e_good = Mux(first, matched & status_ok & shape_ok, p_good)
         e_final = Mux(first, final, p_final)
-        e_next_off = Mux(first, c_next_off, p_next_off)
-        e_left = Mux(first, c_left_after, p_left)
-        e_due = Mux(first, c_due_after, p_due)
         e_base = Mux(first, c_next >> 2, p_base)
         e_count = Mux(first, 0, p_count)
         words = cpl.payload.words
@@ -274,6 +278,16 @@ class DmaReader(wiring.Component):
                 p_room.eq(Mux(words >= e_room, 0, e_room - words)),
             ]
         complete = cpl.valid & cpl.payload.last & e_good
+        # A payload word j < link_dw is inside the Length when the words still
+        # to come are link_dw or more, else by their low bits: a compare of
+        # lane-sized values, not of j with the whole count.
+        if lane_bits:
+            room_wide = Mux(first, (hdr.length == 0) | (hdr.length[lane_bits:] != 0),
+                            p_room[lane_bits:] != 0)
+            room_low = e_room[:lane_bits]
+            in_room = lambda j: room_wide | (j < room_low)
+        else:
+            in_room = lambda j: e_room != 0
         length_ok = Mux(first, words == dwords, words == p_room)
 
         # The reorder buffer: one bank per payload word lane, so a beat whose
@@ -295,7 +309,7 @@ class DmaReader(wiring.Component):
                 pos.eq(e_base + e_count + j),
                 wr.addr.eq(Cat((pos >> lane_bits)[:row_bits], e_tag)),
                 wr.data.eq(cpl.payload.data.word_select(j, 32)),
-                wr.en.eq(cpl.valid & e_good & (j < words) & (j < e_room)),
+                wr.en.eq(cpl.valid & e_good & (j < words) & in_room(j)),
             ]
 
         # -- Per-tag bookkeeping ---------------------------------------
@@ -315,9 +329,17 @@ class DmaReader(wiring.Component):
                 m.d.sync += timer[t].eq(timer_start)
                 with m.If(~status_ok | ~shape_ok):
                     m.d.sync += outstanding[t].eq(0)
+            # A one-beat completion's new counts are made from the tag's own
+            # registers, not from the ones chosen by the header's tag: no
+            # tag multiplexer in front of the sums.
+            t_next_off = Cat(C(0, 2), next_off[t][2:]) + covered
+            t_left = left[t] - (covered - next_off[t][:2])
+            t_due = due[t] - dwords
             with m.If(complete & (e_tag == t)):
                 with m.If(length_ok):
-                    m.d.sync += [left[t].eq(e_left), next_off[t].eq(e_next_off), due[t].eq(e_due)]
+                    m.d.sync += [left[t].eq(Mux(first, t_left, p_left)),
+                                 next_off[t].eq(Mux(first, t_next_off, p_next_off)),
+                                 due[t].eq(Mux(first, t_due, p_due))]
                     with m.If(e_final):
                         m.d.sync += outstanding[t].eq(0)
                 with m.Else():
