@@ -216,12 +216,16 @@ class DmaReader(wiring.Component):
         ]
         # `due` is at most 1024 (a request lies in one aligned block of at
         # most 4096 bytes), so its low ten bits against Length decide.
-        final = c_due[:10] == hdr.length
-        partial = dwords < c_due
-        shape_ok = ((hdr.fmt_type == FmtType.CPLD)
-                    & (Mux(hdr.byte_count == 0, 4096, hdr.byte_count) == c_left)
-                    & (hdr.lower_address == c_next[:7])
-                    & (final | partial))
+        def shape(t_left, t_next, t_due):
+            """Whether the first beat fits a request with these counts, and
+            whether it is the request's last completion."""
+            final = t_due[:10] == hdr.length
+            return ((hdr.fmt_type == FmtType.CPLD)
+                    & (Mux(hdr.byte_count == 0, 4096, hdr.byte_count) == t_left)
+                    & (hdr.lower_address == t_next[:7])
+                    & (final | (dwords < t_due))), final
+
+        shape_ok, final = shape(c_left, c_next, c_due)
         # Where a partial completion leaves its tag's request: it ends on a
         # word boundary, so its bytes are `covered` less the lead. A final
         # one ends the request, whose counts are then not looked at again,
@@ -248,8 +252,6 @@ class DmaReader(wiring.Component):
         p_count = Signal(12)        # payload words so far, saturating
         e_tag = Mux(first, ctag, p_tag)
         e_good = Mux(first, matched & status_ok & shape_ok, p_good)
-        e_final = Mux(first, final, p_final)
-        e_base = Mux(first, c_next >> 2, p_base)
         e_count = Mux(first, 0, p_count)
         words = cpl.payload.words
         count_after = Signal(12)
@@ -299,15 +301,23 @@ class DmaReader(wiring.Component):
             wr = bank.write_port()
             rd = bank.read_port()
             banks.append(rd)
-            pos = Signal(range(mrr // 4 + link_dw + 1), name=f"pos{k}")   # word offset in the slot
+            pos = Signal(range(mrr // 4 + link_dw + 1), name=f"pos{k}")   # a later beat's word offset in the slot
             j = Signal(range(link_dw), name=f"j{k}")                          # its payload word
             if link_dw == 1:
                 m.d.comb += j.eq(0)
             else:
                 m.d.comb += j.eq((k - e_lane)[:lane_bits])
+            # A first beat's word for bank k lands in the row of the tag's
+            # next word, or the row after when k is below that word's lane:
+            # one short increment after the tag's multiplexer, not two sums.
+            row_in = Signal(max(1, row_bits), name=f"row_in{k}")
+            if lane_bits:
+                m.d.comb += row_in.eq(c_next[2 + lane_bits:] + (k < c_next[2:2 + lane_bits]))
+            else:
+                m.d.comb += row_in.eq(c_next[2:])
             m.d.comb += [
-                pos.eq(e_base + e_count + j),
-                wr.addr.eq(Cat((pos >> lane_bits)[:row_bits], e_tag)),
+                pos.eq(p_base + p_count + j),
+                wr.addr.eq(Cat(Mux(first, row_in, pos >> lane_bits)[:row_bits], e_tag)),
                 wr.data.eq(cpl.payload.data.word_select(j, 32)),
                 wr.en.eq(cpl.valid & e_good & (j < words) & in_room(j)),
             ]
@@ -325,22 +335,27 @@ class DmaReader(wiring.Component):
                     m.d.sync += outstanding[t].eq(0)
                     with m.If(~stale[t]):
                         m.d.comb += error_now.eq(HostError.CPL_TIMEOUT)
-            with m.If(first & matched & (ctag == t)):
-                m.d.sync += timer[t].eq(timer_start)
-                with m.If(~status_ok | ~shape_ok):
-                    m.d.sync += outstanding[t].eq(0)
-            # A one-beat completion's new counts are made from the tag's own
-            # registers, not from the ones chosen by the header's tag: no
-            # tag multiplexer in front of the sums.
+            # A first beat's checks and new counts for tag t are made from
+            # the tag's own registers, not from the ones chosen by the
+            # header's tag: no tag multiplexer in front of the compares and
+            # sums whose results update the tag.
+            t_matched = (hdr.tag == t) & outstanding[t]
+            t_shape_ok, t_final = shape(left[t], next_off[t], due[t])
             t_next_off = Cat(C(0, 2), next_off[t][2:]) + covered
             t_left = left[t] - (covered - next_off[t][:2])
             t_due = due[t] - dwords
-            with m.If(complete & (e_tag == t)):
+            t_complete = (cpl.valid & cpl.payload.last
+                          & Mux(first, t_matched & status_ok & t_shape_ok, p_good & (p_tag == t)))
+            with m.If(first & t_matched):
+                m.d.sync += timer[t].eq(timer_start)
+                with m.If(~status_ok | ~t_shape_ok):
+                    m.d.sync += outstanding[t].eq(0)
+            with m.If(t_complete):
                 with m.If(length_ok):
                     m.d.sync += [left[t].eq(Mux(first, t_left, p_left)),
                                  next_off[t].eq(Mux(first, t_next_off, p_next_off)),
                                  due[t].eq(Mux(first, t_due, p_due))]
-                    with m.If(e_final):
+                    with m.If(Mux(first, t_final, p_final)):
                         m.d.sync += outstanding[t].eq(0)
                 with m.Else():
                     m.d.sync += outstanding[t].eq(0)
