@@ -102,7 +102,7 @@ class UnifiedBuffer(wiring.Component):
     def _elaborate_single_port(self, m, mem):
         m.d.comb += [
             self.act_write.ready.eq(1),
-            self.dma_write.ready.eq(~self.act_write.valid),
+            self.dma_write.ready.eq(self.act_write.valid == 0),   # never both: one unit at a time
         ]
         with m.If(self.act_write.valid):
             m.d.comb += [mem.w_en.eq(1), mem.w_addr.eq(self.act_write.addr),
