@@ -122,8 +122,9 @@ class Sequencer(wiring.Component):
         """Instructions the queue of `config`'s sequencer holds: 16, or 2 with
         ``serial_host``, whose program fetcher holds the program ahead of it
         (2 are flip-flops where 16 take 8 block RAMs of an iCE40: 128-bit
-        words). An instruction takes at least 3 cycles to decode, so 2 never
-        keep one waiting that 16 would have had queued in time."""
+        words). An instruction takes at least 3 cycles to decode, so 2 keep
+        the decoder fed from a source offering one a cycle; behind a one-word
+        link the fetcher's own queue holds the rest."""
         return 2 if config.serial_host else cls.QUEUE_DEPTH
 
     def __init__(self, config):
