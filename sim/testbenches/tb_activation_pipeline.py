@@ -382,14 +382,18 @@ async def channel_write_then_row(dut):
                     f"in cycle {written}: expected cycle {written + 1}")
     # Single rounding switched by a settings write offered with the rows:
     # small values and left shifts in every column (single rounding makes
-    # no left shift), the columns written before (even rounds) or with the
-    # settings (odd rounds).
+    # no left shift), every column written before (even rounds), or the
+    # first column's shift changed and written with the settings (odd
+    # rounds, which end without single rounding).
     for k in range(6):
-        columns = replace(settings, bias=tb.rng.integers(-32, 32, size=cols),
-                          shift=tb.rng.integers(1, 4, size=cols),
-                          multiplier=tb.rng.integers(1 << 30, INT32_MAX, size=cols))
         if k % 2 == 0:
+            columns = replace(settings, bias=tb.rng.integers(-32, 32, size=cols),
+                              shift=tb.rng.integers(1, 4, size=cols),
+                              multiplier=tb.rng.integers(1 << 30, INT32_MAX, size=cols))
             await tb.configure(columns)
+        else:
+            columns = replace(settings, shift=settings.shift.copy())
+            columns.shift[0] = 1 + (int(settings.shift[0]) + int(tb.rng.integers(0, 2))) % 3
         settings = replace(columns, single_round=not columns.single_round)
         await tb.operation(settings, tb.rng.integers(-64, 64, size=(2, cols)), at_once=True)
         await tb.loop.run_until(lambda: tb.rows.done, timeout=50_000 * tb.row_cycles,
