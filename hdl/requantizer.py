@@ -84,8 +84,9 @@ class Requantizer(wiring.Component):
         ``shift`` and ``single_round``.
     multiplier_width : int
         32: stage 2 is one 32 x 32-bit multiply. 16 or 8: stage 2 takes
-        ``(32 / multiplier_width)**2`` cycles on one such unsigned multiplier
-        (`multiply_cycles`), and a value is presented only with ``start``
+        ``(32 / multiplier_width)**2`` cycles (`multiply_cycles`) on one
+        multiplier of ``multiplier_width + 1``-bit signed pieces (with
+        `compact`, of ``multiplier_width``-bit unsigned ones), and a value is presented only with ``start``
         high, at most once every `multiply_cycles` cycles.
     """
 
@@ -121,7 +122,7 @@ class Requantizer(wiring.Component):
     @property
     def multiply_cycles(self):
         """Cycles the 32 x 32-bit product takes: one, or one per pair of
-        `multiplier_width`-bit pieces of the operands' magnitudes."""
+        `multiplier_width`-bit pieces of the operands."""
         return (32 // self._width) ** 2
 
     @property
