@@ -9,7 +9,7 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from amaranth import Elaboratable
+from amaranth import Elaboratable, Fragment
 from amaranth.sim import Simulator
 
 from conftest import base_seed
@@ -70,7 +70,7 @@ class _ElaboratedFor(Elaboratable):
         self.dut, self.family = dut, family
 
     def elaborate(self, platform):
-        return self.dut.elaborate(SimpleNamespace(family=self.family))
+        return Fragment.get(self.dut, SimpleNamespace(family=self.family))
 
 
 def _decoded(cfg, words, family=None, out_rows=None):
