@@ -96,12 +96,14 @@ def check_offset(offset, bar_bytes=4096):
     return offset
 
 
-def check_value(value):
-    """`value` as an int, or `ValueError` if it does not fit 32 bits."""
+def check_value(value, bits=32):
+    """`value` as an int, or `ValueError` if it does not fit `bits` bits (a
+    register's 32, or a two-register access's 64)."""
+    what = "a register value" if bits == 32 else "a two-register value"
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"a register value must be an int, not {value!r}")
-    if not 0 <= value < 1 << 32:
-        raise ValueError(f"register value {value:#x} does not fit 32 bits")
+        raise TypeError(f"{what} must be an int, not {value!r}")
+    if not 0 <= value < 1 << bits:
+        raise ValueError(f"{what[2:]} {value:#x} does not fit {bits} bits")
     return value
 
 
@@ -117,11 +119,7 @@ def check_pair(offset, bar_bytes=4096):
 
 def check_value64(value):
     """`value` as an int, or `ValueError` if it does not fit 64 bits."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"a two-register value must be an int, not {value!r}")
-    if not 0 <= value < 1 << 64:
-        raise ValueError(f"two-register value {value:#x} does not fit 64 bits")
-    return value
+    return check_value(value, 64)
 
 
 class Link(abc.ABC):
