@@ -323,10 +323,11 @@ ICE40_RATCHET = {
     # ends are registered beside the decoder (the command word into the
     # divider's first step), 17 again on a later tree; 12 since the decoder registers what the word
     # alone decides as it is loaded (the command word into the divider's
-    # step count, 5 December); 13 since each block is synthesised apart
-    # (`synthesise_apart`): the same path, a level more than in the one
-    # yosys process that synthesised the blocks in turn
-    "host.core.sequencer": (13, 65),
+    # step count, 5 December); 13 synthesised apart (`synthesise_apart`),
+    # a level more on the same path than in the one yosys process that
+    # synthesised the blocks in turn; 12 apart since each division's
+    # operands are registered the cycle before it starts
+    "host.core.sequencer": (12, 65),
     # 17 before the pipeline's row count was registered and the small
     # requantizer (`serial_act`); now the small requantizer's stage 5, 13
     # (11 in another run of the same tree). 74 carry cells, not 64, since a
@@ -367,7 +368,7 @@ ICE40_RATCHET = {
 
 #: The iCE40 blocks the suite synthesises, the chip read in one yosys
 #: process and each block synthesised in one of its own (8 minutes' wall at
-#: load average 10). ``host.filler`` is measured
+#: load average 10, 3.5 minutes less loaded). ``host.filler`` is measured
 #: by none: Yosys 0.70's ``synth_ice40`` fails an assertion in its ``abc9``
 #: step on it.
 ICE40_SUITE_BLOCKS = tuple(ICE40_RATCHET)
