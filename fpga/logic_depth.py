@@ -312,7 +312,7 @@ def _yosys():
     return command
 
 
-def synthesise_apart(build_dir, source, jobs, family):
+def synthesise_apart(build_dir, source, jobs, family, hide_names=False):
     """Synthesise each of `jobs` (``(module, black boxes, commands after
     synthesis)``) of the Verilog file `source` in `build_dir` for `family`,
     each in a yosys process of its own.
@@ -323,7 +323,12 @@ def synthesise_apart(build_dir, source, jobs, family):
     line numbers, which move when any other block changes); a process per
     block synthesises it from that. Yosys's choices follow the order in
     which its names were made, so in one process a block's netlist changed
-    with the blocks synthesised before it, and with the file's line numbers."""
+    with the blocks synthesised before it, and with the file's line numbers.
+
+    With `hide_names` every block's wires and cells get private names, as
+    a block with black boxes always does (counting cells needs no names,
+    and Yosys 0.70's ``synth_ice40`` then maps the weight filler, whose
+    ``abc9`` step otherwise fails an assertion on a name)."""
     import subprocess
     yosys = _yosys()
     split = [f"read_verilog {source}", "attrmap -remove src", "attrmap -modattr -remove src",
@@ -335,7 +340,7 @@ def synthesise_apart(build_dir, source, jobs, family):
             # (Yosys 0.70) stops on a name clash in a module with black boxes.
             split += ["blackbox " + " ".join(hidden), f"hierarchy -top {name}", "rename -hide"]
         else:
-            split.append(f"hierarchy -top {name}")
+            split += [f"hierarchy -top {name}"] + (["rename -hide"] if hide_names else [])
         split.append(f"write_rtlil block{n}.il")
     scripts = [("split", split)] + [
         (f"block{n}", [f"read_rtlil block{n}.il", *synth_commands(family, name), *after])

@@ -115,11 +115,11 @@ def synthesise(config, build_dir, depth, within=None, skip=(), family="ice40"):
     except ValueError as error:
         sys.exit(f"fpga_blocks: {error} (at --depth {depth})")
     # The source read once, each block synthesised apart from the others
-    # (`synthesise_apart`), its sub-blocks black boxes.
+    # (`synthesise_apart`), its sub-blocks black boxes, names hidden.
     jobs = [(name, children + hidden[name], [f"tee -q -o stat{n}.json stat -json"])
             for n, (name, children) in enumerate(tree.items())]
     try:
-        synthesise_apart(build_dir, source.name, jobs, family)
+        synthesise_apart(build_dir, source.name, jobs, family, hide_names=True)
     except RuntimeError as error:
         sys.exit(f"fpga_blocks: {error}")
     columns = COLUMNS[family]
