@@ -311,10 +311,11 @@ class DmaReader(wiring.Component):
             # next word, or the row after when k is below that word's lane:
             # one short increment after the tag's multiplexer, not two sums.
             row_in = Signal(max(1, row_bits), name=f"row_in{k}")
-            if lane_bits:
+            # (No lane is above the last bank's, so its row is the tag's own.)
+            if lane_bits and k < link_dw - 1:
                 m.d.comb += row_in.eq(c_next[2 + lane_bits:] + (k < c_next[2:2 + lane_bits]))
             else:
-                m.d.comb += row_in.eq(c_next[2:])
+                m.d.comb += row_in.eq(c_next[2 + lane_bits:])
             m.d.comb += [
                 pos.eq(p_base + p_count + j),
                 wr.addr.eq(Cat(Mux(first, row_in, pos >> lane_bits)[:row_bits], e_tag)),
