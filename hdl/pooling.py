@@ -50,8 +50,8 @@ class PoolingUnit(wiring.Component):
     A pipeline without stalls: horizontal and global reduction, vertical
     reduction and reciprocal multiply (itself three stages, or
     `SEQUENTIAL_CYCLES` on one small multiplier) are registered, the sign
-    and clamp is combinational at the output (an 8-bit negation, no
-    comparison). The output for a row that completes a window is presented
+    and clamp is combinational at the output (no carry chain: the low
+    byte's negation and the saturation from ORs of the quotient's bits). The output for a row that completes a window is presented
     `latency` cycles after that row.
 
     Members
@@ -360,9 +360,11 @@ class PoolingUnit(wiring.Component):
         # magnitude, so the clamp needs no comparison: a positive one
         # saturates at 127 (255 unsigned) from 128 (256) up, a negative one
         # at -128 from 128 up (at 0 unsigned, whatever it is), and of the
-        # negation only the low byte is ever output. Two wide ORs and an
-        # 8-bit negation instead of the quotient's 23-bit negation and two
-        # 24-bit comparisons in carry chains, which made the path into the
+        # negation only the low byte is ever output, made bit by bit (a bit
+        # flips when a lower one is set; no carry chain, which the iCE40's
+        # synthesis would ripple through LUTs for a negation). Wide ORs
+        # instead of the quotient's 23-bit negation and two 24-bit
+        # comparisons in carry chains, which made the path into the
         # activation pipeline's `collected` the ulx3s16 chip's longest.
         for n in range(lanes):
             quotient = p3_product[n][RECIPROCAL_SHIFT:]
@@ -372,7 +374,7 @@ class PoolingUnit(wiring.Component):
             m.d.comb += [
                 over_signed.eq(quotient[7:].any()),
                 over_unsigned.eq(quotient[8:].any()),
-                negated.eq(-quotient[:8]),
+                negated.eq(Cat(quotient[i] ^ quotient[:i].any() for i in range(8))),
             ]
             with m.If(~average):
                 m.d.comb += out[n].eq(p3_value[n][:8])
