@@ -57,6 +57,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, pooling average in stages", 16, 16,
                25.0, 45.02, "2026-12-05", "f9103d6",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twelfth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, decoder products in terms", 16, 16,
+               41.6667, 48.14, "2026-12-05", "0010099",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a thirteenth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most

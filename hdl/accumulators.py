@@ -48,11 +48,18 @@ class Accumulators(wiring.Component):
         cycle it is stored: a monitor for testbenches and performance counters.
     read : In(AccReadSignature)
         A read port for the activation stage.
+
+    With ``shared_read`` the activation stage's reads and the updates' reads
+    share one read port of the memory (half its block RAM), updates first:
+    only for a chip whose sequencer never runs ACT while matrix rows are in
+    flight (``TPUConfig.serial_issue``), where the two never meet. The
+    activation stage's ``data`` then holds only while no update comes.
     """
 
-    def __init__(self, *, acc_rows, cols):
+    def __init__(self, *, acc_rows, cols, shared_read=False):
         self._acc_rows = acc_rows
         self._cols = cols
+        self._shared_read = shared_read
         self._mem = Ram(shape=data.ArrayLayout(signed(32), cols), depth=acc_rows)
         super().__init__({
             "update":  In(AccWriteSignature(acc_rows=acc_rows, cols=cols)),
@@ -73,13 +80,19 @@ class Accumulators(wiring.Component):
         m.submodules.mem = mem = self._mem
         wr = mem.write_port()
         rmw_rd = mem.read_port(transparent_for=(wr,))
-        user_rd = mem.read_port(transparent_for=(wr,))
-
-        # Stage 1: fetch the old row while the new sums are registered.
-        m.d.comb += [
-            rmw_rd.addr.eq(self.update.addr),
-            rmw_rd.en.eq(self.update.valid),
-        ]
+        if self._shared_read:
+            user_rd = rmw_rd
+            m.d.comb += [
+                rmw_rd.addr.eq(Mux(self.update.valid, self.update.addr, self.read.addr)),
+                rmw_rd.en.eq(self.update.valid | self.read.en),
+            ]
+        else:
+            user_rd = mem.read_port(transparent_for=(wr,))
+            # Stage 1: fetch the old row while the new sums are registered.
+            m.d.comb += [
+                rmw_rd.addr.eq(self.update.addr),
+                rmw_rd.en.eq(self.update.valid),
+            ]
         valid = Signal()
         addr = Signal.like(self.update.addr)
         accumulate = Signal()
@@ -106,9 +119,7 @@ class Accumulators(wiring.Component):
             self.written.data.eq(result),
         ]
 
-        m.d.comb += [
-            user_rd.addr.eq(self.read.addr),
-            user_rd.en.eq(self.read.en),
-            self.read.data.eq(user_rd.data),
-        ]
+        if not self._shared_read:
+            m.d.comb += [user_rd.addr.eq(self.read.addr), user_rd.en.eq(self.read.en)]
+        m.d.comb += self.read.data.eq(user_rd.data)
         return m

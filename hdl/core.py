@@ -165,15 +165,27 @@ class TPUCore(wiring.Component):
 
         # Weights: RW commands queue up in front of the weight FIFO; the
         # sequencer bounds them (WEIGHT_FIFO_OVERFLOW) so the queue never fills.
-        rw_queue = fifo.SyncFIFOBuffered(width=48, depth=cfg.weight_fifo_tiles + 2)
+        # With serial_issue (the small core) a queued RW keeps only the bits
+        # an issued one can have: its tiles lie in the weight memory
+        # (WEIGHT_MEM_RANGE) and number at most weight_fifo_tiles + 2
+        # (WEIGHT_FIFO_OVERFLOW), so the queue is one block RAM wide, not 3.
+        if cfg.serial_issue:
+            tile_bits = max(1, (cfg.weight_mem_tiles - 1).bit_length())
+            count_bits = (cfg.weight_fifo_tiles + 2).bit_length()
+        else:
+            tile_bits = count_bits = 24
+        rw_queue = fifo.SyncFIFOBuffered(width=tile_bits + count_bits, depth=cfg.weight_fifo_tiles + 2)
         cleared("rw_queue", rw_queue)
         rw_word = seq.rw.payload.word
         m.d.comb += [
-            rw_queue.w_data.eq(Cat(field(rw_word, Opcode.RW, "tile"), field(rw_word, Opcode.RW, "count"))),
+            rw_queue.w_data.eq(Cat(field(rw_word, Opcode.RW, "tile")[:tile_bits],
+                                   field(rw_word, Opcode.RW, "count")[:count_bits])
+                               if cfg.serial_issue else
+                               Cat(field(rw_word, Opcode.RW, "tile"), field(rw_word, Opcode.RW, "count"))),
             rw_queue.w_en.eq(seq.rw.valid),
             seq.rw.ready.eq(rw_queue.w_rdy),
-            wfifo.load.payload.tile.eq(rw_queue.r_data[:24]),
-            wfifo.load.payload.count.eq(rw_queue.r_data[24:48]),
+            wfifo.load.payload.tile.eq(rw_queue.r_data[:tile_bits]),
+            wfifo.load.payload.count.eq(rw_queue.r_data[tile_bits:tile_bits + count_bits]),
             wfifo.load.valid.eq(rw_queue.r_rdy),
             rw_queue.r_en.eq(wfifo.load.ready),
         ]

@@ -224,7 +224,6 @@ class InstructionDecoder(wiring.Component):
             (new_act["rows"] != 0)
         new_conv = (new[:8] == Opcode.MMC) & new_mmc["conv"] & (new_mmc["rows"] != 0)
 
-        in_h = Signal(24)
         win_bad = Signal()
         out_h = Signal(24)
         out_w = Signal(24)
@@ -321,9 +320,14 @@ class InstructionDecoder(wiring.Component):
                 (out_h, out_w, pooled_rows),
             ])
 
-        # The first division's operands, chosen in PRESENT.
-        first_dividend = Signal(24)
-        first_divisor = Signal(24)
+        # The next division's operands, registered in the cycle before it
+        # starts (the first's chosen in PRESENT, the pooling geometry's
+        # differences and stride as the division before ends): the divider
+        # reads flip-flops alone, so no subtract or state decode is in
+        # series with its leading-one search.
+        dividend = Signal(24)
+        divisor = Signal(24)
+        m.d.comb += [div.dividend.eq(dividend), div.divisor.eq(divisor)]
 
         with m.FSM() as fsm:
             with m.State("IDLE"):
@@ -332,8 +336,7 @@ class InstructionDecoder(wiring.Component):
                     m.next = "START"
             with m.State("START"):
                 with m.If(windowed | conv):
-                    m.d.comb += [div.start.eq(1), div.dividend.eq(first_dividend),
-                                 div.divisor.eq(first_divisor)]
+                    m.d.comb += div.start.eq(1)
                 with m.If(windowed):
                     m.next = "IN_H"
                 with m.Elif(conv):
@@ -347,24 +350,24 @@ class InstructionDecoder(wiring.Component):
                     m.next = "PRODUCT"
             with m.State("IN_H"):
                 with m.If(div.done):
-                    m.d.sync += in_h.eq(div.quotient)
                     k = act["pool_size"]
+                    m.d.sync += [dividend.eq(div.quotient - k),  # in_h - pool_size
+                                 divisor.eq(act["pool_stride"])]
                     with m.If((div.remainder != 0) | (div.quotient < k) | (act["in_w"] < k)):
                         m.d.sync += win_bad.eq(1)
                         m.next = "PRODUCT"
                     with m.Else():
                         m.next = "OUT_H_START"
             with m.State("OUT_H_START"):
-                m.d.comb += [div.start.eq(1), div.dividend.eq(in_h - act["pool_size"]),
-                             div.divisor.eq(act["pool_stride"])]
+                m.d.comb += div.start.eq(1)
                 m.next = "OUT_H"
             with m.State("OUT_H"):
                 with m.If(div.done):
-                    m.d.sync += out_h.eq(div.quotient + 1)
+                    m.d.sync += [out_h.eq(div.quotient + 1),
+                                 dividend.eq(act["in_w"] - act["pool_size"])]
                     m.next = "OUT_W_START"
             with m.State("OUT_W_START"):
-                m.d.comb += [div.start.eq(1), div.dividend.eq(act["in_w"] - act["pool_size"]),
-                             div.divisor.eq(act["pool_stride"])]
+                m.d.comb += div.start.eq(1)
                 m.next = "OUT_W"
             with m.State("OUT_W"):
                 with m.If(div.done):
@@ -449,8 +452,8 @@ class InstructionDecoder(wiring.Component):
                          host_check.eq(0), host_above.eq(limits.above_base(new_dma["host"])),
                          host_end.eq(new_dma["host"] + new_dma["rows"] * cfg.rows),
                          span_end.eq(0), *[s.eq(0) for s in span_in.values()],
-                         first_dividend.eq(Mux(new_windowed, new_act["rows"], new_mmc["rows"] - 1)),
-                         first_divisor.eq(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))]
+                         dividend.eq(Mux(new_windowed, new_act["rows"], new_mmc["rows"] - 1)),
+                         divisor.eq(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))]
             with m.If(new_act["rows"] == 0):
                 m.d.sync += plain_out_rows.eq(0)
             with m.Elif(new_act["pool"] == Pool.GLOBAL_AVG):

@@ -94,7 +94,8 @@ class MatrixEngine(wiring.Component):
         m.submodules.array = array = SystolicArray(rows=rows, cols=cfg.cols, tag_width=tag.size,
                                                    dsp_multipliers=cfg.dsp_multipliers or None,
                                                    dsp_sites=dsp_sites)
-        m.submodules.accumulators = accs = Accumulators(acc_rows=cfg.acc_rows, cols=cfg.cols)
+        m.submodules.accumulators = accs = Accumulators(acc_rows=cfg.acc_rows, cols=cfg.cols,
+                                                       shared_read=bool(cfg.serial_issue))
 
         # Weight queue state: beats in the transit chain, a tile in shadow, and
         # the cycles until the last switch's wavefront has left the shadow

@@ -117,6 +117,16 @@ class Sequencer(wiring.Component):
 
     QUEUE_DEPTH = 16
 
+    @classmethod
+    def queue_depth(cls, config):
+        """Instructions the queue of `config`'s sequencer holds: 16, or 2 with
+        ``serial_host``, whose program fetcher holds the program ahead of it
+        (2 are flip-flops where 16 take 8 block RAMs of an iCE40: 128-bit
+        words). An instruction takes at least 3 cycles to decode, so 2 keep
+        the decoder fed from a source offering one a cycle; behind a one-word
+        link the fetcher's own queue holds the rest."""
+        return 2 if config.serial_host else cls.QUEUE_DEPTH
+
     def __init__(self, config):
         if not isinstance(config, TPUConfig):
             raise TypeError(f"Sequencer needs a TPUConfig, not {config!r}")
@@ -146,7 +156,7 @@ class Sequencer(wiring.Component):
         cfg = self._config
 
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=INSTRUCTION_BITS,
-                                                           depth=self.QUEUE_DEPTH)
+                                                           depth=self.queue_depth(cfg))
         m.d.comb += [
             queue.w_data.eq(self.instr.payload),
             queue.w_en.eq(self.instr.valid),

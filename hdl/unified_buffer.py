@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
 from .ram import Ram
+from .single_port_ram import SinglePortRam
 
 
 __all__ = ["UnifiedBuffer", "UbReadSignature", "UbWriteSignature"]
@@ -46,6 +47,13 @@ class UnifiedBuffer(wiring.Component):
     cycle, never stalled), host DMA, the activation unit's table loads, and
     a debug port; all reads are transparent to a write in the same cycle.
 
+    With ``serial_issue`` (one unit at a time, so the UB is read or written
+    by one unit in a cycle, never both) the buffer is one `SinglePortRam`,
+    on an iCE40 in the UP5K's SPRAM instead of three EBRs a read port: the
+    readers share its one port (a reader's ``data`` then holds only while
+    no other reads and nothing is written), and no read may come in a
+    cycle with a write.
+
     Members
     -------
     act_write, dma_write : In(UbWriteSignature)
@@ -58,7 +66,10 @@ class UnifiedBuffer(wiring.Component):
         if not isinstance(config, TPUConfig):
             raise TypeError(f"UnifiedBuffer needs a TPUConfig, not {config!r}")
         self._config = config
-        self._mem = Ram(shape=UbRow(config), depth=config.ub_rows)
+        if config.serial_issue:
+            self._mem = SinglePortRam(shape=UbRow(config), depth=config.ub_rows)
+        else:
+            self._mem = Ram(shape=UbRow(config), depth=config.ub_rows)
         super().__init__({
             "act_write":  In(UbWriteSignature(config)),
             "dma_write":  In(UbWriteSignature(config)),
@@ -71,6 +82,8 @@ class UnifiedBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.mem = mem = self._mem
+        if self._config.serial_issue:
+            return self._elaborate_single_port(m, mem)
         wr = mem.write_port()
         m.d.comb += [
             self.act_write.ready.eq(1),
@@ -84,4 +97,28 @@ class UnifiedBuffer(wiring.Component):
         for port in (self.mxu_read, self.dma_read, self.table_read, self.debug_read):
             rd = mem.read_port(transparent_for=(wr,))
             m.d.comb += [rd.en.eq(port.en), rd.addr.eq(port.addr), port.data.eq(rd.data)]
+        return m
+
+    def _elaborate_single_port(self, m, mem):
+        m.d.comb += [
+            self.act_write.ready.eq(1),
+            self.dma_write.ready.eq(self.act_write.valid == 0),   # never both: one unit at a time
+        ]
+        with m.If(self.act_write.valid):
+            m.d.comb += [mem.w_en.eq(1), mem.w_addr.eq(self.act_write.addr),
+                         mem.w_data.eq(self.act_write.data)]
+        with m.Else():
+            m.d.comb += [mem.w_en.eq(self.dma_write.valid), mem.w_addr.eq(self.dma_write.addr),
+                         mem.w_data.eq(self.dma_write.data)]
+        readers = (self.mxu_read, self.dma_read, self.table_read, self.debug_read)
+        m.d.comb += mem.r_en.eq(Cat(port.en for port in readers).any())
+        with m.If(self.mxu_read.en):
+            m.d.comb += mem.r_addr.eq(self.mxu_read.addr)
+        with m.Elif(self.dma_read.en):
+            m.d.comb += mem.r_addr.eq(self.dma_read.addr)
+        with m.Elif(self.table_read.en):
+            m.d.comb += mem.r_addr.eq(self.table_read.addr)
+        with m.Else():
+            m.d.comb += mem.r_addr.eq(self.debug_read.addr)
+        m.d.comb += [port.data.eq(mem.r_data) for port in readers]
         return m

@@ -8,7 +8,7 @@ from tpu.bench.common import dense_graph, random_feed
 from tpu.compiler.backend import compile_graph
 from tpu.config import TPUConfig
 from tpu.programs import relocate
-from tpu.isa import Halt, Nop, Rhm, Whm
+from tpu.isa import Halt, Ldl, Nop, Rhm, Whm
 from tpu.models.cycle_model import HostLink, _rhm_link_end, estimate_cycles
 from tpu.models.link_model import LinkTiming
 
@@ -179,6 +179,37 @@ def test_link_off_its_defaults_on_the_rtl(simulator, chip):
     measured = run(_probe_main, backend=simulator, config=config, host_latency=latency)
     link = HostLink.of(config, latency)
     for name, program in PROBES.items():
+        estimate = estimate_cycles(config, program, host=link)["counters"]
+        assert {c: measured[name][c] for c in estimate} == estimate, name
+
+
+#: Programs whose instructions queue up behind a long LDL, then issue as
+#: fast as the sequencer takes them.
+QUEUED_PROBES = {"LDL, 24 NOPs": [Ldl(0)] + [Nop()] * 24 + [Halt()],
+                 "two LDLs, 20 NOPs after each": ([Ldl(0)] + [Nop()] * 20) * 2 + [Halt()]}
+
+
+async def _queued_probes_main(device):
+    counters = {}
+    for name, program in QUEUED_PROBES.items():
+        result = await device.run(program, timeout=1.0)
+        assert result.halted, f"{name}: {result}"
+        counters[name] = dict(result.counters)
+    return counters
+
+
+@pytest.mark.rtl
+def test_two_deep_instruction_queue_on_the_rtl(simulator):
+    """The UP5K host chip's sequencer queues 2 instructions, not 16
+    (`Sequencer.queue_depth`); instructions queued behind a long one, then
+    issued back to back, are exact in cycles."""
+    from tpu.driver import run
+    from tpu.hdl.sequencer import Sequencer
+    _, config, latency = _link_chips()[5]
+    assert Sequencer.queue_depth(config) == 2
+    measured = run(_queued_probes_main, backend=simulator, config=config, host_latency=latency)
+    link = HostLink.of(config, latency)
+    for name, program in QUEUED_PROBES.items():
         estimate = estimate_cycles(config, program, host=link)["counters"]
         assert {c: measured[name][c] for c in estimate} == estimate, name
 

@@ -46,7 +46,10 @@ _RANGES = {
     "dsp_bands":         (0, 1,        "1: built for the ECP5-85F, the PEs that multiply in a DSP block "
                                        "are three bands of rows, each on a line of DSP blocks"),
     "serial_issue":      (0, 1,        "1: the sequencer issues to one unit at a time (an instruction "
-                                       "waits until every other unit is idle), with no range interlocks"),
+                                       "waits until every other unit is idle), with no range interlocks; "
+                                       "so the unified buffer is one single-port RAM (SPRAM on an iCE40), "
+                                       "the accumulators have one read port and the RW queue is sized to "
+                                       "the weight memory"),
     "serial_decode":     (0, 1,        "1: the decoder's geometry products are multiplied a bit a cycle "
                                        "on one shift-and-add multiplier sized to the unified buffer"),
     "serial_act":        (0, 1,        "1: the activation unit's small form: the requantizer rounds the "
@@ -58,7 +61,7 @@ _RANGES = {
                                        "BAR0 serves one-word accesses and keeps only the interrupt bits, "
                                        "the TLP receiver keeps three header words (the third's low half) "
                                        "and payload words alone, the DMA reader times a completion on "
-                                       "an LFSR"),
+                                       "an LFSR, the sequencer queues 2 instructions (not 16)"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")

@@ -87,7 +87,7 @@ from dataclasses import dataclass, field
 from ..config import TPUConfig
 from ..hdl.activation_pipeline import ActivationPipeline
 from ..hdl.decoder import decode_cycles
-from ..hdl.sequencer import ACC_SLOTS
+from ..hdl.sequencer import ACC_SLOTS, Sequencer
 from ..isa import (Act, Cfg, Fault, Halt, Int, Ldl, Ldq, Mmc, Pool, Rhm, Rw, Sync, Whm,
                    INSTRUCTION_BYTES, ldl_rows, ldq_rows)
 from .chip_model import checked_decode
@@ -429,7 +429,7 @@ class _Fetch:
     """The program fetcher and the core's instruction queue behind the link:
     when each instruction is handed to the core."""
 
-    def __init__(self, link, host, length, guesses):
+    def __init__(self, config, link, host, length, guesses):
         self.link = link
         self.host = host
         self.chunks = fetch_chunks(length)
@@ -438,6 +438,7 @@ class _Fetch:
         self.data = {}           # instruction -> the cycle its last byte left the reader
         self.written = []        # instruction -> the cycle it was handed to the core
         self.submitted = 0       # chunks given to the reader
+        self.core_queue = Sequencer.queue_depth(config)
 
     def _valid(self, j):
         """The cycle chunk `j`'s job is offered, or None while unknown."""
@@ -486,7 +487,7 @@ class _Fetch:
         t = self.data[index] + LINK_TIMING["data_to_instruction"]
         if self.written:
             t = max(t, self.written[-1] + 1)
-        room = index - LINK_TIMING["core_queue"]
+        room = index - self.core_queue
         if room >= 0:
             t = max(t, loads[room] + 1)
         self.written.append(t)
@@ -496,7 +497,7 @@ class _Fetch:
 def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
     cfg = config
     link = LinkTiming(host, cfg.rows) if host is not None else None
-    fetch = _Fetch(link, host, len(words), guesses) if host is not None else None
+    fetch = _Fetch(cfg, link, host, len(words), guesses) if host is not None else None
     loads = []
     latency = cfg.rows + cfg.cols + 2
     units = {name: _Unit() for name in ("rhm", "whm", "mmc", "act")}

@@ -32,8 +32,9 @@ RTL, `tests/test_cycle_model_chip.py` holds them):
   the beat holding its last byte leaves the reader;
 * the fetcher asks for 16 instructions at a time (with priority over RHMs)
   once its 32-instruction queue has room for them; an instruction enters the
-  sequencer's 16-deep queue the cycle after the one 16 places ahead of it
-  was loaded into the decoder;
+  sequencer's 16-deep queue (2-deep with ``serial_host``,
+  `Sequencer.queue_depth`) the cycle after the one 16 (2) places ahead of
+  it was loaded into the decoder;
 * a WHM's rows leave the core from ``issue + 3`` as on the ideal host, but
   not before the previous WHM's last MWr beat is 2 cycles past (the writer
   takes one job at a time), into the WHM gearbox, which takes a row that
@@ -73,7 +74,7 @@ LINK_TIMING = {
     "whm_next_job": 2,       # last MWr beat -> the next WHM's first row
     "fetch_chunk": 16,       # instructions per fetch job
     "fetch_queue": 32,       # the fetcher's instruction queue
-    "core_queue": 16,        # the sequencer's instruction queue
+    "core_queue": 16,        # the sequencer's instruction queue (2 with serial_host)
     "rcb": 128,              # the host's read completion boundary
 }
 
