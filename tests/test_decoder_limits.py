@@ -212,7 +212,12 @@ def _window_cases(cfg, rng, count):
         host = rng.choice([base, base - 1, base + 1, base + size - nbytes, base + size - nbytes + 1,
                            base + size - nbytes - 1, top - nbytes, top - nbytes + cfg.rows,
                            rng.randrange(top)])
-        cases.append((windows, host % top, rows))
+        host %= top
+        # Bits above host_addr_bits, which no window reaches: the small
+        # decoder keeps them as one bit beside the narrow span.
+        if cfg.host_addr_bits < 64 and rng.random() < 0.2:
+            host |= rng.randrange(1, 1 << (64 - cfg.host_addr_bits)) << cfg.host_addr_bits
+        cases.append((windows, host, rows))
     return cases
 
 
