@@ -318,7 +318,9 @@ ICE40_RATCHET = {
     # ends are registered beside the decoder (the command word into the
     # divider's first step), 17 again on a later tree; 12 since the decoder registers what the word
     # alone decides as it is loaded (the command word into the divider's
-    # step count, 5 December)
+    # step count, 5 December); 13 with the 2-deep instruction queue in
+    # flip-flops (`serial_host`) until each division's operands were
+    # registered the cycle before it starts, 12 since
     "host.core.sequencer": (12, 65),
     # 17 before the pipeline's row count was registered and the small
     # requantizer (`serial_act`); now the small requantizer's stage 5, 13
