@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
 from .activation_settings import (Function, Pooling, InputRow, OutputRow, SettingsLayout,
-                                  ChannelWrite, LutWrite, RECIPROCAL_SHIFT, VALUE_WIDTH)
+                                  ChannelWrite, LutWrite, RECIPROCAL_SHIFT, SHIFT_WIDTH, VALUE_WIDTH)
 from .pooling import PoolingUnit
 from .requantizer import Requantizer
 
@@ -337,6 +337,30 @@ class ActivationPipeline(wiring.Component):
             # A product a cycle: group 0 is read directly as the row is taken.
             return Mux(count == 0, values[0], register)
 
+        # With a multi-cycle product on shared lanes the left shift's amount
+        # (``max(shift, 0)``, 0 with single rounding) is chosen ahead too,
+        # decoded, so that a row's first group, which enters the requantizer
+        # as the row is taken, goes from the reader's queue through the bias
+        # add and the shift alone. A settings write (while idle) changes
+        # single rounding for a row that may be taken in the next cycle, so
+        # the register follows the setting as written.
+        decoded_left = steps > 1 and cycles > 1 and not serial
+        settings_write = self.set_settings.valid & self.set_settings.ready
+        next_single_round = Mux(settings_write, self.set_settings.payload.single_round,
+                                settings.single_round)
+
+        def left_of(shift_value):
+            return Mux(shift_value > 0, shift_value, 0)[:SHIFT_WIDTH - 1]
+
+        def chosen_left(columns, name):
+            register = Signal(SHIFT_WIDTH - 1, name=name)
+            m.d.sync += register.eq(Mux(next_single_round, 0,
+                                        Array([left_of(shift[c]) for c in columns])[ahead]))
+            with m.If(channel_write & (self.set_channel.payload.col == columns[0])):
+                m.d.sync += register.eq(Mux(next_single_round, 0,
+                                            left_of(self.set_channel.payload.shift)))
+            return register
+
         # The pooling unit shares the requantizers' lanes, group by group.
         m.submodules.pooling = pooling = PoolingUnit(lanes=lanes, max_width=self._max_width,
                                                      groups=steps, sequential_average=serial)
@@ -346,8 +370,10 @@ class ActivationPipeline(wiring.Component):
             columns = [g * lanes + n if g * lanes + n < cols else n for g in range(steps)]
             lane = Requantizer(per_value_settings=steps > 1,
                                multiplier_width=self._config.requantizer_multiplier_width,
-                               compact=serial)
+                               compact=serial, left_input=decoded_left)
             m.submodules[f"requantizer{n}"] = lane
+            if decoded_left:
+                m.d.comb += lane.left.eq(chosen_left(columns, f"lane_left{n}"))
             if cycles > 1:
                 m.d.comb += lane.start.eq(start)
             payload = self.set_channel.payload

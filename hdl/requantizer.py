@@ -63,6 +63,10 @@ class Requantizer(wiring.Component):
     start : In(1)
         With `multiplier_width` below 32 only: `acc` (and with
         `per_value_settings` its settings) is presented in this cycle.
+    left : In(5)
+        With `left_input` only: the left shift's amount, ``max(shift, 0)``
+        (0 with `single_round`), decoded by the caller (from a register,
+        so that the shift of stage 1 does not decode it).
 
     Parameters
     ----------
@@ -75,17 +79,22 @@ class Requantizer(wiring.Component):
         both roundings are one rounding right shift that keeps only the
         bits the clamp can use (`_compact_rounding`); the same values in
         the same cycles, in a fraction of the logic.
+    left_input : bool
+        Take stage 1's left shift amount on `left` rather than from
+        ``shift`` and ``single_round``.
     multiplier_width : int
         32: stage 2 is one 32 x 32-bit multiply. 16 or 8: stage 2 takes
-        ``(32 / multiplier_width)**2`` cycles on one such unsigned multiplier
-        (`multiply_cycles`), and a value is presented only with ``start``
+        ``(32 / multiplier_width)**2`` cycles (`multiply_cycles`) on one
+        multiplier of ``multiplier_width + 1``-bit signed pieces (with
+        `compact`, of ``multiplier_width``-bit unsigned ones), and a value is presented only with ``start``
         high, at most once every `multiply_cycles` cycles.
     """
 
     #: `latency` with the one-cycle product.
     BASE_LATENCY = 5
 
-    def __init__(self, *, per_value_settings=False, multiplier_width=32, compact=False):
+    def __init__(self, *, per_value_settings=False, multiplier_width=32, compact=False,
+                 left_input=False):
         if multiplier_width not in (8, 16, 32):
             raise ValueError(f"multiplier_width must be 8, 16 or 32, not {multiplier_width!r}")
         if compact and multiplier_width == 32:
@@ -93,7 +102,10 @@ class Requantizer(wiring.Component):
         self._per_value = per_value_settings
         self._width = multiplier_width
         self._compact = bool(compact)
+        self._left_input = bool(left_input)
         ports = {"start": In(1)} if self.multiply_cycles > 1 else {}
+        if self._left_input:
+            ports["left"] = In(SHIFT_WIDTH - 1)
         super().__init__({
             **ports,
             "acc":        In(signed(32)),
@@ -110,7 +122,7 @@ class Requantizer(wiring.Component):
     @property
     def multiply_cycles(self):
         """Cycles the 32 x 32-bit product takes: one, or one per pair of
-        `multiplier_width`-bit pieces of the operands' magnitudes."""
+        `multiplier_width`-bit pieces of the operands."""
         return (32 // self._width) ** 2
 
     @property
@@ -159,7 +171,10 @@ class Requantizer(wiring.Component):
             m.d.sync += totals(self.shift)
 
         left = Signal(range(1 << (SHIFT_WIDTH - 1)))      # 0..31
-        m.d.comb += left.eq(Mux((self.shift > 0) & ~self.single_round, self.shift, 0))
+        if self._left_input:
+            m.d.comb += left.eq(self.left)
+        else:
+            m.d.comb += left.eq(Mux((self.shift > 0) & ~self.single_round, self.shift, 0))
 
         # 1: bias, left shift.
         biased = Signal(signed(32))
@@ -314,26 +329,37 @@ class Requantizer(wiring.Component):
 
     def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, totals,
                             magnitude=None, negative_out=None):
-        """Stage 2 in `multiply_cycles` cycles on one `multiplier_width`-bit
-        unsigned multiplier: the magnitudes' product summed piece by piece,
-        most significant diagonal first (``sum = (sum << w) + a_i * b_j``
-        at the first piece of each diagonal ``i + j``), or with `compact`
-        least significant first (``sum = (sum >> w) + a_i * b_j``, the `w`
-        bits shifted out kept apart), then signed.
+        """Stage 2 in `multiply_cycles` cycles on one multiplier: the
+        product summed piece by piece, most significant diagonal first
+        (``sum = (sum << w) + a_i * b_j`` at the first piece of each
+        diagonal ``i + j``), the operands' top `multiplier_width`-bit pieces
+        signed and the others unsigned (``w + 1``-bit signed pieces, which
+        an ECP5 MULT18X18D takes at 16 bits); or with `compact` the
+        magnitudes' product on a `multiplier_width`-bit unsigned multiplier,
+        least significant diagonal first (``sum = (sum >> w) + a_i * b_j``,
+        the `w` bits shifted out kept apart), then signed.
         `product` and `saturate` are ready `multiply_cycles` cycles after
         `start`, as the one-cycle product is one cycle after it."""
         w, cycles = self._width, self.multiply_cycles
         pieces = 32 // w
-        a, b = Signal(32), Signal(32)          # magnitudes; |INT32_MIN| fits
+        # The compact form takes the operands' magnitudes (|INT32_MIN| fits
+        # in 32 bits); the other takes the operands as they are, its top
+        # pieces signed, so that no negation lies between the shift and the
+        # operand register, nor between the sum and `product`.
+        signed_pieces = not self._compact
+        a, b = Signal(32), Signal(32)
         negative = Signal()
         shifted_now = Signal(signed(32))
         m.d.comb += shifted_now.eq(shifted)
         with m.If(self.start):
-            m.d.sync += [
-                a.eq(Mux(shifted_now < 0, -shifted_now, shifted_now)[:32]),
-                b.eq(Mux(self.multiplier < 0, -self.multiplier, self.multiplier)[:32]),
-                negative.eq(shifted_now[31] ^ self.multiplier[31]),
-            ]
+            if signed_pieces:
+                m.d.sync += [a.eq(shifted_now), b.eq(self.multiplier)]
+            else:
+                m.d.sync += [
+                    a.eq(Mux(shifted_now < 0, -shifted_now, shifted_now)[:32]),
+                    b.eq(Mux(self.multiplier < 0, -self.multiplier, self.multiplier)[:32]),
+                    negative.eq(shifted_now[31] ^ self.multiplier[31]),
+                ]
             if shift2 is not None:
                 m.d.sync += shift2.eq(self.shift)
 
@@ -345,16 +371,29 @@ class Requantizer(wiring.Component):
                        key=lambda p: ((p[0] + p[1]) if ascending else -(p[0] + p[1]), p[0]))
         step = Signal(range(cycles))
         m.d.sync += step.eq(Mux(self.start, 0, step + 1))
-        a_piece, b_piece, shift_sum = Signal(w), Signal(w), Signal()
+        shift_sum = Signal()
+        if signed_pieces:
+            # ``x = sum(x_i 2**(w i))`` with the top piece signed and the
+            # others unsigned: every piece fits a signed ``w + 1`` bits.
+            a_piece, b_piece = Signal(signed(w + 1)), Signal(signed(w + 1))
+            piece = Signal(signed(2 * w + 2))
+            total = Signal(signed(64))
+        else:
+            a_piece, b_piece = Signal(w), Signal(w)
+            piece = Signal(2 * w)
+            total = Signal(64)
+
+        def part(value, k):
+            bits = value[k * w:(k + 1) * w]
+            return bits.as_signed() if signed_pieces and k == pieces - 1 else bits
+
         with m.Switch(step):
             for k, (i, j) in enumerate(order):
                 with m.Case(k):
                     opens = k > 0 and i + j != sum(order[k - 1])
-                    m.d.comb += [a_piece.eq(a[i * w:(i + 1) * w]), b_piece.eq(b[j * w:(j + 1) * w]),
+                    m.d.comb += [a_piece.eq(part(a, i)), b_piece.eq(part(b, j)),
                                  shift_sum.eq(opens)]
-        piece = Signal(2 * w)
         m.d.comb += piece.eq(a_piece * b_piece)
-        total = Signal(64)
         if ascending:
             # The running sum holds one diagonal's pieces and the carry from
             # the ones below; as the next diagonal opens, its low `w` bits
@@ -379,17 +418,20 @@ class Requantizer(wiring.Component):
 
         # The sign and the saturating case stay with the sum, as a new value
         # may start in the sum's last cycle.
-        if negative_out is None:
-            negative_out = Signal()
         if magnitude is not None:
             m.d.comb += magnitude.eq(total)
         # ``INT32_MIN * INT32_MIN`` is the one product whose magnitudes are
-        # both 2**31: found from `a` and `b` (which a value starting in this
-        # cycle replaces only at its end), not beside the shift on the way
-        # into them.
+        # both 2**31 (whose bits are INT32_MIN's too, so the signed operands
+        # are compared alike): found from `a` and `b` (which a value starting
+        # in this cycle replaces only at its end), not beside the shift on
+        # the way into them.
         with m.If(step == cycles - 1):
-            m.d.sync += [negative_out.eq(negative),
-                         saturate.eq((a == 1 << 31) & (b == 1 << 31))]
+            m.d.sync += saturate.eq((a == 1 << 31) & (b == 1 << 31))
+            if negative_out is not None:
+                m.d.sync += negative_out.eq(negative)
             if shift2 is not None:
                 m.d.sync += [shift3.eq(shift2), *totals(shift2)]
-        m.d.comb += product.eq(Mux(negative_out, -total, total))
+        if signed_pieces:
+            m.d.comb += product.eq(total)
+        else:
+            m.d.comb += product.eq(Mux(negative_out, -total, total))

@@ -271,8 +271,11 @@ ULX3S16_RATCHET = {
     # the settings and held values are chosen a cycle ahead: now a row's
     # first group, which enters the requantizer in the cycle the row is
     # taken, from the reader's queue through the bias add, the left shift
-    # and the magnitude.
-    "host.core.act": (9, 40),
+    # and the magnitude; 8 since the narrow product takes signed pieces (no
+    # magnitude) and the left shift's amount is decoded a cycle ahead: the
+    # queue's read, the row's value or the held one, the add, the shift's
+    # five levels.
+    "host.core.act": (8, 40),
     # With the array in DSP bands the decoder's geometry products are in
     # logic (`bounded_product`): 9 levels with each product in one cycle
     # (the twelfth ulx3s16 build's critical path, `out_h x out_w`), 7 with

@@ -135,17 +135,21 @@ class TB:
 
     async def operation(self, settings, acc, *, at_once=False):
         """One operation: settings, then the rows, the last one flagged.
-        `at_once`: the column writes (the only writes there may be) and the
-        rows are offered together once the rows before are taken, so that the
-        first row is taken in the cycle after the last write."""
+        `at_once`: the column and settings writes (the table must not
+        change) and the rows are offered together once the rows before are
+        taken, so that the first row is taken in the cycle after the last
+        write."""
         acc = np.asarray(acc, dtype=np.int64).reshape(-1, self.cols)
         if at_once:
             await self.loop.run_until(lambda: self.rows.done, timeout=50_000 * self.row_cycles,
                                       what="rows to be taken")
             old = self.current
-            assert np.array_equal(settings.lut, old.lut) and all(
-                getattr(settings, name) == getattr(old, name) for name, _ in self.settings_layout)
+            assert np.array_equal(settings.lut, old.lut)
             self._send_changed_columns(settings, old)
+            names = [name for name, _ in self.settings_layout]
+            if any(getattr(settings, name) != getattr(old, name) for name in names):
+                self.settings_in.send(pack_fields(self.settings_layout, {
+                    name: int(getattr(settings, name)) for name in names}))
             self.current = settings
         else:
             await self.configure(settings)
@@ -354,7 +358,8 @@ async def channel_write_then_row(dut):
     taken in the cycle after it, with the new settings (every column in
     turn, then the first column again and again: with shared requantizers
     it is in the first group, whose settings are chosen before the row is
-    taken)."""
+    taken); then single rounding switched by a settings write the same
+    way."""
     tb = TB(dut)
     await tb.reset()
     cols = tb.cols
@@ -374,6 +379,29 @@ async def channel_write_then_row(dut):
         written, taken = tb.channel_in.accepted[-1], tb.rows.accepted[-2]
         if taken != written + 1:
             tb.fail(f"the row after column {n}'s write was taken in cycle {taken}, the write "
+                    f"in cycle {written}: expected cycle {written + 1}")
+    # Single rounding switched by a settings write offered with the rows:
+    # small values and left shifts in every column (single rounding makes
+    # no left shift), every column written before (even rounds), or the
+    # first column's shift changed and written with the settings (odd
+    # rounds, which end without single rounding).
+    for k in range(6):
+        if k % 2 == 0:
+            columns = replace(settings, bias=tb.rng.integers(-32, 32, size=cols),
+                              shift=tb.rng.integers(1, 4, size=cols),
+                              multiplier=tb.rng.integers(1 << 30, INT32_MAX, size=cols))
+            await tb.configure(columns)
+        else:
+            columns = replace(settings, shift=settings.shift.copy())
+            columns.shift[0] = 1 + (int(settings.shift[0]) + int(tb.rng.integers(0, 2))) % 3
+        settings = replace(columns, single_round=not columns.single_round)
+        await tb.operation(settings, tb.rng.integers(-64, 64, size=(2, cols)), at_once=True)
+        await tb.loop.run_until(lambda: tb.rows.done, timeout=50_000 * tb.row_cycles,
+                                what="rows to be taken")
+        written = max(tb.settings_in.accepted[-1], tb.channel_in.accepted[-1])
+        taken = tb.rows.accepted[-2]
+        if taken != written + 1:
+            tb.fail(f"the row after a settings write was taken in cycle {taken}, the write "
                     f"in cycle {written}: expected cycle {written + 1}")
     await tb.finish()
 
