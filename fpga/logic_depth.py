@@ -37,7 +37,8 @@ from pathlib import Path
 
 
 __all__ = ["PathDepth", "BlockDepth", "CrossingPath", "FanOut", "WholeDepth", "longest_paths",
-           "depth_of_json", "crossing_paths", "combinational_fanout", "measure_whole"]
+           "depth_of_json", "crossing_paths", "combinational_fanout", "measure_whole",
+           "measure_blocks", "synthesise_apart"]
 
 
 # cell type -> {input port: [(output port, levels, carry cells)]}; other
@@ -311,12 +312,52 @@ def _yosys():
     return command
 
 
+def synthesise_apart(build_dir, source, jobs, family, hide_names=False):
+    """Synthesise each of `jobs` (``(module, black boxes, commands after
+    synthesis)``) of the Verilog file `source` in `build_dir` for `family`,
+    each in a yosys process of its own.
+
+    A block's netlist then depends on the block alone: one process reads
+    `source` once (the whole chip's Verilog, the costly step) and writes
+    each block's hierarchy as RTLIL without its ``src`` attributes (source
+    line numbers, which move when any other block changes); a process per
+    block synthesises it from that. Yosys's choices follow the order in
+    which its names were made, so in one process a block's netlist changed
+    with the blocks synthesised before it, and with the file's line numbers.
+
+    With `hide_names` every block's wires and cells get private names, as
+    a block with black boxes always does (counting cells needs no names,
+    and Yosys 0.70's ``synth_ice40`` then maps the weight filler, whose
+    ``abc9`` step otherwise fails an assertion on a name)."""
+    import subprocess
+    yosys = _yosys()
+    split = [f"read_verilog {source}", "attrmap -remove src", "attrmap -modattr -remove src",
+             "design -save source"]
+    for n, (name, hidden, _) in enumerate(jobs):
+        split.append("design -load source")
+        if hidden:
+            # Private names for every wire and cell: with public ones, ABC9
+            # (Yosys 0.70) stops on a name clash in a module with black boxes.
+            split += ["blackbox " + " ".join(hidden), f"hierarchy -top {name}", "rename -hide"]
+        else:
+            split += [f"hierarchy -top {name}"] + (["rename -hide"] if hide_names else [])
+        split.append(f"write_rtlil block{n}.il")
+    scripts = [("split", split)] + [
+        (f"block{n}", [f"read_rtlil block{n}.il", *synth_commands(family, name), *after])
+        for n, (name, _, after) in enumerate(jobs)]
+    for stem, script in scripts:
+        (build_dir / f"{stem}.ys").write_text("\n".join(script) + "\n")
+        run = subprocess.run([yosys, "-q", "-l", f"{stem}.log", "-s", f"{stem}.ys"], cwd=build_dir,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"yosys failed (see {build_dir / (stem + '.log')})")
+
+
 def measure_blocks(config, family, build_dir, blocks=None):
     """{block: BlockDepth} for `blocks` (default all of `DEPTH_BLOCKS`; a
     block's name is its path below the top, "" the top) of the serial chip
-    of `config` built for `family` ("ecp5" or "ice40"), synthesised in one
-    yosys process in `build_dir`."""
-    import subprocess
+    of `config` built for `family` ("ecp5" or "ice40"), synthesised in
+    `build_dir` (`synthesise_apart`)."""
     from ..hdl.verilog import SERIAL_NAME, generate_verilog
 
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -325,9 +366,8 @@ def measure_blocks(config, family, build_dir, blocks=None):
     present = set(re.findall(r"^module \\?([\w.$]+)", text, re.M))
     blocks = list(DEPTH_BLOCKS if blocks is None else blocks)
     full = lambda name: f"{SERIAL_NAME}.{name}" if name else SERIAL_NAME
-    script = ["read_verilog chip.v", "design -save source"]
-    measured = []
-    for n, block in enumerate(blocks):
+    jobs, measured = [], []
+    for block in blocks:
         if block not in DEPTH_BLOCKS:
             raise ValueError(f"no block {block!r}; the blocks are " + ", ".join(map(repr, DEPTH_BLOCKS)))
         name = full(block)
@@ -335,18 +375,9 @@ def measure_blocks(config, family, build_dir, blocks=None):
             continue        # not built in this configuration
         hidden = [full(f"{block}.{child}" if block else child) for child in DEPTH_BLOCKS[block]]
         hidden = [h for h in hidden if h in present]
-        script.append("design -load source")
-        if hidden:
-            script += ["blackbox " + " ".join(hidden), f"hierarchy -top {name}", "rename -hide"]
-        else:
-            script.append(f"hierarchy -top {name}")
-        script += [*synth_commands(family, name), f"write_json -noscopeinfo depth{n}.json"]
-        measured.append((n, block, name))
-    (build_dir / "depth.ys").write_text("\n".join(script) + "\n")
-    run = subprocess.run([_yosys(), "-q", "-l", "yosys.log", "-s", "depth.ys"], cwd=build_dir,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if run.returncode != 0:
-        raise RuntimeError(f"yosys failed (see {build_dir / 'yosys.log'})")
+        measured.append((len(jobs), block, name))
+        jobs.append((name, hidden, [f"write_json -noscopeinfo depth{len(measured) - 1}.json"]))
+    synthesise_apart(build_dir, "chip.v", jobs, family)
     return {block: depth_of_json(build_dir / f"depth{n}.json", name) for n, block, name in measured}
 
 
@@ -556,12 +587,12 @@ def measure_whole(config, family, build_dir, block="", count=10, above=64):
                f"  {SERIAL_NAME} chip ({wires});\nendmodule\n")
     (build_dir / "chip.v").write_text(text + "\n" + wrapper)
     name = "whole_chip"
-    script = ["read_verilog chip.v", f"hierarchy -top {name}"]
     if block:
         # Only the block: its inputs start paths, its outputs end them.
-        inner = f"{SERIAL_NAME}.{block}"
-        script = ["read_verilog chip.v", f"hierarchy -top {inner}"]
-        name = inner
+        name = f"{SERIAL_NAME}.{block}"
+    # Without the source line numbers, as `synthesise_apart` does.
+    script = ["read_verilog chip.v", "attrmap -remove src", "attrmap -modattr -remove src",
+              f"hierarchy -top {name}"]
     script += [*synth_commands(family, name), "write_json -noscopeinfo whole.json"]
     (build_dir / "whole.ys").write_text("\n".join(script) + "\n")
     run = subprocess.run([_yosys(), "-q", "-l", "yosys.log", "-s", "whole.ys"], cwd=build_dir,

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..host_registers import HostError
 from .byte_gearbox import ByteAligner, byte_stream
-from .dma_split import address_counter, chunk_ahead, request_header, split_chunk
+from .dma_split import address_counter, chunk_ahead, fits_in_block, request_header, split_chunk
 from .lfsr import LfsrTimer
 from .tlp import CplStatus, FmtType, tlp_stream
 
@@ -143,13 +143,20 @@ class DmaReader(wiring.Component):
         load_addr, advance_addr = address_counter(m, addr, mrr)
         # The next request's byte count and whether it ends the job are
         # chosen a request ahead, so issuing one reads registers.
-        chunk, _, is_job_end, load_chunk, advance_chunk = chunk_ahead(m, mrr)
+        chunk, after, is_job_end, load_chunk, advance_chunk = chunk_ahead(m, mrr)
+        # The offset of the next request's last byte in its aligned block,
+        # chosen with its byte count, so that the rows and counts a tag
+        # keeps are made at issue from registers without the sum.
+        mrr_bits = _log2(mrr)
+        i_end = Signal(range(mrr))
+        job_fits, job_end_sum = fits_in_block(m, self.job.payload.addr, self.job.payload.length, mrr)
         m.d.comb += self.job.ready.eq(~active & ~flush)
         with m.If(self.job.valid & self.job.ready):
             m.d.sync += [
                 active.eq(1),
                 *load_addr(self.job.payload.addr),
                 *load_chunk(self.job.payload.addr, self.job.payload.length),
+                i_end.eq(Mux(job_fits, job_end_sum - 1, mrr - 1)),
                 job_channel.eq(self.job.payload.channel),
             ]
 
@@ -158,9 +165,7 @@ class DmaReader(wiring.Component):
         row_bits = _log2(rows)
         beat_bits = _log2(beat)
         # The request's place in its slot.
-        i_start = addr[:_log2(mrr)]
-        i_end = Signal(range(mrr))      # offset of the request's last byte
-        m.d.comb += i_end.eq(i_start + chunk - 1)
+        i_start = addr[:mrr_bits]
         i_first_row = i_start[beat_bits:]
         i_last_row = i_end[beat_bits:]
         i_end_count = i_end[:beat_bits] + 1
@@ -179,6 +184,8 @@ class DmaReader(wiring.Component):
                 req_valid.eq(1),
                 *advance_addr(split["bytes"]),
                 *advance_chunk(),
+                # Every request but a job's first starts aligned.
+                i_end.eq(Mux(after[mrr_bits:] == 0, after - 1, mrr - 1)),
                 tail.eq(next_tag(tail)),
             ]
             with m.If(is_job_end):
@@ -209,12 +216,16 @@ class DmaReader(wiring.Component):
         ]
         # `due` is at most 1024 (a request lies in one aligned block of at
         # most 4096 bytes), so its low ten bits against Length decide.
-        final = c_due[:10] == hdr.length
-        partial = dwords < c_due
-        shape_ok = ((hdr.fmt_type == FmtType.CPLD)
-                    & (Mux(hdr.byte_count == 0, 4096, hdr.byte_count) == c_left)
-                    & (hdr.lower_address == c_next[:7])
-                    & (final | partial))
+        def shape(t_left, t_next, t_due):
+            """Whether the first beat fits a request with these counts, and
+            whether it is the request's last completion."""
+            final = t_due[:10] == hdr.length
+            return ((hdr.fmt_type == FmtType.CPLD)
+                    & (Mux(hdr.byte_count == 0, 4096, hdr.byte_count) == t_left)
+                    & (hdr.lower_address == t_next[:7])
+                    & (final | (dwords < t_due))), final
+
+        shape_ok, final = shape(c_left, c_next, c_due)
         # Where a partial completion leaves its tag's request: it ends on a
         # word boundary, so its bytes are `covered` less the lead. A final
         # one ends the request, whose counts are then not looked at again,
@@ -241,11 +252,6 @@ class DmaReader(wiring.Component):
         p_count = Signal(12)        # payload words so far, saturating
         e_tag = Mux(first, ctag, p_tag)
         e_good = Mux(first, matched & status_ok & shape_ok, p_good)
-        e_final = Mux(first, final, p_final)
-        e_next_off = Mux(first, c_next_off, p_next_off)
-        e_left = Mux(first, c_left_after, p_left)
-        e_due = Mux(first, c_due_after, p_due)
-        e_base = Mux(first, c_next >> 2, p_base)
         e_count = Mux(first, 0, p_count)
         words = cpl.payload.words
         count_after = Signal(12)
@@ -274,6 +280,16 @@ class DmaReader(wiring.Component):
                 p_room.eq(Mux(words >= e_room, 0, e_room - words)),
             ]
         complete = cpl.valid & cpl.payload.last & e_good
+        # A payload word j < link_dw is inside the Length when the words still
+        # to come are link_dw or more, else by their low bits: a compare of
+        # lane-sized values, not of j with the whole count.
+        if lane_bits:
+            room_wide = Mux(first, (hdr.length == 0) | (hdr.length[lane_bits:] != 0),
+                            p_room[lane_bits:] != 0)
+            room_low = e_room[:lane_bits]
+            in_room = lambda j: room_wide | (j < room_low)
+        else:
+            in_room = lambda j: e_room != 0
         length_ok = Mux(first, words == dwords, words == p_room)
 
         # The reorder buffer: one bank per payload word lane, so a beat whose
@@ -285,17 +301,25 @@ class DmaReader(wiring.Component):
             wr = bank.write_port()
             rd = bank.read_port()
             banks.append(rd)
-            pos = Signal(range(mrr // 4 + link_dw + 1), name=f"pos{k}")   # word offset in the slot
+            pos = Signal(range(mrr // 4 + link_dw + 1), name=f"pos{k}")   # a later beat's word offset in the slot
             j = Signal(range(link_dw), name=f"j{k}")                          # its payload word
             if link_dw == 1:
                 m.d.comb += j.eq(0)
             else:
                 m.d.comb += j.eq((k - e_lane)[:lane_bits])
+            # A first beat's word for bank k lands in the row of the tag's
+            # next word, or the row after when k is below that word's lane:
+            # one short increment after the tag's multiplexer, not two sums.
+            row_in = Signal(max(1, row_bits), name=f"row_in{k}")
+            if lane_bits:
+                m.d.comb += row_in.eq(c_next[2 + lane_bits:] + (k < c_next[2:2 + lane_bits]))
+            else:
+                m.d.comb += row_in.eq(c_next[2:])
             m.d.comb += [
-                pos.eq(e_base + e_count + j),
-                wr.addr.eq(Cat((pos >> lane_bits)[:row_bits], e_tag)),
+                pos.eq(p_base + p_count + j),
+                wr.addr.eq(Cat(Mux(first, row_in, pos >> lane_bits)[:row_bits], e_tag)),
                 wr.data.eq(cpl.payload.data.word_select(j, 32)),
-                wr.en.eq(cpl.valid & e_good & (j < words) & (j < e_room)),
+                wr.en.eq(cpl.valid & e_good & (j < words) & in_room(j)),
             ]
 
         # -- Per-tag bookkeeping ---------------------------------------
@@ -311,14 +335,27 @@ class DmaReader(wiring.Component):
                     m.d.sync += outstanding[t].eq(0)
                     with m.If(~stale[t]):
                         m.d.comb += error_now.eq(HostError.CPL_TIMEOUT)
-            with m.If(first & matched & (ctag == t)):
+            # A first beat's checks and new counts for tag t are made from
+            # the tag's own registers, not from the ones chosen by the
+            # header's tag: no tag multiplexer in front of the compares and
+            # sums whose results update the tag.
+            t_matched = (hdr.tag == t) & outstanding[t]
+            t_shape_ok, t_final = shape(left[t], next_off[t], due[t])
+            t_next_off = Cat(C(0, 2), next_off[t][2:]) + covered
+            t_left = left[t] - (covered - next_off[t][:2])
+            t_due = due[t] - dwords
+            t_complete = (cpl.valid & cpl.payload.last
+                          & Mux(first, t_matched & status_ok & t_shape_ok, p_good & (p_tag == t)))
+            with m.If(first & t_matched):
                 m.d.sync += timer[t].eq(timer_start)
-                with m.If(~status_ok | ~shape_ok):
+                with m.If(~status_ok | ~t_shape_ok):
                     m.d.sync += outstanding[t].eq(0)
-            with m.If(complete & (e_tag == t)):
+            with m.If(t_complete):
                 with m.If(length_ok):
-                    m.d.sync += [left[t].eq(e_left), next_off[t].eq(e_next_off), due[t].eq(e_due)]
-                    with m.If(e_final):
+                    m.d.sync += [left[t].eq(Mux(first, t_left, p_left)),
+                                 next_off[t].eq(Mux(first, t_next_off, p_next_off)),
+                                 due[t].eq(Mux(first, t_due, p_due))]
+                    with m.If(Mux(first, t_final, p_final)):
                         m.d.sync += outstanding[t].eq(0)
                 with m.Else():
                     m.d.sync += outstanding[t].eq(0)

@@ -9,7 +9,7 @@ transfer's first starts aligned.
 from amaranth import *
 
 
-__all__ = ["chunk_ahead", "split_chunk", "request_header", "address_counter"]
+__all__ = ["chunk_ahead", "fits_in_block", "split_chunk", "request_header", "address_counter"]
 
 
 def split_chunk(m, addr, chunk, max_bytes, *, fmt32, fmt64):
@@ -60,7 +60,7 @@ def chunk_ahead(m, max_bytes):
     room = Signal(range(max_bytes + 1))
 
     def load(addr, length):
-        fits = length <= room
+        fits, _ = fits_in_block(m, addr, length, max_bytes)
         m.d.comb += room.eq(max_bytes - addr[:bits])
         return [chunk.eq(Mux(fits, length, room)), after.eq(Mux(fits, 0, length - room)),
                 final.eq(fits)]
@@ -71,6 +71,18 @@ def chunk_ahead(m, max_bytes):
                 final.eq(after <= max_bytes)]
 
     return chunk, after, final, load, advance
+
+
+def fits_in_block(m, addr, length, max_bytes):
+    """Whether `length` bytes at `addr` end at or before the next
+    `max_bytes`-aligned address, and the sum of `addr`'s offset in its block
+    and `length`'s low bits (the offset after the transfer when it fits).
+    `length <= max_bytes - offset` as one short sum and a test of `length`'s
+    high bits in parallel, not a chain the job's width after a subtraction."""
+    bits = max_bytes.bit_length() - 1
+    low_sum = Signal(bits + 2)
+    m.d.comb += low_sum.eq(addr[:bits] + length[:bits + 1])
+    return (length[bits + 1:] == 0) & (low_sum <= max_bytes), low_sum
 
 
 def request_header(header, split, addr, requester_id, tag=0):

