@@ -421,6 +421,15 @@ class InstructionDecoder(wiring.Component):
         host_check = Signal()
         host_above = Signal(len(self.windows))
         host_end = Signal(66)
+        host_addr = new_dma["host"]
+        # The small decoder keeps a span's address and end at the windows'
+        # width (`host_addr_bits`) and one bit for an address above it, which
+        # no window reaches: a span there faults as its 64-bit end would.
+        narrow_host = cfg.serial_decode and limits.width < 64
+        if narrow_host:
+            host_high = Signal()
+            host_addr = new_dma["host"][:limits.width]
+            host_end = Signal(limits.width + 2)
 
         # The word's UB, accumulator or weight-memory span (first row, and
         # how many), ended in PRESENT and compared with the memory's size in
@@ -449,8 +458,8 @@ class InstructionDecoder(wiring.Component):
             m.d.sync += [bad_opcode.eq(~legal_opcode), bad_field.eq(illegal_field | unsupported),
                          windowed.eq(new_windowed), conv.eq(new_conv),
                          *[is_op[op].eq(new[:8] == op) for op in ops],
-                         host_check.eq(0), host_above.eq(limits.above_base(new_dma["host"])),
-                         host_end.eq(new_dma["host"] + new_dma["rows"] * cfg.rows),
+                         host_check.eq(0), host_above.eq(limits.above_base(host_addr)),
+                         host_end.eq(host_addr + new_dma["rows"] * cfg.rows),
                          span_end.eq(0), *[s.eq(0) for s in span_in.values()],
                          dividend.eq(Mux(new_windowed, new_act["rows"], new_mmc["rows"] - 1)),
                          divisor.eq(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))]
@@ -460,6 +469,8 @@ class InstructionDecoder(wiring.Component):
                 m.d.sync += plain_out_rows.eq(1)
             with m.Else():
                 m.d.sync += plain_out_rows.eq(new_act["rows"])
+            if narrow_host:
+                m.d.sync += host_high.eq(new_dma["host"][limits.width:] != 0)
             with m.Switch(new[:8]):
                 for op, (kind, first, count_) in spans.items():
                     with m.Case(op):
@@ -468,7 +479,10 @@ class InstructionDecoder(wiring.Component):
                             m.d.sync += host_check.eq(count_ != 0)
 
         with m.If(fsm.ongoing("START")):
-            m.d.sync += [host_bad.eq(host_check & ~limits.inside(host_above, host_end)),
+            host_outside = ~limits.inside(host_above, host_end)
+            if narrow_host:
+                host_outside = host_high | host_outside
+            m.d.sync += [host_bad.eq(host_check & host_outside),
                          word_ub_bad.eq(span_in["ub"] & (span_end > span_size["ub"])),
                          acc_bad.eq(span_in["acc"] & (span_end > span_size["acc"])),
                          wmem_bad.eq(span_in["wmem"] & (span_end > span_size["wmem"]))]

@@ -212,7 +212,24 @@ def _window_cases(cfg, rng, count):
         host = rng.choice([base, base - 1, base + 1, base + size - nbytes, base + size - nbytes + 1,
                            base + size - nbytes - 1, top - nbytes, top - nbytes + cfg.rows,
                            rng.randrange(top)])
-        cases.append((windows, host % top, rows))
+        host %= top
+        # Bits above host_addr_bits, which no window reaches (the small
+        # decoder keeps them as one bit beside the narrow span), mostly on a
+        # span whose low bits lie inside the window.
+        if cfg.host_addr_bits < 64 and rng.random() < 0.25:
+            if size >= nbytes and rng.random() < 0.75:
+                host = base
+            host |= rng.randrange(1, 1 << (64 - cfg.host_addr_bits)) << cfg.host_addr_bits
+        cases.append((windows, host, rows))
+    if cfg.host_addr_bits < 64:
+        # And spans that would be inside an open window by their low bits.
+        for _ in range(3):
+            base = rng.randrange(1 << 20)
+            rows = rng.randrange(1, 64)
+            high = rng.randrange(1, 1 << (64 - cfg.host_addr_bits)) << cfg.host_addr_bits
+            cases.insert(rng.randrange(len(cases) + 1),
+                         ([(base, rows * cfg.rows + rng.randrange(1 << 12))] * cfg.dma_windows,
+                          high | (base + rng.randrange(2)), rows))
     return cases
 
 
@@ -228,6 +245,10 @@ def test_host_range_with_windows_set_at_start(cfg):
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     rng = random.Random(seed)
     cases = _window_cases(cfg, rng, 60)
+    top = 1 << cfg.host_addr_bits
+    if cfg.host_addr_bits < 64:
+        # Some span above the windows' width would be inside one by its low bits.
+        assert any(h >= top and r and not _host_range_model(cfg, w, h % top, r) for w, h, r in cases)
     dut = InstructionDecoder(cfg)
     got = []
 

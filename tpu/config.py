@@ -51,7 +51,8 @@ _RANGES = {
                                        "the accumulators have one read port and the RW queue is sized to "
                                        "the weight memory"),
     "serial_decode":     (0, 1,        "1: the decoder's geometry products are multiplied a bit a cycle "
-                                       "on one shift-and-add multiplier sized to the unified buffer"),
+                                       "on one shift-and-add multiplier sized to the unified buffer, and a "
+                                       "DMA's host span is checked at host_addr_bits"),
     "serial_act":        (0, 1,        "1: the activation unit's small form: the requantizer rounds the "
                                        "product's magnitude once, keeping only the bits the clamp uses, and "
                                        "average pooling multiplies on one 16 x 16-bit multiplier over 4 "
