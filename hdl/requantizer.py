@@ -86,8 +86,9 @@ class Requantizer(wiring.Component):
         32: stage 2 is one 32 x 32-bit multiply. 16 or 8: stage 2 takes
         ``(32 / multiplier_width)**2`` cycles (`multiply_cycles`) on one
         multiplier of ``multiplier_width + 1``-bit signed pieces (with
-        `compact`, of ``multiplier_width``-bit unsigned ones), and a value is presented only with ``start``
-        high, at most once every `multiply_cycles` cycles.
+        `compact`, of ``multiplier_width``-bit unsigned ones), and a value
+        is presented only with ``start`` high, at most once every
+        `multiply_cycles` cycles.
     """
 
     #: `latency` with the one-cycle product.
