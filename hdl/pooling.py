@@ -49,9 +49,10 @@ class PoolingUnit(wiring.Component):
 
     A pipeline without stalls: horizontal and global reduction, vertical
     reduction and reciprocal multiply (itself three stages, or
-    `SEQUENTIAL_CYCLES` on one small multiplier) are registered, the rounding and
-    clamp is combinational at the output. The output for a row that
-    completes a window is presented `latency` cycles after that row.
+    `SEQUENTIAL_CYCLES` on one small multiplier) are registered, the sign
+    and clamp is combinational at the output (no carry chain: the low
+    byte's negation and the saturation from ORs of the quotient's bits). The output for a row that completes a window is presented
+    `latency` cycles after that row.
 
     Members
     -------
@@ -355,14 +356,34 @@ class PoolingUnit(wiring.Component):
             p3_group.eq(flags[-1][2]),
         ]
 
-        # Output: sign and clamp to the output type.
-        low = Mux(cfg.unsigned, 0, -128)
-        high = Mux(cfg.unsigned, 255, 127)
+        # Output: sign and clamp to the output type. The quotient is a
+        # magnitude, so the clamp needs no comparison: a positive one
+        # saturates at 127 (255 unsigned) from 128 (256) up, a negative one
+        # at -128 from 128 up (at 0 unsigned, whatever it is), and of the
+        # negation only the low byte is ever output, made bit by bit (a bit
+        # flips when a lower one is set; no carry chain, which the iCE40's
+        # synthesis would ripple through LUTs for a negation). Wide ORs
+        # instead of the quotient's 23-bit negation and two 24-bit
+        # comparisons in carry chains, which made the path into the
+        # activation pipeline's `collected` the ulx3s16 chip's longest.
         for n in range(lanes):
-            quotient = p3_product[n] >> RECIPROCAL_SHIFT
-            signed_q = Mux(p3_negative[n], -quotient, quotient)
-            clamped = Mux(signed_q < low, low, Mux(signed_q > high, high, signed_q))
-            m.d.comb += out[n].eq(Mux(average, clamped, p3_value[n])[:8])
+            quotient = p3_product[n][RECIPROCAL_SHIFT:]
+            over_signed = Signal(name=f"over_signed{n}")
+            over_unsigned = Signal(name=f"over_unsigned{n}")
+            negated = Signal(8, name=f"negated{n}")
+            m.d.comb += [
+                over_signed.eq(quotient[7:].any()),
+                over_unsigned.eq(quotient[8:].any()),
+                negated.eq(Cat(quotient[i] ^ quotient[:i].any() for i in range(8))),
+            ]
+            with m.If(~average):
+                m.d.comb += out[n].eq(p3_value[n][:8])
+            with m.Elif(p3_negative[n]):
+                m.d.comb += out[n].eq(Mux(cfg.unsigned, 0, Mux(over_signed, 0x80, negated)))
+            with m.Elif(cfg.unsigned):
+                m.d.comb += out[n].eq(Mux(over_unsigned, 0xff, quotient[:8]))
+            with m.Else():
+                m.d.comb += out[n].eq(Mux(over_signed, 0x7f, quotient[:8]))
         m.d.comb += [
             self.o_valid.eq(p3_valid),
             self.o_group.eq(p3_group),
