@@ -277,12 +277,13 @@ ULX3S16_RATCHET = {
     # queue's read, the row's value or the held one, the add, the shift's
     # five levels.
     "host.core.act": (8, 40),
-    # With the array in DSP bands the decoder's geometry products are in
-    # logic (`bounded_product`): 9 levels with each product in one cycle
-    # (the twelfth ulx3s16 build's critical path, `out_h x out_w`), 7 with
-    # their terms registered a cycle before their last adds: the operands'
-    # clamps and two levels of adds into the terms.
-    "host.core.sequencer": (7, 40),
+    # (The sequencer: with the array in DSP bands the decoder's geometry
+    # products are in logic (`bounded_product`): 9 levels with each product
+    # in one cycle (the twelfth ulx3s16 build's critical path, `out_h x
+    # out_w`), 7 with their terms registered a cycle before their last adds
+    # (the operands' clamps and two levels of adds into the terms); 5 since
+    # the pooled sizes are clamped as their divisions end: within the
+    # target, its deepest path a convolution's `conv_y` into its term.)
 }
 
 
