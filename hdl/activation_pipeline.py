@@ -359,18 +359,6 @@ class ActivationPipeline(wiring.Component):
         def offered(column):
             return self.set_channel.valid & (self.set_channel.payload.col == column) & (count == 0)
 
-        # `channel_written` of a first-group column, again for that lane's
-        # registers chosen ahead: a copy kept apart, so that the column's
-        # own 70 enables and the lane's 75 selects are two nets.
-        landing_copies = {}
-
-        def landing_first(column):
-            if column not in landing_copies:
-                copy = Signal(name=f"channel_written_lane{column}", attrs={"keep": 1})
-                m.d.sync += copy.eq(channel_write & (self.set_channel.payload.col == column))
-                landing_copies[column] = copy
-            return landing_copies[column]
-
         def chosen(values, name, written):
             """`values` (one per group) of the group entering the requantizers,
             from a register chosen a cycle ahead. A channel write (while idle,
@@ -382,10 +370,9 @@ class ActivationPipeline(wiring.Component):
             m.d.sync += register.eq(Array(values)[ahead])
             if cycles > 1:
                 column, payload, landing = written
-                landing_select = landing_first(column)
                 with m.If(offered(column)):
                     m.d.sync += register.eq(payload)
-                with m.Elif(landing_select):
+                with m.Elif(channel_written[column]):
                     m.d.sync += register.eq(landing)
                 return register
             # A product a cycle: group 0 is read directly as the row is taken.
@@ -413,11 +400,10 @@ class ActivationPipeline(wiring.Component):
             register = Signal(SHIFT_WIDTH - 1, name=name)
             m.d.sync += register.eq(Mux(next_single_round, 0,
                                         Array([left_of(shift[c]) for c in columns])[ahead]))
-            landing_select = landing_first(columns[0])
             with m.If(offered(columns[0])):
                 m.d.sync += register.eq(Mux(next_single_round, 0,
                                             left_of(self.set_channel.payload.shift)))
-            with m.Elif(landing_select):
+            with m.Elif(channel_written[columns[0]]):
                 m.d.sync += register.eq(Mux(next_single_round, 0, left_of(written_shift)))
             return register
 
