@@ -179,9 +179,7 @@ class TPUCore(wiring.Component):
         rw_word = seq.rw.payload.word
         m.d.comb += [
             rw_queue.w_data.eq(Cat(field(rw_word, Opcode.RW, "tile")[:tile_bits],
-                                   field(rw_word, Opcode.RW, "count")[:count_bits])
-                               if cfg.serial_issue else
-                               Cat(field(rw_word, Opcode.RW, "tile"), field(rw_word, Opcode.RW, "count"))),
+                                   field(rw_word, Opcode.RW, "count")[:count_bits])),
             rw_queue.w_en.eq(seq.rw.valid),
             seq.rw.ready.eq(rw_queue.w_rdy),
             wfifo.load.payload.tile.eq(rw_queue.r_data[:tile_bits]),

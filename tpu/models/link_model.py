@@ -74,7 +74,6 @@ LINK_TIMING = {
     "whm_next_job": 2,       # last MWr beat -> the next WHM's first row
     "fetch_chunk": 16,       # instructions per fetch job
     "fetch_queue": 32,       # the fetcher's instruction queue
-    "core_queue": 16,        # the sequencer's instruction queue (2 with serial_host)
     "rcb": 128,              # the host's read completion boundary
 }
 
