@@ -14,7 +14,7 @@ import pytest
 
 from tpu import TPUConfig
 from tpu.fpga.board_top import (BOARD_CLOCK_HZ, BoardChip, board_clock, board_clocks,
-                                default_clock_hz, uart_divisor)
+                                default_clock_hz, heartbeat_bits, uart_divisor)
 from tpu.fpga.build import PROFILE_BUILD_OPTIONS
 from tpu.fpga.ecp5_pll import PLL_RANGES_HZ, TOLERANCE, ecp5_pll_outputs, ecp5_pll_settings
 from tpu.fpga.ice40_pll import (ICE40_PLL_RANGES_HZ, ICE40_TOLERANCE, ice40_pll_outputs,
@@ -297,3 +297,10 @@ def test_lock_reset_waits_after_lock():
     assert seen == want, (seen, want)
     with pytest.raises(ValueError, match="the reset delay must be a positive number of cycles, not 0"):
         LockReset(0)
+
+
+@pytest.mark.parametrize("clock_hz", [12e6, 16e6, 18.75e6, 24e6, 25e6, 45.8333e6, 100e6, 2**24, 2**24 - 1])
+def test_heartbeat_blinks_at_1_to_2_hz(clock_hz):
+    # The LED is the free-running counter's top bit: a period of 2 ** bits cycles.
+    period_s = 2 ** heartbeat_bits(clock_hz) / clock_hz
+    assert 0.5 < period_s <= 1.0, (clock_hz, heartbeat_bits(clock_hz), period_s)
