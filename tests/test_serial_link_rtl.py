@@ -63,6 +63,19 @@ def test_driver_checks_up5k(simulator, checks):
          TPU_HOST_CHECK=",".join(f"tpu.selftest.checks:{CHECKS[c].__name__}" for c in checks.split(",")))
 
 
+# The up5k profile's chip speaking the narrow host protocol (`narrow_host`).
+UP5K_NARROW = UP5K_PROFILE.replace(narrow_host=1)
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("check", ["mlp", "faults", "dma_windows", "abort", "register_reset",
+                                   "stop_mid_program"])
+def test_driver_check_narrow(simulator, check):
+    """Every driver check over the narrow host protocol, unchanged."""
+    _run(simulator, "check", config=UP5K_NARROW,
+         TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
+
+
 @pytest.mark.rtl
 @ALL
 def test_driver_check_noisy(simulator):
