@@ -79,7 +79,8 @@ class NarrowReader(wiring.Component):
         active = Signal()               # a job has bytes not yet asked for
         addr = Signal(32)
         job_left = Signal(32)           # bytes of the job not yet asked for
-        channel = Signal(2)
+        channel = Signal(2)             # the job's
+        read_channel = Signal(2)        # the outstanding read's
         outstanding = Signal()          # a read's bytes are still to come
         stale = Signal()                # ... for a flushed job: dropped silently
         last_read = Signal()            # the outstanding read is its job's last
@@ -94,7 +95,9 @@ class NarrowReader(wiring.Component):
         chunk = Mux(job_left < mrr, job_left, mrr)
         m.d.comb += [
             self.job.ready.eq(~active & ~self.flush),
-            self.request.valid.eq(active & ~outstanding & ok & ~self.flush),
+            # Not while the last read's words pass: they are delivered
+            # with its count, its channel and whether it ends its job.
+            self.request.valid.eq(active & ~outstanding & ~in_piece & ok & ~self.flush),
             self.request.payload.kind.eq(MessageKind.READ_REQ),
             self.request.payload.count.eq(chunk),
             self.request.payload.address.eq(addr),
@@ -105,7 +108,7 @@ class NarrowReader(wiring.Component):
         with m.If(self.request.valid & self.request.ready):
             m.d.sync += [
                 outstanding.eq(1), stale.eq(0), timer.eq(lfsr.start),
-                read_left.eq(chunk), last_read.eq(job_left <= mrr),
+                read_left.eq(chunk), last_read.eq(job_left <= mrr), read_channel.eq(channel),
                 addr.eq(addr + chunk), job_left.eq(job_left - chunk),
             ]
             with m.If(job_left <= mrr):
@@ -152,7 +155,7 @@ class NarrowReader(wiring.Component):
             self.data.payload.data.eq(word.data),
             self.data.payload.count.eq(beat_bytes),
             self.data.payload.last.eq(last_read & (read_left == 0) & (piece_left <= 4)),
-            self.data.payload.channel.eq(channel),
+            self.data.payload.channel.eq(read_channel),
             self.data.valid.eq(self.words.valid & deliver),
             self.words.ready.eq(~deliver | self.data.ready),
         ]

@@ -77,6 +77,13 @@ def test_driver_check_narrow(simulator, check):
 
 
 @pytest.mark.rtl
+def test_bad_messages_narrow(simulator):
+    """Messages that are not well formed, read answers without a read and
+    bad answers to a read, over the narrow host protocol."""
+    _run(simulator, "bad_messages", config=UP5K_NARROW)
+
+
+@pytest.mark.rtl
 @ALL
 def test_driver_check_noisy(simulator):
     """The MLP with frames damaged, cut short and lost both ways: the link
