@@ -1,7 +1,7 @@
 """BAR0: the register file the host reads and writes over MMIO."""
 
 from amaranth import *
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..host_registers import COUNTER_NAMES, UNMAPPED, Irq, config_words, register_bits, registers
@@ -9,7 +9,11 @@ from .window import DmaWindows
 from .tlp import CplStatus, FmtType, TlpHeader, has_data, tlp_stream
 
 
-__all__ = ["Bar0"]
+__all__ = ["Bar0", "RegisterAccess"]
+
+#: One register access of the narrow host protocol (`narrow_host`): a write
+#: of ``value`` or a read of the register at word ``offset``.
+RegisterAccess = data.StructLayout({"write": 1, "offset": 10, "value": 32})
 
 #: Reads and writes longer than this many words are answered UR / dropped:
 #: a 64-bit access is the widest a driver needs.
@@ -42,6 +46,12 @@ class Bar0(wiring.Component):
     request : In(tlp_stream)
     completion : Out(tlp_stream)
     completer_id : In(16)
+        The host's requests and their completions; with ``narrow_host``
+        instead:
+    access : In(stream.Signature(RegisterAccess))
+        One-word register writes and reads, without TLP decoding.
+    answer : Out(stream.Signature(32))
+        The value of each read, in order.
     rw : Out(StructLayout)
         The writable registers' values, by name (e.g. ``rw.PROG_LEN``), each
         as wide as the bits it keeps (`register_bits`: an address ``_HI``
@@ -77,10 +87,15 @@ class Bar0(wiring.Component):
         self._bits = register_bits(config)
         self._rw = [r for r in self._table if r.access == "rw"
                     and not r.name.startswith("WIN")]
+        if config.narrow_host:
+            host = {"access": In(stream.Signature(RegisterAccess)),
+                    "answer": Out(stream.Signature(32))}
+        else:
+            host = {"request":      In(tlp_stream(config.link_dw)),
+                    "completion":   Out(tlp_stream(config.link_dw)),
+                    "completer_id": In(16)}
         super().__init__({
-            "request":      In(tlp_stream(config.link_dw)),
-            "completion":   Out(tlp_stream(config.link_dw)),
-            "completer_id": In(16),
+            **host,
             "rw":           Out(data.StructLayout({r.name: self._bits.get(r.name, 32)
                                                    for r in self._rw})),
             "windows":      Out(DmaWindows(config)),
@@ -102,8 +117,6 @@ class Bar0(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        link_dw = cfg.link_dw
-        max_words = 1 if cfg.serial_host else MAX_ACCESS_WORDS
 
         # Register storage: only the bits a register keeps (an address _HI
         # above host_addr_bits keeps none, reads 0 and ignores writes).
@@ -153,6 +166,83 @@ class Bar0(wiring.Component):
                     m.d.comb += value.eq(UNMAPPED)
             return value, latch
 
+        if cfg.narrow_host:
+            self._serve_words(m, read, stored, irq_status, counter_hi, bad_requests)
+        else:
+            self._serve_tlps(m, read, stored, irq_status, counter_hi, bad_requests)
+
+        with m.If(self.soft_reset):
+            for r in self._table:
+                if r.name in stored:
+                    m.d.sync += stored[r.name].eq(r.reset)
+            m.d.sync += [irq_status.eq(0), bad_requests.eq(0)]
+        return m
+
+    def _write(self, m, offset, value, stored, control, cleared):
+        """A write of `value` to word `offset`, in the current condition."""
+        with m.Switch(offset):
+            for r in self._table:
+                if r.access == "rw":
+                    if not len(stored[r.name]):
+                        continue
+                    with m.Case(r.offset >> 2):
+                        m.d.sync += stored[r.name].eq(value)
+                elif r.access == "w1c":
+                    with m.Case(r.offset >> 2):
+                        m.d.comb += cleared.eq(value)
+                elif r.name == "CONTROL":
+                    with m.Case(r.offset >> 2):
+                        m.d.sync += control.eq(value[:4])
+
+    def _latch_counter_hi(self, m, offset, counter_hi):
+        """A counter's _LO read at `offset` latches its upper half for the
+        _HI read (the word after it)."""
+        with m.Switch(offset):
+            for i, name in enumerate(COUNTER_NAMES):
+                with m.Case((0x200 >> 2) + 2 * i):
+                    m.d.sync += counter_hi.eq(self.counters[name][32:])
+
+    def _serve_words(self, m, read, stored, irq_status, counter_hi, bad_requests):
+        """Register accesses of one word each (`narrow_host`): a write is
+        applied, a read answered on ``answer``."""
+        access = self.access.payload
+        control = Signal(4)
+        cleared = Signal(32)
+        responding = Signal()
+        resp = Signal(32)
+        m.d.comb += [
+            self.control.eq(control),
+            self.answer.valid.eq(responding),
+            self.answer.payload.eq(resp),
+        ]
+        m.d.sync += control.eq(0)
+        # As with TLPs, an access after a write waits until the write took
+        # effect (a CONTROL bit acts two cycles later).
+        settle = Signal(2)
+        with m.If(settle != 0):
+            m.d.sync += settle.eq(settle - 1)
+        m.d.comb += self.access.ready.eq(~responding & (settle == 0))
+        taken = self.access.valid & self.access.ready
+        with m.If(taken & access.write):
+            m.d.sync += settle.eq(3)
+            self._write(m, access.offset, access.value, stored, control, cleared)
+        m.d.sync += irq_status.eq((irq_status & ~cleared) | self.irq_raise)
+        value, latch = read(access.offset)
+        with m.If(taken & ~access.write):
+            m.d.sync += [responding.eq(1), resp.eq(value)]
+            if len(counter_hi):
+                with m.If(latch):
+                    self._latch_counter_hi(m, access.offset, counter_hi)
+        with m.If(self.answer.valid & self.answer.ready):
+            m.d.sync += responding.eq(0)
+        m.d.sync += bad_requests.eq(bad_requests + self.malformed + self.refused)
+
+    def _serve_tlps(self, m, read, stored, irq_status, counter_hi, bad_requests):
+        """Memory requests in TLPs: writes applied, reads and the rest answered with completions."""
+        cfg = self._config
+        link_dw = cfg.link_dw
+        max_words = 1 if cfg.serial_host else MAX_ACCESS_WORDS
+
         # The request, one packet at a time: its header is on every beat.
         beat = self.request.payload
         hdr = beat.header
@@ -190,19 +280,7 @@ class Bar0(wiring.Component):
             value = beat.data[32 * lane:32 * (lane + 1)]
             m.d.comb += offset.eq(word_offset + index + lane)
             with m.If(self.request.valid & self.request.ready & write_ok & (lane < beat.words)):
-                with m.Switch(offset):
-                    for r in self._table:
-                        if r.access == "rw":
-                            if not len(stored[r.name]):
-                                continue
-                            with m.Case(r.offset >> 2):
-                                m.d.sync += stored[r.name].eq(value)
-                        elif r.access == "w1c":
-                            with m.Case(r.offset >> 2):
-                                m.d.comb += cleared.eq(value)
-                        elif r.name == "CONTROL":
-                            with m.Case(r.offset >> 2):
-                                m.d.sync += control.eq(value[:4])
+                self._write(m, offset, value, stored, control, cleared)
 
         # A raise wins over a clear in the same cycle: an event is never lost.
         m.d.sync += irq_status.eq((irq_status & ~cleared) | self.irq_raise)
@@ -230,11 +308,7 @@ class Bar0(wiring.Component):
             if not len(counter_hi):
                 return
             with m.If(taken & latch):
-                # The _HI is the word after the _LO read at `offset`.
-                with m.Switch(offset):
-                    for i, name in enumerate(COUNTER_NAMES):
-                        with m.Case((0x200 >> 2) + 2 * i):
-                            m.d.sync += counter_hi.eq(self.counters[name][32:])
+                self._latch_counter_hi(m, offset, counter_hi)
 
         if link_dw == 1 and max_words == 1:
             accept_value, accept_latch = read(word_offset)
@@ -299,9 +373,3 @@ class Bar0(wiring.Component):
             with m.If(out.last):
                 m.d.sync += responding.eq(0)
 
-        with m.If(self.soft_reset):
-            for r in self._table:
-                if r.name in stored:
-                    m.d.sync += stored[r.name].eq(r.reset)
-            m.d.sync += [irq_status.eq(0), bad_requests.eq(0)]
-        return m
