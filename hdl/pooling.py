@@ -176,6 +176,13 @@ class PoolingUnit(wiring.Component):
         assert MAX_POOL_SIZE == 4, "the history holds taps 0..2"
 
         def combine(a, b):
+            if self._sequential:
+                # A maximum reduces values alone, so in that mode every
+                # operand that reaches an output is in VALUE_WIDTH bits: the
+                # small form compares those bits only (an operand left from
+                # an earlier operation, wider, goes into no output).
+                a_low, b_low = a[:VALUE_WIDTH].as_signed(), b[:VALUE_WIDTH].as_signed()
+                return Mux(maximum, Mux(a_low > b_low, a_low, b_low), a + b)
             return Mux(maximum, Mux(a > b, a, b), a + b)
 
         def next_history(value, last, width, pair_width, prior_width):
@@ -321,13 +328,17 @@ class PoolingUnit(wiring.Component):
             rd = lines.read_port()
             wr = lines.write_port()
             h = p1_value[n]
+            # A horizontal result is in H_WIDTH bits: the small form reduces
+            # it in that width (the wider running global value never reaches
+            # the line buffer or the vertical reduction).
+            h_window = h[:H_WIDTH].as_signed() if self._sequential else h
             m.d.comb += [
                 rd.addr.eq(Cat(self.i_group, cur_ox)),
                 wr.en.eq(p1_h),
                 wr.addr.eq(Cat(p1_group, p1_ox)),
-                wr.data.eq(next_history(h, rd.data, *v_widths)),
+                wr.data.eq(next_history(h_window, rd.data, *v_widths)),
             ]
-            m.d.sync += p2_value[n].eq(Mux(window & taps[0], combine(h, rd.data.prior), h))
+            m.d.sync += p2_value[n].eq(Mux(window & taps[0], combine(h_window, rd.data.prior), h))
         m.d.sync += [
             p2_valid.eq(p1_emit | (p1_h & p1_v_end)),
             p2_row.eq(p1_row),
