@@ -454,7 +454,10 @@ class PoolingUnit(wiring.Component):
         for n, v in enumerate(values):
             now = Signal(22, name=f"p3_x{n}_now")
             x = Signal(22, name=f"p3_x{n}")
-            m.d.comb += now.eq(Mux(v < 0, -v, v)[:SUM_WIDTH] + half)
+            # ``|v| + half`` as ``(v ^ sign) + half + sign``: one sum, the
+            # negation's increment its carry in.
+            sign = v[-1]
+            m.d.comb += now.eq((v ^ sign.replicate(len(v)))[:SUM_WIDTH] + half + sign)
             with m.If(start):
                 m.d.sync += [x.eq(now), negatives[n].eq(v < 0), held[n].eq(v)]
             a = Signal(16, name=f"p3_a{n}")
@@ -471,14 +474,19 @@ class PoolingUnit(wiring.Component):
                 with m.Default():
                     m.d.comb += [a.eq(x[16:]), b.eq(recip[16:32])]
             m.d.comb += piece.eq(a * b)
+            # One sum for the three steps: the running total (shifted as
+            # the pieces move up a weight), the piece, and the reciprocal's
+            # bit 32 times `x` in the last step.
+            addend = Signal(34, name=f"p3_addend{n}")
+            extra = Signal(22, name=f"p3_extra{n}")
+            m.d.comb += [
+                addend.eq(Mux(phase == 2, total, total >> 16)),
+                extra.eq(Mux((phase == self.SEQUENTIAL_CYCLES - 1) & recip[32], x, 0)),
+            ]
             with m.If(start):
                 m.d.sync += total.eq(piece)
-            with m.Elif(phase == 2):
-                m.d.sync += total.eq(total + piece)
-            with m.Elif(phase == 1):
-                m.d.sync += total.eq((total >> 16) + piece)
             with m.Elif(phase != 0):
-                m.d.sync += total.eq((total >> 16) + piece + Mux(recip[32], x, 0))
+                m.d.sync += total.eq(addend + piece + extra)
             # The quotient, below 2**23, where the output stage takes it.
             quotient_bits = len(products[n]) - RECIPROCAL_SHIFT
             m.d.comb += products[n].eq(Cat(C(0, RECIPROCAL_SHIFT), total[:quotient_bits]))
