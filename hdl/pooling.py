@@ -41,7 +41,9 @@ class PoolingUnit(wiring.Component):
     values (columns ``g * lanes ..`` in group ``g``), at most one a cycle,
     the last group last: the lanes serve every group in turn, each group's
     window history and running global value are kept in a small memory
-    indexed by the group, its line buffer entries beside the other groups',
+    indexed by the group (with `sequential_average`, the small form, in a
+    ring of registers turned by every group presented, the groups coming in
+    order), its line buffer entries beside the other groups',
     and the row's position in the image advances with its last group. The
     activation pipeline's shared requantizers deliver rows this way, so the
     pooling unit shares their lanes and a row's output is still complete
@@ -264,6 +266,14 @@ class PoolingUnit(wiring.Component):
             following = Signal(layout, name=f"{name}_next")
             if self._groups == 1:
                 m.d.sync += current.eq(following)
+            elif self._sequential:
+                # The small form: the groups of a row come in order, every
+                # one of them, so the state of the group presented is always
+                # the oldest of a ring of registers (no read multiplexer).
+                ring = [Signal(layout, name=f"{name}_ring{g}") for g in range(self._groups)]
+                m.d.comb += current.eq(ring[0])
+                with m.If(self.i_valid):
+                    m.d.sync += [a.eq(b) for a, b in zip(ring, ring[1:] + [following])]
             else:
                 state = Memory(shape=layout, depth=self._groups, init=[])
                 m.submodules[name] = state
@@ -303,7 +313,12 @@ class PoolingUnit(wiring.Component):
             with m.Else():
                 m.d.comb += next_histories[n].eq(histories[n])
             result = Signal(signed(SUM_WIDTH), name=f"reduced{n}")
-            m.d.comb += result.eq(Mux(reduced, combine(value, other), value))
+            if self._sequential:
+                # A value alone is its reduction with the identity.
+                neutral = Mux(maximum, -(1 << (VALUE_WIDTH - 1)), 0)
+                m.d.comb += result.eq(combine(value, Mux(reduced, other, neutral)))
+            else:
+                m.d.comb += result.eq(Mux(reduced, combine(value, other), value))
             m.d.comb += next_runnings[n].eq(Mux(self.i_valid, result, running))
             m.d.sync += p1_value[n].eq(result)
         m.d.sync += [
