@@ -35,11 +35,12 @@ from amaranth.lib import io
 from ..hdl.serial_chip import SerialChip, retransmit_cycles
 from .ecp5_pll import ECP5PLL, ecp5_pll_outputs, ecp5_pll_settings
 from .ice40_pll import ICE40PLL, ICE40PLLSettings, LockReset, ice40_pll_outputs, ice40_pll_settings
-from .routed_clocks import MARGIN, fastest_clock_within, latest_routed
+from .routed_clocks import MARGIN, MATRIX_PART_ROUTED, fastest_clock_within, latest_routed
 
 
 __all__ = ["BoardChip", "BoardTop", "BOARD_LEDS", "BOARD_OSCILLATOR_HZ", "BOARD_CLOCK_HZ", "board_clock",
-           "board_clocks", "default_clock_hz", "serial_options", "uart_divisor"]
+           "board_clocks", "default_clock_hz", "heartbeat_bits", "matrix_part_clock_hz", "serial_options",
+           "uart_divisor"]
 
 #: board -> the frequency of its oscillator (the platform's default clock)
 BOARD_OSCILLATOR_HZ = {"icebreaker": 12e6, "ulx3s-85f": 25e6}
@@ -78,6 +79,19 @@ def default_clock_hz(board, profile=None):
     if best is None:
         raise ValueError(f"the {board} top makes no clock at or below {limit / 1e6:g} MHz")
     return oscillator if abs(best - oscillator) < 1 else best
+
+
+def matrix_part_clock_hz(board):
+    """The clock `board`'s matrix part (`tpu build --top matrix`) gets unless
+    told (Hz): the fastest the board makes at or below its latest routed
+    Fmax less `MARGIN` (`tpu.fpga.routed_clocks.MATRIX_PART_ROUTED`), the
+    oscillator when it makes that or nothing is recorded."""
+    oscillator = float(BOARD_OSCILLATOR_HZ[board])
+    routed = MATRIX_PART_ROUTED.get(board)
+    if routed is None:
+        return oscillator
+    best = fastest_clock_within(board_clocks(board), routed.fmax_mhz * 1e6 * (1 - MARGIN))
+    return oscillator if best is None or abs(best - oscillator) < 1 else best
 
 
 #: board -> the chip clock it gets unless told (a profile's own default is

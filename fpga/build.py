@@ -518,7 +518,7 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
     `clock_hz` (None: the board's default, `BOARD_CLOCK_HZ`; on the ULX3S
     made by the PLL); with `top` ``"matrix"``, the matrix part instead
     (`tpu.fpga.matrix_part_top.BoardMatrixPart`), whose default clock is
-    the board's oscillator.
+    `tpu.fpga.board_top.matrix_part_clock_hz`.
 
     Returns a dict like `build_mxu`'s, for the chip of `config`: ``fits``;
     ``resources`` (``logic``, ``ffs``, ``dsp``, ``ram``, ``spram``, each

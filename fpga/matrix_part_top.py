@@ -2,7 +2,8 @@
 
 The part of the chip that fits the iCEBreaker's UP5K when the whole chip
 does not (docs/fpga.md, "What fits the UP5K"). It runs from the board
-oscillator unless given another clock, which the board's PLL makes
+clock below its routed Fmax (`tpu.fpga.board_top.matrix_part_clock_hz`:
+on the iCEBreaker 23.625 MHz from the PLL) unless given another
 (`tpu.fpga.board_top.board_clock`), with the UART divisor computed from
 the clock as for the whole chip (`tpu.fpga.board_top.uart_divisor`). The LEDs are the whole chip's
 (`tpu.fpga.board_top.BOARD_LEDS`) but for ``halted``, which the part does
@@ -11,7 +12,7 @@ refused: STATUS.ERROR), link error and heartbeat.
 """
 
 from ..hdl.serial_matrix_part import SerialMatrixPart, part_retransmit_cycles
-from .board_top import BOARD_OSCILLATOR_HZ, BoardTop, board_clock
+from .board_top import BOARD_OSCILLATOR_HZ, BoardTop, board_clock, matrix_part_clock_hz
 
 
 __all__ = ["BoardMatrixPart"]
@@ -19,14 +20,14 @@ __all__ = ["BoardMatrixPart"]
 
 class BoardMatrixPart(BoardTop):
     """`SerialMatrixPart(config)` on `board`'s UART and LEDs, at `baudrate`,
-    with a clock of `clock_hz` (None: the board's oscillator; another from
-    its PLL, `board_clock`). ``chip`` is the `SerialMatrixPart`;
+    with a clock of `clock_hz` (None: `matrix_part_clock_hz`, from its
+    routed result; other than the oscillator, made by its PLL, `board_clock`). ``chip`` is the `SerialMatrixPart`;
     ``clock_hz`` the clock as made, ``pll`` the PLL settings or None."""
 
     def __init__(self, board, config, *, clock_hz=None, baudrate=115200):
         if board not in BOARD_OSCILLATOR_HZ:
             self._MustUse__silence = True   # refused, so never elaborated
             raise ValueError(f"unknown board {board!r}: choose one of {', '.join(BOARD_OSCILLATOR_HZ)}")
-        clock_hz, pll = board_clock(board, BOARD_OSCILLATOR_HZ[board] if clock_hz is None else clock_hz)
+        clock_hz, pll = board_clock(board, matrix_part_clock_hz(board) if clock_hz is None else clock_hz)
         super().__init__(board, config, SerialMatrixPart, part_retransmit_cycles,
                          clock_hz=clock_hz, baudrate=baudrate, pll=pll)

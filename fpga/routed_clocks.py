@@ -11,8 +11,8 @@ A new routed result goes into `ROUTED_CHIPS`; the defaults follow it.
 from dataclasses import dataclass
 
 
-__all__ = ["RoutedChip", "ROUTED_CHIPS", "ARRAY_ROUTED_MHZ", "MARGIN", "latest_routed",
-           "fastest_clock_within"]
+__all__ = ["RoutedChip", "ROUTED_CHIPS", "ARRAY_ROUTED_MHZ", "MATRIX_PART_ROUTED",
+           "MARGIN", "latest_routed", "fastest_clock_within"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,16 @@ ROUTED_CHIPS = (
 #: the 16x16 ``band3`` array with its controls copied per row, nextpnr's
 #: default placer (docs/fpga.md, "DSP blocks in bands").
 ARRAY_ROUTED_MHZ = {("ulx3s-85f", 16, 16): 142.0}
+
+#: board -> the latest routed build of the matrix part (`tpu build --top
+#: matrix`, its default sizes; ``chip`` names the part), which sets the
+#: part's default clock as `ROUTED_CHIPS` sets the chip's: on the
+#: iCEBreaker at 24 MHz from the PLL, 25.03 MHz (docs/fpga.md, "What fits
+#: the UP5K"; nextpnr-ice40 0.70).
+MATRIX_PART_ROUTED = {
+    "icebreaker": RoutedChip("icebreaker", None, "the 4x4 matrix part", 4, 4, 24.0, 25.03, "2026-12-05",
+                             "217fe44", 'docs/fpga.md, "What fits the UP5K" (the matrix part\'s resources)'),
+}
 
 #: How far below the routed Fmax a default clock stays: nextpnr's routed
 #: Fmax of one netlist moved by 4% between placements (the 2x2 chip: 19.89

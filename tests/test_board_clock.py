@@ -14,7 +14,8 @@ import pytest
 
 from tpu import TPUConfig
 from tpu.fpga.board_top import (BOARD_CLOCK_HZ, BoardChip, board_clock, board_clocks,
-                                default_clock_hz, heartbeat_bits, uart_divisor)
+                                default_clock_hz, heartbeat_bits, matrix_part_clock_hz,
+                                uart_divisor)
 from tpu.fpga.build import PROFILE_BUILD_OPTIONS
 from tpu.fpga.ecp5_pll import PLL_RANGES_HZ, TOLERANCE, ecp5_pll_outputs, ecp5_pll_settings
 from tpu.fpga.ice40_pll import (ICE40_PLL_RANGES_HZ, ICE40_TOLERANCE, ice40_pll_outputs,
@@ -310,14 +311,19 @@ def test_icebreaker_matrix_part_from_the_pll():
     from tpu.fpga.matrix_part_top import BoardMatrixPart
     from tpu.hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
     config = TPUConfig(**UP5K_MATRIX_PART_FIELDS)
-    at_oscillator = BoardMatrixPart("icebreaker", config)
+    # Its routed Fmax at 24 MHz, 25.03 MHz, less 5% is 23.78 MHz: the PLL's 23.625
+    # (steps of 0.375 MHz from 12 MHz), divisor 205.
+    assert matrix_part_clock_hz("icebreaker") == 23.625e6
+    top = BoardMatrixPart("icebreaker", config)
+    assert top.clock_hz == 23.625e6 and top.pll is not None and top.chip.divisor == 205
+    rtlil, pcf = _icebreaker_rtlil(top)
+    assert _cell(rtlil, "SB_PLL40_PAD") is not None
+    assert re.search(r"set_frequency \S+ 23.625\n", pcf)
+    # Nothing routed on the ULX3S: its oscillator.
+    assert matrix_part_clock_hz("ulx3s-85f") == 25e6
+    at_oscillator = BoardMatrixPart("icebreaker", config, clock_hz=12e6)
     assert at_oscillator.clock_hz == 12e6 and at_oscillator.pll is None
     assert at_oscillator.chip.divisor == 104
     assert _cell(_icebreaker_rtlil(at_oscillator)[0], "SB_PLL40_PAD") is None
-    top = BoardMatrixPart("icebreaker", config, clock_hz=24e6)
-    assert top.clock_hz == 24e6 and top.pll is not None and top.chip.divisor == 208
-    rtlil, pcf = _icebreaker_rtlil(top)
-    assert _cell(rtlil, "SB_PLL40_PAD") is not None
-    assert re.search(r"set_frequency \S+ 24.0\n", pcf)
     with pytest.raises(ValueError, match="unknown board 'nexys'"):
         BoardMatrixPart("nexys", config)

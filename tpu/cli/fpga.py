@@ -71,7 +71,7 @@ def _usage(entry):
 
 
 def cmd_build(args):
-    from ..fpga.board_top import BOARD_OSCILLATOR_HZ, board_clock, uart_divisor
+    from ..fpga.board_top import board_clock, matrix_part_clock_hz, uart_divisor
     from ..fpga.build import (BOARDS, PROFILE_BUILD_OPTIONS, FPGAToolMissing, build_chip,
                              missing_fpga_tools)
     config = _config(args)
@@ -85,8 +85,8 @@ def cmd_build(args):
     if args.clock_mhz is not None:
         wanted = args.clock_mhz * 1e6
     else:
-        # The matrix part's default is the oscillator; the chip's, its routed clock's.
-        wanted = BOARD_OSCILLATOR_HZ[args.board] if args.top == "matrix" else None
+        # Each top's default is below its own routed Fmax.
+        wanted = matrix_part_clock_hz(args.board) if args.top == "matrix" else None
     try:
         clock_hz, pll = board_clock(args.board, wanted)
     except ValueError as error:
@@ -186,7 +186,7 @@ def add_fpga_commands(subparsers, add_config_options):
                         "PLL makes 16 to 275 MHz from it within 1%%; 18.75 "
                         "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator, and "
                         "45.83 with --profile ulx3s16, by the same PLL; the matrix part's: "
-                        "the oscillator)")
+                        "23.625 on the icebreaker, by its PLL, and 25 on the ulx3s-85f)")
     p.add_argument("--router", choices=("router1", "router2"),
                    help="nextpnr's router (default: nextpnr's own, router1, and router2 with "
                         "--profile ulx3s16; router2 routes a large chip much faster)")
