@@ -79,7 +79,7 @@ class ActivationUnit(wiring.Component):
         # ACT: accumulator rows into the pipeline, results into the UB.
         m.submodules.reader = reader = MemoryReader(
             addr_shape=range(cfg.acc_rows), data_shape=data.ArrayLayout(signed(32), cols),
-            side_shape=1)
+            side_shape=1, head_bits=ActivationPipeline.head_bits(cfg))
         acc_addr = Signal(range(cfg.acc_rows))
         to_read = Signal(range(cfg.acc_rows + 1))
         ub_addr = Signal(range(cfg.ub_rows))

@@ -156,8 +156,13 @@ class Requantizer(wiring.Component):
         half3 = Signal(32)                  # 2**(right3 - 1), 0 for right3 = 0
         half3_less = Signal(32)             # max(half3 - 1, 0)
 
-        def totals(shift):
-            right = Mux(shift < 0, -shift, 0)[:SHIFT_WIDTH]     # 0..32
+        def right_of(shift):
+            return Mux(shift < 0, -shift, 0)[:SHIFT_WIDTH]      # 0..32
+
+        def totals(shift, right=None):
+            # `right`: `right_of(shift)` from a register, when one holds it.
+            if right is None:
+                right = right_of(shift)
             half = (Const(1, 33) << right) >> 1
             return [total3.eq(31 - shift), total3_less.eq(Mux(shift == 31, 0, 30 - shift)),
                     right3.eq(right), half3.eq(half), half3_less.eq(Mux(right == 0, 0, half - 1))]
@@ -191,15 +196,26 @@ class Requantizer(wiring.Component):
                 product.eq(shifted * multiplier2),
                 saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
             ]
-        elif self._compact:
-            magnitude, negative = Signal(64), Signal()
-            self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
-                                     totals, magnitude=magnitude, negative_out=negative)
-            self._compact_rounding(m, magnitude, negative, shift3, total3)
-            return m
         else:
-            self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
-                                     totals)
+            # With `per_value_settings` stage 3's totals are made from
+            # `shift2` as the product's last piece is summed; the division's
+            # amount `max(-shift, 0)` (a negation and a select, then the
+            # decode and the decrement of `half3` and `half3_less`: 7 levels
+            # in one cycle) is registered from it a cycle before, as
+            # `shift2` holds still from the cycle after `start` to the end
+            # of the product. (The compact form reads none of them.)
+            stage3 = None if shift2 is None else totals(shift2)
+            if shift2 is not None and not self._compact:
+                right_ahead = Signal.like(right3, name="right_ahead")
+                m.d.sync += right_ahead.eq(right_of(shift2))
+                stage3 = totals(shift2, right_ahead)
+            if self._compact:
+                magnitude, negative = Signal(64), Signal()
+                self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
+                                         stage3, magnitude=magnitude, negative_out=negative)
+                self._compact_rounding(m, magnitude, negative, shift3, total3)
+                return m
+            self._sequential_product(m, biased << left, product, saturate, shift2, shift3, stage3)
 
         # 3: rounding doubling high half, and the rounding term of stage 4's
         # division, chosen by the high half's sign: ``2**(r-1) - (y < 0)``.
@@ -328,7 +344,7 @@ class Requantizer(wiring.Component):
         m.d.comb += divided.eq(Mux(neg4, -q4, q4))
         self._clamp(m, divided)
 
-    def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, totals,
+    def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, stage3,
                             magnitude=None, negative_out=None):
         """Stage 2 in `multiply_cycles` cycles on one multiplier: the
         product summed piece by piece, most significant diagonal first
@@ -431,7 +447,7 @@ class Requantizer(wiring.Component):
             if negative_out is not None:
                 m.d.sync += negative_out.eq(negative)
             if shift2 is not None:
-                m.d.sync += [shift3.eq(shift2), *totals(shift2)]
+                m.d.sync += [shift3.eq(shift2), *stage3]
         if signed_pieces:
             m.d.comb += product.eq(total)
         else:
