@@ -166,10 +166,14 @@ class Bar0(wiring.Component):
                     m.d.comb += value.eq(UNMAPPED)
             return value, latch
 
+        # IRQ_STATUS bits a write clears this cycle.
+        cleared = Signal(32)
         if cfg.narrow_host:
-            self._serve_words(m, read, stored, irq_status, counter_hi, bad_requests)
+            self._serve_words(m, read, stored, cleared, counter_hi, bad_requests)
         else:
-            self._serve_tlps(m, read, stored, irq_status, counter_hi, bad_requests)
+            self._serve_tlps(m, read, stored, cleared, counter_hi, bad_requests)
+        # A raise wins over a clear in the same cycle: an event is never lost.
+        m.d.sync += irq_status.eq((irq_status & ~cleared) | self.irq_raise)
 
         with m.If(self.soft_reset):
             for r in self._table:
@@ -194,6 +198,19 @@ class Bar0(wiring.Component):
                     with m.Case(r.offset >> 2):
                         m.d.sync += control.eq(value[:4])
 
+    @staticmethod
+    def _settled(m, wrote):
+        """Whether the writes before have taken full effect: an access that
+        follows a write (`wrote`, the cycle it is taken) waits three cycles,
+        as a CONTROL bit acts two cycles later, so a read always sees what
+        the writes before it did (STATUS read right after START says BUSY)."""
+        settle = Signal(2)
+        with m.If(settle != 0):
+            m.d.sync += settle.eq(settle - 1)
+        with m.If(wrote):
+            m.d.sync += settle.eq(3)
+        return settle == 0
+
     def _latch_counter_hi(self, m, offset, counter_hi):
         """A counter's _LO read at `offset` latches its upper half for the
         _HI read (the word after it)."""
@@ -202,12 +219,11 @@ class Bar0(wiring.Component):
                 with m.Case((0x200 >> 2) + 2 * i):
                     m.d.sync += counter_hi.eq(self.counters[name][32:])
 
-    def _serve_words(self, m, read, stored, irq_status, counter_hi, bad_requests):
+    def _serve_words(self, m, read, stored, cleared, counter_hi, bad_requests):
         """Register accesses of one word each (`narrow_host`): a write is
         applied, a read answered on ``answer``."""
         access = self.access.payload
         control = Signal(4)
-        cleared = Signal(32)
         responding = Signal()
         resp = Signal(32)
         m.d.comb += [
@@ -216,17 +232,12 @@ class Bar0(wiring.Component):
             self.answer.payload.eq(resp),
         ]
         m.d.sync += control.eq(0)
-        # As with TLPs, an access after a write waits until the write took
-        # effect (a CONTROL bit acts two cycles later).
-        settle = Signal(2)
-        with m.If(settle != 0):
-            m.d.sync += settle.eq(settle - 1)
-        m.d.comb += self.access.ready.eq(~responding & (settle == 0))
+        wrote = Signal()
+        m.d.comb += self.access.ready.eq(~responding & self._settled(m, wrote))
         taken = self.access.valid & self.access.ready
-        with m.If(taken & access.write):
-            m.d.sync += settle.eq(3)
+        m.d.comb += wrote.eq(taken & access.write)
+        with m.If(wrote):
             self._write(m, access.offset, access.value, stored, control, cleared)
-        m.d.sync += irq_status.eq((irq_status & ~cleared) | self.irq_raise)
         value, latch = read(access.offset)
         with m.If(taken & ~access.write):
             m.d.sync += [responding.eq(1), resp.eq(value)]
@@ -237,7 +248,7 @@ class Bar0(wiring.Component):
             m.d.sync += responding.eq(0)
         m.d.sync += bad_requests.eq(bad_requests + self.malformed + self.refused)
 
-    def _serve_tlps(self, m, read, stored, irq_status, counter_hi, bad_requests):
+    def _serve_tlps(self, m, read, stored, cleared, counter_hi, bad_requests):
         """Memory requests in TLPs: writes applied, reads and the rest answered with completions."""
         cfg = self._config
         link_dw = cfg.link_dw
@@ -274,7 +285,6 @@ class Bar0(wiring.Component):
             m.d.sync += index.eq(Mux(beat.last, 0, index + link_dw))
 
         write_ok = is_write & served & whole
-        cleared = Signal(32)
         for lane in range(link_dw):
             offset = Signal(10, name=f"write_offset_{lane}")
             value = beat.data[32 * lane:32 * (lane + 1)]
@@ -282,8 +292,6 @@ class Bar0(wiring.Component):
             with m.If(self.request.valid & self.request.ready & write_ok & (lane < beat.words)):
                 self._write(m, offset, value, stored, control, cleared)
 
-        # A raise wins over a clear in the same cycle: an event is never lost.
-        m.d.sync += irq_status.eq((irq_status & ~cleared) | self.irq_raise)
 
         # Non-posted requests are answered: a read of registers or UR.
         responding = Signal()
@@ -292,15 +300,8 @@ class Bar0(wiring.Component):
         resp_data = Signal(32 * max_words)
         sent = Signal(range(max_words + link_dw + 1))
 
-        # A request that follows a write waits until the write has taken full
-        # effect (a CONTROL bit acts two cycles later), so a read always sees
-        # what the writes before it did: STATUS read right after START says BUSY.
-        settle = Signal(2)
-        with m.If(settle != 0):
-            m.d.sync += settle.eq(settle - 1)
-        with m.If(self.request.valid & self.request.ready & beat.last & is_write):
-            m.d.sync += settle.eq(3)
-        m.d.comb += self.request.ready.eq(~responding & (settle == 0))
+        settled = self._settled(m, self.request.valid & self.request.ready & beat.last & is_write)
+        m.d.comb += self.request.ready.eq(~responding & settled)
         def take_word(w, taken, value, latch, offset):
             """Word `w` of the completion is `value`, read at `offset`; a
             counter's _LO taken latches its upper half for the _HI read."""
