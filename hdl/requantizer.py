@@ -317,18 +317,25 @@ class Requantizer(wiring.Component):
             less.eq(magnitude + term),
             zero.eq(less[64]),
         ]
+        # Both shift the sum as it is: ``2 |y| >> r`` is ``2 L >> (31 + r)``
+        # for r > 0 (``L = P + 2**30 - neg``), and for r = 0 ``2 L >> 31``
+        # with its bit 0 cleared (`whole3`); ``31 + r`` is ``31 - shift``,
+        # one rounding's `total3`, for a negative shift, 31 otherwise. So
+        # stage 3 chooses neither the sum's bits nor the shift's source.
         s3 = Signal(64)
         a3 = Signal(range(64))
+        whole3 = Signal()
         neg3 = Signal()
         m.d.sync += [
-            s3.eq(Mux(zero, 0, Mux(self.single_round, less[:64], less[31:64]))),
-            a3.eq(Mux(self.single_round, total3, Mux(shift3 < 0, -shift3, 0))),
+            s3.eq(Mux(zero, 0, less[:64])),
+            a3.eq(Mux(self.single_round | (shift3 < 0), total3, 31)),
+            whole3.eq(~self.single_round & (shift3 >= 0)),
             neg3.eq(negative),
         ]
         # 4: ``(2 S) >> a``, the larger shifts first so that each keeps only
         # the bits the later ones can bring into the 10 kept; bits above
         # the window at each step go into `over`.
-        bits = Cat(C(0, 1), s3)                  # 2 S, 65 bits
+        bits = Cat(C(0, 1), s3)                  # 2 S (2 L), 65 bits
         over = C(0, 1)
         for k in reversed(range(6)):
             keep = 10 + (1 << k) - 1             # bits the shifts by 2**k .. 1 need
@@ -336,7 +343,7 @@ class Requantizer(wiring.Component):
             over = over | (moved[keep:] != 0)
             bits = moved[:keep]
         sh = Signal(11)
-        m.d.comb += sh.eq(bits[:10] + 1)
+        m.d.comb += sh.eq(Cat(bits[0] & ~whole3, bits[1:10]) + 1)
         q4 = Signal(10)                          # min(|v|, 512)
         neg4 = Signal()
         m.d.sync += [q4.eq(Mux(over | sh[10], 512, sh[1:11])), neg4.eq(neg3)]
@@ -372,9 +379,14 @@ class Requantizer(wiring.Component):
             if signed_pieces:
                 m.d.sync += [a.eq(shifted_now), b.eq(self.multiplier)]
             else:
+                # ``|x|`` as ``(x ^ sign) + sign``: an increment on the
+                # inverted bits, not a negation and a multiplexer.
+                def magnitude_of(value):
+                    sign = value[31]
+                    return ((value ^ sign.replicate(32)).as_unsigned() + sign)[:32]
                 m.d.sync += [
-                    a.eq(Mux(shifted_now < 0, -shifted_now, shifted_now)[:32]),
-                    b.eq(Mux(self.multiplier < 0, -self.multiplier, self.multiplier)[:32]),
+                    a.eq(magnitude_of(shifted_now)),
+                    b.eq(magnitude_of(self.multiplier)),
                     negative.eq(shifted_now[31] ^ self.multiplier[31]),
                 ]
             if shift2 is not None:
