@@ -489,8 +489,13 @@ class ActivationPipeline(wiring.Component):
         # A row counts from the cycle it is taken; until its last group has
         # entered the requantizers, as `count`.
         waiting = (count != 0) & (count <= (steps - 1) * cycles)
-        m.d.comb += pending.eq(sum(v & f for v, f in zip(valid, final)) + waiting
-                               + pooling.pending)
+        if self._config.serial_act:
+            # Only whether any row is in flight matters: an OR, not a count.
+            m.d.comb += pending.eq(Cat(*(v & f for v, f in zip(valid, final)), waiting,
+                                       pooling.pending != 0).any())
+        else:
+            m.d.comb += pending.eq(sum(v & f for v, f in zip(valid, final)) + waiting
+                                   + pooling.pending)
         # A row leaves the count when it is read from the queue, or as it
         # leaves the pooling unit's last stage without a result.
         leaving = pooling.row_done & ~queue.w_en

@@ -10,6 +10,7 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .lfsr import LfsrTimer
 from .serial_bridge import SerialBridge, check_bridge_parameters
 from .tlp import link_stream
 from .uart import UartRx, UartTx, check_divisor
@@ -77,8 +78,8 @@ class SerialPort(wiring.Component):
             if retransmit is None and isinstance(max_words, int):
                 retransmit = frame_retransmit_cycles(max_words, divisor)
             check_bridge_parameters(link_dw=link_dw, max_words=max_words, retransmit_cycles=retransmit)
-            if not isinstance(led_hold, int) or led_hold < 1:
-                raise ValueError(f"led_hold must be a positive int, not {led_hold!r}")
+            if not isinstance(led_hold, int) or not 1 <= led_hold < 2**32:
+                raise ValueError(f"led_hold must be a positive int below 2**32, not {led_hold!r}")
         except ValueError:
             self._MustUse__silence = True   # refused, so never elaborated
             raise
@@ -114,12 +115,16 @@ class SerialPort(wiring.Component):
         wiring.connect(m, bridge.tlp_out, wiring.flipped(self.tlp_out))
         wiring.connect(m, wiring.flipped(self.tlp_in), bridge.tlp_in)
 
-        hold = Signal(range(self._led_hold + 1))
+        # An LFSR, not a binary counter: a second's worth of cycles is a
+        # 25-bit carry chain, which set the iCEBreaker matrix part's clock.
+        timer = LfsrTimer(self._led_hold)
+        state = Signal(timer.width, init=timer.start)
         with m.If(bridge.bad_frame):
-            m.d.sync += hold.eq(self._led_hold)
-        with m.Elif(hold != 0):
-            m.d.sync += hold.eq(hold - 1)
-        m.d.comb += self.link_error.eq(hold != 0)
+            m.d.sync += [self.link_error.eq(1), state.eq(timer.start)]
+        with m.Elif(self.link_error):
+            m.d.sync += state.eq(timer.step(state))
+            with m.If(state == timer.last):
+                m.d.sync += self.link_error.eq(0)
         return m
 
 

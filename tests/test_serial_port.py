@@ -30,7 +30,8 @@ GOOD = {"link_dw": 1, "max_words": 5, "divisor": 4, "retransmit": 500, "led_hold
     ({"max_words": 3}, "max_words must be an int from 4 to 16383, not 3"),
     ({"max_words": "5", "retransmit": None}, "max_words must be an int from 4 to 16383, not '5'"),
     ({"retransmit": 0}, "retransmit_cycles must be a positive int, not 0"),
-    ({"led_hold": 0}, "led_hold must be a positive int, not 0"),
+    ({"led_hold": 0}, "led_hold must be a positive int below 2\\*\\*32, not 0"),
+    ({"led_hold": 2**32}, "led_hold must be a positive int below 2\\*\\*32, not 4294967296"),
 ])
 def test_bad_parameters_are_named(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -49,7 +50,7 @@ def test_default_retransmit_is_four_longest_frames():
 def test_the_chip_and_the_part_check_their_port():
     with pytest.raises(ValueError, match="not 2"):
         SerialChip(TPUConfig(rows=2, cols=2), divisor=2)
-    with pytest.raises(ValueError, match="led_hold must be a positive int, not -1"):
+    with pytest.raises(ValueError, match="led_hold must be a positive int below 2\\*\\*32, not -1"):
         SerialMatrixPart(TPUConfig(rows=2, cols=2, acc_rows=16, ub_rows=32, weight_mem_tiles=4,
                                    weight_fifo_tiles=1), led_hold=-1)
 
