@@ -7,6 +7,7 @@ each in a simulation of its own, so every testcase starts from the state
 the Verilog gives at time zero, whatever ran before it.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 
 
@@ -120,7 +121,18 @@ def _chip():
                        "ABORT and SOFT_RESET while WHM writes keep the link busy"),
               Testcase("fetch_bounds", module, "fetch_bounds",
                        "each program's fetch reads its bytes once and nothing past its end")]
-    return cases
+    return [dataclasses.replace(case, unfit=_over_tlps(case.unfit)) for case in cases]
+
+
+def _over_tlps(unfit):
+    """`unfit`, and not for a chip speaking the narrow host protocol: the
+    chip's testcases drive its PCIe-style host interface."""
+    def over_tlps(config):
+        if config.narrow_host:
+            return ("it drives the PCIe-style host interface, and this chip speaks the narrow "
+                    "host protocol (narrow_host 1; tests/test_serial_link_rtl.py drives it)")
+        return unfit(config) if unfit else None
+    return over_tlps
 
 
 def testcases(top):

@@ -171,3 +171,5 @@ def test_narrow_host_needs_the_serial_host():
         TPUConfig(narrow_host=1, serial_host=1, link_dw=1, read_tags=1)
     assert TPUConfig(narrow_host=1, serial_host=1, link_dw=1, read_tags=1,
                      host_addr_bits=32).narrow_host == 1
+    from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE
+    assert UP5K_PROFILE.narrow_host == 1 and ULX3S16_PROFILE.narrow_host == 0

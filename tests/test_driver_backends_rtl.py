@@ -42,6 +42,10 @@ def test_simulation_backend_options_are_checked(simulator):
     for latency in (-1, 2.0, True, "0"):
         with pytest.raises(ValueError, match=f"the {simulator} backend's host_latency must be"):
             run(check_mlp, backend=simulator, config=NARROW, host_latency=latency)
+    from tpu.config import UP5K_PROFILE
+    with pytest.raises(ValueError, match=f"the {simulator} backend drives the chip's PCIe-style host "
+                                         f"interface, and this chip speaks the narrow host protocol"):
+        run(check_mlp, backend=simulator, config=UP5K_PROFILE)
 
 
 def test_simulation_process_imports_no_amaranth():

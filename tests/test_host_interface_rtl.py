@@ -18,8 +18,10 @@ WIDE = TPUConfig(rows=8, cols=8, acc_rows=256, ub_rows=1024, weight_mem_tiles=64
                  cpl_timeout=2000)
 # The up5k profile's chip: the small-FPGA host side (one tag, one window,
 # 32-bit addresses and counters, `serial_host`) on its 2x2 array with the
-# small sequencer, decoder and activation pipeline.
-UP5K_HOST = UP5K_PROFILE
+# small sequencer, decoder and activation pipeline, speaking TLPs (the
+# profile itself speaks the narrow host protocol, `narrow_host`, which
+# tests/test_serial_link_rtl.py drives over the UART).
+UP5K_HOST = UP5K_PROFILE.replace(narrow_host=0)
 # A rectangular array (ACT stores min(rows, cols) channels of a row): tpu sim
 # runs testcases of the chip on it (tests/test_cli_sim.py).
 RECTANGULAR = NARROW.replace(rows=3, cols=5)

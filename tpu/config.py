@@ -340,11 +340,12 @@ PROFILES = {
     # for a UART, one requantizer with a 16 x 16-bit multiplier (ACT takes
     # 8 cycles a row) and the small activation pipeline, the sequencer
     # issuing to one unit at a time, the decoder's products a bit a cycle and
-    # the host side's small form.
+    # the host side's small form speaking the narrow host protocol over the
+    # UART (no TLP layer).
     "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
                  cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                  requantizers=1, requantizer_multiplier_width=16, serial_issue=1, serial_decode=1,
-                 serial_act=1, serial_host=1),
+                 serial_act=1, serial_host=1, narrow_host=1),
     # ECP5-85F (ULX3S): a 16x16 array, 144 of its PEs in three bands of
     # rows on the three lines of MULT18X18D (the placement that routes,
     # with nextpnr's static placer; the decoder's products then go into

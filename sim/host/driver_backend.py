@@ -70,6 +70,10 @@ def simulation_backend(simulator):
             raise ValueError(f"the {simulator} backend's seed must be >= 0, not {seed}")
         if waves is not None and not isinstance(waves, (str, os.PathLike)):
             raise TypeError(f"the {simulator} backend's waves must be a file name, not {waves!r}")
+        if config.narrow_host:
+            raise ValueError(f"the {simulator} backend drives the chip's PCIe-style host interface, "
+                             f"and this chip speaks the narrow host protocol (narrow_host 1): use "
+                             f"narrow_host 0 (the same core) or the serial backend")
         reason = missing_simulator(simulator)
         if reason:
             raise SimulatorMissing(reason)

@@ -40,8 +40,9 @@ CHIP_FMAX_MHZ = max(r.fmax_mhz for r in ROUTED_CHIPS if (r.board, r.rows, r.cols
 #: The chip whose array and memories the iCE40 UP5K's hard blocks hold: the
 #: "up5k" profile (one shared requantizer on a 16 x 16-bit multiplier, the
 #: UART-sized host fields) with the matrix part's 4x4 array on the 8 SB_MAC16
-#: and its memories (UB in 2 SPRAMs, accumulators and weights in EBR)
-UP5K_SIZED = TPUConfig(**{**PROFILES["up5k"], **UP5K_MATRIX_PART_FIELDS})
+#: and its memories (UB in 2 SPRAMs, accumulators and weights in EBR),
+#: speaking TLPs, as the simulation backends that run it drive them
+UP5K_SIZED = TPUConfig(**{**PROFILES["up5k"], **UP5K_MATRIX_PART_FIELDS, "narrow_host": 0})
 #: Fmax (MHz) of the matrix part on the UP5K (docs/fpga.md, "What fits the UP5K")
 UP5K_FMAX_MHZ = 18.19
 
