@@ -115,6 +115,7 @@ def test_ulx3s16_profile_is_a_16x16_chip_in_dsp_bands():
     assert TPUConfig.from_options({}, "ulx3s16") == ULX3S16_PROFILE
     assert (ULX3S16_PROFILE.rows, ULX3S16_PROFILE.cols, ULX3S16_PROFILE.requantizers) == (16, 16, 1)
     assert (ULX3S16_PROFILE.dsp_bands, ULX3S16_PROFILE.dsp_multipliers) == (1, 0)
+    assert ULX3S16_PROFILE.pe_multiplier_latency == 3
     assert all(getattr(ULX3S16_PROFILE, name) == value for name, value in UP5K_HOST_FIELDS.items())
     assert TPUConfig().dsp_multipliers == 0
 

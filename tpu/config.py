@@ -357,9 +357,14 @@ PROFILES = {
     # products take 10 of the 12 blocks left) and 112 in logic, one
     # requantizer with a 16 x 16-bit multiplier (ACT takes 64 cycles a
     # row), a weight memory of 512 tiles, the UP5K's host interface for a
-    # UART (docs/fpga.md).
+    # UART (docs/fpga.md). Its PEs multiply in three cycles, band3's
+    # multipliers (a product register after each MULT18X18D, the others
+    # PipelinedLUTMultiplier): the two-cycle ones in logic were the chip's
+    # slowest path, and the cycle more per MMC costs under 0.2% of an
+    # MLPerf Tiny inference.
     "ulx3s16": dict(rows=16, cols=16, weight_mem_tiles=512, cpl_timeout=16000000, **UP5K_HOST_FIELDS,
-                    requantizers=1, requantizer_multiplier_width=16, dsp_bands=1),
+                    requantizers=1, requantizer_multiplier_width=16, dsp_bands=1,
+                    pe_multiplier_latency=3),
     # TPU v1 (Jouppi et al., ISCA 2017), a compiler target rather than a
     # board: its 256x256 array, 24 MiB unified buffer (98 304 rows of 256
     # bytes), 4 MiB of accumulators (4 096 rows of 256 int32) and its
