@@ -22,6 +22,14 @@ __all__ = ["SystolicArray", "SystolicRow", "psum_width"]
 _MAX_PRODUCT = 255 * 128
 
 
+def _never_elaborated(mul):
+    """Mark a multiplier, and one it wraps, as not to be elaborated (so
+    Amaranth does not warn that it went unused)."""
+    while mul is not None:
+        mul._MustUse__silence = True
+        mul = getattr(mul, "inner", None)
+
+
 def psum_width(rows):
     """Bits of a signed partial sum that can never overflow for `rows` products."""
     return (rows * _MAX_PRODUCT).bit_length() + 1
@@ -255,7 +263,7 @@ class SystolicArray(wiring.Component):
         if len(latencies) > 1:
             for row in multipliers:
                 for mul in row:
-                    mul._MustUse__silence = True    # refused, so never elaborated
+                    _never_elaborated(mul)  # refused
             (a, pe_a), (b, pe_b) = list(latencies.items())[:2]
             raise ValueError(f"SystolicArray multipliers must all take the same number of cycles: "
                              f"PE{pe_a} takes {a}, PE{pe_b} takes {b}")
@@ -351,7 +359,7 @@ class SystolicArray(wiring.Component):
             make = multiplier_sites(self._dsp_sites, hard_multiplier=hard, soft_multiplier=soft)
         if make is not None:
             for mul in (mul for row in multipliers for mul in row):
-                mul._MustUse__silence = True
+                _never_elaborated(mul)
             multipliers = [[make(k, n) for n in range(cols)] for k in range(rows)]
             # The latency (and so the deskew, the valid and tag delays) was
             # fixed from the defaults: the platform's must take as long.
@@ -369,7 +377,7 @@ class SystolicArray(wiring.Component):
                 # Only the row a module is converted from elaborates its
                 # multipliers; the other instances' are never used.
                 for mul in multipliers[k]:
-                    mul._MustUse__silence = True
+                    _never_elaborated(mul)
             m.d.comb += [
                 row.act.eq(lane_act[k]),
                 row.act_switch.eq(lane_switch[k]),
