@@ -213,14 +213,43 @@ class ActivationPipeline(wiring.Component):
 
         with m.If(self.set_settings.valid & self.set_settings.ready):
             m.d.sync += settings.eq(self.set_settings.payload)
-        with m.If(self.set_channel.valid & self.set_channel.ready):
+        # With shared lanes whose settings are chosen ahead (a multi-cycle
+        # product, not the small form) a column write lands a cycle late,
+        # from registers: `channel_written` the written column one-hot, the
+        # values beside it. The write's handshake (`ready` follows the rows
+        # in flight) then reaches one flip-flop per column, not the 70 enables
+        # of a column's registers across the die, and each column's enable
+        # comes from a flip-flop. The registers chosen ahead take the value
+        # as it is offered and while it lands (see `chosen`); a column of a
+        # later group is read no sooner than 4 cycles after a row is taken.
+        staged = steps > 1 and cycles > 1 and not self._config.serial_act
+        channel_write = self.set_channel.valid & self.set_channel.ready
+        if staged:
+            channel_written = Signal(cols, name="channel_written")
+            written_bias = Signal(signed(32), name="written_bias")
+            written_multiplier = Signal(signed(32), name="written_multiplier")
+            written_shift = Signal(signed(6), name="written_shift")
+            m.d.sync += [
+                channel_written.eq(Cat(channel_write & (self.set_channel.payload.col == n)
+                                       for n in range(cols))),
+                written_bias.eq(self.set_channel.payload.bias),
+                written_multiplier.eq(self.set_channel.payload.multiplier),
+                written_shift.eq(self.set_channel.payload.shift),
+            ]
             for n in range(cols):
-                with m.If(self.set_channel.payload.col == n):
-                    m.d.sync += [
-                        bias[n].eq(self.set_channel.payload.bias),
-                        multiplier[n].eq(self.set_channel.payload.multiplier),
-                        shift[n].eq(self.set_channel.payload.shift),
-                    ]
+                with m.If(channel_written[n]):
+                    m.d.sync += [bias[n].eq(written_bias), multiplier[n].eq(written_multiplier),
+                                 shift[n].eq(written_shift)]
+        else:
+            channel_written = written_bias = written_multiplier = written_shift = None
+            with m.If(channel_write):
+                for n in range(cols):
+                    with m.If(self.set_channel.payload.col == n):
+                        m.d.sync += [
+                            bias[n].eq(self.set_channel.payload.bias),
+                            multiplier[n].eq(self.set_channel.payload.multiplier),
+                            shift[n].eq(self.set_channel.payload.shift),
+                        ]
         for table in tables:
             table_wr = table.write_port()
             m.d.comb += [
@@ -313,12 +342,22 @@ class ActivationPipeline(wiring.Component):
             else:
                 m.d.comb += ahead.eq(Mux(count == row_cycles - 1, 0, count + 1))
             m.d.sync += ahead_first.eq(ahead == 0)
-        channel_write = self.set_channel.valid & self.set_channel.ready
         # The small form reads the entering group's settings and held values
         # directly, by `step`: its requantizer registers its operands as the
         # group enters anyway, so the registers chosen ahead would only
         # repeat them (70 flip-flops and their multiplexers a lane).
         serial = bool(self._config.serial_act)
+
+        # A column write offered while no group is entering (``count`` 0,
+        # group 0 ahead) goes into the registers chosen ahead, as a row may
+        # be taken in the cycle after it is taken, and then from where it
+        # lands. The offer is not qualified by ``ready``, so that what the
+        # rows in flight decide does not reach these registers: an offer
+        # not taken holds ``valid`` (the stream's rule), so no row is taken
+        # in the next cycle, and a group takes these registers only as it
+        # enters.
+        def offered(column):
+            return self.set_channel.valid & (self.set_channel.payload.col == column) & (count == 0)
 
         def chosen(values, name, written):
             """`values` (one per group) of the group entering the requantizers,
@@ -330,9 +369,11 @@ class ActivationPipeline(wiring.Component):
             register = Signal.like(values[0], name=name)
             m.d.sync += register.eq(Array(values)[ahead])
             if cycles > 1:
-                column, payload = written
-                with m.If(channel_write & (self.set_channel.payload.col == column)):
+                column, payload, landing = written
+                with m.If(offered(column)):
                     m.d.sync += register.eq(payload)
+                with m.Elif(channel_written[column]):
+                    m.d.sync += register.eq(landing)
                 return register
             # A product a cycle: group 0 is read directly as the row is taken.
             return Mux(count == 0, values[0], register)
@@ -346,6 +387,9 @@ class ActivationPipeline(wiring.Component):
         # the register follows the setting as written.
         decoded_left = steps > 1 and cycles > 1 and not serial
         settings_write = self.set_settings.valid & self.set_settings.ready
+        if staged:
+            # As offered, while no group enters (see `offered`).
+            settings_write = self.set_settings.valid & (count == 0)
         next_single_round = Mux(settings_write, self.set_settings.payload.single_round,
                                 settings.single_round)
 
@@ -356,9 +400,11 @@ class ActivationPipeline(wiring.Component):
             register = Signal(SHIFT_WIDTH - 1, name=name)
             m.d.sync += register.eq(Mux(next_single_round, 0,
                                         Array([left_of(shift[c]) for c in columns])[ahead]))
-            with m.If(channel_write & (self.set_channel.payload.col == columns[0])):
+            with m.If(offered(columns[0])):
                 m.d.sync += register.eq(Mux(next_single_round, 0,
                                             left_of(self.set_channel.payload.shift)))
+            with m.Elif(channel_written[columns[0]]):
+                m.d.sync += register.eq(Mux(next_single_round, 0, left_of(written_shift)))
             return register
 
         # The pooling unit shares the requantizers' lanes, group by group.
@@ -389,11 +435,11 @@ class ActivationPipeline(wiring.Component):
             m.d.comb += [
                 lane.acc.eq(lane_acc),
                 lane.bias.eq(chosen([bias[c] for c in columns], f"lane_bias{n}",
-                                    (columns[0], payload.bias))),
+                                    (columns[0], payload.bias, written_bias))),
                 lane.multiplier.eq(chosen([multiplier[c] for c in columns], f"lane_multiplier{n}",
-                                          (columns[0], payload.multiplier))),
+                                          (columns[0], payload.multiplier, written_multiplier))),
                 lane.shift.eq(chosen([shift[c] for c in columns], f"lane_shift{n}",
-                                     (columns[0], payload.shift))),
+                                     (columns[0], payload.shift, written_shift))),
                 lane.single_round.eq(settings.single_round),
                 lane.zero_point.eq(settings.zero_point),
                 lane.low.eq(low),
