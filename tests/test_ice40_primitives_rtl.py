@@ -31,6 +31,10 @@ def test_ice40_engine_instantiates_dual_8x8_sb_mac16():
     assert text.count("SB_MAC16 #(") == 2
     assert ".MODE_8x8(1'h1)" in text and " * " not in text
     assert "SB_MAC16" not in generate_verilog(ENGINE_CONFIGS[1], top="engine")
+    # Three-cycle PEs: the same blocks, each half's product registered once
+    # more in the fabric, and still no `*`.
+    three = generate_verilog(ENGINE_CONFIGS[2], top="engine", family="ice40")
+    assert three.count("SB_MAC16 #(") == 2 and " * " not in three
 
 
 @pytest.mark.rtl
