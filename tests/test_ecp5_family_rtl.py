@@ -103,6 +103,8 @@ CORE_CONFIG = TPUConfig(rows=4, cols=4, acc_rows=32, ub_rows=64, weight_mem_tile
 #: The same core in bands (rows 0, 1 and 3 on DSP blocks), its decoder's
 #: geometry products bounded in logic.
 BANDED_CORE_CONFIG = CORE_CONFIG.replace(dsp_multipliers=0, dsp_bands=1)
+#: The banded core with three-cycle PEs (band3's multipliers).
+BANDED3_CORE_CONFIG = BANDED_CORE_CONFIG.replace(pe_multiplier_latency=3)
 _CORE = {}
 
 
@@ -119,7 +121,8 @@ def _core_source(config):
     (CORE_CONFIG, "edge_programs", {}),
     (BANDED_CORE_CONFIG, "random_programs", {"TPU_LENGTH": "20", "TPU_FAULT": "ub_range"}),
     (BANDED_CORE_CONFIG, "edge_programs", {}),
-], ids=["random", "ub_range", "edge", "bands-ub_range", "bands-edge"])
+    (BANDED3_CORE_CONFIG, "random_programs", {"TPU_LENGTH": "30"}),
+], ids=["random", "ub_range", "edge", "bands-ub_range", "bands-edge", "bands3-random"])
 def test_ecp5_core(simulator, config, testcase, env):
     """Random programs (convolution MMCs and pooling ACTs among them), UB
     range faults, and each opcode at the last UB row and one past it, with
