@@ -137,6 +137,18 @@ class ActivationPipeline(wiring.Component):
         return (ActivationPipeline.BASE_LATENCY + config.act_row_cycles - 1
                 + ActivationPipeline.extra_latency(config))
 
+    @staticmethod
+    def head_bits(config):
+        """Bits of an input row (its first columns) that a shared lane with
+        a multi-cycle product puts through its bias add and left shift in
+        the cycle the row is taken (the row's first group): 0 for the other
+        forms. The activation unit's reader presents them from flip-flops
+        (`MemoryReader`'s ``head_bits``), so that no read multiplexer
+        comes before that add and shift."""
+        if config.requantize_steps > 1 and config.requantize_multiply_cycles > 1 and not config.serial_act:
+            return 32 * config.requantizer_lanes
+        return 0
+
     @property
     def latency(self):
         """Cycles from accepting a row to presenting the output it completes."""

@@ -79,7 +79,7 @@ class ActivationUnit(wiring.Component):
         # ACT: accumulator rows into the pipeline, results into the UB.
         m.submodules.reader = reader = MemoryReader(
             addr_shape=range(cfg.acc_rows), data_shape=data.ArrayLayout(signed(32), cols),
-            side_shape=1)
+            side_shape=1, head_bits=ActivationPipeline.head_bits(cfg))
         acc_addr = Signal(range(cfg.acc_rows))
         to_read = Signal(range(cfg.acc_rows + 1))
         ub_addr = Signal(range(cfg.ub_rows))
@@ -157,6 +157,22 @@ class ActivationUnit(wiring.Component):
         ]
         cur_row = Array(c[0] for c in cursors)[which]
         cur_byte = Array(c[1] for c in cursors)[which]
+        # The small form (`serial_act`, a power-of-two row width) finds each
+        # LDQ byte from the column and the byte's index instead of keeping
+        # three cursors: byte ``4 column + index`` of the bias and multiplier
+        # sections, byte ``column`` of the shift section. Its bytes go
+        # straight into the register they make (no 32-bit word assembled
+        # first), the shift's into a byte of its own.
+        direct = bool(cfg.serial_act) and rows & (rows - 1) == 0
+        if direct:
+            ldq_base = Signal(range(cfg.ub_rows))
+            position = Signal(range(4 * cols))
+            m.d.comb += position.eq(Mux(which == 2, column, Cat(byte_index[:2], column)))
+            row_bits = (rows - 1).bit_length()
+            sections = Array(C(offset, range(cfg.ub_rows)) for offset in ldq_sections(cfg))
+            cur_row = (ldq_base + sections[which] + (position >> row_bits))[:len(ldq_base)]
+            cur_byte = position[:row_bits] if row_bits else C(0, 1)
+            shift_byte = Signal(8)
 
         m.d.comb += self.ub_read.addr.eq(table_row)
 
@@ -180,8 +196,11 @@ class ActivationUnit(wiring.Component):
                             m.next = "LDL_READ"
                         with m.Case(Opcode.LDQ):
                             base = field(payload, Opcode.LDQ, "ub")
-                            for (row, byte), offset in zip(cursors, ldq_sections(cfg)):
-                                m.d.sync += [row.eq(base + offset), byte.eq(0)]
+                            if direct:
+                                m.d.sync += ldq_base.eq(base)
+                            else:
+                                for (row, byte), offset in zip(cursors, ldq_sections(cfg)):
+                                    m.d.sync += [row.eq(base + offset), byte.eq(0)]
                             m.d.sync += [column.eq(0), which.eq(0), byte_index.eq(0)]
                             m.next = "LDQ_READ"
                         with m.Case(Opcode.ACT):
@@ -219,11 +238,20 @@ class ActivationUnit(wiring.Component):
                 m.next = "LDQ_CAPTURE"
             with m.State("LDQ_CAPTURE"):
                 byte = self.ub_read.data[cur_byte]
-                m.d.sync += value.eq(Cat(value[8:], byte))
-                with m.If(cur_byte == rows - 1):
-                    m.d.sync += [cur_byte.eq(0), cur_row.eq(cur_row + 1)]
-                with m.Else():
-                    m.d.sync += cur_byte.eq(cur_byte + 1)
+                if direct:
+                    with m.Switch(which):
+                        with m.Case(0):
+                            m.d.sync += bias.eq(Cat(bias[8:], byte))
+                        with m.Case(1):
+                            m.d.sync += multiplier.eq(Cat(multiplier[8:], byte))
+                        with m.Default():
+                            m.d.sync += shift_byte.eq(byte)
+                else:
+                    m.d.sync += value.eq(Cat(value[8:], byte))
+                    with m.If(cur_byte == rows - 1):
+                        m.d.sync += [cur_byte.eq(0), cur_row.eq(cur_row + 1)]
+                    with m.Else():
+                        m.d.sync += cur_byte.eq(cur_byte + 1)
                 last_byte = Mux(which == 2, 0, 3)
                 with m.If(byte_index == last_byte):
                     m.d.sync += byte_index.eq(0)
@@ -233,17 +261,19 @@ class ActivationUnit(wiring.Component):
                     with m.Else():
                         m.d.sync += which.eq(which + 1)
                         m.next = "LDQ_READ"
-                    with m.If(which == 0):
-                        m.d.sync += bias.eq(Cat(value[8:], byte))
-                    with m.If(which == 1):
-                        m.d.sync += multiplier.eq(Cat(value[8:], byte))
+                    if not direct:
+                        with m.If(which == 0):
+                            m.d.sync += bias.eq(Cat(value[8:], byte))
+                        with m.If(which == 1):
+                            m.d.sync += multiplier.eq(Cat(value[8:], byte))
                 with m.Else():
                     m.d.sync += byte_index.eq(byte_index + 1)
                     m.next = "LDQ_READ"
             with m.State("LDQ_SHIFT"):
                 # `value[24:32]` now holds the shift byte.
+                shift_value = shift_byte if direct else value[24:32]
                 m.d.comb += [pipe.set_channel.valid.eq(1),
-                             channel.shift.eq(_saturate(value[24:32].as_signed(), SHIFT_WIDTH))]
+                             channel.shift.eq(_saturate(shift_value.as_signed(), SHIFT_WIDTH))]
                 with m.If(pipe.set_channel.ready):
                     m.d.sync += column.eq(column + 1)
                     with m.If(column == cols - 1):

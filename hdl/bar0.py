@@ -1,7 +1,7 @@
 """BAR0: the register file the host reads and writes over MMIO."""
 
 from amaranth import *
-from amaranth.lib import data, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..host_registers import COUNTER_NAMES, UNMAPPED, Irq, config_words, register_bits, registers
@@ -9,7 +9,11 @@ from .window import DmaWindows
 from .tlp import CplStatus, FmtType, TlpHeader, has_data, tlp_stream
 
 
-__all__ = ["Bar0"]
+__all__ = ["Bar0", "RegisterAccess"]
+
+#: One register access of the narrow host protocol (`narrow_host`): a write
+#: of ``value`` or a read of the register at word ``offset``.
+RegisterAccess = data.StructLayout({"write": 1, "offset": 10, "value": 32})
 
 #: Reads and writes longer than this many words are answered UR / dropped:
 #: a 64-bit access is the widest a driver needs.
@@ -42,6 +46,12 @@ class Bar0(wiring.Component):
     request : In(tlp_stream)
     completion : Out(tlp_stream)
     completer_id : In(16)
+        The host's requests and their completions; with ``narrow_host``
+        instead:
+    access : In(stream.Signature(RegisterAccess))
+        One-word register writes and reads, without TLP decoding.
+    answer : Out(stream.Signature(32))
+        The value of each read, in order.
     rw : Out(StructLayout)
         The writable registers' values, by name (e.g. ``rw.PROG_LEN``), each
         as wide as the bits it keeps (`register_bits`: an address ``_HI``
@@ -77,10 +87,15 @@ class Bar0(wiring.Component):
         self._bits = register_bits(config)
         self._rw = [r for r in self._table if r.access == "rw"
                     and not r.name.startswith("WIN")]
+        if config.narrow_host:
+            host = {"access": In(stream.Signature(RegisterAccess)),
+                    "answer": Out(stream.Signature(32))}
+        else:
+            host = {"request":      In(tlp_stream(config.link_dw)),
+                    "completion":   Out(tlp_stream(config.link_dw)),
+                    "completer_id": In(16)}
         super().__init__({
-            "request":      In(tlp_stream(config.link_dw)),
-            "completion":   Out(tlp_stream(config.link_dw)),
-            "completer_id": In(16),
+            **host,
             "rw":           Out(data.StructLayout({r.name: self._bits.get(r.name, 32)
                                                    for r in self._rw})),
             "windows":      Out(DmaWindows(config)),
@@ -102,8 +117,6 @@ class Bar0(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self._config
-        link_dw = cfg.link_dw
-        max_words = 1 if cfg.serial_host else MAX_ACCESS_WORDS
 
         # Register storage: only the bits a register keeps (an address _HI
         # above host_addr_bits keeps none, reads 0 and ignores writes).
@@ -153,6 +166,94 @@ class Bar0(wiring.Component):
                     m.d.comb += value.eq(UNMAPPED)
             return value, latch
 
+        # IRQ_STATUS bits a write clears this cycle.
+        cleared = Signal(32)
+        if cfg.narrow_host:
+            self._serve_words(m, read, stored, cleared, counter_hi, bad_requests)
+        else:
+            self._serve_tlps(m, read, stored, cleared, counter_hi, bad_requests)
+        # A raise wins over a clear in the same cycle: an event is never lost.
+        m.d.sync += irq_status.eq((irq_status & ~cleared) | self.irq_raise)
+
+        with m.If(self.soft_reset):
+            for r in self._table:
+                if r.name in stored:
+                    m.d.sync += stored[r.name].eq(r.reset)
+            m.d.sync += [irq_status.eq(0), bad_requests.eq(0)]
+        return m
+
+    def _write(self, m, offset, value, stored, control, cleared):
+        """A write of `value` to word `offset`, in the current condition."""
+        with m.Switch(offset):
+            for r in self._table:
+                if r.access == "rw":
+                    if not len(stored[r.name]):
+                        continue
+                    with m.Case(r.offset >> 2):
+                        m.d.sync += stored[r.name].eq(value)
+                elif r.access == "w1c":
+                    with m.Case(r.offset >> 2):
+                        m.d.comb += cleared.eq(value)
+                elif r.name == "CONTROL":
+                    with m.Case(r.offset >> 2):
+                        m.d.sync += control.eq(value[:4])
+
+    @staticmethod
+    def _settled(m, wrote):
+        """Whether the writes before have taken full effect: an access that
+        follows a write (`wrote`, the cycle it is taken) waits three cycles,
+        as a CONTROL bit acts two cycles later, so a read always sees what
+        the writes before it did (STATUS read right after START says BUSY)."""
+        settle = Signal(2)
+        with m.If(settle != 0):
+            m.d.sync += settle.eq(settle - 1)
+        with m.If(wrote):
+            m.d.sync += settle.eq(3)
+        return settle == 0
+
+    def _latch_counter_hi(self, m, offset, counter_hi):
+        """A counter's _LO read at `offset` latches its upper half for the
+        _HI read (the word after it)."""
+        with m.Switch(offset):
+            for i, name in enumerate(COUNTER_NAMES):
+                with m.Case((0x200 >> 2) + 2 * i):
+                    m.d.sync += counter_hi.eq(self.counters[name][32:])
+
+    def _serve_words(self, m, read, stored, cleared, counter_hi, bad_requests):
+        """Register accesses of one word each (`narrow_host`): a write is
+        applied, a read answered on ``answer``."""
+        access = self.access.payload
+        control = Signal(4)
+        responding = Signal()
+        resp = Signal(32)
+        m.d.comb += [
+            self.control.eq(control),
+            self.answer.valid.eq(responding),
+            self.answer.payload.eq(resp),
+        ]
+        m.d.sync += control.eq(0)
+        wrote = Signal()
+        m.d.comb += self.access.ready.eq(~responding & self._settled(m, wrote))
+        taken = self.access.valid & self.access.ready
+        m.d.comb += wrote.eq(taken & access.write)
+        with m.If(wrote):
+            self._write(m, access.offset, access.value, stored, control, cleared)
+        value, latch = read(access.offset)
+        with m.If(taken & ~access.write):
+            m.d.sync += [responding.eq(1), resp.eq(value)]
+            if len(counter_hi):
+                with m.If(latch):
+                    self._latch_counter_hi(m, access.offset, counter_hi)
+        with m.If(self.answer.valid & self.answer.ready):
+            m.d.sync += responding.eq(0)
+        m.d.sync += bad_requests.eq(bad_requests + self.malformed + self.refused)
+
+    def _serve_tlps(self, m, read, stored, cleared, counter_hi, bad_requests):
+        """Memory requests in TLPs: writes applied, reads and the rest answered with completions."""
+        cfg = self._config
+        link_dw = cfg.link_dw
+        max_words = 1 if cfg.serial_host else MAX_ACCESS_WORDS
+
         # The request, one packet at a time: its header is on every beat.
         beat = self.request.payload
         hdr = beat.header
@@ -184,28 +285,13 @@ class Bar0(wiring.Component):
             m.d.sync += index.eq(Mux(beat.last, 0, index + link_dw))
 
         write_ok = is_write & served & whole
-        cleared = Signal(32)
         for lane in range(link_dw):
             offset = Signal(10, name=f"write_offset_{lane}")
             value = beat.data[32 * lane:32 * (lane + 1)]
             m.d.comb += offset.eq(word_offset + index + lane)
             with m.If(self.request.valid & self.request.ready & write_ok & (lane < beat.words)):
-                with m.Switch(offset):
-                    for r in self._table:
-                        if r.access == "rw":
-                            if not len(stored[r.name]):
-                                continue
-                            with m.Case(r.offset >> 2):
-                                m.d.sync += stored[r.name].eq(value)
-                        elif r.access == "w1c":
-                            with m.Case(r.offset >> 2):
-                                m.d.comb += cleared.eq(value)
-                        elif r.name == "CONTROL":
-                            with m.Case(r.offset >> 2):
-                                m.d.sync += control.eq(value[:4])
+                self._write(m, offset, value, stored, control, cleared)
 
-        # A raise wins over a clear in the same cycle: an event is never lost.
-        m.d.sync += irq_status.eq((irq_status & ~cleared) | self.irq_raise)
 
         # Non-posted requests are answered: a read of registers or UR.
         responding = Signal()
@@ -214,15 +300,8 @@ class Bar0(wiring.Component):
         resp_data = Signal(32 * max_words)
         sent = Signal(range(max_words + link_dw + 1))
 
-        # A request that follows a write waits until the write has taken full
-        # effect (a CONTROL bit acts two cycles later), so a read always sees
-        # what the writes before it did: STATUS read right after START says BUSY.
-        settle = Signal(2)
-        with m.If(settle != 0):
-            m.d.sync += settle.eq(settle - 1)
-        with m.If(self.request.valid & self.request.ready & beat.last & is_write):
-            m.d.sync += settle.eq(3)
-        m.d.comb += self.request.ready.eq(~responding & (settle == 0))
+        settled = self._settled(m, self.request.valid & self.request.ready & beat.last & is_write)
+        m.d.comb += self.request.ready.eq(~responding & settled)
         def take_word(w, taken, value, latch, offset):
             """Word `w` of the completion is `value`, read at `offset`; a
             counter's _LO taken latches its upper half for the _HI read."""
@@ -230,11 +309,7 @@ class Bar0(wiring.Component):
             if not len(counter_hi):
                 return
             with m.If(taken & latch):
-                # The _HI is the word after the _LO read at `offset`.
-                with m.Switch(offset):
-                    for i, name in enumerate(COUNTER_NAMES):
-                        with m.Case((0x200 >> 2) + 2 * i):
-                            m.d.sync += counter_hi.eq(self.counters[name][32:])
+                self._latch_counter_hi(m, offset, counter_hi)
 
         if link_dw == 1 and max_words == 1:
             accept_value, accept_latch = read(word_offset)
@@ -299,9 +374,3 @@ class Bar0(wiring.Component):
             with m.If(out.last):
                 m.d.sync += responding.eq(0)
 
-        with m.If(self.soft_reset):
-            for r in self._table:
-                if r.name in stored:
-                    m.d.sync += stored[r.name].eq(r.reset)
-            m.d.sync += [irq_status.eq(0), bad_requests.eq(0)]
-        return m

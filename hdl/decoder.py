@@ -227,6 +227,10 @@ class InstructionDecoder(wiring.Component):
         win_bad = Signal()
         out_h = Signal(24)
         out_w = Signal(24)
+        # `out_h` and `out_w` clamped at the UB's size (`bounded_operand`),
+        # for the pooled rows' bounded product.
+        out_h_bound = Signal(cfg.ub_rows.bit_length() + 1)
+        out_w_bound = Signal(cfg.ub_rows.bit_length() + 1)
         conv_y = Signal(24)
         conv_x = Signal(24)
         # The stages after the geometry: each registers its results, so no
@@ -252,7 +256,8 @@ class InstructionDecoder(wiring.Component):
         # array needs, they are bounded products in logic. On an ECP5 only
         # with the array in DSP bands, which leave too few blocks for them:
         # otherwise the 9 MULT18X18D they take cost less logic as soft PEs.
-        if is_ice40(platform) or (is_ecp5(platform) and cfg.dsp_bands):
+        bounded = is_ice40(platform) or (is_ecp5(platform) and cfg.dsp_bands)
+        if bounded:
             def product_terms(a, b):
                 # `conv_y - 1` and `out_w - 1` are signed, and used only
                 # where they are not negative: their unsigned bits.
@@ -305,7 +310,15 @@ class InstructionDecoder(wiring.Component):
                 full_col_part.eq(terms_sum("full_col_part",
                                            product_terms(mmc["out_w"] - 1, mmc["col_step"]), part_bits)),
             ]
-            pooled_sum = terms_sum("pooled_rows", product_terms(out_h, out_w), 24)
+            if bounded:
+                # The pooled sizes clamped as their divisions end, so that
+                # PRODUCT's partial products read flip-flops directly (the
+                # clamp's compare before them was the ulx3s16 sequencer's
+                # deepest path, 7 levels).
+                pooled_terms = bounded_product_terms(out_h_bound, out_w_bound, ub_bits, 4, clamped=True)
+            else:
+                pooled_terms = product_terms(out_h, out_w)
+            pooled_sum = terms_sum("pooled_rows", pooled_terms, 24)
         # SUM and PICK: the last UB row of a convolution, from the end of its
         # last full line of output pixels or of its last pixel.
         tail = Signal(part_bits)
@@ -327,6 +340,15 @@ class InstructionDecoder(wiring.Component):
         # series with its leading-one search.
         dividend = Signal(24)
         divisor = Signal(24)
+
+        def bound_of(size):
+            # `size` as `bounded_operand(div.quotient + 1)` where the pooled
+            # product is bounded in registered terms; its compare made on
+            # the quotient beside the add rather than after it.
+            if not bounded or cfg.serial_decode:
+                return []
+            limit = 1 << ub_bits
+            return [size.eq(Mux(div.quotient >= limit - 1, limit, (div.quotient + 1)[:ub_bits + 1]))]
         m.d.comb += [div.dividend.eq(dividend), div.divisor.eq(divisor)]
 
         with m.FSM() as fsm:
@@ -363,7 +385,7 @@ class InstructionDecoder(wiring.Component):
                 m.next = "OUT_H"
             with m.State("OUT_H"):
                 with m.If(div.done):
-                    m.d.sync += [out_h.eq(div.quotient + 1),
+                    m.d.sync += [out_h.eq(div.quotient + 1), *bound_of(out_h_bound),
                                  dividend.eq(act["in_w"] - act["pool_size"])]
                     m.next = "OUT_W_START"
             with m.State("OUT_W_START"):
@@ -371,7 +393,7 @@ class InstructionDecoder(wiring.Component):
                 m.next = "OUT_W"
             with m.State("OUT_W"):
                 with m.If(div.done):
-                    m.d.sync += out_w.eq(div.quotient + 1)
+                    m.d.sync += [out_w.eq(div.quotient + 1), *bound_of(out_w_bound)]
                     m.next = "PRODUCT"
             with m.State("PRODUCT"):
                 if cfg.serial_decode:

@@ -11,6 +11,9 @@ from .byte_gearbox import gearbox
 from .core import TPUCore
 from .dma_read import DmaReader, read_job
 from .dma_write import DmaWriter
+from .narrow_link import NarrowLink
+from .narrow_reader import NarrowReader
+from .narrow_writer import NarrowWriter
 from .program_fetcher import ProgramFetcher
 from .tlp import FmtType, link_stream
 from .tlp_arbiter import TlpArbiter
@@ -33,7 +36,9 @@ class Channel:
 class HostInterface(wiring.Component):
     """A `TPUCore` with its host side: TLP receiver and transmitter, the BAR0
     register file, the DMA reader and writer, the program fetcher, the weight
-    filler and MSI-style interrupts (docs/host_interface.md).
+    filler and MSI-style interrupts (docs/host_interface.md). With
+    ``narrow_host`` the link carries the narrow host protocol's messages
+    (`NarrowLink`, `NarrowReader`, `NarrowWriter`) instead of TLPs.
 
     Ports
     -----
@@ -70,45 +75,51 @@ class HostInterface(wiring.Component):
         beat_bytes = 4 * cfg.link_dw
 
         abort = Signal()        # ABORT or SOFT_RESET this cycle
-        m.submodules.rx = rx = TlpReceiver(cfg.link_dw, max_payload=cfg.max_payload,
-                                           addr32=bool(cfg.serial_host))
-        m.submodules.tx = tx = TlpTransmitter(cfg.link_dw)
+        narrow = cfg.narrow_host
+        if not narrow:
+            m.submodules.rx = rx = TlpReceiver(cfg.link_dw, max_payload=cfg.max_payload,
+                                               addr32=bool(cfg.serial_host))
+            m.submodules.tx = tx = TlpTransmitter(cfg.link_dw)
         m.submodules.bar0 = bar0 = Bar0(cfg)
-        m.submodules.reader = reader = DmaReader(cfg)
-        m.submodules.writer = writer = DmaWriter(cfg)
+        m.submodules.reader = reader = (NarrowReader if narrow else DmaReader)(cfg)
+        m.submodules.writer = writer = (NarrowWriter if narrow else DmaWriter)(cfg)
         m.submodules.fetcher = fetcher = ProgramFetcher(cfg)
         m.submodules.filler = filler = WeightFiller(cfg)
-        m.submodules.arbiter = arbiter = TlpArbiter(cfg.link_dw, 3)
+        if not narrow:
+            m.submodules.arbiter = arbiter = TlpArbiter(cfg.link_dw, 3)
         m.submodules.core = core = TPUCore(cfg)
         # RHM and WHM jobs are whole UB rows, as a `BeatShifter` needs.
         m.submodules.rhm_gearbox = rhm_gearbox = ResetInserter(abort)(gearbox(beat_bytes, cfg.rows))
         m.submodules.whm_gearbox = whm_gearbox = ResetInserter(abort)(gearbox(cfg.rows, beat_bytes))
 
-        wiring.connect(m, wiring.flipped(self.rx), rx.link)
-        wiring.connect(m, tx.link, wiring.flipped(self.tx))
-        m.d.comb += [
-            bar0.completer_id.eq(self.pcie_id),
-            bar0.malformed.eq(rx.malformed),
-            reader.requester_id.eq(self.pcie_id),
-            writer.requester_id.eq(self.pcie_id),
-        ]
+        if narrow:
+            self._narrow_link(m, bar0, reader, writer)
+        else:
+            wiring.connect(m, wiring.flipped(self.rx), rx.link)
+            wiring.connect(m, tx.link, wiring.flipped(self.tx))
+            m.d.comb += [
+                bar0.completer_id.eq(self.pcie_id),
+                bar0.malformed.eq(rx.malformed),
+                reader.requester_id.eq(self.pcie_id),
+                writer.requester_id.eq(self.pcie_id),
+            ]
 
-        # Received TLPs: completions answer the DMA reader, the rest is for BAR0.
-        # Cpl, CplD and their locked forms differ from Cpl only in bits 6 and 0.
-        is_cpl = (rx.tlp.payload.header.fmt_type & 0xBE) == FmtType.CPL
-        m.d.comb += [
-            reader.completion.payload.eq(rx.tlp.payload),
-            bar0.request.payload.eq(rx.tlp.payload),
-            reader.completion.valid.eq(rx.tlp.valid & is_cpl),
-            bar0.request.valid.eq(rx.tlp.valid & ~is_cpl),
-            rx.tlp.ready.eq(Mux(is_cpl, reader.completion.ready, bar0.request.ready)),
-        ]
+            # Received TLPs: completions answer the DMA reader, the rest is for BAR0.
+            # Cpl, CplD and their locked forms differ from Cpl only in bits 6 and 0.
+            is_cpl = (rx.tlp.payload.header.fmt_type & 0xBE) == FmtType.CPL
+            m.d.comb += [
+                reader.completion.payload.eq(rx.tlp.payload),
+                bar0.request.payload.eq(rx.tlp.payload),
+                reader.completion.valid.eq(rx.tlp.valid & is_cpl),
+                bar0.request.valid.eq(rx.tlp.valid & ~is_cpl),
+                rx.tlp.ready.eq(Mux(is_cpl, reader.completion.ready, bar0.request.ready)),
+            ]
 
-        # Sent TLPs: register completions, read requests, writes.
-        wiring.connect(m, bar0.completion, arbiter.i0)
-        wiring.connect(m, reader.request, arbiter.i1)
-        wiring.connect(m, writer.request, arbiter.i2)
-        wiring.connect(m, arbiter.o, tx.tlp)
+            # Sent TLPs: register completions, read requests, writes.
+            wiring.connect(m, bar0.completion, arbiter.i0)
+            wiring.connect(m, reader.request, arbiter.i1)
+            wiring.connect(m, writer.request, arbiter.i2)
+            wiring.connect(m, arbiter.o, tx.tlp)
 
         rw = bar0.rw
         control = bar0.control
@@ -349,3 +360,18 @@ class HostInterface(wiring.Component):
         with m.If((raised & rw.IRQ_ENABLE) != 0):
             m.d.sync += msi_pending.eq(msi_addr != 0)
         return m
+
+    def _narrow_link(self, m, bar0, reader, writer):
+        """The narrow host protocol's messages to and from BAR0, the reader
+        and the writer (`narrow_host`) in place of the TLP layer."""
+        m.submodules.link = link = NarrowLink(self._config)
+        wiring.connect(m, wiring.flipped(self.rx), link.rx)
+        wiring.connect(m, link.tx, wiring.flipped(self.tx))
+        wiring.connect(m, link.access, bar0.access)
+        wiring.connect(m, bar0.answer, link.answer)
+        wiring.connect(m, reader.request, link.read_request)
+        wiring.connect(m, link.read_answer, reader.answer)
+        wiring.connect(m, link.read_words, reader.words)
+        wiring.connect(m, writer.request, link.write_request)
+        wiring.connect(m, writer.words, link.write_words)
+        m.d.comb += bar0.malformed.eq(link.malformed)

@@ -26,11 +26,21 @@ class MemoryReader(wiring.Component):
         What was read, in order.
     idle : Out(1)
         Nothing is in flight or buffered.
+
+    Parameters
+    ----------
+    head_bits : int
+        The low `head_bits` bits of ``o.payload.data`` come from a flip-flop
+        (a copy of the buffer's entries in registers that move up as the
+        first is read) rather than through the buffer's read multiplexer,
+        for a consumer that puts more logic after them; the same values in
+        the same cycles.
     """
 
     DEPTH = 3
 
-    def __init__(self, *, addr_shape, data_shape, side_shape=1):
+    def __init__(self, *, addr_shape, data_shape, side_shape=1, head_bits=0):
+        self._head_bits = head_bits
         self._in_layout = data.StructLayout({"addr": addr_shape, "side": side_shape})
         self._out_layout = data.StructLayout({"data": data_shape, "side": side_shape})
         super().__init__({
@@ -65,4 +75,18 @@ class MemoryReader(wiring.Component):
             buffer.r_en.eq(self.o.ready),
             self.idle.eq(~in_flight & (buffer.level == 0)),
         ]
+        if self._head_bits:
+            # The entries' low bits in order, the first the one read: a read
+            # moves each up one, a write fills the first free one after it.
+            heads = [Signal(self._head_bits, name=f"head{i}") for i in range(self.DEPTH)]
+            read = buffer.r_en & buffer.r_rdy
+            kept = Signal(range(self.DEPTH + 1))
+            m.d.comb += kept.eq(buffer.level - read)
+            for i, head in enumerate(heads):
+                with m.If(in_flight & (kept == i)):
+                    m.d.sync += head.eq(Value.cast(self.port.data)[:self._head_bits])
+                if i + 1 < self.DEPTH:
+                    with m.Elif(read):
+                        m.d.sync += head.eq(heads[i + 1])
+            m.d.comb += Value.cast(self.o.payload.data)[:self._head_bits].eq(heads[0])
         return m

@@ -41,7 +41,9 @@ class PoolingUnit(wiring.Component):
     values (columns ``g * lanes ..`` in group ``g``), at most one a cycle,
     the last group last: the lanes serve every group in turn, each group's
     window history and running global value are kept in a small memory
-    indexed by the group, its line buffer entries beside the other groups',
+    indexed by the group (with `sequential_average`, the small form, in a
+    ring of registers turned by every group presented, the groups coming in
+    order), its line buffer entries beside the other groups',
     and the row's position in the image advances with its last group. The
     activation pipeline's shared requantizers deliver rows this way, so the
     pooling unit shares their lanes and a row's output is still complete
@@ -176,6 +178,13 @@ class PoolingUnit(wiring.Component):
         assert MAX_POOL_SIZE == 4, "the history holds taps 0..2"
 
         def combine(a, b):
+            if self._sequential:
+                # A maximum reduces values alone, so in that mode every
+                # operand that reaches an output is in VALUE_WIDTH bits: the
+                # small form compares those bits only (an operand left from
+                # an earlier operation, wider, goes into no output).
+                a_low, b_low = a[:VALUE_WIDTH].as_signed(), b[:VALUE_WIDTH].as_signed()
+                return Mux(maximum, Mux(a_low > b_low, a_low, b_low), a + b)
             return Mux(maximum, Mux(a > b, a, b), a + b)
 
         def next_history(value, last, width, pair_width, prior_width):
@@ -257,6 +266,14 @@ class PoolingUnit(wiring.Component):
             following = Signal(layout, name=f"{name}_next")
             if self._groups == 1:
                 m.d.sync += current.eq(following)
+            elif self._sequential:
+                # The small form: the groups of a row come in order, every
+                # one of them, so the state of the group presented is always
+                # the oldest of a ring of registers (no read multiplexer).
+                ring = [Signal(layout, name=f"{name}_ring{g}") for g in range(self._groups)]
+                m.d.comb += current.eq(ring[0])
+                with m.If(self.i_valid):
+                    m.d.sync += [a.eq(b) for a, b in zip(ring, ring[1:] + [following])]
             else:
                 state = Memory(shape=layout, depth=self._groups, init=[])
                 m.submodules[name] = state
@@ -296,7 +313,12 @@ class PoolingUnit(wiring.Component):
             with m.Else():
                 m.d.comb += next_histories[n].eq(histories[n])
             result = Signal(signed(SUM_WIDTH), name=f"reduced{n}")
-            m.d.comb += result.eq(Mux(reduced, combine(value, other), value))
+            if self._sequential:
+                # A value alone is its reduction with the identity.
+                neutral = Mux(maximum, -(1 << (VALUE_WIDTH - 1)), 0)
+                m.d.comb += result.eq(combine(value, Mux(reduced, other, neutral)))
+            else:
+                m.d.comb += result.eq(Mux(reduced, combine(value, other), value))
             m.d.comb += next_runnings[n].eq(Mux(self.i_valid, result, running))
             m.d.sync += p1_value[n].eq(result)
         m.d.sync += [
@@ -321,13 +343,17 @@ class PoolingUnit(wiring.Component):
             rd = lines.read_port()
             wr = lines.write_port()
             h = p1_value[n]
+            # A horizontal result is in H_WIDTH bits: the small form reduces
+            # it in that width (the wider running global value never reaches
+            # the line buffer or the vertical reduction).
+            h_window = h[:H_WIDTH].as_signed() if self._sequential else h
             m.d.comb += [
                 rd.addr.eq(Cat(self.i_group, cur_ox)),
                 wr.en.eq(p1_h),
                 wr.addr.eq(Cat(p1_group, p1_ox)),
-                wr.data.eq(next_history(h, rd.data, *v_widths)),
+                wr.data.eq(next_history(h_window, rd.data, *v_widths)),
             ]
-            m.d.sync += p2_value[n].eq(Mux(window & taps[0], combine(h, rd.data.prior), h))
+            m.d.sync += p2_value[n].eq(Mux(window & taps[0], combine(h_window, rd.data.prior), h))
         m.d.sync += [
             p2_valid.eq(p1_emit | (p1_h & p1_v_end)),
             p2_row.eq(p1_row),
@@ -443,7 +469,10 @@ class PoolingUnit(wiring.Component):
         for n, v in enumerate(values):
             now = Signal(22, name=f"p3_x{n}_now")
             x = Signal(22, name=f"p3_x{n}")
-            m.d.comb += now.eq(Mux(v < 0, -v, v)[:SUM_WIDTH] + half)
+            # ``|v| + half`` as ``(v ^ sign) + half + sign``: one sum, the
+            # negation's increment its carry in.
+            sign = v[-1]
+            m.d.comb += now.eq((v ^ sign.replicate(len(v)))[:SUM_WIDTH] + half + sign)
             with m.If(start):
                 m.d.sync += [x.eq(now), negatives[n].eq(v < 0), held[n].eq(v)]
             a = Signal(16, name=f"p3_a{n}")
@@ -460,14 +489,19 @@ class PoolingUnit(wiring.Component):
                 with m.Default():
                     m.d.comb += [a.eq(x[16:]), b.eq(recip[16:32])]
             m.d.comb += piece.eq(a * b)
+            # One sum for the three steps: the running total (shifted as
+            # the pieces move up a weight), the piece, and the reciprocal's
+            # bit 32 times `x` in the last step.
+            addend = Signal(34, name=f"p3_addend{n}")
+            extra = Signal(22, name=f"p3_extra{n}")
+            m.d.comb += [
+                addend.eq(Mux(phase == 2, total, total >> 16)),
+                extra.eq(Mux((phase == self.SEQUENTIAL_CYCLES - 1) & recip[32], x, 0)),
+            ]
             with m.If(start):
                 m.d.sync += total.eq(piece)
-            with m.Elif(phase == 2):
-                m.d.sync += total.eq(total + piece)
-            with m.Elif(phase == 1):
-                m.d.sync += total.eq((total >> 16) + piece)
             with m.Elif(phase != 0):
-                m.d.sync += total.eq((total >> 16) + piece + Mux(recip[32], x, 0))
+                m.d.sync += total.eq(addend + piece + extra)
             # The quotient, below 2**23, where the output stage takes it.
             quotient_bits = len(products[n]) - RECIPROCAL_SHIFT
             m.d.comb += products[n].eq(Cat(C(0, RECIPROCAL_SHIFT), total[:quotient_bits]))

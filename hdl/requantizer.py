@@ -156,8 +156,13 @@ class Requantizer(wiring.Component):
         half3 = Signal(32)                  # 2**(right3 - 1), 0 for right3 = 0
         half3_less = Signal(32)             # max(half3 - 1, 0)
 
-        def totals(shift):
-            right = Mux(shift < 0, -shift, 0)[:SHIFT_WIDTH]     # 0..32
+        def right_of(shift):
+            return Mux(shift < 0, -shift, 0)[:SHIFT_WIDTH]      # 0..32
+
+        def totals(shift, right=None):
+            # `right`: `right_of(shift)` from a register, when one holds it.
+            if right is None:
+                right = right_of(shift)
             half = (Const(1, 33) << right) >> 1
             return [total3.eq(31 - shift), total3_less.eq(Mux(shift == 31, 0, 30 - shift)),
                     right3.eq(right), half3.eq(half), half3_less.eq(Mux(right == 0, 0, half - 1))]
@@ -191,15 +196,26 @@ class Requantizer(wiring.Component):
                 product.eq(shifted * multiplier2),
                 saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
             ]
-        elif self._compact:
-            magnitude, negative = Signal(64), Signal()
-            self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
-                                     totals, magnitude=magnitude, negative_out=negative)
-            self._compact_rounding(m, magnitude, negative, shift3, total3)
-            return m
         else:
-            self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
-                                     totals)
+            # With `per_value_settings` stage 3's totals are made from
+            # `shift2` as the product's last piece is summed; the division's
+            # amount `max(-shift, 0)` (a negation and a select, then the
+            # decode and the decrement of `half3` and `half3_less`: 7 levels
+            # in one cycle) is registered from it a cycle before, as
+            # `shift2` holds still from the cycle after `start` to the end
+            # of the product. (The compact form reads none of them.)
+            stage3 = None if shift2 is None else totals(shift2)
+            if shift2 is not None and not self._compact:
+                right_ahead = Signal.like(right3, name="right_ahead")
+                m.d.sync += right_ahead.eq(right_of(shift2))
+                stage3 = totals(shift2, right_ahead)
+            if self._compact:
+                magnitude, negative = Signal(64), Signal()
+                self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
+                                         stage3, magnitude=magnitude, negative_out=negative)
+                self._compact_rounding(m, magnitude, negative, shift3, total3)
+                return m
+            self._sequential_product(m, biased << left, product, saturate, shift2, shift3, stage3)
 
         # 3: rounding doubling high half, and the rounding term of stage 4's
         # division, chosen by the high half's sign: ``2**(r-1) - (y < 0)``.
@@ -301,18 +317,25 @@ class Requantizer(wiring.Component):
             less.eq(magnitude + term),
             zero.eq(less[64]),
         ]
+        # Both shift the sum as it is: ``2 |y| >> r`` is ``2 L >> (31 + r)``
+        # for r > 0 (``L = P + 2**30 - neg``), and for r = 0 ``2 L >> 31``
+        # with its bit 0 cleared (`whole3`); ``31 + r`` is ``31 - shift``,
+        # one rounding's `total3`, for a negative shift, 31 otherwise. So
+        # stage 3 chooses neither the sum's bits nor the shift's source.
         s3 = Signal(64)
         a3 = Signal(range(64))
+        whole3 = Signal()
         neg3 = Signal()
         m.d.sync += [
-            s3.eq(Mux(zero, 0, Mux(self.single_round, less[:64], less[31:64]))),
-            a3.eq(Mux(self.single_round, total3, Mux(shift3 < 0, -shift3, 0))),
+            s3.eq(Mux(zero, 0, less[:64])),
+            a3.eq(Mux(self.single_round | (shift3 < 0), total3, 31)),
+            whole3.eq(~self.single_round & (shift3 >= 0)),
             neg3.eq(negative),
         ]
         # 4: ``(2 S) >> a``, the larger shifts first so that each keeps only
         # the bits the later ones can bring into the 10 kept; bits above
         # the window at each step go into `over`.
-        bits = Cat(C(0, 1), s3)                  # 2 S, 65 bits
+        bits = Cat(C(0, 1), s3)                  # 2 S (2 L), 65 bits
         over = C(0, 1)
         for k in reversed(range(6)):
             keep = 10 + (1 << k) - 1             # bits the shifts by 2**k .. 1 need
@@ -320,7 +343,7 @@ class Requantizer(wiring.Component):
             over = over | (moved[keep:] != 0)
             bits = moved[:keep]
         sh = Signal(11)
-        m.d.comb += sh.eq(bits[:10] + 1)
+        m.d.comb += sh.eq(Cat(bits[0] & ~whole3, bits[1:10]) + 1)
         q4 = Signal(10)                          # min(|v|, 512)
         neg4 = Signal()
         m.d.sync += [q4.eq(Mux(over | sh[10], 512, sh[1:11])), neg4.eq(neg3)]
@@ -328,7 +351,7 @@ class Requantizer(wiring.Component):
         m.d.comb += divided.eq(Mux(neg4, -q4, q4))
         self._clamp(m, divided)
 
-    def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, totals,
+    def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, stage3,
                             magnitude=None, negative_out=None):
         """Stage 2 in `multiply_cycles` cycles on one multiplier: the
         product summed piece by piece, most significant diagonal first
@@ -356,9 +379,14 @@ class Requantizer(wiring.Component):
             if signed_pieces:
                 m.d.sync += [a.eq(shifted_now), b.eq(self.multiplier)]
             else:
+                # ``|x|`` as ``(x ^ sign) + sign``: an increment on the
+                # inverted bits, not a negation and a multiplexer.
+                def magnitude_of(value):
+                    sign = value[31]
+                    return ((value ^ sign.replicate(32)).as_unsigned() + sign)[:32]
                 m.d.sync += [
-                    a.eq(Mux(shifted_now < 0, -shifted_now, shifted_now)[:32]),
-                    b.eq(Mux(self.multiplier < 0, -self.multiplier, self.multiplier)[:32]),
+                    a.eq(magnitude_of(shifted_now)),
+                    b.eq(magnitude_of(self.multiplier)),
                     negative.eq(shifted_now[31] ^ self.multiplier[31]),
                 ]
             if shift2 is not None:
@@ -431,7 +459,7 @@ class Requantizer(wiring.Component):
             if negative_out is not None:
                 m.d.sync += negative_out.eq(negative)
             if shift2 is not None:
-                m.d.sync += [shift3.eq(shift2), *totals(shift2)]
+                m.d.sync += [shift3.eq(shift2), *stage3]
         if signed_pieces:
             m.d.comb += product.eq(total)
         else:

@@ -23,8 +23,8 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "max_read_request": (128, 4096), "read_tags": (1, 32), "cpl_timeout": (16, 1 << 24),
         "dma_windows": (1, 16), "requantizers": (0, 256), "requantizer_multiplier_width": (8, 32),
         "host_addr_bits": (32, 64), "counter_bits": (32, 64), "dsp_multipliers": (0, 65536),
-        "dsp_bands": (0, 1), "pe_multiplier_latency": (2, 3), "serial_issue": (0, 1), "serial_decode": (0, 1), "serial_act": (0, 1),
-        "serial_host": (0, 1),
+        "dsp_bands": (0, 1), "pe_multiplier_latency": (2, 3), "serial_issue": (0, 1),
+        "serial_decode": (0, 1), "serial_act": (0, 1), "serial_host": (0, 1), "narrow_host": (0, 1),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -169,3 +169,17 @@ def test_pe_multiplier_latency():
                                               r"range: cycles each PE's multiplier takes"):
             TPUConfig(pe_multiplier_latency=bad)
     assert "2..3" in TPUConfig.describe("pe_multiplier_latency")
+
+
+def test_narrow_host_needs_the_serial_host():
+    assert TPUConfig().narrow_host == 0
+    with pytest.raises(ConfigError, match="narrow_host = 1 is a protocol of the host side's small "
+                                          "form behind a UART: it needs serial_host 1"):
+        TPUConfig(narrow_host=1)
+    with pytest.raises(ConfigError, match="narrow_host = 1 .* needs serial_host 1"):
+        TPUConfig(narrow_host=1, link_dw=1, read_tags=1)
+    with pytest.raises(ConfigError, match="narrow_host = 1 carries 32-bit host addresses: it needs "
+                                          "host_addr_bits 32, not 64"):
+        TPUConfig(narrow_host=1, serial_host=1, link_dw=1, read_tags=1)
+    assert TPUConfig(narrow_host=1, serial_host=1, link_dw=1, read_tags=1,
+                     host_addr_bits=32).narrow_host == 1

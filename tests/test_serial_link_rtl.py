@@ -11,7 +11,10 @@ with damaged and lost frames (whose result must still equal the
 reference), the other
 checks, the MLP on a clean line and the damaged-frames test under Verilator
 (one more multi-minute model build), run with ``TPU_SERIAL_ALL=1`` (each
-takes minutes; docs/serial_link.md has the measured times).
+takes minutes; docs/serial_link.md has the measured times). The same for
+the up5k profile's chip speaking the narrow host protocol (`narrow_host`):
+in the suite under Icarus its MLP, its register reset and the bad messages
+it must refuse; the rest with ``TPU_SERIAL_ALL=1``.
 """
 
 import os
@@ -61,6 +64,50 @@ def test_driver_checks_up5k(simulator, checks):
     (`serial_host`) behind the UART, several on one device."""
     _run(simulator, "check", config=UP5K_PROFILE,
          TPU_HOST_CHECK=",".join(f"tpu.selftest.checks:{CHECKS[c].__name__}" for c in checks.split(",")))
+
+
+# The up5k profile's chip speaking the narrow host protocol (`narrow_host`).
+UP5K_NARROW = UP5K_PROFILE.replace(narrow_host=1)
+
+
+# In the suite under Icarus: the MLP and the register reset (a minute or two
+# each); the other checks, and all of them under Verilator (one more
+# multi-minute model build), with TPU_SERIAL_ALL=1.
+NARROW_IN_SUITE = ("mlp", "register_reset")
+
+
+def _all_unless(simulator, suite):
+    if simulator == "verilator" or not suite:
+        if not os.environ.get("TPU_SERIAL_ALL"):
+            pytest.skip("minutes of simulation over the UART (and, under Verilator, one more "
+                        "model build): set TPU_SERIAL_ALL=1")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("check", ["mlp", "faults", "dma_windows", "abort", "register_reset",
+                                   "stop_mid_program"])
+def test_driver_check_narrow(simulator, check):
+    """Every driver check over the narrow host protocol, unchanged."""
+    _all_unless(simulator, check in NARROW_IN_SUITE)
+    _run(simulator, "check", config=UP5K_NARROW,
+         TPU_HOST_CHECK=f"tpu.selftest.checks:{CHECKS[check].__name__}")
+
+
+@pytest.mark.rtl
+def test_bad_messages_narrow(simulator):
+    """Messages that are not well formed, read answers without a read and
+    bad answers to a read, over the narrow host protocol."""
+    _all_unless(simulator, True)
+    _run(simulator, "bad_messages", config=UP5K_NARROW)
+
+
+@pytest.mark.rtl
+@ALL
+def test_driver_check_noisy_narrow(simulator):
+    """The MLP over the narrow host protocol with frames damaged, cut short
+    and lost both ways."""
+    _run(simulator, "check", config=UP5K_NARROW, TPU_HOST_CHECK="tpu.selftest.checks:check_mlp",
+         TPU_SERIAL_FRAME_RATE="0.05", TPU_SERIAL_BYTE_RATE="0.001")
 
 
 @pytest.mark.rtl

@@ -66,6 +66,9 @@ _RANGES = {
                                        "the TLP receiver keeps three header words (the third's low half) "
                                        "and payload words alone, the DMA reader times a completion on "
                                        "an LFSR, the sequencer queues 2 instructions (not 16)"),
+    "narrow_host":       (0, 1,        "1: the chip speaks the narrow host protocol over its UART frames "
+                                       "instead of TLPs (register reads and writes, one outstanding DMA "
+                                       "read, DMA writes; needs serial_host 1 and host_addr_bits 32)"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
@@ -189,6 +192,16 @@ class TPUConfig:
         receiver keeps a 4-word header's lower address word in place of its
         upper one (a received address reads its lower 32 bits), so its
         header queue is three words wide (docs/host_interface.md).
+    narrow_host : int
+        0 (the default): the chip behind a UART speaks TLPs in its frames.
+        1 (needs ``serial_host`` 1 and ``host_addr_bits`` 32): it speaks the narrow host protocol
+        (docs/serial_link.md, `tpu.driver.narrow_messages`) over the same
+        frames: register writes and reads of one word, one DMA read
+        outstanding at a time and answered in order, DMA writes of up to
+        ``max_payload`` bytes. A small engine (`tpu.hdl.narrow_link`) takes
+        the place of the TLP receiver, transmitter, arbiter, DMA reader and
+        writer, and BAR0 decodes no TLPs; the driver's ``serial`` backend
+        speaks it when the config says so.
 
     Raises
     ------
@@ -224,6 +237,7 @@ class TPUConfig:
     serial_decode: int = 0
     serial_act: int = 0
     serial_host: int = 0
+    narrow_host: int = 0
 
     def __post_init__(self):
         for f in fields(self):
@@ -246,6 +260,12 @@ class TPUConfig:
             raise ConfigError(f"TPUConfig.serial_host = 1 is the host side of a one-word link with one "
                               f"read tag: it needs link_dw 1 and read_tags 1, not {self.link_dw} and "
                               f"{self.read_tags}")
+        if self.narrow_host and not self.serial_host:
+            raise ConfigError("TPUConfig.narrow_host = 1 is a protocol of the host side's small form "
+                              "behind a UART: it needs serial_host 1")
+        if self.narrow_host and self.host_addr_bits != 32:
+            raise ConfigError(f"TPUConfig.narrow_host = 1 carries 32-bit host addresses: it needs "
+                              f"host_addr_bits 32, not {self.host_addr_bits}")
         if self.requantizers > self.cols:
             raise ConfigError(f"TPUConfig.requantizers = {self.requantizers} is more than "
                               f"cols = {self.cols}: at most one requantizer per column")

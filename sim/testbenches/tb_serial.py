@@ -5,7 +5,9 @@
 the serial framing, with frames spoilt at the rates ``TPU_SERIAL_FRAME_RATE``
 (to the chip) and ``TPU_SERIAL_BYTE_RATE`` (from it); ``damaged_frames``
 sends frames that are damaged or cut short and checks none of them acts;
-``status_pins`` checks the LED pins against STATUS.
+``status_pins`` checks the LED pins against STATUS; ``bad_messages``
+(``narrow_host``) sends messages that are not well formed, read answers
+without a read and bad answers to a read.
 """
 
 import os
@@ -15,10 +17,11 @@ import time
 import cocotb
 from cocotb.triggers import RisingEdge, Timer
 
+from ...driver.narrow_messages import MessageKind, encode as encode_message
 from ...driver.serial_framing import Kind, encode_frame
 from ...driver.tlp_bytes import memory_write
-from ...host_registers import Control, Status, register_map
-from ...isa import Halt, Rw
+from ...host_registers import Control, HostError, Status, register_map
+from ...isa import Halt, Rhm, Rw
 from ..harness import config_from_env
 from ..host.serial_host import open_serial_link
 from .tb_host import _load
@@ -200,3 +203,105 @@ async def status_pins(dut):
         if Status(await device.read_register("STATUS")) & Status.ERROR:
             break
     await check("after a fault", {"busy": 0, "halted": 0, "error": 1})
+
+
+async def _stopped_with(device, code, what, timeout=2e-4):
+    """The chip stops with `code` in ERROR_CODE and DMA_ERROR; ABORT clears it."""
+    link = device.link
+    deadline = link.time() + timeout
+    while not Status(await device.read_register("STATUS")) & Status.ERROR:
+        assert link.time() < deadline, f"{what}: no error"
+    regs = {name: await device.read_register(name) for name in ("ERROR_CODE", "DMA_ERROR")}
+    assert regs == {"ERROR_CODE": code, "DMA_ERROR": code}, f"{what}: {regs}"
+    await device.abort()
+    assert await device.read_register("ERROR_CODE") == 0, f"{what}: ABORT left the error"
+
+
+@cocotb.test(timeout_time=10, timeout_unit="ms")
+async def bad_messages(dut):
+    """``narrow_host``: a message that is not well formed is dropped whole
+    and counted in BAD_REQUESTS (its frame was good, so it is acknowledged);
+    one shorter than a header is NAKed by the bridge; a read answer with no
+    read outstanding is CPL_UNEXPECTED, a bad answer to a read
+    CPL_MALFORMED, READ_ERROR CPL_STATUS, as for TLPs; the link goes on."""
+    import random
+    from ...driver import Device
+    config = config_from_env()
+    assert config.narrow_host, "bad_messages is the narrow host protocol's test"
+    seed = _seed()
+    rng = random.Random(seed)
+    link = await open_serial_link(dut, config, seed=seed)
+    device = await Device.open(link, config)
+    regs = register_map(config)
+    prog_len = regs["PROG_LEN"].offset
+    await device.write_register("PROG_LEN", 5)
+    bad = await device.read_register("BAD_REQUESTS")
+    good = encode_message(MessageKind.REG_WRITE, prog_len, 7)
+    cases = [
+        ("an unknown kind byte", bytes([0x40]) + good[1:]),
+        ("a kind only the chip sends", encode_message(MessageKind.REG_VALUE, prog_len, 7)),
+        ("a WRITE from the host", encode_message(MessageKind.WRITE, 0x10000, data=b"abcd")),
+        ("a reserved byte set", good[:1] + b"\x01" + good[2:]),
+        ("a register write with a count", good[:3] + b"\x04" + good[4:]),
+        ("a register write with a data word", good + bytes(4)),
+        ("a register read with a data word", encode_message(MessageKind.REG_READ, prog_len) + bytes(4)),
+        ("an offset past BAR0", encode_message(MessageKind.REG_WRITE, 0x1000 + prog_len, 7)),
+        ("an offset inside a word", encode_message(MessageKind.REG_WRITE, prog_len + 2, 7)),
+        ("a READ_ERROR with a data word", encode_message(MessageKind.READ_ERROR, 0x10000) + bytes(4)),
+    ]
+    rng.shuffle(cases)
+    for n, (note, raw) in enumerate(cases, 1):
+        acks = link.stats["acks_received"]
+        await link._send(raw, link.read_timeout)
+        assert link.stats["acks_received"] == acks + 1, f"{note}: {link.stats}"
+        assert await device.read_register("PROG_LEN") == 5, f"{note}: it acted"
+        assert await device.read_register("BAD_REQUESTS") == bad + n, f"{note}: not counted"
+        status = Status(await device.read_register("STATUS"))
+        assert not status & (Status.BUSY | Status.ERROR), f"{note}: STATUS {status!r}"
+
+    # Shorter than a header: the bridge refuses the frame (NAK), as any of
+    # the wrong length.
+    naks = link.stats["naks_received"]
+    link.transport.write(encode_frame(Kind.TLP, link._tx_seq, good[:8]))
+    await _quiet(link)
+    assert link.stats["naks_received"] == naks + 1, f"a short message: {link.stats}"
+    assert await device.read_register("PROG_LEN") == 5
+
+    # Answers with no read outstanding.
+    for kind, data in ((MessageKind.READ_DATA, rng.randbytes(4)), (MessageKind.READ_ERROR, b"")):
+        await link._send(encode_message(kind, 0x10000, data=data), link.read_timeout)
+        await _stopped_with(device, HostError.CPL_UNEXPECTED, f"a {kind.name} without a read")
+
+    # Bad answers to an RHM's read: the host's answer replaced once.
+    answer = link._answer_read_request
+
+    def spoilt(make):
+        def answer_once(start, nbytes):
+            link._answer_read_request = answer
+            link._queue.append(make(start, nbytes))
+        return answer_once
+
+    buffer = device.alloc(4 * config.rows, 64)
+    bad_answers = [
+        ("more bytes than asked for", HostError.CPL_MALFORMED,
+         lambda a, n: encode_message(MessageKind.READ_DATA, a, data=bytes(n + 4))),
+        ("a first piece not whole words", HostError.CPL_MALFORMED,
+         lambda a, n: encode_message(MessageKind.READ_DATA, a, data=bytes(n - 1))),
+        ("a count of zero", HostError.CPL_MALFORMED,
+         lambda a, n: encode_message(MessageKind.READ_DATA, a, data=bytes(4))[:2] + bytes(2) +
+         encode_message(MessageKind.READ_DATA, a, data=bytes(4))[4:]),
+        ("fewer data words than its count", HostError.CPL_MALFORMED,
+         lambda a, n: encode_message(MessageKind.READ_DATA, a, data=bytes(n))[:-4]),
+        ("more data words than its count", HostError.CPL_MALFORMED,
+         lambda a, n: encode_message(MessageKind.READ_DATA, a, data=bytes(n)) + bytes(4)),
+        ("READ_ERROR", HostError.CPL_STATUS, lambda a, n: encode_message(MessageKind.READ_ERROR, a)),
+    ]
+    for note, code, make in bad_answers:
+        link._answer_read_request = spoilt(make)
+        await device.start([Rhm(ub=0, rows=4, host=buffer.addr), Halt()])
+        await _stopped_with(device, code, note)
+        assert link._answer_read_request == answer, f"{note}: the chip asked for no read"
+
+    # The link and the chip still work.
+    result = await device.run([Rhm(ub=0, rows=4, host=buffer.addr), Halt()])
+    assert result.halted, result

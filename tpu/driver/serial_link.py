@@ -4,6 +4,10 @@ The chip on a board (``hdl/serial_chip.py``) speaks TLPs over its UART in
 frames (`tpu.driver.serial_framing`). This link is the host end:
 
 * BAR0 accesses are MRd/MWr TLPs; a read returns with its completion.
+  With the config's ``narrow_host`` the link speaks the narrow host
+  protocol's messages instead (`tpu.driver.narrow_messages`): REG_READ and
+  REG_WRITE, READ_DATA or READ_ERROR for the chip's READ_REQ, and the
+  chip's WRITEs applied, the same host memory, interrupt and timeouts.
 * Host memory is RAM held here: the chip's DMA read requests are answered
   with completions from it, its DMA writes applied to it, and its write of
   `msi_data` to `msi_address` is an interrupt.
@@ -28,6 +32,7 @@ from collections import deque
 
 from .errors import TpuError
 from .link import RamLink, check_offset, check_value
+from .narrow_messages import MessageKind, encode as encode_message, parse as parse_message
 from .serial_framing import MAX_HEADER_BYTES, Deframer, Kind, encode_frame
 from .tlp_bytes import CPL_SC, CPL_UR, byte_range, completion, memory_read, memory_write, parse
 
@@ -153,6 +158,9 @@ class SerialLink(RamLink):
         self._rx_expected = None      # any sequence bit is new until the first frame
         self._synced = False
         self._completions = {}        # tag -> Tlp
+        self._narrow = bool(getattr(config, "narrow_host", 0))
+        self._reg_read = None         # narrow: the offset of the register read waiting
+        self._reg_value = None        # ... and its value once it came
         self._tag = 0
         self._interrupt = False
         #: what happened on the wire, for tests and diagnostics
@@ -252,6 +260,9 @@ class SerialLink(RamLink):
     # -- TLPs from the chip ------------------------------------------------
 
     def _on_tlp(self, raw):
+        if self._narrow:
+            self._on_message(raw)
+            return
         try:
             tlp = parse(raw)
         except ValueError:
@@ -298,10 +309,56 @@ class SerialLink(RamLink):
             if be >> (i % 4) & 1:
                 self._memory[tlp.address - self._base + i] = data[i]
 
+    # -- messages from a narrow_host chip ----------------------------------
+
+    def _on_message(self, raw):
+        try:
+            msg = parse_message(raw)
+        except ValueError as error:
+            self.stats["bad_tlps"] += 1
+            raise LinkError(f"a malformed message from the chip over {self.transport!r}: {error}") from None
+        if msg.kind == MessageKind.REG_VALUE:
+            if self._reg_read is None or msg.address != self._reg_read or self._reg_value is not None:
+                raise LinkError(f"the chip answered a register read of BAR0 offset 0x{msg.address:03x}, "
+                                f"but the link waits for " + ("none" if self._reg_read is None else
+                                                              f"0x{self._reg_read:03x}"))
+            self._reg_value = msg.value
+        elif msg.kind == MessageKind.READ_REQ:
+            self.stats["dma_reads"] += 1
+            self._answer_read_request(msg.address, msg.count)
+        elif msg.kind == MessageKind.WRITE:
+            self._apply_message_write(msg.address, msg.data)
+        else:
+            self.stats["bad_tlps"] += 1
+            raise LinkError(f"a {msg.kind.name} message from the chip, which only the host sends")
+
+    def _answer_read_request(self, start, nbytes):
+        if nbytes == 0 or not self._inside(start, nbytes):
+            self._queue.append(encode_message(MessageKind.READ_ERROR, start))
+            return
+        # Pieces of completion_bytes, each but the last whole words, in order.
+        for pos in range(start, start + nbytes, self.completion_bytes):
+            piece = self._memory[pos - self._base:min(pos + self.completion_bytes, start + nbytes) - self._base]
+            self._queue.append(encode_message(MessageKind.READ_DATA, pos, data=bytes(piece)))
+
+    def _apply_message_write(self, address, data):
+        if address == self.msi_address and len(data) == 4 and \
+                int.from_bytes(data, "little") == self.msi_data:
+            self.stats["interrupts"] += 1
+            self._interrupt = True
+            return
+        self.stats["dma_writes"] += 1
+        if not self._inside(address, len(data)):
+            self.stats["stray_writes"] += 1
+            return
+        self._memory[address - self._base:address - self._base + len(data)] = data
+
     # -- the Link contract -------------------------------------------------
 
     async def read32(self, offset):
         check_offset(offset)
+        if self._narrow:
+            return await self._read_register(offset)
         self._tag = tag = (self._tag + 1) % 32
         self._completions.pop(tag, None)
         deadline = self.transport.time() + self.read_timeout
@@ -315,9 +372,24 @@ class SerialLink(RamLink):
                             f"{cpl.status} and {len(cpl.payload)} bytes")
         return int.from_bytes(cpl.payload, "little")
 
+    async def _read_register(self, offset):
+        deadline = self.transport.time() + self.read_timeout
+        self._reg_read, self._reg_value = offset, None
+        try:
+            await self._send(encode_message(MessageKind.REG_READ, offset), self.read_timeout)
+            if not await self._pump(lambda: self._reg_value is not None, deadline - self.transport.time()):
+                raise LinkError(f"no answer to the read of BAR0 offset 0x{offset:03x} "
+                                f"within {self.read_timeout:g} s")
+            return self._reg_value
+        finally:
+            self._reg_read = None
+
     async def write32(self, offset, value):
         check_offset(offset)
         check_value(value)
+        if self._narrow:
+            await self._send(encode_message(MessageKind.REG_WRITE, offset, value), self.read_timeout)
+            return
         await self._send(memory_write(offset, value.to_bytes(4, "little")), self.read_timeout)
 
     async def wait_interrupt(self, timeout):
