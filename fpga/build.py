@@ -517,8 +517,8 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
     the chip behind its UART bridge) for `board`, with a chip clock of
     `clock_hz` (None: the board's default, `BOARD_CLOCK_HZ`; on the ULX3S
     made by the PLL); with `top` ``"matrix"``, the matrix part instead
-    (`tpu.fpga.matrix_part_top.BoardMatrixPart`), which runs from the
-    board's oscillator.
+    (`tpu.fpga.matrix_part_top.BoardMatrixPart`), whose default clock is
+    the board's oscillator.
 
     Returns a dict like `build_mxu`'s, for the chip of `config`: ``fits``;
     ``resources`` (``logic``, ``ffs``, ``dsp``, ``ram``, ``spram``, each
@@ -548,15 +548,10 @@ def build_chip(board, config, *, build_dir, baudrate=115200, clock_hz=None, dsp=
     name = BUILD_TOPS[top]
     if top == "matrix":
         from .matrix_part_top import BoardMatrixPart
-        oscillator = platform.default_clk_frequency
-        if clock_hz not in (None, oscillator):
-            raise ValueError(f"the matrix part runs from the board's {oscillator / 1e6:g} MHz "
-                             f"oscillator, not {clock_hz / 1e6:g} MHz")
-        design = BoardMatrixPart(board, config, clock_hz=oscillator, baudrate=baudrate)
-        pll = None
+        design = BoardMatrixPart(board, config, clock_hz=clock_hz, baudrate=baudrate)
     else:
         design = BoardChip(board, config, clock_hz=clock_hz, baudrate=baudrate)
-        pll = design.pll
+    pll = design.pll
 
     build_dir = Path(build_dir).resolve()
     bitstream = build_dir / f"{name}.{spec.bitstream}"

@@ -304,3 +304,20 @@ def test_heartbeat_blinks_at_1_to_2_hz(clock_hz):
     # The LED is the free-running counter's top bit: a period of 2 ** bits cycles.
     period_s = 2 ** heartbeat_bits(clock_hz) / clock_hz
     assert 0.5 < period_s <= 1.0, (clock_hz, heartbeat_bits(clock_hz), period_s)
+
+
+def test_icebreaker_matrix_part_from_the_pll():
+    from tpu.fpga.matrix_part_top import BoardMatrixPart
+    from tpu.hdl.matrix_part import UP5K_MATRIX_PART_FIELDS
+    config = TPUConfig(**UP5K_MATRIX_PART_FIELDS)
+    at_oscillator = BoardMatrixPart("icebreaker", config)
+    assert at_oscillator.clock_hz == 12e6 and at_oscillator.pll is None
+    assert at_oscillator.chip.divisor == 104
+    assert _cell(_icebreaker_rtlil(at_oscillator)[0], "SB_PLL40_PAD") is None
+    top = BoardMatrixPart("icebreaker", config, clock_hz=24e6)
+    assert top.clock_hz == 24e6 and top.pll is not None and top.chip.divisor == 208
+    rtlil, pcf = _icebreaker_rtlil(top)
+    assert _cell(rtlil, "SB_PLL40_PAD") is not None
+    assert re.search(r"set_frequency \S+ 24.0\n", pcf)
+    with pytest.raises(ValueError, match="unknown board 'nexys'"):
+        BoardMatrixPart("nexys", config)

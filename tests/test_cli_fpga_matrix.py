@@ -50,3 +50,23 @@ def test_flash_default_bitstream_of_the_part(capsys, tmp_path, monkeypatch):
     bitstream.write_bytes(b"\0")
     assert cli_fpga.main(["flash", "--board", "icebreaker", "--top", "matrix", "--dry-run"]) == 0
     assert capsys.readouterr().out.strip().endswith("build/fpga/icebreaker-matrix/tpu_matrix_part.bin")
+
+
+def test_the_part_runs_from_the_oscillator_or_the_pll(monkeypatch, tmp_path, capsys):
+    """The part's default clock is the board's oscillator; `--clock-mhz`
+    gets the PLL, as for the whole chip."""
+    seen = []
+
+    def fake_build(board, config, *, build_dir, baudrate, top, clock_hz, progress, router, placer):
+        seen.append(clock_hz)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr("tpu.fpga.build.build_chip", fake_build)
+    monkeypatch.chdir(tmp_path)
+    assert cli_fpga.main(["build", "--board", "icebreaker", "--top", "matrix"]) == 2
+    assert "clock 12 MHz from the oscillator" in capsys.readouterr().out
+    assert cli_fpga.main(["build", "--board", "icebreaker", "--top", "matrix", "--clock-mhz", "24"]) == 2
+    assert "clock 24 MHz made by the PLL from the 12 MHz oscillator" in capsys.readouterr().out
+    assert seen == [12e6, 24e6]
+    err = _error(capsys, ["build", "--board", "icebreaker", "--top", "matrix", "--clock-mhz", "5"])
+    assert err.startswith("tpu: error: --clock-mhz: ") and "16" in err, err

@@ -82,12 +82,13 @@ def cmd_build(args):
     reason = missing_fpga_tools(args.board)
     if reason:
         raise _error(reason)
-    if args.top == "matrix" and args.clock_mhz is not None:
-        raise _error("--clock-mhz: the matrix part runs from the board's oscillator")
+    if args.clock_mhz is not None:
+        wanted = args.clock_mhz * 1e6
+    else:
+        # The matrix part's default is the oscillator; the chip's, its routed clock's.
+        wanted = BOARD_OSCILLATOR_HZ[args.board] if args.top == "matrix" else None
     try:
-        clock_hz, pll = board_clock(args.board, BOARD_OSCILLATOR_HZ[args.board]
-                                    if args.top == "matrix" else None if args.clock_mhz is None
-                                    else args.clock_mhz * 1e6)
+        clock_hz, pll = board_clock(args.board, wanted)
     except ValueError as error:
         raise _error(f"--clock-mhz: {error}") from None
     try:
@@ -184,7 +185,8 @@ def add_fpga_commands(subparsers, add_config_options):
                         "tpu.fpga.routed_clocks: 12 on the icebreaker, its oscillator, whose "
                         "PLL makes 16 to 275 MHz from it within 1%%; 18.75 "
                         "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator, and "
-                        "45.83 with --profile ulx3s16, by the same PLL)")
+                        "45.83 with --profile ulx3s16, by the same PLL; the matrix part's: "
+                        "the oscillator)")
     p.add_argument("--router", choices=("router1", "router2"),
                    help="nextpnr's router (default: nextpnr's own, router1, and router2 with "
                         "--profile ulx3s16; router2 routes a large chip much faster)")
