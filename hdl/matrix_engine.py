@@ -76,8 +76,9 @@ class MatrixEngine(wiring.Component):
 
     @property
     def latency(self):
-        """Cycles from accepting a row to storing its accumulator row."""
-        return self._config.rows + self._config.cols + 2
+        """Cycles from accepting a row to storing its accumulator row
+        (`TPUConfig.matrix_latency`)."""
+        return self._config.matrix_latency
 
     def elaborate(self, platform):
         m = Module()
@@ -92,8 +93,11 @@ class MatrixEngine(wiring.Component):
             from ..fpga.ecp5_floorplan import band_sites
             dsp_sites = band_sites(rows, cfg.cols)
         m.submodules.array = array = SystolicArray(rows=rows, cols=cfg.cols, tag_width=tag.size,
+                                                   multiplier_latency=cfg.pe_multiplier_latency,
                                                    dsp_multipliers=cfg.dsp_multipliers or None,
                                                    dsp_sites=dsp_sites)
+        # The accumulators' read-modify-write takes the one cycle more.
+        assert array.latency + 1 == self.latency
         m.submodules.accumulators = accs = Accumulators(acc_rows=cfg.acc_rows, cols=cfg.cols,
                                                        shared_read=bool(cfg.serial_issue))
 

@@ -23,14 +23,18 @@ registers, whatever implements it. The implementations:
   8 x 8 mode, two PEs to a block (:func:`ice40_dual_multipliers`); the
   array takes it by itself when it is built for an iCE40.
 
-Two take three cycles instead of two (their :attr:`~Multiplier.latency`),
+Some take three cycles instead of two (their :attr:`~Multiplier.latency`),
 for clocks at which the two-cycle ones are the slowest path of a PE; an
 array's multipliers must all take the same number of cycles:
 
+* :class:`PipelinedMultiplier`: plain ``*`` with its product registered
+  twice; what a chip of ``TPUConfig.pe_multiplier_latency`` 3 simulates.
 * :class:`PipelinedLUTMultiplier`: in logic, one adder level a cycle.
 * :class:`ECP5PipelinedMultiplier`: :class:`ECP5Multiplier` and a register
   in logic after it, so the route from the DSP block to the partial-sum
   adder has a cycle of its own.
+* :class:`DelayedMultiplier`: any multiplier with its product registered
+  once more (the iCE40's SB_MAC16 halves at three cycles).
 
 :func:`multiplier_mix` spreads a number of hard multipliers over an array and
 gives the rest to logic.
@@ -43,7 +47,8 @@ from amaranth.lib.wiring import In, Out
 
 __all__ = ["MultiplierSignature", "Multiplier", "LUTMultiplier", "SplitLUTMultiplier",
            "CarryChainMultiplier", "ECP5CarryChainMultiplier", "ECP5Multiplier",
-           "PipelinedLUTMultiplier", "ECP5PipelinedMultiplier", "multiplier_mix", "multiplier_sites",
+           "PipelinedMultiplier", "PipelinedLUTMultiplier", "ECP5PipelinedMultiplier",
+           "DelayedMultiplier", "multiplier_mix", "multiplier_sites",
            "MULTIPLIER_LATENCY",
            "ICE40DualMultiplier", "ice40_dual_multipliers"]
 
@@ -305,6 +310,50 @@ class ECP5Multiplier(_SitedMultiplier):
             params["a_BEL"] = self.site
         m.submodules.mult = Instance("MULT18X18D", **params, **ports)
         m.d.comb += self.p.eq(product[:17])
+        return m
+
+
+class PipelinedMultiplier(Multiplier):
+    """:class:`Multiplier` with its product registered twice: ``p = a * b``
+    three cycles late, plain ``*`` between the operand registers and the
+    first product register. The three-cycle PE of a chip simulated without
+    a platform (``TPUConfig.pe_multiplier_latency`` 3), timed like
+    :class:`PipelinedLUTMultiplier` and :class:`ECP5PipelinedMultiplier`,
+    which an ECP5 build puts in its place."""
+
+    latency = 3
+
+    def elaborate(self, platform):
+        m = Module()
+        a = Signal(signed(9))
+        b = Signal(signed(8))
+        product = Signal(signed(17))
+        m.d.sync += [a.eq(self.a), b.eq(self.b), product.eq(self.product(m, a, b)),
+                     self.p.eq(product)]
+        return m
+
+
+class DelayedMultiplier(Multiplier):
+    """`inner` (a multiplier) with its product registered once more: one
+    cycle later than `inner` (:attr:`latency`), the same products."""
+
+    def __init__(self, inner):
+        if not isinstance(inner, Multiplier):
+            self._MustUse__silence = True   # refused, so never elaborated
+            raise TypeError(f"DelayedMultiplier needs a Multiplier to delay, not {inner!r}")
+        self.inner = inner
+        self.latency = inner.latency + 1
+        super().__init__()
+
+    @property
+    def module_key(self):
+        return f"Delayed({self.inner.module_key})"
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.inner = inner = self.inner
+        m.d.comb += [inner.a.eq(self.a), inner.b.eq(self.b)]
+        m.d.sync += self.p.eq(inner.p)
         return m
 
 

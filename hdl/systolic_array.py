@@ -8,9 +8,10 @@ from amaranth.lib.wiring import In, Out
 
 from .device_family import is_ecp5, is_ice40
 from .module_library import ModuleLibrary, add_submodule
-from .multiplier import (MULTIPLIER_LATENCY, ECP5CarryChainMultiplier, ECP5Multiplier, Multiplier,
-                         MultiplierSignature, ice40_dual_multipliers, multiplier_mix,
-                         multiplier_sites)
+from .multiplier import (MULTIPLIER_LATENCY, DelayedMultiplier, ECP5CarryChainMultiplier,
+                         ECP5Multiplier, ECP5PipelinedMultiplier, Multiplier, MultiplierSignature,
+                         PipelinedLUTMultiplier, PipelinedMultiplier, ice40_dual_multipliers,
+                         multiplier_mix, multiplier_sites)
 from .staircase import Staircase
 
 
@@ -19,6 +20,14 @@ __all__ = ["SystolicArray", "SystolicRow", "psum_width"]
 
 # The extreme magnitude of one product: int8 weight x uint8-or-int8 activation.
 _MAX_PRODUCT = 255 * 128
+
+
+def _never_elaborated(mul):
+    """Mark a multiplier, and one it wraps, as not to be elaborated (so
+    Amaranth does not warn that it went unused)."""
+    while mul is not None:
+        mul._MustUse__silence = True
+        mul = getattr(mul, "inner", None)
 
 
 def psum_width(rows):
@@ -96,7 +105,16 @@ class SystolicArray(wiring.Component):
         SB_MAC16; for an ECP5 with `dsp_multipliers` or `dsp_sites`, those
         PEs on :class:`~tpu.hdl.multiplier.ECP5Multiplier` and the rest on
         :class:`~tpu.hdl.multiplier.ECP5CarryChainMultiplier`; else
-        :class:`~tpu.hdl.multiplier.Multiplier`.
+        :class:`~tpu.hdl.multiplier.Multiplier`. With `multiplier_latency`
+        3, their three-cycle forms: on an iCE40 each SB_MAC16 half with a
+        register after it, on an ECP5
+        :class:`~tpu.hdl.multiplier.ECP5PipelinedMultiplier` and
+        :class:`~tpu.hdl.multiplier.PipelinedLUTMultiplier`, else
+        :class:`~tpu.hdl.multiplier.PipelinedMultiplier`.
+    multiplier_latency : int or None
+        With `multiplier` None: 2 (None, the default) or 3, the cycles every
+        PE's multiplier takes (see `multiplier`). Must be None with a
+        `multiplier` given, whose ``latency`` says.
     dsp_multipliers : int or None
         With the platform's multipliers on an ECP5: how many PEs (the first,
         row by row) multiply in a ``MULT18X18D``; the rest multiply in
@@ -132,8 +150,8 @@ class SystolicArray(wiring.Component):
     out_tag : Out(tag_width)
     """
 
-    def __init__(self, *, rows, cols, tag_width=1, multiplier=None, control_fanout=None,
-                 dsp_multipliers=None, dsp_sites=None):
+    def __init__(self, *, rows, cols, tag_width=1, multiplier=None, multiplier_latency=None,
+                 control_fanout=None, dsp_multipliers=None, dsp_sites=None):
         for name, value in (("rows", rows), ("cols", cols)):
             if not isinstance(value, int) or not 1 <= value <= 256:
                 raise ValueError(f"SystolicArray {name} must be an int in 1..256, not {value!r}")
@@ -173,8 +191,14 @@ class SystolicArray(wiring.Component):
         self._dsp_sites = dsp_sites
         if not isinstance(tag_width, int) or tag_width < 1:
             raise ValueError(f"SystolicArray tag_width must be a positive int, not {tag_width!r}")
+        if multiplier_latency is not None and (multiplier is not None
+                                               or multiplier_latency not in (2, 3)):
+            self._MustUse__silence = True   # refused, so never elaborated
+            raise ValueError(f"SystolicArray multiplier_latency must be None, 2 or 3, and None "
+                             f"with a multiplier given, not {multiplier_latency!r}")
         self._platform_multiplier = multiplier is None
-        multiplier = Multiplier if multiplier is None else multiplier
+        if multiplier is None:
+            multiplier = PipelinedMultiplier if multiplier_latency == 3 else Multiplier
         if not callable(multiplier):
             raise TypeError(f"SystolicArray multiplier must be a callable (row, col) -> "
                             f"multiplier, not {multiplier!r}")
@@ -239,7 +263,7 @@ class SystolicArray(wiring.Component):
         if len(latencies) > 1:
             for row in multipliers:
                 for mul in row:
-                    mul._MustUse__silence = True    # refused, so never elaborated
+                    _never_elaborated(mul)  # refused
             (a, pe_a), (b, pe_b) = list(latencies.items())[:2]
             raise ValueError(f"SystolicArray multipliers must all take the same number of cycles: "
                              f"PE{pe_a} takes {a}, PE{pe_b} takes {b}")
@@ -316,20 +340,30 @@ class SystolicArray(wiring.Component):
         # The default multiplier on an iCE40 is half an SB_MAC16: yosys maps
         # a plain `*` to a whole one. On an ECP5 with a budget of DSP blocks,
         # the PEs beyond it multiply in logic.
+        # With three-cycle multipliers the same choices in their pipelined
+        # forms: band3's on an ECP5 (docs/fpga.md).
         multipliers = self._multipliers
+        three = self._multiplier_latency == 3
+        hard, soft = ((ECP5PipelinedMultiplier, PipelinedLUTMultiplier) if three
+                      else (ECP5Multiplier, ECP5CarryChainMultiplier))
         make = None
         if self._platform_multiplier and is_ice40(platform):
             make = ice40_dual_multipliers()
+            if three:
+                pairs = make
+                make = lambda k, n: DelayedMultiplier(pairs(k, n))
         elif self._platform_multiplier and is_ecp5(platform) and self._dsp_multipliers is not None:
-            make = multiplier_mix(self._dsp_multipliers, cols=cols, hard_multiplier=ECP5Multiplier,
-                                  soft_multiplier=ECP5CarryChainMultiplier)
+            make = multiplier_mix(self._dsp_multipliers, cols=cols, hard_multiplier=hard,
+                                  soft_multiplier=soft)
         elif self._platform_multiplier and is_ecp5(platform) and self._dsp_sites is not None:
-            make = multiplier_sites(self._dsp_sites, hard_multiplier=ECP5Multiplier,
-                                    soft_multiplier=ECP5CarryChainMultiplier)
+            make = multiplier_sites(self._dsp_sites, hard_multiplier=hard, soft_multiplier=soft)
         if make is not None:
             for mul in (mul for row in multipliers for mul in row):
-                mul._MustUse__silence = True
+                _never_elaborated(mul)
             multipliers = [[make(k, n) for n in range(cols)] for k in range(rows)]
+            # The latency (and so the deskew, the valid and tag delays) was
+            # fixed from the defaults: the platform's must take as long.
+            assert self._common_latency(multipliers) == self._multiplier_latency
 
         # The PEs, a row at a time: every row is the same module, so the
         # Verilog holds it once (docs/verilog.md).
@@ -343,7 +377,7 @@ class SystolicArray(wiring.Component):
                 # Only the row a module is converted from elaborates its
                 # multipliers; the other instances' are never used.
                 for mul in multipliers[k]:
-                    mul._MustUse__silence = True
+                    _never_elaborated(mul)
             m.d.comb += [
                 row.act.eq(lane_act[k]),
                 row.act_switch.eq(lane_switch[k]),

@@ -23,8 +23,8 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "max_read_request": (128, 4096), "read_tags": (1, 32), "cpl_timeout": (16, 1 << 24),
         "dma_windows": (1, 16), "requantizers": (0, 256), "requantizer_multiplier_width": (8, 32),
         "host_addr_bits": (32, 64), "counter_bits": (32, 64), "dsp_multipliers": (0, 65536),
-        "dsp_bands": (0, 1), "serial_issue": (0, 1), "serial_decode": (0, 1), "serial_act": (0, 1),
-        "serial_host": (0, 1), "narrow_host": (0, 1),
+        "dsp_bands": (0, 1), "pe_multiplier_latency": (2, 3), "serial_issue": (0, 1),
+        "serial_decode": (0, 1), "serial_act": (0, 1), "serial_host": (0, 1), "narrow_host": (0, 1),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -115,6 +115,7 @@ def test_ulx3s16_profile_is_a_16x16_chip_in_dsp_bands():
     assert TPUConfig.from_options({}, "ulx3s16") == ULX3S16_PROFILE
     assert (ULX3S16_PROFILE.rows, ULX3S16_PROFILE.cols, ULX3S16_PROFILE.requantizers) == (16, 16, 1)
     assert (ULX3S16_PROFILE.dsp_bands, ULX3S16_PROFILE.dsp_multipliers) == (1, 0)
+    assert ULX3S16_PROFILE.pe_multiplier_latency == 3
     assert all(getattr(ULX3S16_PROFILE, name) == value for name, value in UP5K_HOST_FIELDS.items())
     assert TPUConfig().dsp_multipliers == 0
 
@@ -157,6 +158,17 @@ def test_serial_host_needs_a_one_word_link_with_one_tag():
                                               "with one read tag"):
             TPUConfig(serial_host=1, **fields)
     TPUConfig(serial_host=1, link_dw=1, read_tags=1)
+
+
+def test_pe_multiplier_latency():
+    assert TPUConfig().pe_multiplier_latency == 2
+    assert TPUConfig().matrix_latency == 8 + 8 + 2
+    assert TPUConfig(rows=4, cols=5, pe_multiplier_latency=3).matrix_latency == 4 + 5 + 3
+    for bad in (1, 4):
+        with pytest.raises(ConfigError, match=rf"TPUConfig\.pe_multiplier_latency = {bad} is out of "
+                                              r"range: cycles each PE's multiplier takes"):
+            TPUConfig(pe_multiplier_latency=bad)
+    assert "2..3" in TPUConfig.describe("pe_multiplier_latency")
 
 
 def test_narrow_host_needs_the_serial_host():

@@ -117,6 +117,35 @@ def test_random_program_estimate(simulator, tmp_path, seed):
     _check_estimate(r)
 
 
+#: The default core with three-cycle PE multipliers: every row stored one
+#: cycle later (R + C + 3), which the estimate must know.
+PIPELINED = CONFIG.replace(pe_multiplier_latency=3)
+
+
+@pytest.mark.rtl
+def test_three_cycle_multipliers_compute_bound(simulator, tmp_path):
+    """`test_compute_bound`'s 16 tiles with three-cycle PE multipliers: the
+    same stream of rows, each stored a cycle later, so the ACT and what
+    follows it (the whole program) one cycle later; the estimate exact."""
+    T, B = 16, 8 * R
+    r = _bench(simulator, tmp_path, {"name": "compute", "tiles": T, "batch": B}, config=PIPELINED)
+    c = r["counters"]
+    assert r["matrix_phase"]["first_row"] == B + 11
+    assert r["utilisation"]["matrix_phase"] == 1.0 and c["mxu_active"] == T * B
+    assert c["cycles"] == T * B + 3 * B + R + C + 38
+    assert c["raw_stall"] == (B - 3) + (B + R + C + 4) + (B + 16)
+    _check_estimate(r)
+
+
+@pytest.mark.rtl
+def test_three_cycle_multipliers_random_program_estimate(simulator, tmp_path):
+    """A random legal program on the three-cycle core: the estimate equals
+    every counter."""
+    r = _bench(simulator, tmp_path, {"name": "random", "program": "random", "seed": 5,
+                                     "length": 40}, config=PIPELINED)
+    _check_estimate(r)
+
+
 def _asm(name, instructions):
     return {"name": name, "program": "asm", "text": "\n".join(str(i) for i in instructions)}
 

@@ -167,6 +167,23 @@ def test_act_waits_for_its_rows():
     assert r["cycles"] == act["done"] + 1
 
 
+@pytest.mark.parametrize("multiplier_latency", [2, 3])
+def test_rows_stored_after_the_engine_latency(multiplier_latency):
+    # Three-cycle PE multipliers store every row one cycle later: the ACT
+    # reading them and so the whole program move by exactly one cycle.
+    cfg = CFG.replace(pe_multiplier_latency=multiplier_latency)
+    assert cfg.matrix_latency == R + C + multiplier_latency
+    B = 16
+    program = [Rhm(0, B, 0x1000), Rw(0, 1), Mmc(0, B, 0, switch=True),
+               Act(0, B, B, func=Func.RELU), Halt()]
+    r, base = est(program, config=cfg), est(program)
+    last = r["matrix_phase"]["last_row"]
+    assert last == base["matrix_phase"]["last_row"]
+    assert r["schedule"][3]["issue"] == last + R + C + multiplier_latency + 2
+    assert r["cycles"] == base["cycles"] + multiplier_latency - 2
+    assert r["counters"]["non_matrix"] == base["counters"]["non_matrix"] + multiplier_latency - 2
+
+
 def test_act_on_other_rows_does_not_wait():
     B = 16
     program = [Rhm(0, B, 0x1000), Rw(0, 1), Mmc(0, B, 0, switch=True), Sync(),

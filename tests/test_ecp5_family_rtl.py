@@ -58,11 +58,34 @@ def test_ecp5_banded_engine_places_its_bands():
     assert "MULT18X18D" not in generate_verilog(BANDED_ENGINE_CONFIG, top="engine")
 
 
+#: The same bands with three-cycle PEs (`pe_multiplier_latency` 3): band3's
+#: multipliers, MULT18X18D with a product register in logic on the band
+#: sites, PipelinedLUTMultiplier elsewhere.
+BANDED3_ENGINE_CONFIG = BANDED_ENGINE_CONFIG.replace(pe_multiplier_latency=3)
+
+
+def test_ecp5_three_cycle_bands_take_band3_multipliers():
+    from tpu.fpga.ecp5_floorplan import band_sites
+    text = generate_verilog(BANDED3_ENGINE_CONFIG, top="engine", family="ecp5")
+    sites = re.findall(r'\(\* BEL = "([^"]+)" \*\)\s*MULT18X18D #\(', text)
+    assert sorted(sites) == sorted(band_sites(4, 3).values())
+    # No multiplier on carry chains of its own (ECP5CarryChainMultiplier),
+    # none left to synthesis; the row in logic has PipelinedLUTMultiplier's
+    # registered quarters.
+    assert "CCU2C" not in text and not re.search(r" \* ", text)
+    assert len(re.findall(r"reg \[10:0\] q3 = ", text)) == 3
+    two = generate_verilog(BANDED_ENGINE_CONFIG, top="engine", family="ecp5")
+    assert "CCU2C" in two and not re.search(r"\bq3\b", two)
+    # In simulation the same config multiplies with plain `*` over three cycles.
+    plain = generate_verilog(BANDED3_ENGINE_CONFIG, top="engine")
+    assert "MULT18X18D" not in plain and re.search(r" \* ", plain)
+
+
 @pytest.mark.rtl
 @pytest.mark.parametrize("config, testcase", [
     (ENGINE_CONFIG, "random_operations"), (ENGINE_CONFIG, "extreme_values"),
-    (BANDED_ENGINE_CONFIG, "random_operations"),
-], ids=["random", "extreme", "bands-random"])
+    (BANDED_ENGINE_CONFIG, "random_operations"), (BANDED3_ENGINE_CONFIG, "random_operations"),
+], ids=["random", "extreme", "bands-random", "bands3-random"])
 def test_ecp5_matrix_engine(simulator, config, testcase):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
@@ -80,6 +103,8 @@ CORE_CONFIG = TPUConfig(rows=4, cols=4, acc_rows=32, ub_rows=64, weight_mem_tile
 #: The same core in bands (rows 0, 1 and 3 on DSP blocks), its decoder's
 #: geometry products bounded in logic.
 BANDED_CORE_CONFIG = CORE_CONFIG.replace(dsp_multipliers=0, dsp_bands=1)
+#: The banded core with three-cycle PEs (band3's multipliers).
+BANDED3_CORE_CONFIG = BANDED_CORE_CONFIG.replace(pe_multiplier_latency=3)
 _CORE = {}
 
 
@@ -96,7 +121,8 @@ def _core_source(config):
     (CORE_CONFIG, "edge_programs", {}),
     (BANDED_CORE_CONFIG, "random_programs", {"TPU_LENGTH": "20", "TPU_FAULT": "ub_range"}),
     (BANDED_CORE_CONFIG, "edge_programs", {}),
-], ids=["random", "ub_range", "edge", "bands-ub_range", "bands-edge"])
+    (BANDED3_CORE_CONFIG, "random_programs", {"TPU_LENGTH": "30"}),
+], ids=["random", "ub_range", "edge", "bands-ub_range", "bands-edge", "bands3-random"])
 def test_ecp5_core(simulator, config, testcase, env):
     """Random programs (convolution MMCs and pooling ACTs among them), UB
     range faults, and each opcode at the last UB row and one past it, with

@@ -14,7 +14,9 @@ from tpu.sim.harness import run
 
 
 #: 2x2 pairs every PE; 3x3 leaves a PE alone on a block in each row.
-ENGINE_CONFIGS = [TPUConfig(rows=2, cols=2, acc_rows=64), TPUConfig(rows=3, cols=3, acc_rows=64)]
+ENGINE_CONFIGS = [TPUConfig(rows=2, cols=2, acc_rows=64), TPUConfig(rows=3, cols=3, acc_rows=64),
+                  # Three-cycle PEs: each SB_MAC16 half with a register after it.
+                  TPUConfig(rows=3, cols=3, acc_rows=64, pe_multiplier_latency=3)]
 
 
 def _engine_source(config):
@@ -29,10 +31,15 @@ def test_ice40_engine_instantiates_dual_8x8_sb_mac16():
     assert text.count("SB_MAC16 #(") == 2
     assert ".MODE_8x8(1'h1)" in text and " * " not in text
     assert "SB_MAC16" not in generate_verilog(ENGINE_CONFIGS[1], top="engine")
+    # Three-cycle PEs: the same blocks, each half's product registered once
+    # more in the fabric, and still no `*`.
+    three = generate_verilog(ENGINE_CONFIGS[2], top="engine", family="ice40")
+    assert three.count("SB_MAC16 #(") == 2 and " * " not in three
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("config", ENGINE_CONFIGS, ids=lambda c: f"{c.rows}x{c.cols}")
+@pytest.mark.parametrize("config", ENGINE_CONFIGS,
+                         ids=lambda c: f"{c.rows}x{c.cols}-pe{c.pe_multiplier_latency}")
 @pytest.mark.parametrize("testcase", ["random_operations", "extreme_values"])
 def test_ice40_matrix_engine(simulator, config, testcase):
     seed = base_seed()

@@ -5,14 +5,14 @@ simulator)."""
 
 import numpy as np
 import pytest
-from amaranth import Module, Signal, signed
 from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
 from conftest import base_seed
-from tpu.hdl.multiplier import (CarryChainMultiplier, ECP5CarryChainMultiplier, ECP5Multiplier, ECP5PipelinedMultiplier, LUTMultiplier,
+from tpu.hdl.multiplier import (CarryChainMultiplier, DelayedMultiplier, ECP5CarryChainMultiplier,
+                                ECP5Multiplier, ECP5PipelinedMultiplier, LUTMultiplier,
                                 MULTIPLIER_LATENCY, Multiplier, PipelinedLUTMultiplier,
-                                SplitLUTMultiplier, multiplier_mix)
+                                PipelinedMultiplier, SplitLUTMultiplier, multiplier_mix)
 from tpu.hdl.systolic_array import SystolicArray
 
 
@@ -26,28 +26,20 @@ def _operand_pairs(rng, count):
     return pairs
 
 
-class _ThreeCycleMultiplier(Multiplier):
-    """Plain `*` with one more product register: a three-cycle hard multiplier
-    that Amaranth's simulator can run (ECP5PipelinedMultiplier cannot)."""
-
-    latency = 3
-
-    def elaborate(self, platform):
-        m = Module()
-        a, b, product = Signal(signed(9)), Signal(signed(8)), Signal(signed(17))
-        m.d.sync += [a.eq(self.a), b.eq(self.b), product.eq(a * b), self.p.eq(product)]
-        return m
+def _delayed_lut():
+    return DelayedMultiplier(LUTMultiplier())
 
 
 @pytest.mark.parametrize("cls", [Multiplier, LUTMultiplier, SplitLUTMultiplier, CarryChainMultiplier,
-                                 PipelinedLUTMultiplier],
+                                 PipelinedLUTMultiplier, PipelinedMultiplier, _delayed_lut],
                          ids=lambda c: c.__name__)
 def test_multiplier_products(cls):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     pairs = _operand_pairs(np.random.default_rng(seed), 600)
     dut = cls()
-    assert dut.latency == (3 if cls is PipelinedLUTMultiplier else MULTIPLIER_LATENCY)
+    three = (PipelinedLUTMultiplier, PipelinedMultiplier, _delayed_lut)
+    assert dut.latency == (3 if cls in three else MULTIPLIER_LATENCY)
     got = []
 
     async def testbench(ctx):
@@ -133,6 +125,31 @@ def test_array_latency_follows_its_multipliers():
         3 + 4 + MULTIPLIER_LATENCY - 1
     slow = SystolicArray(rows=3, cols=4, multiplier=lambda k, n: PipelinedLUTMultiplier())
     assert (slow.multiplier_latency, slow.latency) == (3, 3 + 4 + 3 - 1)
+    two = SystolicArray(rows=3, cols=4, multiplier_latency=2)
+    three = SystolicArray(rows=3, cols=4, multiplier_latency=3)
+    assert two.latency == 3 + 4 + 1
+    assert (three.multiplier_latency, three.latency) == (3, 3 + 4 + 2)
+    assert all(isinstance(mul, PipelinedMultiplier) for row in three._multipliers for mul in row)
+    for array in (two, three):      # made in the array's module, so never elaborated here
+        for mul in (mul for row in array._multipliers for mul in row):
+            mul._MustUse__silence = True
+
+
+@pytest.mark.parametrize("kwargs", [dict(multiplier_latency=4), dict(multiplier_latency=1),
+                                    dict(multiplier_latency="3"),
+                                    dict(multiplier_latency=3, multiplier=Multiplier)])
+def test_array_rejects_a_bad_multiplier_latency(kwargs):
+    with pytest.raises(ValueError, match=r"multiplier_latency must be None, 2 or 3, and None "
+                                         r"with a multiplier given"):
+        SystolicArray(rows=2, cols=2, **kwargs)
+
+
+def test_delayed_multiplier_needs_a_multiplier():
+    with pytest.raises(TypeError, match="DelayedMultiplier needs a Multiplier to delay, not 3"):
+        DelayedMultiplier(3)
+    dut = DelayedMultiplier(ECP5Multiplier("X4/Y10/MULT18_0"))
+    assert dut.latency == 3 and dut.module_key == "Delayed(ECP5Multiplier@X4/Y10/MULT18_0)"
+    assert rtlil.convert(dut).count("cell \\MULT18X18D") == 1
 
 
 def _schedule(rows, tiles, batches, rng):
@@ -184,7 +201,7 @@ def _run_array(array, steps):
 
 
 @pytest.mark.parametrize("hard, soft", [(Multiplier, LUTMultiplier), (Multiplier, SplitLUTMultiplier),
-                                        (_ThreeCycleMultiplier, PipelinedLUTMultiplier)],
+                                        (PipelinedMultiplier, PipelinedLUTMultiplier)],
                          ids=lambda c: c.__name__)
 def test_array_with_mixed_multipliers_matches_numpy(hard, soft):
     seed = base_seed()

@@ -45,6 +45,9 @@ _RANGES = {
                                        "first ones row by row, the rest in logic (0: every PE)"),
     "dsp_bands":         (0, 1,        "1: built for the ECP5-85F, the PEs that multiply in a DSP block "
                                        "are three bands of rows, each on a line of DSP blocks"),
+    "pe_multiplier_latency": (2, 3, "cycles each PE's multiplier takes: 2 (operands and product registered) "
+                                    "or 3 (the product registered twice, for faster clocks; the array "
+                                    "and the matrix engine take one cycle more)"),
     "serial_issue":      (0, 1,        "1: the sequencer issues to one unit at a time (an instruction "
                                        "waits until every other unit is idle), with no range interlocks; "
                                        "so the unified buffer is one single-port RAM (SPRAM on an iCE40), "
@@ -141,6 +144,19 @@ class TPUConfig:
         in logic; the instruction decoder's products then go into logic too,
         so that the chip's other DSP users fit the 12 sites left. Needs
         `dsp_multipliers` 0; other builds ignore it.
+    pe_multiplier_latency : int
+        2 (the default): every PE's multiplier registers its operands and
+        its product, two cycles. 3: the product is registered twice, so
+        that a multiply has two cycles of the clock and the route from it
+        to the partial-sum adder one of its own; the systolic array's
+        latency and the matrix engine's (`matrix_latency`) grow by one
+        cycle (same results; `tpu.models.cycle_model` knows the cycles).
+        In simulation each PE is a plain ``*``
+        (`tpu.hdl.multiplier.PipelinedMultiplier`); built for an ECP5 the
+        DSP PEs are `tpu.hdl.multiplier.ECP5PipelinedMultiplier` and the
+        others `tpu.hdl.multiplier.PipelinedLUTMultiplier` (with
+        `dsp_bands`, the ``band3`` array of docs/fpga.md); for an iCE40,
+        the SB_MAC16 halves with a register after each.
     serial_issue : int
         0 (the default): the sequencer issues to every unit at once, an
         instruction waiting only on the running instructions whose UB or
@@ -216,6 +232,7 @@ class TPUConfig:
     counter_bits: int = 64
     dsp_multipliers: int = 0
     dsp_bands: int = 0
+    pe_multiplier_latency: int = 2
     serial_issue: int = 0
     serial_decode: int = 0
     serial_act: int = 0
@@ -320,6 +337,13 @@ class TPUConfig:
         return self.requantize_steps * self.requantize_multiply_cycles
 
     @property
+    def matrix_latency(self):
+        """Cycles from a row accepted by the matrix engine to its
+        accumulator row stored: the array's ``rows + cols - 1`` and its
+        multipliers' `pe_multiplier_latency`, plus the read-modify-write."""
+        return self.rows + self.cols + self.pe_multiplier_latency
+
+    @property
     def peak_macs_per_cycle(self):
         return self.rows * self.cols
 
@@ -354,9 +378,14 @@ PROFILES = {
     # products take 10 of the 12 blocks left) and 112 in logic, one
     # requantizer with a 16 x 16-bit multiplier (ACT takes 64 cycles a
     # row), a weight memory of 512 tiles, the UP5K's host interface for a
-    # UART (docs/fpga.md).
+    # UART (docs/fpga.md). Its PEs multiply in three cycles, band3's
+    # multipliers (a product register after each MULT18X18D, the others
+    # PipelinedLUTMultiplier): the two-cycle ones in logic were the chip's
+    # slowest path, and the cycle more per MMC costs under 0.2% of an
+    # MLPerf Tiny inference.
     "ulx3s16": dict(rows=16, cols=16, weight_mem_tiles=512, cpl_timeout=16000000, **UP5K_HOST_FIELDS,
-                    requantizers=1, requantizer_multiplier_width=16, dsp_bands=1),
+                    requantizers=1, requantizer_multiplier_width=16, dsp_bands=1,
+                    pe_multiplier_latency=3),
     # TPU v1 (Jouppi et al., ISCA 2017), a compiler target rather than a
     # board: its 256x256 array, 24 MiB unified buffer (98 304 rows of 256
     # bytes), 4 MiB of accumulators (4 096 rows of 256 int32) and its

@@ -81,7 +81,7 @@ def ideal(config, tiles, batch):
     * then a switch every ``max(batch, rows)`` cycles;
     * each row is written ``latency`` cycles after it is accepted.
     """
-    latency = config.rows + config.cols + 2
+    latency = config.matrix_latency
     steady = (tiles - 1) * max(batch, config.rows) + batch
     return {"cycles": config.rows + 1 + steady + latency, "steady_cycles": steady}
 
@@ -115,7 +115,7 @@ async def measure(tb, tiles, batch):
     steady = accepted[-1] - accepted[0] + 1
 
     # The same run from the model's documented timing.
-    latency = cfg.rows + cfg.cols + 2
+    latency = cfg.matrix_latency
     schedule = [c for op in ideal_schedule(cfg, ops) for c in op]
     ideal_cycles = schedule[-1] + latency + 1
     ideal_steady = schedule[-1] - schedule[0] + 1

@@ -133,7 +133,7 @@ class TB:
         """Rows accepted exactly as the ideal schedule says, each written
         exactly `latency` cycles later."""
         cfg = self.config
-        latency = cfg.rows + cfg.cols + 2
+        latency = cfg.matrix_latency
         ideal = [c for op in ideal_schedule(cfg, self.ops) for c in op]
         start = self.act.accepted[0] - ideal[0]
         got = [c - start for c in self.act.accepted]
@@ -263,7 +263,7 @@ async def back_to_back_timing(dut):
     full = sum(sizes[:6])
     if accepted[full - 1] - accepted[0] != full - 1:
         tb.fail(f"{full} rows of full-size ops took {accepted[full - 1] - accepted[0] + 1} cycles")
-    dut._log.info("latency %d cycles; %d rows in %d cycles", rows + cfg.cols + 2,
+    dut._log.info("latency %d cycles; %d rows in %d cycles", cfg.matrix_latency,
                   len(accepted), accepted[-1] - accepted[0] + 1)
 
 

@@ -469,10 +469,10 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     # and RHMs are spread the same way, each after MMC rows that outlast the
     # one before. The first tile's RHMs go each just before the first MMC
     # that reads its rows, so the array starts after one transfer, not all.
-    lead = config.rows + config.cols + 32
+    lead = config.matrix_latency + 30
     # An ACT after an MMC that ends at least this many rows after the
     # accumulator rows it reads issues without waiting for them to be stored.
-    stored = config.rows + config.cols + 8
+    stored = config.matrix_latency + 6
 
     def mt_base(index):
         return acc_base[index]

@@ -41,7 +41,8 @@ What is modelled (each rule is the RTL's, in cycles):
 * MMC: UB reads from ``issue + 1``, rows at the engine two cycles after their
   read, at most three rows read ahead of the engine; the next MMC is taken in
   the cycle of the last read; a row with SWITCH waits for its tile; rows are
-  stored ``rows + cols + 2`` cycles after they enter the array;
+  stored ``rows + cols + 2`` cycles after they enter the array (``rows +
+  cols + 3`` with ``config.pe_multiplier_latency`` 3: `TPUConfig.matrix_latency`);
 * weights: RW reaches the weight FIFO 2 cycles after issue, one command at a
   time; a tile is requested when fewer than ``weight_fifo_tiles`` tiles are
   requested and not yet passed to the array and the weight memory has fewer
@@ -499,7 +500,7 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
     link = LinkTiming(host, cfg.rows) if host is not None else None
     fetch = _Fetch(cfg, link, host, len(words), guesses) if host is not None else None
     loads = []
-    latency = cfg.rows + cfg.cols + 2
+    latency = cfg.matrix_latency
     units = {name: _Unit() for name in ("rhm", "whm", "mmc", "act")}
     weights = _WeightPath(cfg)
     requested = switched = 0
