@@ -66,6 +66,8 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the shared lane's column one-hot", 16,
                16, 45.0, 48.83, "2026-12-05", "825f7e6",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a fifteenth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, three-cycle PEs", 16, 16, 45.8333, 49.66,
+               "2026-12-05", "df5d627", 'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a sixteenth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
