@@ -113,8 +113,10 @@ class SystolicArray(wiring.Component):
         :class:`~tpu.hdl.multiplier.PipelinedMultiplier`.
     multiplier_latency : int or None
         With `multiplier` None: 2 (None, the default) or 3, the cycles every
-        PE's multiplier takes (see `multiplier`). Must be None with a
-        `multiplier` given, whose ``latency`` says.
+        PE's multiplier takes (see `multiplier`). With a `multiplier` given,
+        whose ``latency`` says, None or that latency (so that a
+        `MatrixEngine`, which passes its config's, takes given multipliers
+        of its config's latency).
     dsp_multipliers : int or None
         With the platform's multipliers on an ECP5: how many PEs (the first,
         row by row) multiply in a ``MULT18X18D``; the rest multiply in
@@ -191,11 +193,10 @@ class SystolicArray(wiring.Component):
         self._dsp_sites = dsp_sites
         if not isinstance(tag_width, int) or tag_width < 1:
             raise ValueError(f"SystolicArray tag_width must be a positive int, not {tag_width!r}")
-        if multiplier_latency is not None and (multiplier is not None
-                                               or multiplier_latency not in (2, 3)):
+        if multiplier_latency is not None and multiplier_latency not in (2, 3):
             self._MustUse__silence = True   # refused, so never elaborated
-            raise ValueError(f"SystolicArray multiplier_latency must be None, 2 or 3, and None "
-                             f"with a multiplier given, not {multiplier_latency!r}")
+            raise ValueError(f"SystolicArray multiplier_latency must be None, 2 or 3, "
+                             f"not {multiplier_latency!r}")
         self._platform_multiplier = multiplier is None
         if multiplier is None:
             multiplier = PipelinedMultiplier if multiplier_latency == 3 else Multiplier
@@ -208,6 +209,12 @@ class SystolicArray(wiring.Component):
         self._multipliers = [[self._make_multiplier(multiplier, k, n) for n in range(cols)]
                              for k in range(rows)]
         self._multiplier_latency = self._common_latency(self._multipliers)
+        if multiplier_latency is not None and multiplier_latency != self._multiplier_latency:
+            for mul in (mul for row in self._multipliers for mul in row):
+                mul._MustUse__silence = True
+            self._MustUse__silence = True   # refused, so never elaborated
+            raise ValueError(f"SystolicArray multiplier_latency is {multiplier_latency}, but its "
+                             f"multipliers take {self._multiplier_latency} cycles")
         super().__init__({
             "act_valid":    In(1),
             "act_data":     In(data.ArrayLayout(unsigned(8), rows)),

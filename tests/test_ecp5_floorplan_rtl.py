@@ -18,7 +18,8 @@ from tpu.hdl.verilog import ENGINE_NAME, generate_verilog
 from tpu.sim.harness import run
 
 
-ENGINE_CONFIG = TPUConfig(rows=7, cols=4, acc_rows=64)
+# band3's multipliers take three cycles: so does the engine's config.
+ENGINE_CONFIG = TPUConfig(rows=7, cols=4, acc_rows=64, pe_multiplier_latency=3)
 _SOURCE = {}
 
 

@@ -350,8 +350,11 @@ ICE40_RATCHET = {
     # 14 in one process with the other blocks, 12 apart
     "host.writer": (12, 63),
     # 11 levels and 40 carry cells before its Length check was plain logic;
-    # 10 in one process with the other blocks, 8 apart
-    "host.bar0": (8, 31),
+    # 10 in one process with the other blocks, 8 apart; 9 since BAR0 serves
+    # two host forms (TLPs here, `narrow_host` 0; the up5k profile's narrow
+    # register port has no TLP decoding), the completion's data one level
+    # further from the request (`request__payload` -> `resp_data`)
+    "host.bar0": (9, 31),
     # 9 levels and 15 carry cells before its decisions were registered a
     # cycle later (rx_byte into the NAK request)
     "port.bridge": (6, 14),

@@ -53,6 +53,11 @@ MIXES = {
 _SOURCES = {}
 
 
+def _engine_config(mix):
+    """`ENGINE_CONFIG` with the PE latency of `mix`'s multipliers."""
+    return ENGINE_CONFIG.replace(pe_multiplier_latency=MIXES[mix][0].latency)
+
+
 def _engine_netlist(mix):
     """The netlist of the engine whose array multiplies with `mix`. The
     engine makes its array itself, so the array class it sees is given the
@@ -63,7 +68,7 @@ def _engine_netlist(mix):
                                                 hard_multiplier=hard, soft_multiplier=soft)
         with mock.patch("tpu.hdl.matrix_engine.SystolicArray",
                         partial(SystolicArray, multiplier=multipliers)):
-            text = generate_verilog(ENGINE_CONFIG, top="engine", family="ecp5")
+            text = generate_verilog(_engine_config(mix), top="engine", family="ecp5")
         assert text.count("MULT18X18D #(") == HARD_PES, "the engine's array did not take the mix"
         _SOURCES[mix] = ecp5_gate_level_source(text, ENGINE_NAME, BUILD_ROOT / "gate_level")
     return _SOURCES[mix]
@@ -130,7 +135,7 @@ def test_engine_on_the_ecp5_netlist(simulator, mix, testcase):
                     "can afford; Icarus runs this test, and TPU_GATE_ALL=1 runs it under Verilator too")
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
-    tests, failures = run(ENGINE_CONFIG, simulator, "tpu.sim.testbenches.tb_matrix_engine",
+    tests, failures = run(_engine_config(mix), simulator, "tpu.sim.testbenches.tb_matrix_engine",
                           testcase=testcase, seed=seed, toplevel=ENGINE_NAME,
                           verilog_source=_engine_netlist(mix))
     assert tests == 1, f"{testcase} did not run (see the simulation log)"

@@ -135,13 +135,25 @@ def test_array_latency_follows_its_multipliers():
             mul._MustUse__silence = True
 
 
-@pytest.mark.parametrize("kwargs", [dict(multiplier_latency=4), dict(multiplier_latency=1),
-                                    dict(multiplier_latency="3"),
-                                    dict(multiplier_latency=3, multiplier=Multiplier)])
-def test_array_rejects_a_bad_multiplier_latency(kwargs):
-    with pytest.raises(ValueError, match=r"multiplier_latency must be None, 2 or 3, and None "
-                                         r"with a multiplier given"):
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(multiplier_latency=4), "multiplier_latency must be None, 2 or 3, not 4"),
+    (dict(multiplier_latency=1), "multiplier_latency must be None, 2 or 3, not 1"),
+    (dict(multiplier_latency="3"), "multiplier_latency must be None, 2 or 3, not '3'"),
+    (dict(multiplier_latency=3, multiplier=Multiplier),
+     "multiplier_latency is 3, but its multipliers take 2 cycles"),
+])
+def test_array_rejects_a_bad_multiplier_latency(kwargs, message):
+    with pytest.raises(ValueError, match=message):
         SystolicArray(rows=2, cols=2, **kwargs)
+
+
+def test_array_takes_given_multipliers_of_its_latency():
+    # As a MatrixEngine passes its config's latency with multipliers given.
+    array = SystolicArray(rows=2, cols=2, multiplier=PipelinedMultiplier, multiplier_latency=3)
+    assert array.multiplier_latency == 3
+    array._MustUse__silence = True
+    for mul in (mul for row in array._multipliers for mul in row):
+        mul._MustUse__silence = True
 
 
 def test_delayed_multiplier_needs_a_multiplier():
