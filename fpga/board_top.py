@@ -70,15 +70,8 @@ def default_clock_hz(board, profile=None):
     (`tpu.fpga.routed_clocks`); the oscillator rather than the PLL when both
     make it. The board's oscillator when nothing is recorded (the
     iCEBreaker: its chip has not been routed yet)."""
-    oscillator = float(BOARD_OSCILLATOR_HZ[board])
     routed = latest_routed(board, profile) or latest_routed(board, None)
-    if not routed:
-        return oscillator
-    limit = routed[0].fmax_mhz * 1e6 * (1 - MARGIN)
-    best = fastest_clock_within(board_clocks(board), limit)
-    if best is None:
-        raise ValueError(f"the {board} top makes no clock at or below {limit / 1e6:g} MHz")
-    return oscillator if abs(best - oscillator) < 1 else best
+    return _clock_below(board, routed[0] if routed else None)
 
 
 def matrix_part_clock_hz(board):
@@ -86,12 +79,21 @@ def matrix_part_clock_hz(board):
     told (Hz): the fastest the board makes at or below its latest routed
     Fmax less `MARGIN` (`tpu.fpga.routed_clocks.MATRIX_PART_ROUTED`), the
     oscillator when it makes that or nothing is recorded."""
+    return _clock_below(board, MATRIX_PART_ROUTED.get(board))
+
+
+def _clock_below(board, routed):
+    """The fastest clock `board` makes at or below `routed`'s Fmax less
+    `MARGIN` (Hz): the oscillator rather than the PLL when both make it, and
+    when `routed` is None."""
     oscillator = float(BOARD_OSCILLATOR_HZ[board])
-    routed = MATRIX_PART_ROUTED.get(board)
     if routed is None:
         return oscillator
-    best = fastest_clock_within(board_clocks(board), routed.fmax_mhz * 1e6 * (1 - MARGIN))
-    return oscillator if best is None or abs(best - oscillator) < 1 else best
+    limit = routed.fmax_mhz * 1e6 * (1 - MARGIN)
+    best = fastest_clock_within(board_clocks(board), limit)
+    if best is None:
+        raise ValueError(f"the {board} top makes no clock at or below {limit / 1e6:g} MHz")
+    return oscillator if abs(best - oscillator) < 1 else best
 
 
 #: board -> the chip clock it gets unless told (a profile's own default is
