@@ -77,9 +77,15 @@ class ActivationUnit(wiring.Component):
         regs = {reg: Signal(signed(VALUE_WIDTH), name=f"reg_{reg.name.lower()}") for reg in Reg}
 
         # ACT: accumulator rows into the pipeline, results into the UB.
+        # The small pipeline takes a row at most every 4 cycles (its
+        # product alone takes 4), so one row buffered keeps it fed: the
+        # next is read in the cycle after the pipeline takes one and is
+        # there 2 cycles later. Two more rows of `cols` int32s would be flip-flops and
+        # their read multiplexer.
+        reader_depth = {"depth": 1} if cfg.serial_act else {}
         m.submodules.reader = reader = MemoryReader(
             addr_shape=range(cfg.acc_rows), data_shape=data.ArrayLayout(signed(32), cols),
-            side_shape=1, head_bits=ActivationPipeline.head_bits(cfg))
+            side_shape=1, head_bits=ActivationPipeline.head_bits(cfg), **reader_depth)
         acc_addr = Signal(range(cfg.acc_rows))
         to_read = Signal(range(cfg.acc_rows + 1))
         ub_addr = Signal(range(cfg.ub_rows))
