@@ -117,8 +117,12 @@ class ActivationUnit(wiring.Component):
         # more than MAX_POOL_COUNT rows, so the divisor and the divider's
         # remainder are 13 bits, not the dividend's 34.
         count = Signal(range(MAX_POOL_COUNT + 1))
+        # The small form's divider takes its one dividend length (2**32 +
+        # count - 1 has 33 bits for every count) and the count from its
+        # register, which holds through the ACT.
+        fixed = {"length": RECIPROCAL_SHIFT + 1} if cfg.serial_act else {}
         m.submodules.divider = divider = SerialDivider(RECIPROCAL_SHIFT + 2,
-                                                       divisor_width=len(count))
+                                                       divisor_width=len(count), **fixed)
         act = {name: field(word, Opcode.ACT, name) for name in
                ("unsigned", "single_round", "acc", "ub", "rows", "func", "pool", "pool_size", "pool_stride", "in_w")}
         windowed = (act["pool"] == Pool.MAX) | (act["pool"] == Pool.AVG)
