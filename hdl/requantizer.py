@@ -322,12 +322,18 @@ class Requantizer(wiring.Component):
         # with its bit 0 cleared (`whole3`); ``31 + r`` is ``31 - shift``,
         # one rounding's `total3`, for a negative shift, 31 otherwise. So
         # stage 3 chooses neither the sum's bits nor the shift's source.
+        # The borrow (P = 0 with neg, whose result is 0) is registered
+        # beside the sum rather than clearing its 64 bits, and stage 4
+        # clears the shifted magnitude instead (10 bits, in the LUTs that
+        # choose them anyway).
         s3 = Signal(64)
         a3 = Signal(range(64))
         whole3 = Signal()
         neg3 = Signal()
+        zero3 = Signal()
         m.d.sync += [
-            s3.eq(Mux(zero, 0, less[:64])),
+            s3.eq(less[:64]),
+            zero3.eq(zero),
             a3.eq(Mux(self.single_round | (shift3 < 0), total3, 31)),
             whole3.eq(~self.single_round & (shift3 >= 0)),
             neg3.eq(negative),
@@ -346,7 +352,7 @@ class Requantizer(wiring.Component):
         m.d.comb += sh.eq(Cat(bits[0] & ~whole3, bits[1:10]) + 1)
         q4 = Signal(10)                          # min(|v|, 512)
         neg4 = Signal()
-        m.d.sync += [q4.eq(Mux(over | sh[10], 512, sh[1:11])), neg4.eq(neg3)]
+        m.d.sync += [q4.eq(Mux(zero3, 0, Mux(over | sh[10], 512, sh[1:11]))), neg4.eq(neg3)]
         divided = Signal(signed(11))
         m.d.comb += divided.eq(Mux(neg4, -q4, q4))
         self._clamp(m, divided)
