@@ -210,8 +210,20 @@ class Requantizer(wiring.Component):
                 m.d.sync += right_ahead.eq(right_of(shift2))
                 stage3 = totals(shift2, right_ahead)
             if self._compact:
+                # No left shift: ``wrap(x << l)`` is ``x'`` times ``2**l``,
+                # ``x'`` the low ``32 - l`` bits of ``x`` sign-extended, so
+                # its magnitude is ``|x'| 2**l``, and stage 3 rounds ``|x'|
+                # M`` by ``31 - l`` bits where it would round ``|x'| M
+                # 2**l`` by 31 (`_compact_rounding`): a sign bit chosen and
+                # a mask instead of a 32-bit barrel shifter.
+                wrapped = Signal(signed(32))
+                sign = Signal()
+                m.d.comb += [
+                    sign.eq(biased.bit_select(~left, 1)),       # bit 31 - l
+                    wrapped.eq(Cat(Mux(left > 31 - i, sign, biased[i]) for i in range(32))),
+                ]
                 magnitude, negative = Signal(64), Signal()
-                self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
+                self._sequential_product(m, wrapped, product, saturate, shift2, shift3,
                                          stage3, magnitude=magnitude, negative_out=negative)
                 self._compact_rounding(m, magnitude, negative, shift3, total3)
                 return m
@@ -306,14 +318,23 @@ class Requantizer(wiring.Component):
         bits below the clamp's reach and whether any bit above them is set
         (then the magnitude is taken as 512, beyond every bound); stage 5
         signs it and clamps."""
+        # Stage 1 made no left shift: the product is ``P = |x'| M`` (see
+        # `elaborate`), and the doubling high half of ``P 2**l``, l = shift
+        # > 0, is ``(P 2**l + 2**30 - neg) >> 31``, which is ``(P +
+        # 2**(t-1) - neg) >> t`` with t = 31 - l (for t > 0: the
+        # ``neg / 2**l`` below the integer ``P + 2**(t-1)`` floors as a 1
+        # does; for t = 0 it is P), the one rounding of the same t = 31 -
+        # shift. So a positive shift is rounded once (`once`).
+        once = Signal()
+        m.d.comb += once.eq(self.single_round | (shift3 > 0))
         # One add makes both: ``P - neg`` (one rounding; ``P`` for t = 0),
         # or ``P + 2**30 - neg``, whose bits from 31 up are ``|y|``.
         zero = Signal()                          # P = 0 and neg: the borrow
         less = Signal(65)
-        rounded = negative & ~(self.single_round & (total3 == 0))   # t = 0: S = P
+        rounded = negative & ~(once & (total3 == 0))   # t = 0: S = P
         term = Signal(65)
         m.d.comb += [
-            term.eq(Mux(self.single_round, -rounded, (1 << 30) - rounded)),
+            term.eq(Mux(once, -rounded, (1 << 30) - rounded)),
             less.eq(magnitude + term),
             zero.eq(less[64]),
         ]
@@ -334,8 +355,8 @@ class Requantizer(wiring.Component):
         m.d.sync += [
             s3.eq(less[:64]),
             zero3.eq(zero),
-            a3.eq(Mux(self.single_round | (shift3 < 0), total3, 31)),
-            whole3.eq(~self.single_round & (shift3 >= 0)),
+            a3.eq(Mux(once | (shift3 < 0), total3, 31)),
+            whole3.eq(~once & (shift3 >= 0)),
             neg3.eq(negative),
         ]
         # 4: ``(2 S) >> a``, the larger shifts first so that each keeps only
