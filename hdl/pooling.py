@@ -300,9 +300,6 @@ class PoolingUnit(wiring.Component):
         # running global value, unless it is the first of the operation.
         reduced = Signal()
         m.d.comb += reduced.eq((window & taps[0]) | (global_ & ~first))
-        # The ring turns only as a group is presented, so its input needs
-        # no hold of the state when none is.
-        ring = self._sequential and self._groups > 1
         for n in range(lanes):
             value = Signal(signed(VALUE_WIDTH), name=f"value{n}")
             m.d.comb += value.eq(self.i_data[n])
@@ -311,13 +308,10 @@ class PoolingUnit(wiring.Component):
             other = Signal(signed(SUM_WIDTH), name=f"other{n}")
             m.d.comb += [running.eq(runnings[n]), history.eq(histories[n]),
                          other.eq(Mux(window, history.prior, running))]
-            if ring:
+            with m.If(self.i_valid):
                 m.d.comb += next_histories[n].eq(next_history(value, history, *h_widths))
-            else:
-                with m.If(self.i_valid):
-                    m.d.comb += next_histories[n].eq(next_history(value, history, *h_widths))
-                with m.Else():
-                    m.d.comb += next_histories[n].eq(histories[n])
+            with m.Else():
+                m.d.comb += next_histories[n].eq(histories[n])
             result = Signal(signed(SUM_WIDTH), name=f"reduced{n}")
             if self._sequential:
                 # A value alone is its reduction with the identity.
@@ -325,7 +319,7 @@ class PoolingUnit(wiring.Component):
                 m.d.comb += result.eq(combine(value, Mux(reduced, other, neutral)))
             else:
                 m.d.comb += result.eq(Mux(reduced, combine(value, other), value))
-            m.d.comb += next_runnings[n].eq(result if ring else Mux(self.i_valid, result, running))
+            m.d.comb += next_runnings[n].eq(Mux(self.i_valid, result, running))
             m.d.sync += p1_value[n].eq(result)
         m.d.sync += [
             p1_group.eq(self.i_group),
