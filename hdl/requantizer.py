@@ -216,11 +216,15 @@ class Requantizer(wiring.Component):
                 # M`` by ``31 - l`` bits where it would round ``|x'| M
                 # 2**l`` by 31 (`_compact_rounding`): a sign bit chosen and
                 # a mask instead of a 32-bit barrel shifter.
+                # The mask (the bits above bit 31 - l) is a constant shifted,
+                # a decode, not 32 comparisons in carry chains.
                 wrapped = Signal(signed(32))
                 sign = Signal()
+                mask = Signal(32)
                 m.d.comb += [
                     sign.eq(biased.bit_select(~left, 1)),       # bit 31 - l
-                    wrapped.eq(Cat(Mux(left > 31 - i, sign, biased[i]) for i in range(32))),
+                    mask.eq(~(C((1 << 32) - 1, 32) >> left)),
+                    wrapped.eq(Cat(Mux(mask[i], sign, biased[i]) for i in range(32))),
                 ]
                 magnitude, negative = Signal(64), Signal()
                 self._sequential_product(m, wrapped, product, saturate, shift2, shift3,
