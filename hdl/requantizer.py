@@ -226,7 +226,7 @@ class Requantizer(wiring.Component):
                     mask.eq(~(C((1 << 32) - 1, 32) >> left)),
                     wrapped.eq(Cat(Mux(mask[i], sign, biased[i]) for i in range(32))),
                 ]
-                magnitude, negative = Signal(64), Signal()
+                magnitude, negative = Signal(signed(65)), Signal()
                 self._sequential_product(m, wrapped, product, saturate, shift2, shift3,
                                          stage3, magnitude=magnitude, negative_out=negative)
                 self._compact_rounding(m, magnitude, negative, shift3, total3)
@@ -331,16 +331,16 @@ class Requantizer(wiring.Component):
         # shift. So a positive shift is rounded once (`once`).
         once = Signal()
         m.d.comb += once.eq(self.single_round | (shift3 > 0))
-        # One add makes both: ``P - neg`` (one rounding; ``P`` for t = 0),
-        # or ``P + 2**30 - neg``, whose bits from 31 up are ``|y|``.
-        zero = Signal()                          # P = 0 and neg: the borrow
-        less = Signal(65)
-        rounded = negative & ~(once & (total3 == 0))   # t = 0: S = P
-        term = Signal(65)
+        # The product's sum already holds ``P - neg`` (one rounding; ``P``
+        # for t = 0) or ``P + 2**30 - neg``, whose bits from 31 up are
+        # ``|y|`` (`_sequential_product` adds the term with the first
+        # piece): no 65-bit add here. Its sign is the borrow (P = 0 and
+        # neg, rounded once).
+        zero = Signal()
+        less = Signal(64)
         m.d.comb += [
-            term.eq(Mux(once, -rounded, (1 << 30) - rounded)),
-            less.eq(magnitude + term),
-            zero.eq(less[64]),
+            less.eq(magnitude[:64]),
+            zero.eq(magnitude[-1]),
         ]
         # Both shift the sum as it is: ``2 |y| >> r`` is ``2 L >> (31 + r)``
         # for r > 0 (``L = P + 2**30 - neg``), and for r = 0 ``2 L >> 31``
@@ -441,7 +441,6 @@ class Requantizer(wiring.Component):
         else:
             a_piece, b_piece = Signal(w), Signal(w)
             piece = Signal(2 * w)
-            total = Signal(64)
 
         def part(value, k):
             bits = value[k * w:(k + 1) * w]
@@ -458,15 +457,32 @@ class Requantizer(wiring.Component):
             # The running sum holds one diagonal's pieces and the carry from
             # the ones below; as the next diagonal opens, its low `w` bits
             # are final and move into `low`, so the adder is 2 `w` and a few
-            # bits wide, not 64.
-            running = Signal(2 * w + pieces.bit_length() + 1)
+            # bits wide, not 64. It starts with the rounding's term (see
+            # `_compact_rounding`), ``-neg`` or ``2**30 - neg``, so that the
+            # sum is ``P`` and the term together: signed, as ``P - neg`` is
+            # -1 for P = 0, and the borrow carries up as the sum shifts.
+            # The term is made from the value's own shift (`shift2`, or the
+            # input without `per_value_settings`) and sign, both registered
+            # as it started.
+            shift_now = self.shift if shift2 is None else shift2
+            once = self.single_round | (shift_now > 0)
+            rounded = negative & ~(once & (shift_now == 31))   # t = 0: S = P
+            offset = Signal(signed(32))
+            m.d.comb += offset.eq(Mux(once, -rounded, (1 << 30) - rounded))
+            # (At least 33 bits, as the term 2**30 enters at the first
+            # diagonal's weight.)
+            running = Signal(signed(max(2 * w + pieces.bit_length() + 2, 33)))
             low = Signal((2 * pieces - 2) * w)
+            addend = Signal.like(running)
             with m.If(step == 0):
-                m.d.sync += running.eq(piece)
+                m.d.comb += addend.eq(offset)
             with m.Elif(shift_sum):
-                m.d.sync += [running.eq((running >> w) + piece), low.eq(Cat(low[w:], running[:w]))]
+                m.d.comb += addend.eq(running >> w)
+                m.d.sync += low.eq(Cat(low[w:], running[:w]))
             with m.Else():
-                m.d.sync += running.eq(running + piece)
+                m.d.comb += addend.eq(running)
+            m.d.sync += running.eq(addend + piece)
+            total = Signal(signed(len(low) + len(running)))
             m.d.comb += total.eq(Cat(low, running))
         else:
             with m.If(step == 0):
