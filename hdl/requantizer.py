@@ -351,28 +351,38 @@ class Requantizer(wiring.Component):
         # beside the sum rather than clearing its 64 bits, and stage 4
         # clears the shifted magnitude instead (10 bits, in the LUTs that
         # choose them anyway).
-        s3 = Signal(64)
-        a3 = Signal(range(64))
+        # ``(2 S) >> a`` (stage 4), the larger shifts first so that each
+        # keeps only the bits the later ones can bring into the 10 kept;
+        # bits above the window at each step go into `over`. The shift by
+        # 32 is made here, as the sum comes from registers (no add before
+        # it), so that stage 3 registers 41 bits and a flag, not 64.
+        def shift_by(bits, over, amount, ks):
+            for k in ks:
+                keep = 10 + (1 << k) - 1         # bits the shifts by 2**k .. 1 need
+                moved = Mux(amount[k], bits >> (1 << k), bits)
+                over = over | (moved[keep:] != 0)
+                bits = moved[:keep]
+            return bits, over
+
+        a_next = Signal(range(64))
+        m.d.comb += a_next.eq(Mux(once | (shift3 < 0), total3, 31))
+        top, top_over = shift_by(Cat(C(0, 1), less), C(0, 1), a_next, [5])  # 2 S (2 L)
+        s3 = Signal(len(top))
+        over3 = Signal()
+        a3 = Signal(5)
         whole3 = Signal()
         neg3 = Signal()
         zero3 = Signal()
         m.d.sync += [
-            s3.eq(less[:64]),
+            s3.eq(top),
+            over3.eq(top_over),
             zero3.eq(zero),
-            a3.eq(Mux(once | (shift3 < 0), total3, 31)),
+            a3.eq(a_next[:5]),
             whole3.eq(~once & (shift3 >= 0)),
             neg3.eq(negative),
         ]
-        # 4: ``(2 S) >> a``, the larger shifts first so that each keeps only
-        # the bits the later ones can bring into the 10 kept; bits above
-        # the window at each step go into `over`.
-        bits = Cat(C(0, 1), s3)                  # 2 S (2 L), 65 bits
-        over = C(0, 1)
-        for k in reversed(range(6)):
-            keep = 10 + (1 << k) - 1             # bits the shifts by 2**k .. 1 need
-            moved = Mux(a3[k], bits >> (1 << k), bits)
-            over = over | (moved[keep:] != 0)
-            bits = moved[:keep]
+        # 4: the shifts by 16 .. 1.
+        bits, over = shift_by(s3, over3, a3, reversed(range(5)))
         sh = Signal(11)
         m.d.comb += sh.eq(Cat(bits[0] & ~whole3, bits[1:10]) + 1)
         q4 = Signal(10)                          # min(|v|, 512)
