@@ -279,37 +279,26 @@ class ActivationPipeline(wiring.Component):
         # cycle after the settings (a row reaches the clamp four cycles or
         # more after it is taken, and no row is taken while settings are
         # written), so no row's clamp decodes the function.
+        type_low = Mux(settings.unsigned, 0, -128)
+        type_high = Mux(settings.unsigned, 255, 127)
         low = Signal(signed(VALUE_WIDTH), init=-128)
         high = Signal(signed(VALUE_WIDTH), init=127)
+        with m.Switch(settings.function):
+            with m.Case(Function.RELU):
+                m.d.sync += [
+                    low.eq(Mux(settings.zero_point > type_low, settings.zero_point, type_low)),
+                    high.eq(type_high),
+                ]
+            with m.Case(Function.CLAMP):
+                m.d.sync += [
+                    low.eq(Mux(settings.clamp_min > type_low, settings.clamp_min, type_low)),
+                    high.eq(Mux(settings.clamp_max < type_high, settings.clamp_max, type_high)),
+                ]
+            with m.Default():
+                m.d.sync += [low.eq(type_low), high.eq(type_high)]
         use_table = Signal()
-
-        def bounds_from(source):
-            type_low = Mux(source.unsigned, 0, -128)
-            type_high = Mux(source.unsigned, 255, 127)
-            with m.Switch(source.function):
-                with m.Case(Function.RELU):
-                    m.d.sync += [
-                        low.eq(Mux(source.zero_point > type_low, source.zero_point, type_low)),
-                        high.eq(type_high),
-                    ]
-                with m.Case(Function.CLAMP):
-                    m.d.sync += [
-                        low.eq(Mux(source.clamp_min > type_low, source.clamp_min, type_low)),
-                        high.eq(Mux(source.clamp_max < type_high, source.clamp_max, type_high)),
-                    ]
-                with m.Default():
-                    m.d.sync += [low.eq(type_low), high.eq(type_high)]
-            m.d.sync += use_table.eq((source.function == Function.SIGMOID)
-                                     | (source.function == Function.TANH))
-
-        if self._config.serial_act:
-            # The small form makes them from the settings as they are
-            # written, so that the function and the clamp bounds, which
-            # nothing else reads, need no registers of their own.
-            with m.If(self.set_settings.valid & self.set_settings.ready):
-                bounds_from(self.set_settings.payload)
-        else:
-            bounds_from(settings)
+        m.d.sync += use_table.eq((settings.function == Function.SIGMOID)
+                                 | (settings.function == Function.TANH))
 
         # Stages 1-5 (more with a multi-cycle product): requantization,
         # `lanes` columns at a time: the first group of a row in the cycle it
