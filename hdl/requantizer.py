@@ -77,8 +77,10 @@ class Requantizer(wiring.Component):
         With a `multiplier_width` of 16 or 8: stages 3 to 5 work on the
         product's magnitude (the sum of stage 2 before it is signed) and
         both roundings are one rounding right shift that keeps only the
-        bits the clamp can use (`_compact_rounding`); the same values in
-        the same cycles, in a fraction of the logic.
+        bits the clamp can use (`_compact_rounding`), and stage 1 makes no
+        left shift (a positive shift is rounded once instead, which is
+        the same); the same values in the same cycles, in a fraction of
+        the logic.
     left_input : bool
         Take stage 1's left shift amount on `left` rather than from
         ``shift`` and ``single_round``.
