@@ -77,9 +77,15 @@ class ActivationUnit(wiring.Component):
         regs = {reg: Signal(signed(VALUE_WIDTH), name=f"reg_{reg.name.lower()}") for reg in Reg}
 
         # ACT: accumulator rows into the pipeline, results into the UB.
+        # The small pipeline takes a row at most every 4 cycles (its
+        # product alone takes 4), so one row buffered keeps it fed: the
+        # next is read in the cycle after the pipeline takes one and is
+        # there 2 cycles later. Two more rows of `cols` int32s would be flip-flops and
+        # their read multiplexer.
+        reader_depth = {"depth": 1} if cfg.serial_act else {}
         m.submodules.reader = reader = MemoryReader(
             addr_shape=range(cfg.acc_rows), data_shape=data.ArrayLayout(signed(32), cols),
-            side_shape=1, head_bits=ActivationPipeline.head_bits(cfg))
+            side_shape=1, head_bits=ActivationPipeline.head_bits(cfg), **reader_depth)
         acc_addr = Signal(range(cfg.acc_rows))
         to_read = Signal(range(cfg.acc_rows + 1))
         ub_addr = Signal(range(cfg.ub_rows))
@@ -111,13 +117,28 @@ class ActivationUnit(wiring.Component):
         # more than MAX_POOL_COUNT rows, so the divisor and the divider's
         # remainder are 13 bits, not the dividend's 34.
         count = Signal(range(MAX_POOL_COUNT + 1))
+        # The small form's divider takes its one dividend length (2**32 +
+        # count - 1 has 33 bits for every count) and the count from its
+        # register, which holds through the ACT.
+        fixed = {"length": RECIPROCAL_SHIFT + 1} if cfg.serial_act else {}
         m.submodules.divider = divider = SerialDivider(RECIPROCAL_SHIFT + 2,
-                                                       divisor_width=len(count))
+                                                       divisor_width=len(count), **fixed)
         act = {name: field(word, Opcode.ACT, name) for name in
                ("unsigned", "single_round", "acc", "ub", "rows", "func", "pool", "pool_size", "pool_stride", "in_w")}
         windowed = (act["pool"] == Pool.MAX) | (act["pool"] == Pool.AVG)
         averaging = (act["pool"] == Pool.AVG) | (act["pool"] == Pool.GLOBAL_AVG)
         settings = pipe.set_settings.payload
+        if cfg.serial_act:
+            # The pooling unit reads the window's shape only in a window
+            # mode and the count and reciprocal only in an average one, so
+            # the small form passes the fields and the quotient as they are.
+            pool_size, pool_stride, pool_width = act["pool_size"], act["pool_stride"], act["in_w"]
+            reciprocal = divider.quotient
+        else:
+            pool_size = Mux(windowed, act["pool_size"], 1)
+            pool_stride = Mux(windowed, act["pool_stride"], 1)
+            pool_width = Mux(windowed, act["in_w"], 1)
+            reciprocal = Mux(averaging, divider.quotient, 1 << RECIPROCAL_SHIFT)
         m.d.comb += [
             settings.function.eq(act["func"]),
             settings.unsigned.eq(act["unsigned"]),
@@ -126,11 +147,11 @@ class ActivationUnit(wiring.Component):
             settings.clamp_min.eq(regs[Reg.CLAMP_MIN]),
             settings.clamp_max.eq(regs[Reg.CLAMP_MAX]),
             settings.pool.eq(act["pool"]),
-            settings.pool_size.eq(Mux(windowed, act["pool_size"], 1)),
-            settings.pool_stride.eq(Mux(windowed, act["pool_stride"], 1)),
-            settings.pool_width.eq(Mux(windowed, act["in_w"], 1)),
+            settings.pool_size.eq(pool_size),
+            settings.pool_stride.eq(pool_stride),
+            settings.pool_width.eq(pool_width),
             settings.pool_count.eq(count),
-            settings.pool_reciprocal.eq(Mux(averaging, divider.quotient, 1 << RECIPROCAL_SHIFT)),
+            settings.pool_reciprocal.eq(reciprocal),
             divider.dividend.eq((1 << RECIPROCAL_SHIFT) + count - 1),
             divider.divisor.eq(count),
         ]
@@ -207,11 +228,17 @@ class ActivationUnit(wiring.Component):
                             r = field(payload, Opcode.ACT, "rows")
                             pool = field(payload, Opcode.ACT, "pool")
                             k = field(payload, Opcode.ACT, "pool_size")
+                            # The count is read only by an average (the
+                            # small form's settings pass it as it is).
+                            if cfg.serial_act:
+                                act_count = Mux(pool == Pool.GLOBAL_AVG, r, k * k)
+                            else:
+                                act_count = Mux(pool == Pool.GLOBAL_AVG, r,
+                                                Mux((pool == Pool.MAX) | (pool == Pool.AVG), k * k, 1))
                             m.d.sync += [
                                 acc_addr.eq(field(payload, Opcode.ACT, "acc")),
                                 ub_addr.eq(field(payload, Opcode.ACT, "ub")),
-                                count.eq(Mux(pool == Pool.GLOBAL_AVG, r,
-                                             Mux((pool == Pool.MAX) | (pool == Pool.AVG), k * k, 1))),
+                                count.eq(act_count),
                             ]
                             with m.If(r != 0):
                                 m.next = "ACT_DIVIDE"

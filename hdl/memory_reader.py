@@ -35,12 +35,21 @@ class MemoryReader(wiring.Component):
         first is read) rather than through the buffer's read multiplexer,
         for a consumer that puts more logic after them; the same values in
         the same cycles.
+    depth : int
+        Entries of the buffer: `DEPTH` for a row a cycle; a consumer that
+        takes a row no more often than every 4 cycles loses nothing with
+        one (an answer is in the buffer 2 cycles after the entry is freed).
     """
 
     DEPTH = 3
 
-    def __init__(self, *, addr_shape, data_shape, side_shape=1, head_bits=0):
+    def __init__(self, *, addr_shape, data_shape, side_shape=1, head_bits=0, depth=DEPTH):
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+            raise ValueError(f"depth must be a positive int, not {depth!r}")
+        if head_bits and depth != self.DEPTH:
+            raise ValueError(f"head_bits needs the depth {self.DEPTH}, not {depth}")
         self._head_bits = head_bits
+        self._depth = depth
         self._in_layout = data.StructLayout({"addr": addr_shape, "side": side_shape})
         self._out_layout = data.StructLayout({"data": data_shape, "side": side_shape})
         super().__init__({
@@ -56,12 +65,12 @@ class MemoryReader(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.buffer = buffer = fifo.SyncFIFO(width=self._out_layout.size, depth=self.DEPTH)
+        m.submodules.buffer = buffer = fifo.SyncFIFO(width=self._out_layout.size, depth=self._depth)
         in_flight = Signal()
         side = Signal(self._in_layout["side"].shape)
         fire = Signal()
         m.d.comb += [
-            self.i.ready.eq(buffer.level + in_flight < self.DEPTH),
+            self.i.ready.eq(buffer.level + in_flight < self._depth),
             fire.eq(self.i.valid & self.i.ready),
             self.port.en.eq(fire),
             self.port.addr.eq(self.i.payload.addr),

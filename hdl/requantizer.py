@@ -77,8 +77,10 @@ class Requantizer(wiring.Component):
         With a `multiplier_width` of 16 or 8: stages 3 to 5 work on the
         product's magnitude (the sum of stage 2 before it is signed) and
         both roundings are one rounding right shift that keeps only the
-        bits the clamp can use (`_compact_rounding`); the same values in
-        the same cycles, in a fraction of the logic.
+        bits the clamp can use (`_compact_rounding`), and stage 1 makes no
+        left shift (a positive shift is rounded once instead, which is
+        the same); the same values in the same cycles, in a fraction of
+        the logic.
     left_input : bool
         Take stage 1's left shift amount on `left` rather than from
         ``shift`` and ``single_round``.
@@ -210,8 +212,24 @@ class Requantizer(wiring.Component):
                 m.d.sync += right_ahead.eq(right_of(shift2))
                 stage3 = totals(shift2, right_ahead)
             if self._compact:
-                magnitude, negative = Signal(64), Signal()
-                self._sequential_product(m, biased << left, product, saturate, shift2, shift3,
+                # No left shift: ``wrap(x << l)`` is ``x'`` times ``2**l``,
+                # ``x'`` the low ``32 - l`` bits of ``x`` sign-extended, so
+                # its magnitude is ``|x'| 2**l``, and stage 3 rounds ``|x'|
+                # M`` by ``31 - l`` bits where it would round ``|x'| M
+                # 2**l`` by 31 (`_compact_rounding`): a sign bit chosen and
+                # a mask instead of a 32-bit barrel shifter.
+                # The mask (the bits above bit 31 - l) is a constant shifted,
+                # a decode, not 32 comparisons in carry chains.
+                wrapped = Signal(signed(32))
+                sign = Signal()
+                mask = Signal(32)
+                m.d.comb += [
+                    sign.eq(biased.bit_select(~left, 1)),       # bit 31 - l
+                    mask.eq(~(C((1 << 32) - 1, 32) >> left)),
+                    wrapped.eq(Cat(Mux(mask[i], sign, biased[i]) for i in range(32))),
+                ]
+                magnitude, negative = Signal(signed(65)), Signal()
+                self._sequential_product(m, wrapped, product, saturate, shift2, shift3,
                                          stage3, magnitude=magnitude, negative_out=negative)
                 self._compact_rounding(m, magnitude, negative, shift3, total3)
                 return m
@@ -306,47 +324,72 @@ class Requantizer(wiring.Component):
         bits below the clamp's reach and whether any bit above them is set
         (then the magnitude is taken as 512, beyond every bound); stage 5
         signs it and clamps."""
-        # One add makes both: ``P - neg`` (one rounding; ``P`` for t = 0),
-        # or ``P + 2**30 - neg``, whose bits from 31 up are ``|y|``.
-        zero = Signal()                          # P = 0 and neg: the borrow
-        less = Signal(65)
-        rounded = negative & ~(self.single_round & (total3 == 0))   # t = 0: S = P
-        term = Signal(65)
+        # Stage 1 made no left shift: the product is ``P = |x'| M`` (see
+        # `elaborate`), and the doubling high half of ``P 2**l``, l = shift
+        # > 0, is ``(P 2**l + 2**30 - neg) >> 31``, which is ``(P +
+        # 2**(t-1) - neg) >> t`` with t = 31 - l (for t > 0: the
+        # ``neg / 2**l`` below the integer ``P + 2**(t-1)`` floors as a 1
+        # does; for t = 0 it is P), the one rounding of the same t = 31 -
+        # shift. So a positive shift is rounded once (`once`).
+        once = Signal()
+        m.d.comb += once.eq(self.single_round | (shift3 > 0))
+        # The product's sum already holds ``P - neg`` (one rounding; ``P``
+        # for t = 0) or ``P + 2**30 - neg``, whose bits from 31 up are
+        # ``|y|`` (`_sequential_product` adds the term with the first
+        # piece): no 65-bit add here. Its sign is the borrow (P = 0 and
+        # neg, rounded once).
+        zero = Signal()
+        less = Signal(64)
         m.d.comb += [
-            term.eq(Mux(self.single_round, -rounded, (1 << 30) - rounded)),
-            less.eq(magnitude + term),
-            zero.eq(less[64]),
+            less.eq(magnitude[:64]),
+            zero.eq(magnitude[-1]),
         ]
         # Both shift the sum as it is: ``2 |y| >> r`` is ``2 L >> (31 + r)``
         # for r > 0 (``L = P + 2**30 - neg``), and for r = 0 ``2 L >> 31``
         # with its bit 0 cleared (`whole3`); ``31 + r`` is ``31 - shift``,
         # one rounding's `total3`, for a negative shift, 31 otherwise. So
         # stage 3 chooses neither the sum's bits nor the shift's source.
-        s3 = Signal(64)
-        a3 = Signal(range(64))
+        # The borrow (P = 0 with neg, whose result is 0) is registered
+        # beside the sum rather than clearing its 64 bits, and stage 4
+        # clears the shifted magnitude instead (10 bits, in the LUTs that
+        # choose them anyway).
+        # ``(2 S) >> a`` (stage 4), the larger shifts first so that each
+        # keeps only the bits the later ones can bring into the 10 kept;
+        # bits above the window at each step go into `over`. The shift by
+        # 32 is made here, as the sum comes from registers (no add before
+        # it), so that stage 3 registers 41 bits and a flag, not 64.
+        def shift_by(bits, over, amount, ks):
+            for k in ks:
+                keep = 10 + (1 << k) - 1         # bits the shifts by 2**k .. 1 need
+                moved = Mux(amount[k], bits >> (1 << k), bits)
+                over = over | (moved[keep:] != 0)
+                bits = moved[:keep]
+            return bits, over
+
+        a_next = Signal(range(64))
+        m.d.comb += a_next.eq(Mux(once | (shift3 < 0), total3, 31))
+        top, top_over = shift_by(Cat(C(0, 1), less), C(0, 1), a_next, [5])  # 2 S (2 L)
+        s3 = Signal(len(top))
+        over3 = Signal()
+        a3 = Signal(5)
         whole3 = Signal()
         neg3 = Signal()
+        zero3 = Signal()
         m.d.sync += [
-            s3.eq(Mux(zero, 0, less[:64])),
-            a3.eq(Mux(self.single_round | (shift3 < 0), total3, 31)),
-            whole3.eq(~self.single_round & (shift3 >= 0)),
+            s3.eq(top),
+            over3.eq(top_over),
+            zero3.eq(zero),
+            a3.eq(a_next[:5]),
+            whole3.eq(~once & (shift3 >= 0)),
             neg3.eq(negative),
         ]
-        # 4: ``(2 S) >> a``, the larger shifts first so that each keeps only
-        # the bits the later ones can bring into the 10 kept; bits above
-        # the window at each step go into `over`.
-        bits = Cat(C(0, 1), s3)                  # 2 S (2 L), 65 bits
-        over = C(0, 1)
-        for k in reversed(range(6)):
-            keep = 10 + (1 << k) - 1             # bits the shifts by 2**k .. 1 need
-            moved = Mux(a3[k], bits >> (1 << k), bits)
-            over = over | (moved[keep:] != 0)
-            bits = moved[:keep]
+        # 4: the shifts by 16 .. 1.
+        bits, over = shift_by(s3, over3, a3, reversed(range(5)))
         sh = Signal(11)
         m.d.comb += sh.eq(Cat(bits[0] & ~whole3, bits[1:10]) + 1)
         q4 = Signal(10)                          # min(|v|, 512)
         neg4 = Signal()
-        m.d.sync += [q4.eq(Mux(over | sh[10], 512, sh[1:11])), neg4.eq(neg3)]
+        m.d.sync += [q4.eq(Mux(zero3, 0, Mux(over | sh[10], 512, sh[1:11]))), neg4.eq(neg3)]
         divided = Signal(signed(11))
         m.d.comb += divided.eq(Mux(neg4, -q4, q4))
         self._clamp(m, divided)
@@ -410,7 +453,6 @@ class Requantizer(wiring.Component):
         else:
             a_piece, b_piece = Signal(w), Signal(w)
             piece = Signal(2 * w)
-            total = Signal(64)
 
         def part(value, k):
             bits = value[k * w:(k + 1) * w]
@@ -427,15 +469,32 @@ class Requantizer(wiring.Component):
             # The running sum holds one diagonal's pieces and the carry from
             # the ones below; as the next diagonal opens, its low `w` bits
             # are final and move into `low`, so the adder is 2 `w` and a few
-            # bits wide, not 64.
-            running = Signal(2 * w + pieces.bit_length() + 1)
+            # bits wide, not 64. It starts with the rounding's term (see
+            # `_compact_rounding`), ``-neg`` or ``2**30 - neg``, so that the
+            # sum is ``P`` and the term together: signed, as ``P - neg`` is
+            # -1 for P = 0, and the borrow carries up as the sum shifts.
+            # The term is made from the value's own shift (`shift2`, or the
+            # input without `per_value_settings`) and sign, both registered
+            # as it started.
+            shift_now = self.shift if shift2 is None else shift2
+            once = self.single_round | (shift_now > 0)
+            rounded = negative & ~(once & (shift_now == 31))   # t = 0: S = P
+            offset = Signal(signed(32))
+            m.d.comb += offset.eq(Mux(once, -rounded, (1 << 30) - rounded))
+            # (At least 33 bits, as the term 2**30 enters at the first
+            # diagonal's weight.)
+            running = Signal(signed(max(2 * w + pieces.bit_length() + 2, 33)))
             low = Signal((2 * pieces - 2) * w)
+            addend = Signal.like(running)
             with m.If(step == 0):
-                m.d.sync += running.eq(piece)
+                m.d.comb += addend.eq(offset)
             with m.Elif(shift_sum):
-                m.d.sync += [running.eq((running >> w) + piece), low.eq(Cat(low[w:], running[:w]))]
+                m.d.comb += addend.eq(running >> w)
+                m.d.sync += low.eq(Cat(low[w:], running[:w]))
             with m.Else():
-                m.d.sync += running.eq(running + piece)
+                m.d.comb += addend.eq(running)
+            m.d.sync += running.eq(addend + piece)
+            total = Signal(signed(len(low) + len(running)))
             m.d.comb += total.eq(Cat(low, running))
         else:
             with m.If(step == 0):

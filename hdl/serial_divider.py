@@ -51,15 +51,27 @@ class SerialDivider(wiring.Component):
         activation unit divides 34-bit dividends by pooling counts of 13
         bits. A zero divisor still gives the all-ones quotient; its
         remainder is then the dividend's low `divisor_width` bits.
+    length : int
+        Every dividend has exactly this many bits (its bit ``length - 1``
+        set, so every division takes `length` cycles), the divisor is not
+        zero and holds still from ``start`` to ``done``: the small
+        activation unit's reciprocal, ``(2**32 + count - 1) // count``.
+        The dividend then shifts out of one register as the quotient
+        shifts in (no separate quotient, no bit selection, no search for
+        the leading one, no divisor register); the quotient's bits from
+        `length` up are zero.
     """
 
-    def __init__(self, width, *, divisor_width=None):
+    def __init__(self, width, *, divisor_width=None, length=None):
         if divisor_width is None:
             divisor_width = width
         if not 1 <= divisor_width <= width:
             raise ValueError(f"divisor_width must be in 1..{width}, not {divisor_width!r}")
+        if length is not None and not 1 <= length <= width:
+            raise ValueError(f"length must be in 1..{width}, not {length!r}")
         self._width = width
         self._divisor_width = divisor_width
+        self._length = length
         super().__init__({
             "start":     In(1),
             "dividend":  In(width),
@@ -71,6 +83,8 @@ class SerialDivider(wiring.Component):
         })
 
     def elaborate(self, platform):
+        if self._length is not None:
+            return self._elaborate_fixed()
         m = Module()
         w, dw = self._width, self._divisor_width
         dividend = Signal(w)
@@ -119,4 +133,33 @@ class SerialDivider(wiring.Component):
                 m.d.sync += self.done.eq(1)
             with m.Else():
                 m.d.sync += bit.eq(dividend.bit_select((count - 2)[:len(count)], 1))
+        return m
+
+    def _elaborate_fixed(self):
+        m = Module()
+        n, dw = self._length, self._divisor_width
+        # The dividend's bits not yet divided, most significant first, and
+        # below them the quotient's bits found so far.
+        bits = Signal(n)
+        count = Signal(range(n + 1))
+        rem = Signal(dw + 1)
+        m.d.comb += [
+            self.busy.eq(count != 0),
+            self.quotient.eq(bits),
+            self.remainder.eq(rem[:dw]),
+        ]
+        m.d.sync += self.done.eq(0)
+        with m.If(count == 0):
+            with m.If(self.start):
+                m.d.sync += [bits.eq(self.dividend[:n]), rem.eq(0), count.eq(n)]
+        with m.Else():
+            shifted = Cat(bits[n - 1], rem[:dw])
+            fits = shifted >= self.divisor
+            m.d.sync += [
+                rem.eq(Mux(fits, shifted - self.divisor, shifted)),
+                bits.eq(Cat(fits, bits[:n - 1])),
+                count.eq(count - 1),
+            ]
+            with m.If(count == 1):
+                m.d.sync += self.done.eq(1)
         return m

@@ -1,6 +1,7 @@
 """`SerialDivider` against Python's ``divmod`` and its exact latency
 (`divider_cycles`), under every simulator, at the decoder's width (24), 34
-bits, the activation unit's (34 by a 13-bit divisor) and the smallest."""
+bits, the activation unit's (34 by a 13-bit divisor) and the smallest; and
+with a fixed dividend length, the small activation unit's (33 bits)."""
 
 import pytest
 from amaranth.back import verilog
@@ -16,18 +17,20 @@ TEST_MODULE = "tpu.sim.testbenches.tb_serial_divider"
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("width, divisor_width", [(1, 1), (24, 24), (34, 34), (34, 13)],
-                         ids=["1", "24", "34", "34by13"])
-def test_serial_divider(simulator, width, divisor_width):
-    seed = base_seed() + width + divisor_width
+@pytest.mark.parametrize("width, divisor_width, length",
+                         [(1, 1, None), (24, 24, None), (34, 34, None), (34, 13, None), (34, 13, 33)],
+                         ids=["1", "24", "34", "34by13", "34by13_length33"])
+def test_serial_divider(simulator, width, divisor_width, length):
+    seed = base_seed() + width + divisor_width + (length or 0)
     print(f"seed {seed}: replay with TPU_SEED={base_seed()}")
-    source = verilog.convert(SerialDivider(width, divisor_width=divisor_width), name=TOPLEVEL,
-                             emit_src=False)
+    source = verilog.convert(SerialDivider(width, divisor_width=divisor_width, length=length),
+                             name=TOPLEVEL, emit_src=False)
+    fixed = {"TPU_DIVIDER_LENGTH": str(length)} if length else {}
     tests, failures = run(TPUConfig(), simulator, TEST_MODULE, seed=seed, toplevel=TOPLEVEL,
                           verilog_source=source,
                           extra_env={"TPU_DIVIDER_WIDTH": str(width),
-                                     "TPU_DIVISOR_WIDTH": str(divisor_width)},
-                          run_name=f"width{width}by{divisor_width}")
+                                     "TPU_DIVISOR_WIDTH": str(divisor_width), **fixed},
+                          run_name=f"width{width}by{divisor_width}" + (f"length{length}" if length else ""))
     assert tests == 1, "the testbench did not run (see the simulation log)"
     assert failures == 0, f"failed with seed {seed} (replay with TPU_SEED={base_seed()})"
 

@@ -5,7 +5,10 @@ and the dividend as remainder for a zero divisor), keep ``busy`` high for
 exactly ``divider_cycles(dividend)`` cycles after its start, raise ``done``
 for one cycle after them, ignore ``start`` while busy, and keep its result
 until the next start. The width comes from ``TPU_DIVIDER_WIDTH``, the
-divisor's from ``TPU_DIVISOR_WIDTH`` (the same unless set).
+divisor's from ``TPU_DIVISOR_WIDTH`` (the same unless set). With
+``TPU_DIVIDER_LENGTH`` (the divider's `length`) every dividend has that
+many bits, no divisor is zero, the divisor holds still while busy and every
+division takes that many cycles.
 """
 
 import os
@@ -35,10 +38,24 @@ def _operands(rng, width, divisor_width, count):
     return pairs
 
 
+def _fixed_operands(rng, length, divisor_width, count):
+    """Dividends of `length` bits (the smallest, the largest, the activation
+    unit's ``2**32 + c - 1``), divisors from 1 up to the largest."""
+    low, top = 1 << (length - 1), (1 << length) - 1
+    top_divisor = (1 << divisor_width) - 1
+    divisors = sorted({c for c in (1, 2, 3, top_divisor - 1, top_divisor) if 1 <= c <= top_divisor})
+    pairs = [(a, b) for a in (low, low + 1, top) for b in divisors]
+    for _ in range(count):
+        a = rng.choice([low | rng.getrandbits(length - 1), low + rng.getrandbits(divisor_width)])
+        pairs.append((a, rng.randint(1, top_divisor)))
+    return pairs
+
+
 @cocotb.test()
 async def divmod_and_latency(dut):
     width = int(os.environ["TPU_DIVIDER_WIDTH"])
     divisor_width = int(os.environ.get("TPU_DIVISOR_WIDTH", width))
+    length = int(os.environ.get("TPU_DIVIDER_LENGTH", "0")) or None
     seed = int(os.environ.get("TPU_SEED", "0"))
     dut._log.info("width %d, divisor width %d, seed %d", width, divisor_width, seed)
     rng = random.Random(seed)
@@ -48,7 +65,9 @@ async def divmod_and_latency(dut):
     await FallingEdge(dut.clk)
     # At each falling edge the outputs of the last rising edge are read,
     # then the inputs for the next one are driven.
-    for dividend, divisor in _operands(rng, width, divisor_width, 400):
+    operands = (_fixed_operands(rng, length, divisor_width, 400) if length
+                else _operands(rng, width, divisor_width, 400))
+    for dividend, divisor in operands:
         assert not int(dut.busy.value), "busy before the start"
         dut.start.value = 1
         dut.dividend.value = dividend
@@ -64,7 +83,8 @@ async def divmod_and_latency(dut):
             # A start while busy, with other operands, must be ignored.
             dut.start.value = rng.random() < 0.5
             dut.dividend.value = rng.getrandbits(width)
-            dut.divisor.value = rng.getrandbits(divisor_width)
+            if not length:
+                dut.divisor.value = rng.getrandbits(divisor_width)
         assert not int(dut.busy.value), f"{dividend} / {divisor}: busy and done together"
         # A zero divisor: all ones, and the dividend's bits the remainder holds.
         want = divmod(dividend, divisor) if divisor else (top, dividend % (1 << divisor_width))
