@@ -180,17 +180,35 @@ class Sequencer(wiring.Component):
         halting = Signal()
         m.d.comb += load.eq(queue.r_rdy & ~halted & ~halting & (~loaded | issue))
         m.d.comb += [queue.r_en.eq(load), decoder.start.eq(load)]
-        with m.If(load):
-            m.d.sync += [word.eq(queue.r_data), loaded.eq(1), index.eq(count), count.eq(count + 1)]
-        with m.Elif(issue):
-            m.d.sync += loaded.eq(0)
+        if cfg.serial_issue:
+            take, source = load, queue.r_data
+            with m.If(load):
+                m.d.sync += [word.eq(queue.r_data), loaded.eq(1), index.eq(count), count.eq(count + 1)]
+            with m.Elif(issue):
+                m.d.sync += loaded.eq(0)
+        else:
+            # The word, its index and the flags below are taken from the
+            # decoder's register in the cycle after `load`, under a
+            # registered enable: `load` waits on the issue decision, and so
+            # reaches only `loaded`, the queue and the decoder's FSM. The
+            # decoder takes at least `DECODE_STAGES` cycles, and the
+            # registered comparisons below read them from the cycle before
+            # its ``done``, so they are in time; the word issued in the
+            # cycle of `load` was read in that cycle.
+            take, source = _registered(m, load, "taken"), decoder.held
+            with m.If(take):
+                m.d.sync += [word.eq(source), index.eq(count), count.eq(count + 1)]
+            with m.If(load):
+                m.d.sync += loaded.eq(1)
+            with m.Elif(issue):
+                m.d.sync += loaded.eq(0)
 
         # Nothing issues from the cycle a DMA error is seen.
         ready = loaded & decoder.done & ~halted & ~self.dma_error
 
         # What the issue logic asks of the opcode and the word, decoded from
-        # the queue's output and registered with `word`, so that the issue
-        # cycle starts from flip-flops.
+        # the word as it is taken and registered with `word`, so that the
+        # issue cycle starts from flip-flops.
         def opcode_is(*ops):
             def test(w):
                 return Cat(*[w[:8] == op for op in ops]).any()
@@ -205,8 +223,8 @@ class Sequencer(wiring.Component):
                                 (field(w, Opcode.MMC, "rows") != 0),
         }
         decoded = {name: Signal(name=f"is_{name}") for name in predecoded}
-        with m.If(load):
-            m.d.sync += [decoded[name].eq(test(queue.r_data)) for name, test in predecoded.items()]
+        with m.If(take):
+            m.d.sync += [decoded[name].eq(test(source)) for name, test in predecoded.items()]
 
         # The unit each opcode goes to.
         target = {unit: decoded[unit] for unit in (*UNITS, "rw")}
@@ -360,12 +378,21 @@ class Sequencer(wiring.Component):
         m.d.comb += hazard.eq(Cat(*hazard_terms).any())
 
         # Record what an issued instruction touches, until its unit is idle.
+        # The bounds follow the waiting instruction's while it is for the
+        # unit, whose own ranges no comparison then reads (``~target``
+        # above), so that they hold its ranges once it issues: the wide
+        # enable is a flip-flop, not `go`. (The next word's flags and its
+        # ranges are registered two cycles after the `load` in its issue
+        # cycle at the earliest, its ranges not before its flags: so the
+        # bounds hold the issued instruction's when the flags change.)
         for unit in UNITS:
             r = running[unit]
+            kinds = [kind for kind in RANGE_KINDS if unit != "mmc" or kind != "acc_w"]
+            with m.If(target[unit]):
+                m.d.sync += [bound for kind in kinds
+                             for bound in (r[kind].lo.eq(candidate[kind].lo), r[kind].hi.eq(candidate[kind].hi))]
             with m.If(go & target[unit]):
-                m.d.sync += [*r["ub_r"].copy_from(ub_r), *r["ub_w"].copy_from(ub_w),
-                             *r["acc_r"].copy_from(acc_r),
-                             *(r["acc_w"].copy_from(acc_w) if unit != "mmc" else [])]
+                m.d.sync += [r[kind].valid.eq(candidate[kind].valid) for kind in kinds]
             with m.Elif(idle_in[unit]):
                 m.d.sync += [r[kind].valid.eq(0) for kind in r]
         self._acc_slots(m, slots, go & target["mmc"] & acc_w.valid, acc_w,
