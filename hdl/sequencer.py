@@ -2,6 +2,7 @@
 
 from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
@@ -28,6 +29,58 @@ UNITS = ("rhm", "whm", "mmc", "act")
 #: The accumulator ranges of MMCs in flight that the sequencer tracks one by
 #: one; when all are taken, a new MMC's range is merged into the youngest.
 ACC_SLOTS = 4
+
+
+class _InstructionQueue(wiring.Component):
+    """`fifo.SyncFIFOBuffered`'s ports and timing (the same ``w_rdy`` and
+    ``r_rdy`` in every cycle, the same ``r_data`` while ``r_rdy``), its head
+    read from its memory at a pointer (a LUT RAM's asynchronous read)
+    rather than kept in an output register: ``r_en``, which waits on the
+    sequencer's issue decision, enables the pointer and the counts alone,
+    not the 128 flip-flops of that register."""
+
+    def __init__(self, width, depth):
+        if depth < 2:
+            raise ValueError(f"the instruction queue holds at least 2 words, not {depth}")
+        self._depth = depth
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = self._depth
+        # The counts of SyncFIFOBuffered: the words behind its output
+        # register (`inner`, at most depth - 1), and that register's valid.
+        inner = Signal(range(depth))
+        inner_ready = inner != 0
+        write = self.w_rdy & self.w_en
+        advance = inner_ready & (~self.r_rdy | self.r_en)
+        m.d.comb += self.w_rdy.eq(inner != depth - 1)
+        with m.If(write & ~advance):
+            m.d.sync += inner.eq(inner + 1)
+        with m.If(advance & ~write):
+            m.d.sync += inner.eq(inner - 1)
+        with m.If(advance):
+            m.d.sync += self.r_rdy.eq(1)
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+
+        # Every word stays in the memory until it is read: the head is the
+        # oldest, at `head`.
+        m.submodules.storage = storage = Memory(shape=len(self.w_data), depth=depth, init=[])
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="comb")
+        tail = Signal(range(depth))
+        head = Signal(range(depth))
+        m.d.comb += [w_port.addr.eq(tail), w_port.data.eq(self.w_data), w_port.en.eq(write),
+                     r_port.addr.eq(head), self.r_data.eq(r_port.data)]
+        with m.If(write):
+            m.d.sync += tail.eq(Mux(tail == depth - 1, 0, tail + 1))
+        with m.If(self.r_en & self.r_rdy):
+            m.d.sync += head.eq(Mux(head == depth - 1, 0, head + 1))
+        return m
 
 
 def _registered(m, value, name=None):
@@ -155,8 +208,11 @@ class Sequencer(wiring.Component):
         m = Module()
         cfg = self._config
 
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=INSTRUCTION_BITS,
-                                                           depth=self.queue_depth(cfg))
+        if cfg.serial_issue:
+            m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=INSTRUCTION_BITS,
+                                                               depth=self.queue_depth(cfg))
+        else:
+            m.submodules.queue = queue = _InstructionQueue(INSTRUCTION_BITS, self.queue_depth(cfg))
         m.d.comb += [
             queue.w_data.eq(self.instr.payload),
             queue.w_en.eq(self.instr.valid),
