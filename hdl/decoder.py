@@ -121,6 +121,7 @@ class InstructionDecoder(wiring.Component):
         A new ``word`` is presented: it is taken in this cycle (and need
         not be held), as is what the word alone decides (its opcode and
         fields, each span's end); the stages after read only registers.
+        Only while idle (not before the cycle after ``done``).
     word : In(128)
     windows : In(DmaWindows(config))
         Sampled from the cycle of ``start`` (each window's end is
@@ -139,6 +140,10 @@ class InstructionDecoder(wiring.Component):
         The UB and accumulator rows the instruction reads and writes (what
         the sequencer's interlocks compare), valid from the cycle before
         ``done``, so that the comparisons can be registered too.
+    held : Out(128)
+        Without ``config.serial_issue``: the word being decoded, registered,
+        from the cycle after ``start`` until ``done``; once done, it follows
+        ``word``.
     """
 
     def __init__(self, config):
@@ -154,6 +159,8 @@ class InstructionDecoder(wiring.Component):
             "ub_last":  Out(25),
             "out_rows": Out(24),
             "ranges":   Out(Ranges),
+            # (The serial form's sequencer keeps its own copy.)
+            **({} if config.serial_issue else {"held": Out(INSTRUCTION_BITS)}),
         })
 
     def elaborate(self, platform):
@@ -166,7 +173,20 @@ class InstructionDecoder(wiring.Component):
         # registers.
         new = self.word
         word = Signal(INSTRUCTION_BITS)
-        with m.If(self.start):
+        # With parallel issue the word and what it alone decides are
+        # registered in every cycle the decoder is idle, not only in the
+        # cycle of ``start``, which enables only the FSM: so the enable of
+        # these few hundred flip-flops is a flip-flop (`taking`) and not the
+        # sequencer's issue decision (the ulx3s16 chip's critical path went
+        # from its units' ready through ``start`` into these enables, 8 ns
+        # of it on that one net). Nothing reads them once the stages after
+        # START are done. The small form keeps them enabled by ``start``.
+        if cfg.serial_issue:
+            taking = self.start
+        else:
+            taking = Signal(init=1)
+            m.d.comb += self.held.eq(word)
+        with m.If(taking):
             m.d.sync += word.eq(new)
         opcode = word[:8]
 
@@ -420,6 +440,12 @@ class InstructionDecoder(wiring.Component):
                 m.d.comb += check.eq(1)
                 m.d.sync += done.eq(1)
                 m.next = "IDLE"
+        if not cfg.serial_issue:
+            # Idle from the cycle after CHECK until ``start``.
+            with m.If(self.start):
+                m.d.sync += taking.eq(0)
+            with m.Elif(check):
+                m.d.sync += taking.eq(1)
 
         # ACT output rows: without windowed pooling, decided in PRESENT.
         plain_out_rows = Signal(24)
@@ -476,7 +502,7 @@ class InstructionDecoder(wiring.Component):
             ((new_act["pool"] == Pool.GLOBAL_AVG) & (new_act["rows"] > MAX_POOL_COUNT)))
 
         legal_opcode, illegal_field = legality(new)
-        with m.If(self.start):
+        with m.If(taking):
             m.d.sync += [bad_opcode.eq(~legal_opcode), bad_field.eq(illegal_field | unsupported),
                          windowed.eq(new_windowed), conv.eq(new_conv),
                          *[is_op[op].eq(new[:8] == op) for op in ops],

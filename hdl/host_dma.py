@@ -19,10 +19,11 @@ def HostRequest():
     return data.StructLayout({"addr": 64, "rows": 24})
 
 
-def _take_transfer(m, unit, opcode, ub_rows, counts):
+def _take_transfer(m, unit, opcode, ub_rows, counts, zero):
     """Accept `unit`'s RHM/WHM command while `unit.cmd.ready`: latch its first
-    UB row, set every signal in `counts` to its row count, and offer its host
-    request once. Returns the UB row and the "request not yet taken" flag."""
+    UB row, set every signal in `counts` to its row count (and `zero` to
+    whether it is 0), and offer its host request once. Returns the UB row
+    and the "request not yet taken" flag."""
     word = unit.cmd.payload.word
     addr = Signal(range(ub_rows))
     requesting = Signal()
@@ -34,6 +35,7 @@ def _take_transfer(m, unit, opcode, ub_rows, counts):
             unit.request.payload.addr.eq(field(word, opcode, "host")),
             unit.request.payload.rows.eq(rows),
             *[count.eq(rows) for count in counts],
+            zero.eq(rows == 0),
         ]
     m.d.comb += unit.request.valid.eq(requesting)
     with m.If(unit.request.valid & unit.request.ready):
@@ -68,20 +70,23 @@ class HostReadUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         left = Signal(24)
-        addr, requesting = _take_transfer(m, self, Opcode.RHM, self._config.ub_rows, [left])
+        # `left == 0` in a flip-flop: ``idle`` decides the sequencer's issue
+        # in the same cycle, so it reads registers, not a 24-bit compare.
+        left_0 = Signal(init=1)
+        addr, requesting = _take_transfer(m, self, Opcode.RHM, self._config.ub_rows, [left], left_0)
         m.d.comb += [
-            self.idle.eq((left == 0) & ~requesting),
+            self.idle.eq(left_0 & ~requesting),
             self.cmd.ready.eq(self.idle),
         ]
 
         m.d.comb += [
-            self.ub.valid.eq(self.data.valid & (left != 0)),
+            self.ub.valid.eq(self.data.valid & ~left_0),
             self.ub.addr.eq(addr),
             self.ub.data.eq(self.data.payload),
-            self.data.ready.eq(self.ub.ready & (left != 0)),
+            self.data.ready.eq(self.ub.ready & ~left_0),
         ]
         with m.If(self.ub.valid & self.ub.ready):
-            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1), left_0.eq(left == 1)]
         return m
 
 
@@ -115,9 +120,11 @@ class HostWriteUnit(wiring.Component):
                                                     data_shape=UbRow(cfg))
         to_read = Signal(24)
         to_send = Signal(24)
-        addr, requesting = _take_transfer(m, self, Opcode.WHM, cfg.ub_rows, [to_read, to_send])
+        # `to_send == 0` in a flip-flop, as the read unit's `left_0`.
+        sent = Signal(init=1)
+        addr, requesting = _take_transfer(m, self, Opcode.WHM, cfg.ub_rows, [to_read, to_send], sent)
         m.d.comb += [
-            self.idle.eq((to_send == 0) & ~requesting),
+            self.idle.eq(sent & ~requesting),
             self.cmd.ready.eq(self.idle),
         ]
 
@@ -133,5 +140,5 @@ class HostWriteUnit(wiring.Component):
         with m.If(reader.i.valid & reader.i.ready):
             m.d.sync += [addr.eq(addr + 1), to_read.eq(to_read - 1)]
         with m.If(self.data.valid & self.data.ready):
-            m.d.sync += to_send.eq(to_send - 1)
+            m.d.sync += [to_send.eq(to_send - 1), sent.eq(to_send == 1)]
         return m

@@ -69,14 +69,20 @@ class MatrixUnit(wiring.Component):
         unsigned = Signal()
         switch = Signal()
 
+        # `left` of 0 and of 1 (and of 2, for the 1 after a read) kept in
+        # flip-flops beside it: ``cmd.ready`` and ``idle`` decide the
+        # sequencer's issue in the same cycle, so they are read from
+        # registers rather than through 24-bit compares.
+        left_0 = Signal(init=1)
+        left_1 = Signal()
         m.d.comb += [
-            self.idle.eq(left == 0),
-            self.cmd.ready.eq((left == 0) | ((left == 1) & reader.i.ready)),
+            self.idle.eq(left_0),
+            self.cmd.ready.eq(left_0 | (left_1 & reader.i.ready)),
             self.drained.eq(self.idle & reader.idle),
         ]
 
         m.d.comb += [
-            reader.i.valid.eq(left != 0),
+            reader.i.valid.eq(~left_0),
             reader.i.payload.addr.eq(addr),
             reader.i.payload.side.acc_addr.eq(acc_addr),
             reader.i.payload.side.accumulate.eq(accumulate),
@@ -86,7 +92,8 @@ class MatrixUnit(wiring.Component):
         wiring.connect(m, reader.port, wiring.flipped(self.ub))
 
         with m.If(reader.i.valid & reader.i.ready):
-            m.d.sync += [left.eq(left - 1), acc_addr.eq(acc_addr + 1), switch.eq(0)]
+            m.d.sync += [left.eq(left - 1), left_0.eq(left_1), left_1.eq(left == 2),
+                         acc_addr.eq(acc_addr + 1), switch.eq(0)]
             with m.If(conv & (x == out_w - 1)):
                 m.d.sync += [x.eq(0), line_base.eq(line_base + row_step),
                              addr.eq(line_base + row_step)]
@@ -97,8 +104,11 @@ class MatrixUnit(wiring.Component):
 
         with m.If(self.cmd.valid & self.cmd.ready):
             ub = field(word, Opcode.MMC, "ub")
+            rows = field(word, Opcode.MMC, "rows")
             m.d.sync += [
-                left.eq(field(word, Opcode.MMC, "rows")),
+                left.eq(rows),
+                left_0.eq(rows == 0),
+                left_1.eq(rows == 1),
                 addr.eq(ub),
                 line_base.eq(ub),
                 x.eq(0),

@@ -2,6 +2,7 @@
 
 from amaranth import *
 from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
@@ -28,6 +29,58 @@ UNITS = ("rhm", "whm", "mmc", "act")
 #: The accumulator ranges of MMCs in flight that the sequencer tracks one by
 #: one; when all are taken, a new MMC's range is merged into the youngest.
 ACC_SLOTS = 4
+
+
+class _InstructionQueue(wiring.Component):
+    """`fifo.SyncFIFOBuffered`'s ports and timing (the same ``w_rdy`` and
+    ``r_rdy`` in every cycle, the same ``r_data`` while ``r_rdy``), its head
+    read from its memory at a pointer (a LUT RAM's asynchronous read)
+    rather than kept in an output register: ``r_en``, which waits on the
+    sequencer's issue decision, enables the pointer and the counts alone,
+    not the 128 flip-flops of that register."""
+
+    def __init__(self, width, depth):
+        if depth < 2:
+            raise ValueError(f"the instruction queue holds at least 2 words, not {depth}")
+        self._depth = depth
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = self._depth
+        # The counts of SyncFIFOBuffered: the words behind its output
+        # register (`inner`, at most depth - 1), and that register's valid.
+        inner = Signal(range(depth))
+        inner_ready = inner != 0
+        write = self.w_rdy & self.w_en
+        advance = inner_ready & (~self.r_rdy | self.r_en)
+        m.d.comb += self.w_rdy.eq(inner != depth - 1)
+        with m.If(write & ~advance):
+            m.d.sync += inner.eq(inner + 1)
+        with m.If(advance & ~write):
+            m.d.sync += inner.eq(inner - 1)
+        with m.If(advance):
+            m.d.sync += self.r_rdy.eq(1)
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+
+        # Every word stays in the memory until it is read: the head is the
+        # oldest, at `head`.
+        m.submodules.storage = storage = Memory(shape=len(self.w_data), depth=depth, init=[])
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="comb")
+        tail = Signal(range(depth))
+        head = Signal(range(depth))
+        m.d.comb += [w_port.addr.eq(tail), w_port.data.eq(self.w_data), w_port.en.eq(write),
+                     r_port.addr.eq(head), self.r_data.eq(r_port.data)]
+        with m.If(write):
+            m.d.sync += tail.eq(Mux(tail == depth - 1, 0, tail + 1))
+        with m.If(self.r_en & self.r_rdy):
+            m.d.sync += head.eq(Mux(head == depth - 1, 0, head + 1))
+        return m
 
 
 def _registered(m, value, name=None):
@@ -155,8 +208,11 @@ class Sequencer(wiring.Component):
         m = Module()
         cfg = self._config
 
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=INSTRUCTION_BITS,
-                                                           depth=self.queue_depth(cfg))
+        if cfg.serial_issue:
+            m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=INSTRUCTION_BITS,
+                                                               depth=self.queue_depth(cfg))
+        else:
+            m.submodules.queue = queue = _InstructionQueue(INSTRUCTION_BITS, self.queue_depth(cfg))
         m.d.comb += [
             queue.w_data.eq(self.instr.payload),
             queue.w_en.eq(self.instr.valid),
@@ -180,17 +236,35 @@ class Sequencer(wiring.Component):
         halting = Signal()
         m.d.comb += load.eq(queue.r_rdy & ~halted & ~halting & (~loaded | issue))
         m.d.comb += [queue.r_en.eq(load), decoder.start.eq(load)]
-        with m.If(load):
-            m.d.sync += [word.eq(queue.r_data), loaded.eq(1), index.eq(count), count.eq(count + 1)]
-        with m.Elif(issue):
-            m.d.sync += loaded.eq(0)
+        if cfg.serial_issue:
+            take, source = load, queue.r_data
+            with m.If(load):
+                m.d.sync += [word.eq(queue.r_data), loaded.eq(1), index.eq(count), count.eq(count + 1)]
+            with m.Elif(issue):
+                m.d.sync += loaded.eq(0)
+        else:
+            # The word, its index and the flags below are taken from the
+            # decoder's register in the cycle after `load`, under a
+            # registered enable: `load` waits on the issue decision, and so
+            # reaches only `loaded`, the queue and the decoder's FSM. The
+            # decoder takes at least `DECODE_STAGES` cycles, and the
+            # registered comparisons below read them from the cycle before
+            # its ``done``, so they are in time; the word issued in the
+            # cycle of `load` was read in that cycle.
+            take, source = _registered(m, load, "taken"), decoder.held
+            with m.If(take):
+                m.d.sync += [word.eq(source), index.eq(count), count.eq(count + 1)]
+            with m.If(load):
+                m.d.sync += loaded.eq(1)
+            with m.Elif(issue):
+                m.d.sync += loaded.eq(0)
 
         # Nothing issues from the cycle a DMA error is seen.
         ready = loaded & decoder.done & ~halted & ~self.dma_error
 
         # What the issue logic asks of the opcode and the word, decoded from
-        # the queue's output and registered with `word`, so that the issue
-        # cycle starts from flip-flops.
+        # the word as it is taken and registered with `word`, so that the
+        # issue cycle starts from flip-flops.
         def opcode_is(*ops):
             def test(w):
                 return Cat(*[w[:8] == op for op in ops]).any()
@@ -205,8 +279,8 @@ class Sequencer(wiring.Component):
                                 (field(w, Opcode.MMC, "rows") != 0),
         }
         decoded = {name: Signal(name=f"is_{name}") for name in predecoded}
-        with m.If(load):
-            m.d.sync += [decoded[name].eq(test(queue.r_data)) for name, test in predecoded.items()]
+        with m.If(take):
+            m.d.sync += [decoded[name].eq(test(source)) for name, test in predecoded.items()]
 
         # The unit each opcode goes to.
         target = {unit: decoded[unit] for unit in (*UNITS, "rw")}
@@ -360,12 +434,21 @@ class Sequencer(wiring.Component):
         m.d.comb += hazard.eq(Cat(*hazard_terms).any())
 
         # Record what an issued instruction touches, until its unit is idle.
+        # The bounds follow the waiting instruction's while it is for the
+        # unit, whose own ranges no comparison then reads (``~target``
+        # above), so that they hold its ranges once it issues: the wide
+        # enable is a flip-flop, not `go`. (The next word's flags and its
+        # ranges are registered two cycles after the `load` in its issue
+        # cycle at the earliest, its ranges not before its flags: so the
+        # bounds hold the issued instruction's when the flags change.)
         for unit in UNITS:
             r = running[unit]
+            kinds = [kind for kind in RANGE_KINDS if unit != "mmc" or kind != "acc_w"]
+            with m.If(target[unit]):
+                m.d.sync += [bound for kind in kinds
+                             for bound in (r[kind].lo.eq(candidate[kind].lo), r[kind].hi.eq(candidate[kind].hi))]
             with m.If(go & target[unit]):
-                m.d.sync += [*r["ub_r"].copy_from(ub_r), *r["ub_w"].copy_from(ub_w),
-                             *r["acc_r"].copy_from(acc_r),
-                             *(r["acc_w"].copy_from(acc_w) if unit != "mmc" else [])]
+                m.d.sync += [r[kind].valid.eq(candidate[kind].valid) for kind in kinds]
             with m.Elif(idle_in[unit]):
                 m.d.sync += [r[kind].valid.eq(0) for kind in r]
         self._acc_slots(m, slots, go & target["mmc"] & acc_w.valid, acc_w,

@@ -288,7 +288,10 @@ ULX3S16_RATCHET = {
     # out_w`), 7 with their terms registered a cycle before their last adds
     # (the operands' clamps and two levels of adds into the terms); 5 since
     # the pooled sizes are clamped as their divisions end: within the
-    # target, its deepest path a convolution's `conv_y` into its term.)
+    # target, its deepest path a convolution's `conv_y` into its term; 6
+    # since the instruction queue's head is read from its LUT RAM at a
+    # pointer, so that `load` enables no 128-bit register (the read, then
+    # the decoder's opcode and field checks): at the target.)
 }
 
 
