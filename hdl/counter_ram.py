@@ -2,9 +2,9 @@
 
 from amaranth import *
 from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .ram import Ram
 
 
 __all__ = ["CounterRam", "CounterReadSignature"]
@@ -27,8 +27,12 @@ class CounterRam(wiring.Component):
     counter takes the RAM's read port in place of that cycle's flush: the
     cycle after, ``data`` is its word plus the pending count it had in the
     read's cycle, which is the value a flip-flop counter would have had
-    then, whether or not its word was being written in that cycle (the RAM's
-    read is not transparent: it gives the word as it was before the write).
+    then. A read of the word being written in that cycle does not read the
+    RAM: its port still holds that word as the flush read it the cycle
+    before. So no word is ever read and written in one cycle, and the RAM
+    is built without logic for that case (``no_rw_check``: on an iCE40,
+    Yosys would otherwise bypass a write to the read port through 32
+    flip-flops and as many LUT4s).
 
     ``clear`` marks every word stale (a stale word reads as 0, and its next
     flush writes the pending count alone) and drops the pending counts, so
@@ -67,9 +71,11 @@ class CounterRam(wiring.Component):
         m = Module()
         n, bits = len(self._increments), self._bits
 
-        m.submodules.ram = ram = Ram(shape=unsigned(bits), depth=n)
+        m.submodules.ram = ram = Memory(shape=unsigned(bits), depth=n, init=[],
+                                        attrs={"no_rw_check": 1})
         write = ram.write_port()
         read = ram.read_port()
+        self._ram_ports = read, write        # for tests/test_counter_ram.py
 
         # A counter's turn comes every n cycles, and every 2n at most while
         # reads take every other cycle: its pending count adds at most 2n
@@ -99,6 +105,7 @@ class CounterRam(wiring.Component):
             flushing.eq(~host),
             flushed.eq(index),
         ]
+        m.d.comb += read.en.eq(~(host & flushing & (flushed == self.read.addr)))
         total = Signal(bits)
         m.d.comb += [
             total.eq(Mux(lacking_stale, 0, read.data) + lacking),
