@@ -336,7 +336,11 @@ class Bar0(wiring.Component):
         settled = self._settled(m, self.request.valid & self.request.ready & beat.last & is_write)
         busy = responding
         if cfg.ram_counters:
+            # A counter's value gets a register of its own: through
+            # resp_data it would add a level to the request's path there.
             fetching = Signal()
+            from_counter = Signal()
+            counter_word = Signal(32)
             busy = responding | fetching
         m.d.comb += self.request.ready.eq(~busy & settled)
         def take_word(w, taken, value, latch, offset):
@@ -380,7 +384,7 @@ class Bar0(wiring.Component):
                     resp_words.eq(Mux(ok, length, 0)),
                 ]
                 if cfg.ram_counters:
-                    m.d.sync += resp_data[:32].eq(accept_value)
+                    m.d.sync += [resp_data[:32].eq(accept_value), from_counter.eq(ok & accept_latch)]
                     with m.If(ok & accept_latch):
                         m.d.sync += [responding.eq(0), fetching.eq(1)]
                         self._fetch_counter(m, word_offset)
@@ -398,7 +402,7 @@ class Bar0(wiring.Component):
                         take_word(w, ok & (w < length), value, latch, word_offset + w)
         if cfg.ram_counters:
             with m.If(fetching):
-                m.d.sync += [fetching.eq(0), responding.eq(1), resp_data[:32].eq(self.counter_read.data[:32]),
+                m.d.sync += [fetching.eq(0), responding.eq(1), counter_word.eq(self.counter_read.data[:32]),
                              counter_hi.eq(self.counter_read.data[32:])]
         if link_dw == 1 and max_words > 1:
             with m.If(second):
@@ -411,7 +415,8 @@ class Bar0(wiring.Component):
         m.d.comb += [
             self.completion.valid.eq(responding),
             out.header.eq(resp),
-            out.data.eq((resp_data >> (32 * sent))[:32 * link_dw]),
+            out.data.eq(Mux(from_counter, counter_word, resp_data[:32]) if cfg.ram_counters
+                        else (resp_data >> (32 * sent))[:32 * link_dw]),
             out.words.eq(Mux(remaining > link_dw, link_dw, remaining)),
             out.last.eq(remaining <= link_dw),
         ]
