@@ -5,6 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..host_registers import COUNTER_NAMES, UNMAPPED, Irq, config_words, register_bits, registers
+from .counter_ram import CounterReadSignature
 from .window import DmaWindows
 from .tlp import CplStatus, FmtType, TlpHeader, has_data, tlp_stream
 
@@ -65,6 +66,12 @@ class Bar0(wiring.Component):
     status, error_code, fault_index, irq_code, dma_error : In(32)
         Read-only registers.
     counters : In(StructLayout of ``counter_bits``-wide counters)
+        With ``ram_counters`` instead:
+    counter_read : Out(CounterReadSignature)
+        Reads of the counters in their RAM (`tpu.hdl.counter_ram.CounterRam`):
+        a counter's ``_LO`` read asks for its value in the cycle the read is
+        taken and answers it (and latches its ``_HI``) the cycle after,
+        holding the next request until then.
     soft_reset : In(1)
         Every writable register back to its reset value.
     malformed, refused : In(1)
@@ -94,7 +101,7 @@ class Bar0(wiring.Component):
             host = {"request":      In(tlp_stream(config.link_dw)),
                     "completion":   Out(tlp_stream(config.link_dw)),
                     "completer_id": In(16)}
-        super().__init__({
+        ports = {
             **host,
             "rw":           Out(data.StructLayout({r.name: self._bits.get(r.name, 32)
                                                    for r in self._rw})),
@@ -112,7 +119,11 @@ class Bar0(wiring.Component):
             "soft_reset":   In(1),
             "malformed":    In(1),
             "refused":      In(1),
-        })
+        }
+        if config.ram_counters:
+            del ports["counters"]
+            ports["counter_read"] = Out(CounterReadSignature(len(COUNTER_NAMES), config.counter_bits))
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -142,7 +153,8 @@ class Bar0(wiring.Component):
                   "DMA_ERROR": self.dma_error, "BAD_REQUESTS": bad_requests,
                   "IRQ_STATUS": irq_status, "CONTROL": C(0, 32)}
         for i, name in enumerate(COUNTER_NAMES):
-            inputs[f"{name.upper()}_LO"] = self.counters[name][:32]
+            # With ram_counters a _LO is answered from `counter_read`, a cycle later.
+            inputs[f"{name.upper()}_LO"] = C(0, 32) if cfg.ram_counters else self.counters[name][:32]
             inputs[f"{name.upper()}_HI"] = counter_hi
 
         def read(offset):
@@ -219,6 +231,15 @@ class Bar0(wiring.Component):
                 with m.Case((0x200 >> 2) + 2 * i):
                     m.d.sync += counter_hi.eq(self.counters[name][32:])
 
+    def _fetch_counter(self, m, offset):
+        """Asks `counter_read` for the counter whose _LO is at word `offset`,
+        which it answers in the next cycle."""
+        # The _LO registers are every other word from a multiple of 2 * 8
+        # words, so the counter's index is the offset's bits above the first.
+        assert (0x200 >> 2) % (2 * len(COUNTER_NAMES)) == 0
+        index_bits = (len(COUNTER_NAMES) - 1).bit_length()
+        m.d.comb += [self.counter_read.en.eq(1), self.counter_read.addr.eq(offset[1:1 + index_bits])]
+
     def _serve_words(self, m, read, stored, cleared, counter_hi, bad_requests):
         """Register accesses of one word each (`narrow_host`): a write is
         applied, a read answered on ``answer``."""
@@ -233,7 +254,11 @@ class Bar0(wiring.Component):
         ]
         m.d.sync += control.eq(0)
         wrote = Signal()
-        m.d.comb += self.access.ready.eq(~responding & self._settled(m, wrote))
+        busy = responding
+        if self._config.ram_counters:
+            fetching = Signal()
+            busy = responding | fetching
+        m.d.comb += self.access.ready.eq(~busy & self._settled(m, wrote))
         taken = self.access.valid & self.access.ready
         m.d.comb += wrote.eq(taken & access.write)
         with m.If(wrote):
@@ -241,9 +266,17 @@ class Bar0(wiring.Component):
         value, latch = read(access.offset)
         with m.If(taken & ~access.write):
             m.d.sync += [responding.eq(1), resp.eq(value)]
-            if len(counter_hi):
+            if self._config.ram_counters:
+                with m.If(latch):
+                    m.d.sync += [responding.eq(0), fetching.eq(1)]
+                    self._fetch_counter(m, access.offset)
+            elif len(counter_hi):
                 with m.If(latch):
                     self._latch_counter_hi(m, access.offset, counter_hi)
+        if self._config.ram_counters:
+            with m.If(fetching):
+                m.d.sync += [fetching.eq(0), responding.eq(1), resp.eq(self.counter_read.data[:32]),
+                             counter_hi.eq(self.counter_read.data[32:])]
         with m.If(self.answer.valid & self.answer.ready):
             m.d.sync += responding.eq(0)
         m.d.sync += bad_requests.eq(bad_requests + self.malformed + self.refused)
@@ -301,7 +334,15 @@ class Bar0(wiring.Component):
         sent = Signal(range(max_words + link_dw + 1))
 
         settled = self._settled(m, self.request.valid & self.request.ready & beat.last & is_write)
-        m.d.comb += self.request.ready.eq(~responding & settled)
+        busy = responding
+        if cfg.ram_counters:
+            # A counter's value gets a register of its own: through
+            # resp_data it would add a level to the request's path there.
+            fetching = Signal()
+            from_counter = Signal()
+            counter_word = Signal(32)
+            busy = responding | fetching
+        m.d.comb += self.request.ready.eq(~busy & settled)
         def take_word(w, taken, value, latch, offset):
             """Word `w` of the completion is `value`, read at `offset`; a
             counter's _LO taken latches its upper half for the _HI read."""
@@ -342,7 +383,12 @@ class Bar0(wiring.Component):
                     resp.lower_address.eq(Mux(ok, Cat(first[:2], hdr.address[2:7]), 0)),
                     resp_words.eq(Mux(ok, length, 0)),
                 ]
-                if link_dw == 1 and max_words == 1:
+                if cfg.ram_counters:
+                    m.d.sync += [resp_data[:32].eq(accept_value), from_counter.eq(ok & accept_latch)]
+                    with m.If(ok & accept_latch):
+                        m.d.sync += [responding.eq(0), fetching.eq(1)]
+                        self._fetch_counter(m, word_offset)
+                elif link_dw == 1 and max_words == 1:
                     take_word(0, ok, accept_value, accept_latch, word_offset)
                 elif link_dw == 1:
                     # One word a beat: the second word is not sent before
@@ -354,6 +400,10 @@ class Bar0(wiring.Component):
                     for w in range(max_words):
                         value, latch = read(word_offset + w)
                         take_word(w, ok & (w < length), value, latch, word_offset + w)
+        if cfg.ram_counters:
+            with m.If(fetching):
+                m.d.sync += [fetching.eq(0), responding.eq(1), counter_word.eq(self.counter_read.data[:32]),
+                             counter_hi.eq(self.counter_read.data[32:])]
         if link_dw == 1 and max_words > 1:
             with m.If(second):
                 take_word(1, 1, accept_value, accept_latch, second_offset)
@@ -365,7 +415,8 @@ class Bar0(wiring.Component):
         m.d.comb += [
             self.completion.valid.eq(responding),
             out.header.eq(resp),
-            out.data.eq((resp_data >> (32 * sent))[:32 * link_dw]),
+            out.data.eq(Mux(from_counter, counter_word, resp_data[:32]) if cfg.ram_counters
+                        else (resp_data >> (32 * sent))[:32 * link_dw]),
             out.words.eq(Mux(remaining > link_dw, link_dw, remaining)),
             out.last.eq(remaining <= link_dw),
         ]

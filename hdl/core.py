@@ -8,6 +8,7 @@ from ..config import TPUConfig
 from ..isa import INSTRUCTION_BITS, Opcode
 from .accumulators import AccReadSignature
 from .activation_unit import ActivationUnit
+from .counter_ram import CounterRam, CounterReadSignature
 from .decoder import field
 from .window import DmaWindows
 from .host_dma import HostReadUnit, HostRequest, HostWriteUnit
@@ -73,13 +74,21 @@ class TPUCore(wiring.Component):
     halted, fault, fault_index, irq, irq_code, busy : Out
         Status; see `Sequencer`. ``busy``: instructions queued or running.
     counters : Out(StructLayout of counter_bits-wide counters, see `COUNTERS`)
+        With ``ram_counters`` instead:
+    counter_read : In(CounterReadSignature)
+        A read of the counter at index ``addr`` of `COUNTERS`: ``data`` is
+        the value it had in the cycle of ``en``, a cycle later (`CounterRam`).
+    counter_events : Out(len(COUNTERS))
+        Bit ``i``: counter ``i`` counts in this cycle (``useful_macs`` adds
+        rows x cols), for testbenches that follow the counters cycle by
+        cycle, which reads at most every other cycle cannot.
     """
 
     def __init__(self, config):
         if not isinstance(config, TPUConfig):
             raise TypeError(f"TPUCore needs a TPUConfig, not {config!r}")
         self._config = config
-        super().__init__({
+        ports = {
             "instr":           In(stream.Signature(INSTRUCTION_BITS)),
             "host_read_req":   Out(stream.Signature(HostRequest())),
             "host_read_data":  In(stream.Signature(UbRow(config))),
@@ -99,7 +108,12 @@ class TPUCore(wiring.Component):
             "busy":            Out(1),
             "counters":        Out(data.StructLayout({name: config.counter_bits
                                                       for name in COUNTERS})),
-        })
+        }
+        if config.ram_counters:
+            del ports["counters"]
+            ports["counter_read"] = In(CounterReadSignature(len(COUNTERS), config.counter_bits))
+            ports["counter_events"] = Out(len(COUNTERS))
+        super().__init__(ports)
 
     @property
     def config(self):
@@ -218,8 +232,6 @@ class TPUCore(wiring.Component):
         # and leave host_stall growing past cycles. (Tile shifts are not
         # gated: prefetched tiles may shift in after a HALT, and the cycle
         # model counts them.)
-        counting = Module()
-        cleared("counting", counting)
         running = ~seq.halted
         row_in = running & engine.act.valid & engine.act.ready
         events = {
@@ -232,6 +244,24 @@ class TPUCore(wiring.Component):
             "host_stall":   running & ((~rhm.idle & ~self.host_read_data.valid) |
                                        (self.host_write_data.valid & ~self.host_write_data.ready)),
         }
+        if cfg.ram_counters:
+            # A flip-flop counter each was 263 LUT4s and 254 flip-flops of
+            # the up5k chip (docs/fpga.md "Counters in a block RAM").
+            m.submodules.counters = counters = CounterRam(
+                [cfg.rows * cfg.cols if name == "useful_macs" else 1 for name in COUNTERS],
+                cfg.counter_bits)
+            counters_clear = Signal(attrs={"keep": 1})
+            m.d.sync += counters_clear.eq(self.clear)
+            m.d.comb += [
+                counters.clear.eq(counters_clear),
+                counters.events.eq(Cat(row_in if name == "useful_macs" else events[name]
+                                       for name in COUNTERS)),
+                self.counter_events.eq(counters.events),
+            ]
+            wiring.connect(m, wiring.flipped(self.counter_read), counters.read)
+            return m
+        counting = Module()
+        cleared("counting", counting)
         for name, event in events.items():
             counter = getattr(self.counters, name)
             counting.d.sync += counter.eq(counter + event)

@@ -216,8 +216,11 @@ class HostInterface(wiring.Component):
             bar0.fault_index.eq(Mux(core.fault != 0, core.fault_index, 0xFFFFFFFF)),
             bar0.irq_code.eq(irq_code),
             bar0.dma_error.eq(reader.error),
-            bar0.counters.eq(core.counters),
         ]
+        if cfg.ram_counters:
+            wiring.connect(m, bar0.counter_read, core.counter_read)
+        else:
+            m.d.comb += bar0.counters.eq(core.counters)
 
         # --- Interrupts ----------------------------------------------------------
         raised = Signal(32)

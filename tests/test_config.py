@@ -25,6 +25,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "host_addr_bits": (32, 64), "counter_bits": (32, 64), "dsp_multipliers": (0, 65536),
         "dsp_bands": (0, 1), "pe_multiplier_latency": (2, 3), "serial_issue": (0, 1),
         "serial_decode": (0, 1), "serial_act": (0, 1), "serial_host": (0, 1), "narrow_host": (0, 1),
+        "ram_counters": (0, 1),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -185,3 +186,15 @@ def test_narrow_host_needs_the_serial_host():
                      host_addr_bits=32).narrow_host == 1
     from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE
     assert UP5K_PROFILE.narrow_host == 1 and ULX3S16_PROFILE.narrow_host == 0
+
+
+def test_ram_counters_needs_the_serial_host():
+    """The counters in a block RAM answer a register read a word at a time:
+    the up5k profile keeps them so, in both its host forms."""
+    from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE
+    assert TPUConfig().ram_counters == 0 and ULX3S16_PROFILE.ram_counters == 0
+    assert UP5K_PROFILE.ram_counters == 1 and UP5K_PROFILE.replace(narrow_host=0).ram_counters == 1
+    with pytest.raises(ConfigError, match="ram_counters = 1 reads a counter a word at a time, as the "
+                                          "host side's small form does: it needs serial_host 1"):
+        TPUConfig(ram_counters=1, link_dw=1, read_tags=1)
+    assert TPUConfig(ram_counters=1, serial_host=1, link_dw=1, read_tags=1).ram_counters == 1

@@ -69,6 +69,9 @@ _RANGES = {
     "narrow_host":       (0, 1,        "1: the chip speaks the narrow host protocol over its UART frames "
                                        "instead of TLPs (register reads and writes, one outstanding DMA "
                                        "read, DMA writes; needs serial_host 1 and host_addr_bits 32)"),
+    "ram_counters":      (0, 1,        "1: the performance counters are kept in one block RAM, a few bits "
+                                       "a counter in flip-flops flushed into it in turn, and a counter's "
+                                       "register read takes a cycle more (needs serial_host 1)"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
@@ -202,6 +205,18 @@ class TPUConfig:
         the place of the TLP receiver, transmitter, arbiter, DMA reader and
         writer, and BAR0 decodes no TLPs; the driver's ``serial`` backend
         speaks it when the config says so.
+    ram_counters : int
+        0 (the default): each performance counter is ``counter_bits``
+        flip-flops, and BAR0 reads them through its register multiplexer.
+        1 (needs ``serial_host`` 1, so a counter is read a word at a time):
+        they are ``counter_bits``-wide words of one block RAM
+        (`tpu.hdl.counter_ram.CounterRam`); each keeps only the count of its
+        last few cycles in flip-flops, added into its word by a
+        read-modify-write as the counters take turns, one a cycle. A
+        register read of a counter's ``_LO`` reads the RAM and adds what is
+        pending, so it answers the value the counter had in the cycle the
+        read was taken (the same values, clears and ``_LO``/``_HI`` latch),
+        one cycle later than a read of any other register.
 
     Raises
     ------
@@ -238,6 +253,7 @@ class TPUConfig:
     serial_act: int = 0
     serial_host: int = 0
     narrow_host: int = 0
+    ram_counters: int = 0
 
     def __post_init__(self):
         for f in fields(self):
@@ -266,6 +282,9 @@ class TPUConfig:
         if self.narrow_host and self.host_addr_bits != 32:
             raise ConfigError(f"TPUConfig.narrow_host = 1 carries 32-bit host addresses: it needs "
                               f"host_addr_bits 32, not {self.host_addr_bits}")
+        if self.ram_counters and not self.serial_host:
+            raise ConfigError("TPUConfig.ram_counters = 1 reads a counter a word at a time, as the "
+                              "host side's small form does: it needs serial_host 1")
         if self.requantizers > self.cols:
             raise ConfigError(f"TPUConfig.requantizers = {self.requantizers} is more than "
                               f"cols = {self.cols}: at most one requantizer per column")
@@ -365,11 +384,11 @@ PROFILES = {
     # 8 cycles a row) and the small activation pipeline, the sequencer
     # issuing to one unit at a time, the decoder's products a bit a cycle and
     # the host side's small form speaking the narrow host protocol over the
-    # UART (no TLP layer).
+    # UART (no TLP layer), and the performance counters in a block RAM.
     "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
                  cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                  requantizers=1, requantizer_multiplier_width=16, serial_issue=1, serial_decode=1,
-                 serial_act=1, serial_host=1, narrow_host=1),
+                 serial_act=1, serial_host=1, narrow_host=1, ram_counters=1),
     # ECP5-85F (ULX3S): a 16x16 array, 144 of its PEs in three bands of
     # rows on the three lines of MULT18X18D (the placement that routes,
     # with nextpnr's static placer; the decoder's products then go into

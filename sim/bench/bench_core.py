@@ -37,7 +37,7 @@ from ...hdl.core import COUNTERS
 from ...isa import Act, Func, Halt, Mmc, Rhm, Rw, Whm, encode_program
 from ...models.cycle_model import estimate_cycles
 from ..stimulus.program_generator import random_program
-from ..testbenches.tb_core import TB, counter_values
+from ..testbenches.tb_core import TB, CounterMirror, counter_values
 
 
 __all__ = ["PROGRAMS", "CASE_NAMES", "TOP", "stream_program", "layer_program", "random_case",
@@ -269,8 +269,14 @@ async def bench_program(dut):
     index, width = list(COUNTERS).index("mxu_active"), cfg.counter_bits
     seen = {"before": None, "first": None, "last": None, "previous": None}
 
+    mirror = CounterMirror(dut, cfg) if cfg.ram_counters else None
+
     def watch(cycle):
-        word = dut.counters.value.to_unsigned()
+        if mirror:
+            word = mirror.word()
+            mirror(cycle)
+        else:
+            word = dut.counters.value.to_unsigned()
         if seen["before"] is None:
             seen["before"] = counter_values(word, cfg)
             seen["previous"] = seen["before"]["mxu_active"]
@@ -286,10 +292,10 @@ async def bench_program(dut):
     if trace:
         tb.loop.monitors.append(trace)
     await tb.run_program(program)
-    after = _counters(dut, cfg)
+    after = counter_values(mirror.word(), cfg) if mirror else _counters(dut, cfg)
     before = seen["before"]
     counters = {name: after[name] - before[name] for name in COUNTERS}
-    tb.check_counters()
+    await tb.check_counters()
     await _check(tb, instructions)
     if trace:
         trace.save(start)

@@ -34,6 +34,27 @@ def counter_values(word, config):
     return {name: (word >> (width * i)) & ((1 << width) - 1) for i, name in enumerate(COUNTERS)}
 
 
+class CounterMirror:
+    """The values of the core's counters cycle by cycle, counted from its
+    ``counter_events`` (``ram_counters``, whose counters are read at most
+    every other cycle), from 0 at the first cycle it is called in: call it
+    once a cycle; `word` is the ``counters`` port's value in that cycle."""
+
+    def __init__(self, dut, config):
+        self.dut, self.cfg = dut, config
+        self.values = [0] * len(COUNTERS)
+        self.increments = [config.rows * config.cols if name == "useful_macs" else 1 for name in COUNTERS]
+
+    def word(self):
+        width = self.cfg.counter_bits
+        return sum((value % (1 << width)) << (width * i) for i, value in enumerate(self.values))
+
+    def __call__(self, cycle):
+        events = self.dut.counter_events.value.to_unsigned()
+        self.values = [value + inc * (events >> i & 1)
+                       for i, (value, inc) in enumerate(zip(self.values, self.increments))]
+
+
 class HostModel:
     """Serves the core's host DMA ports from a byte dictionary, with random
     waits on every stream.
@@ -120,6 +141,9 @@ class TB:
                      "debug_ub__addr", "debug_acc__en", "debug_acc__addr", "instr__payload",
                      "host_read_data__payload", "dma_error", "clear"):
             getattr(dut, name).value = 0
+        if self.cfg.ram_counters:
+            dut.counter_read__en.value = 0
+            dut.counter_read__addr.value = 0
         self.set_windows([open_window(self.cfg)])
 
     def set_windows(self, windows):
@@ -221,11 +245,19 @@ class TB:
         extra = set(self.host.memory) - set(model.host.bytes)
         if extra:
             self.fail(f"host bytes written that the model did not write, e.g. 0x{min(extra):x}")
-        self.check_counters()
+        await self.check_counters()
 
-    def check_counters(self):
+    async def counters(self):
+        """{counter name: value}: the ``counters`` port's, or with
+        ``ram_counters`` each read through ``counter_read``."""
+        if not self.cfg.ram_counters:
+            return counter_values(self.dut.counters.value.to_unsigned(), self.cfg)
+        return {name: (await self._read("counter_read", i, self.cfg.counter_bits, 1, False))[0]
+                for i, name in enumerate(COUNTERS)}
+
+    async def check_counters(self):
         cfg, model = self.cfg, self.model
-        got = counter_values(self.dut.counters.value.to_unsigned(), cfg)
+        got = await self.counters()
         # Tiles shift in ahead of use: all that were switched to, plus the
         # ones waiting in the transit and shadow registers.
         shifted = min(model.tiles_requested, model.tiles_switched + 2)
