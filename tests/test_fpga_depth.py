@@ -413,12 +413,18 @@ def test_ice40_blocks_within_budget(tmp_path):
     from tpu.config import UP5K_PROFILE
     # The blocks as measured: the host side's TLP layer (the profile's
     # narrow host protocol has no rx, tx, TLP reader or writer).
-    depths = measure_blocks(UP5K_PROFILE.replace(narrow_host=0), "ice40", tmp_path, ICE40_SUITE_BLOCKS)
+    _assert_ice40_within(UP5K_PROFILE.replace(narrow_host=0), ICE40_RATCHET, tmp_path)
+
+
+def _assert_ice40_within(config, ratchet, build_dir):
+    """Every block of `ratchet` synthesised for the iCE40 from `config` is
+    no deeper than its (levels, carry cells) there."""
+    depths = measure_blocks(config, "ice40", build_dir, tuple(ratchet))
     print(json.dumps({b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()},
                      indent=1))
     over = {b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()
-            if d.levels > ICE40_RATCHET[b][0] or d.carry > ICE40_RATCHET[b][1]}
-    assert set(depths) == set(ICE40_SUITE_BLOCKS)
+            if d.levels > ratchet[b][0] or d.carry > ratchet[b][1]}
+    assert set(depths) == set(ratchet)
     assert not over, f"iCE40 blocks deeper than their ratchet (levels, carry, path): {over}"
 
 
@@ -448,13 +454,7 @@ def test_ice40_narrow_budgets_name_real_blocks():
 def test_ice40_narrow_blocks_within_budget(tmp_path):
     from tpu.config import UP5K_PROFILE
     assert UP5K_PROFILE.narrow_host
-    depths = measure_blocks(UP5K_PROFILE, "ice40", tmp_path, tuple(ICE40_NARROW_RATCHET))
-    print(json.dumps({b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()},
-                     indent=1))
-    over = {b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()
-            if d.levels > ICE40_NARROW_RATCHET[b][0] or d.carry > ICE40_NARROW_RATCHET[b][1]}
-    assert set(depths) == set(ICE40_NARROW_RATCHET)
-    assert not over, f"narrow host blocks deeper than their ratchet (levels, carry, path): {over}"
+    _assert_ice40_within(UP5K_PROFILE, ICE40_NARROW_RATCHET, tmp_path)
 
 
 # -- a block's netlist depends on the block alone ---------------------------
