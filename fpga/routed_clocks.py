@@ -68,6 +68,9 @@ ROUTED_CHIPS = (
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a fifteenth run'),
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, three-cycle PEs", 16, 16, 45.8333, 49.66,
                "2026-12-05", "df5d627", 'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a sixteenth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the sequencer's enables from flip-flops", 16,
+               16, 46.875, 48.39, "2026-12-05", "72cf499",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a seventeenth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
