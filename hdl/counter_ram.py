@@ -6,7 +6,6 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 
-
 __all__ = ["CounterRam", "CounterReadSignature"]
 
 
