@@ -67,6 +67,9 @@ class Requantizer(wiring.Component):
         With `left_input` only: the left shift's amount, ``max(shift, 0)``
         (0 with `single_round`), decoded by the caller (from a register,
         so that the shift of stage 1 does not decode it).
+    next_value : Out(signed(9))
+        With `next_output` only: the clamp's result before its register,
+        `value` of the next cycle.
 
     Parameters
     ----------
@@ -84,6 +87,9 @@ class Requantizer(wiring.Component):
     left_input : bool
         Take stage 1's left shift amount on `left` rather than from
         ``shift`` and ``single_round``.
+    next_output : bool
+        Present `next_value`, so that a synchronous read at the result
+        (a table lookup) can start a cycle before `value` holds it.
     multiplier_width : int
         32: stage 2 is one 32 x 32-bit multiply. 16 or 8: stage 2 takes
         ``(32 / multiplier_width)**2`` cycles (`multiply_cycles`) on one
@@ -97,7 +103,7 @@ class Requantizer(wiring.Component):
     BASE_LATENCY = 5
 
     def __init__(self, *, per_value_settings=False, multiplier_width=32, compact=False,
-                 left_input=False):
+                 left_input=False, next_output=False):
         if multiplier_width not in (8, 16, 32):
             raise ValueError(f"multiplier_width must be 8, 16 or 32, not {multiplier_width!r}")
         if compact and multiplier_width == 32:
@@ -106,9 +112,12 @@ class Requantizer(wiring.Component):
         self._width = multiplier_width
         self._compact = bool(compact)
         self._left_input = bool(left_input)
+        self._next_output = bool(next_output)
         ports = {"start": In(1)} if self.multiply_cycles > 1 else {}
         if self._left_input:
             ports["left"] = In(SHIFT_WIDTH - 1)
+        if self._next_output:
+            ports["next_value"] = Out(signed(VALUE_WIDTH))
         super().__init__({
             **ports,
             "acc":        In(signed(32)),
@@ -299,6 +308,15 @@ class Requantizer(wiring.Component):
             below.eq(low_now - self.zero_point),
             above.eq(self.high - self.zero_point),
         ]
+        if self._next_output:
+            with m.If(divided > above):
+                m.d.comb += self.next_value.eq(high5)
+            with m.Elif(divided < below):
+                m.d.comb += self.next_value.eq(low5)
+            with m.Else():
+                m.d.comb += self.next_value.eq(divided[:VALUE_WIDTH] + self.zero_point)
+            m.d.sync += self.value.eq(self.next_value)
+            return
         with m.If(divided > above):
             m.d.sync += self.value.eq(high5)
         with m.Elif(divided < below):
