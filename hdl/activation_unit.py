@@ -118,9 +118,16 @@ class ActivationUnit(wiring.Component):
         # remainder are 13 bits, not the dividend's 34.
         count = Signal(range(MAX_POOL_COUNT + 1))
         # The small form's divider takes its one dividend length (2**32 +
-        # count - 1 has 33 bits for every count) and the count from its
-        # register, which holds through the ACT.
-        fixed = {"length": RECIPROCAL_SHIFT + 1} if cfg.serial_act else {}
+        # count - 1 has 33 bits for every count it divides by: a window's
+        # k * k or a global average's rows, never 0) and the count from its
+        # register, which holds through the ACT: the same 33 cycles and
+        # quotient as the general divider. So does the ulx3s16 chip's (a
+        # shared lane with a multi-cycle product), where the general
+        # divider's length (a priority encoder after the dividend's add,
+        # into its count) and its next dividend bit (a 34-way select at
+        # ``count - 2``) were two of the unit's 7-level paths.
+        fixed_length = cfg.serial_act or (cfg.requantize_steps > 1 and cfg.requantize_multiply_cycles > 1)
+        fixed = {"length": RECIPROCAL_SHIFT + 1} if fixed_length else {}
         m.submodules.divider = divider = SerialDivider(RECIPROCAL_SHIFT + 2,
                                                        divisor_width=len(count), **fixed)
         act = {name: field(word, Opcode.ACT, name) for name in

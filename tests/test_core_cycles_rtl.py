@@ -229,6 +229,18 @@ def test_shared_requantizer_estimate(simulator, tmp_path, seed):
 
 
 @pytest.mark.rtl
+@pytest.mark.parametrize("seed", [3, 8])
+def test_shared_fast_requantizer_estimate(simulator, tmp_path, seed):
+    """The same on the UP5K profile's core with the fast activation pipeline
+    (the ulx3s16 chip's form of a shared lane: its function table read a
+    cycle early, its divider of one dividend length): the results are the
+    golden model's and the estimate is exact."""
+    r = _bench(simulator, tmp_path, {"name": "random", "program": "random", "seed": seed,
+                                     "length": 40}, config=SHARED.replace(serial_act=0))
+    _check_estimate(r)
+
+
+@pytest.mark.rtl
 @pytest.mark.parametrize("serial_act", [1, 0], ids=["small", "fast"])
 def test_shared_requantizer_act_timing(simulator, tmp_path, serial_act):
     """ACTs on the UP5K profile's core, with its small activation pipeline

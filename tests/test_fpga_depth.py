@@ -280,7 +280,11 @@ ULX3S16_RATCHET = {
     # product's division amount is registered a cycle before stage 3 takes
     # it: three paths of 7, a row's first group (the row's value or the
     # held one, the add, the shift), stage 4's rounding add and shift into
-    # `divided`, and the pooling divider's count.
+    # `divided`, and the pooling divider's count; two since that divider
+    # takes its one dividend length (the fixed-length form) and the
+    # function table is read a cycle early, its entry registered (the
+    # seventeenth build's critical path ran from the table's block RAM
+    # through the function select into pooling's history write).
     "host.core.act": (7, 40),
     # (The sequencer: with the array in DSP bands the decoder's geometry
     # products are in logic (`bounded_product`): 9 levels with each product
