@@ -90,11 +90,13 @@ def _decode_cycles(word):
 
 
 def _clamped(value, bits):
-    """`value` below ``2**bits``, else ``2**bits``: on ``bits + 1`` bits."""
+    """`value` (unsigned) below ``2**bits``, else ``2**bits``: on ``bits + 1``
+    bits. At or above ``2**bits`` is any bit from `bits` up, an OR of LUTs
+    where a comparison would take a carry chain."""
     value = Value.cast(value)
     if len(value) <= bits:
         return value
-    return Mux(value >= 1 << bits, 1 << bits, value)[:bits + 1]
+    return Mux(value[bits:].any(), 1 << bits, value[:bits])
 
 
 def field(word, opcode, name):
@@ -509,6 +511,9 @@ class InstructionDecoder(wiring.Component):
         # rows above: the same spans end beyond their memory.
         span_bits = max(cfg.ub_rows, cfg.acc_rows, cfg.weight_mem_tiles).bit_length()
         span_end = Signal(span_bits + 2 if narrow else 26)
+        # (One adder for every opcode's span: its operands chosen first.)
+        span_first = Signal(span_bits + 1)
+        span_count = Signal(span_bits + 1)
         span_in = {kind: Signal(name=f"span_in_{kind}") for kind in ("ub", "acc", "wmem")}
         span_size = {"ub": cfg.ub_rows, "acc": cfg.acc_rows, "wmem": cfg.weight_mem_tiles}
         new_rw = {name: field(new, Opcode.RW, name) for name in _fields(Opcode.RW)}
@@ -550,10 +555,12 @@ class InstructionDecoder(wiring.Component):
                 for op, (kind, first, count_) in spans.items():
                     with m.Case(op):
                         if narrow:
-                            end = _clamped(first, span_bits) + _clamped(count_, span_bits)
+                            m.d.comb += [span_first.eq(_clamped(first, span_bits)),
+                                         span_count.eq(_clamped(count_, span_bits))]
+                            m.d.sync += span_end.eq(span_first + span_count)
                         else:
-                            end = first + count_
-                        m.d.sync += [span_end.eq(end), span_in[kind].eq(count_ != 0)]
+                            m.d.sync += span_end.eq(first + count_)
+                        m.d.sync += span_in[kind].eq(count_ != 0)
                         if op in (Opcode.RHM, Opcode.WHM):
                             m.d.sync += host_check.eq(count_ != 0)
 
@@ -642,10 +649,10 @@ class InstructionDecoder(wiring.Component):
 
         def clamped(value):
             value = Value.cast(value)
-            return Mux(value >= limit, limit, value)[:width] if len(value) > ub_bits else value
+            return _clamped(value, ub_bits)
 
         def saturated(value):
-            return Mux(value >= limit, limit, value)
+            return _clamped(value, ub_bits)
 
         multiply = Signal()
         multiplied = Signal()
