@@ -547,8 +547,9 @@ class InstructionDecoder(wiring.Component):
             with m.Elif(new_act["pool"] == Pool.GLOBAL_AVG):
                 m.d.sync += plain_out_rows.eq(1)
             with m.Else():
-                m.d.sync += plain_out_rows.eq(_clamped(new_act["rows"], ub_bits) if narrow
-                                              else new_act["rows"])
+                m.d.sync += plain_out_rows.eq(new_act["rows"])
+                if narrow:
+                    m.d.sync += plain_out_rows.eq(_clamped(new_act["rows"], ub_bits))
             if narrow_host:
                 m.d.sync += host_high.eq(new_dma["host"][limits.width:] != 0)
             with m.Switch(new[:8]):
