@@ -89,6 +89,16 @@ def _decode_cycles(word):
     return 3
 
 
+def _clamped(value, bits):
+    """`value` (unsigned) below ``2**bits``, else ``2**bits``: on ``bits + 1``
+    bits. At or above ``2**bits`` is any bit from `bits` up, an OR of LUTs
+    where a comparison would take a carry chain."""
+    value = Value.cast(value)
+    if len(value) <= bits:
+        return value
+    return Mux(value[bits:].any(), 1 << bits, value[:bits])
+
+
 def field(word, opcode, name):
     """The bits of field `name` of `opcode` in the instruction `word`."""
     f = _fields(opcode)[name]
@@ -141,9 +151,10 @@ class InstructionDecoder(wiring.Component):
         the sequencer's interlocks compare), valid from the cycle before
         ``done``, so that the comparisons can be registered too.
     held : Out(128)
-        Without ``config.serial_issue``: the word being decoded, registered,
-        from the cycle after ``start`` until ``done``; once done, it follows
-        ``word``.
+        The word being decoded, registered, from the cycle after ``start``
+        until ``done``; once done, it follows ``word`` without
+        ``config.serial_issue``, and with it stays until the next
+        ``start`` (the small sequencer issues it from here: no copy).
     """
 
     def __init__(self, config):
@@ -159,8 +170,7 @@ class InstructionDecoder(wiring.Component):
             "ub_last":  Out(25),
             "out_rows": Out(24),
             "ranges":   Out(Ranges),
-            # (The serial form's sequencer keeps its own copy.)
-            **({} if config.serial_issue else {"held": Out(INSTRUCTION_BITS)}),
+            "held":     Out(INSTRUCTION_BITS),
         })
 
     def elaborate(self, platform):
@@ -185,7 +195,7 @@ class InstructionDecoder(wiring.Component):
             taking = self.start
         else:
             taking = Signal(init=1)
-            m.d.comb += self.held.eq(word)
+        m.d.comb += self.held.eq(word)
         with m.If(taking):
             m.d.sync += word.eq(new)
         opcode = word[:8]
@@ -294,7 +304,16 @@ class InstructionDecoder(wiring.Component):
         full_rows_part = Signal(part_bits)
         col_part = Signal(part_bits)
         full_col_part = Signal(part_bits)
-        pooled_rows = Signal(24)
+        # The small decoder's UB rows (`narrow`): an ACT's output rows
+        # clamped at 2**ub_bits, and the last row read or written summed
+        # from operands so clamped, on ub_bits + 3 bits. Clamping keeps
+        # every sum exact below 2**ub_bits and at or above the UB's size
+        # whenever the exact one is, so the same words fault; an
+        # instruction that issues has rows below the UB's size, exact.
+        narrow = cfg.serial_decode
+        rows_bits = ub_bits + 1 if narrow else 24
+        last_bits = ub_bits + 3 if narrow else 48
+        pooled_rows = Signal(rows_bits)
         if not cfg.serial_decode:
             # PRODUCT registers each product as the terms `product_terms`
             # leaves (two partial sums in logic, one product on a DSP
@@ -448,16 +467,21 @@ class InstructionDecoder(wiring.Component):
                 m.d.sync += taking.eq(1)
 
         # ACT output rows: without windowed pooling, decided in PRESENT.
-        plain_out_rows = Signal(24)
-        out_rows = Signal(24)
+        plain_out_rows = Signal(rows_bits)
+        out_rows = Signal(rows_bits)
         m.d.comb += out_rows.eq(Mux(windowed, pooled_rows, plain_out_rows))
 
         # MMC: the largest UB row read.
-        mmc_last = Signal(48)
+        mmc_last = Signal(last_bits)
+        mmc_ub, mmc_rows = mmc["ub"], mmc["rows"]
+        act_ub = act["ub"]
+        if narrow:
+            mmc_ub, mmc_rows = _clamped(mmc_ub, ub_bits), _clamped(mmc_rows, ub_bits)
+            act_ub = _clamped(act_ub, ub_bits)
         with m.If(conv):
-            m.d.comb += mmc_last.eq(mmc["ub"] + conv_span)
+            m.d.comb += mmc_last.eq(mmc_ub + conv_span)
         with m.Else():
-            m.d.comb += mmc_last.eq(mmc["ub"] + mmc["rows"] - 1)
+            m.d.comb += mmc_last.eq(mmc_ub + mmc_rows - 1)
 
         # RHM and WHM: inside one DMA window. Each window's end is
         # registered beside the decoder (`WindowLimits`); PRESENT registers
@@ -482,7 +506,14 @@ class InstructionDecoder(wiring.Component):
         # The word's UB, accumulator or weight-memory span (first row, and
         # how many), ended in PRESENT and compared with the memory's size in
         # START.
-        span_end = Signal(26)
+        # The small decoder clamps the first row and the count at the
+        # largest of the three memories' sizes' powers of two, as the UB
+        # rows above: the same spans end beyond their memory.
+        span_bits = max(cfg.ub_rows, cfg.acc_rows, cfg.weight_mem_tiles).bit_length()
+        span_end = Signal(span_bits + 2 if narrow else 26)
+        # (One adder for every opcode's span: its operands chosen first.)
+        span_first = Signal(span_bits + 1)
+        span_count = Signal(span_bits + 1)
         span_in = {kind: Signal(name=f"span_in_{kind}") for kind in ("ub", "acc", "wmem")}
         span_size = {"ub": cfg.ub_rows, "acc": cfg.acc_rows, "wmem": cfg.weight_mem_tiles}
         new_rw = {name: field(new, Opcode.RW, name) for name in _fields(Opcode.RW)}
@@ -517,12 +548,20 @@ class InstructionDecoder(wiring.Component):
                 m.d.sync += plain_out_rows.eq(1)
             with m.Else():
                 m.d.sync += plain_out_rows.eq(new_act["rows"])
+                if narrow:
+                    m.d.sync += plain_out_rows.eq(_clamped(new_act["rows"], ub_bits))
             if narrow_host:
                 m.d.sync += host_high.eq(new_dma["host"][limits.width:] != 0)
             with m.Switch(new[:8]):
                 for op, (kind, first, count_) in spans.items():
                     with m.Case(op):
-                        m.d.sync += [span_end.eq(first + count_), span_in[kind].eq(count_ != 0)]
+                        if narrow:
+                            m.d.comb += [span_first.eq(_clamped(first, span_bits)),
+                                         span_count.eq(_clamped(count_, span_bits))]
+                            m.d.sync += span_end.eq(span_first + span_count)
+                        else:
+                            m.d.sync += span_end.eq(first + count_)
+                        m.d.sync += span_in[kind].eq(count_ != 0)
                         if op in (Opcode.RHM, Opcode.WHM):
                             m.d.sync += host_check.eq(count_ != 0)
 
@@ -536,8 +575,8 @@ class InstructionDecoder(wiring.Component):
                          wmem_bad.eq(span_in["wmem"] & (span_end > span_size["wmem"]))]
 
         # DERIVE: what the sequencer and the units need, registered.
-        ub_last = Signal(48)
-        out_rows_r = Signal(24)
+        ub_last = Signal(last_bits)
+        out_rows_r = Signal(rows_bits)
         ranges = {kind: self.ranges[kind] for kind in ("ub_r", "ub_w", "acc_r", "acc_w")}
 
         def rows_range(kind, first, count_):
@@ -546,7 +585,7 @@ class InstructionDecoder(wiring.Component):
 
         dma = {name: field(word, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
         with m.If(derive):
-            m.d.sync += [out_rows_r.eq(out_rows), ub_last.eq(Mux(is_act, act["ub"] + out_rows - 1, mmc_last))]
+            m.d.sync += [out_rows_r.eq(out_rows), ub_last.eq(Mux(is_act, act_ub + out_rows - 1, mmc_last))]
             m.d.sync += [r.valid.eq(0) for r in ranges.values()]
             # Serial issue compares no ranges: they stay invalid.
             if not cfg.serial_issue:
@@ -611,10 +650,10 @@ class InstructionDecoder(wiring.Component):
 
         def clamped(value):
             value = Value.cast(value)
-            return Mux(value >= limit, limit, value)[:width] if len(value) > ub_bits else value
+            return _clamped(value, ub_bits)
 
         def saturated(value):
-            return Mux(value >= limit, limit, value)
+            return _clamped(value, ub_bits)
 
         multiply = Signal()
         multiplied = Signal()

@@ -221,10 +221,15 @@ class Sequencer(wiring.Component):
 
         m.submodules.decoder = decoder = InstructionDecoder(cfg)
         m.d.comb += decoder.windows.eq(self.windows)
-        word = Signal(INSTRUCTION_BITS)
+        # The small form issues the decoder's own register of the word,
+        # which is loaded by the same `load` and held until the next: a
+        # second copy would be 128 flip-flops more.
+        word = decoder.held if cfg.serial_issue else Signal(INSTRUCTION_BITS)
         loaded = Signal()           # `word` holds an instruction not yet issued
-        index = Signal(32)          # its index in the program
-        count = Signal(32)          # instructions loaded so far
+        count = Signal(32)          # instructions loaded so far (issued so far, in the small form)
+        # Its index in the program. The small form issues in load order, one
+        # word at a time, so that is the count of words issued before it.
+        index = count if cfg.serial_issue else Signal(32)
         issue = Signal()
 
         halted = Signal()
@@ -239,9 +244,11 @@ class Sequencer(wiring.Component):
         if cfg.serial_issue:
             take, source = load, queue.r_data
             with m.If(load):
-                m.d.sync += [word.eq(queue.r_data), loaded.eq(1), index.eq(count), count.eq(count + 1)]
+                m.d.sync += loaded.eq(1)
             with m.Elif(issue):
                 m.d.sync += loaded.eq(0)
+            with m.If(issue):
+                m.d.sync += count.eq(count + 1)
         else:
             # The word, its index and the flags below are taken from the
             # decoder's register in the cycle after `load`, under a

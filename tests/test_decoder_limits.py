@@ -282,3 +282,53 @@ def test_host_range_with_windows_set_at_start(cfg):
              if f != (Fault.HOST_RANGE if _host_range_model(cfg, w, h, r) else Fault.NONE)]
     assert sum(f == Fault.HOST_RANGE for f in got) >= 10 and sum(f == Fault.NONE for f in got) >= 10
     assert not wrong, f"seed {seed}: " + "; ".join(wrong)
+
+
+def _far_values(rng, width, bits):
+    """Values of a `width`-bit field about the powers of two from ``2**(bits -
+    1)`` up, where the small decoder's clamped sums must still fault."""
+    top = (1 << width) - 1
+    k = rng.randint(bits - 1, width)
+    near = [(1 << k) - 1, 1 << k, (1 << k) + 1, (1 << k) + rng.randint(0, 1 << k)]
+    return min(top, rng.choice([0, 1, rng.randint(0, 1 << bits), rng.randint(0, top), *near]))
+
+
+@pytest.mark.parametrize("cfg", [SMALL.replace(serial_issue=1, serial_decode=1),
+                                 SMALL.replace(ub_rows=200, acc_rows=40, serial_issue=1, serial_decode=1)],
+                         ids=["2x3-serial", "2x3-serial-odd-sizes"])
+def test_small_decoder_far_past_the_memories(cfg):
+    """The small decoder's UB, accumulator and weight-memory spans and last
+    UB rows are summed from operands clamped at a power of two: words with
+    first rows and counts far past the memories, at and about each power
+    of two up to the fields' widths, fault as `tpu.isa.check` says, and an
+    ACT that passes has its output rows exact."""
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    rng = random.Random(seed)
+    bits = max(cfg.ub_rows, cfg.acc_rows, cfg.weight_mem_tiles).bit_length()
+    spans = {Opcode.RHM: ("ub", "rows"), Opcode.WHM: ("ub", "rows"), Opcode.RW: ("tile", "count"),
+             Opcode.MMC: ("ub", "acc", "rows"), Opcode.ACT: ("ub", "acc", "rows"),
+             Opcode.LDQ: ("ub",), Opcode.LDL: ("ub",)}
+    words = []
+    for _ in range(300):
+        op = rng.choice(list(spans))
+        widths = {f.name: f.width for f in LAYOUTS[op]}
+        values = {name: _far_values(rng, widths[name], bits) for name in spans[op]}
+        # Half the time every field but one inside its memory.
+        if rng.random() < 0.5:
+            keep = rng.choice(spans[op])
+            values = {name: v if name == keep else rng.randint(0, 7) for name, v in values.items()}
+        words.append(_word(op, **values))
+    out_rows = []
+    faults = _decoded(cfg, words, out_rows=out_rows)
+    wrong = [f"0x{w:032x}: decoder {got.name}, check {check(w.to_bytes(16, 'little'), cfg).name}"
+             for w, got in zip(words, faults) if got != check(w.to_bytes(16, "little"), cfg)]
+    wrong += [f"0x{w:032x}: out_rows {rows}" for w, got, rows in zip(words, faults, out_rows)
+              if w & 0xFF == Opcode.ACT and got == Fault.NONE and rows != _field(w, Opcode.ACT, "rows")]
+    assert sum(f == Fault.NONE for f in faults) >= 30 and sum(f != Fault.NONE for f in faults) >= 100
+    assert not wrong, f"seed {seed}: " + "; ".join(wrong[:10])
+
+
+def _field(word, opcode, name):
+    f = {f.name: f for f in LAYOUTS[opcode]}[name]
+    return (word >> f.lsb) & ((1 << f.width) - 1)
