@@ -71,6 +71,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the sequencer's enables from flip-flops", 16,
                16, 46.875, 48.39, "2026-12-05", "72cf499",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a seventeenth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the function table read a cycle early", 16,
+               16, 45.8333, 50.69, "2026-12-06", "6abf3b7",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", an eighteenth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
