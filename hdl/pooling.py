@@ -264,12 +264,14 @@ class PoolingUnit(wiring.Component):
             layout = data.ArrayLayout(shape, lanes)
             current = Signal(layout, name=name)
             following = Signal(layout, name=f"{name}_next")
-            if self._groups == 1:
+            if self._groups == 1 and not self._sequential:
                 m.d.sync += current.eq(following)
             elif self._sequential:
                 # The small form: the groups of a row come in order, every
                 # one of them, so the state of the group presented is always
-                # the oldest of a ring of registers (no read multiplexer).
+                # the oldest of a ring of registers (no read multiplexer),
+                # turned only as a group is presented (one group: a register
+                # written as its value is presented).
                 ring = [Signal(layout, name=f"{name}_ring{g}") for g in range(self._groups)]
                 m.d.comb += current.eq(ring[0])
                 with m.If(self.i_valid):
@@ -288,8 +290,24 @@ class PoolingUnit(wiring.Component):
         # values) and global reduction.
         # The sum of two values fits H_WIDTH, as does the prior's of three.
         h_widths = (VALUE_WIDTH, H_WIDTH, H_WIDTH)
-        histories, next_histories = group_state("history", history_layout(*h_widths))
-        runnings, next_runnings = group_state("running", signed(SUM_WIDTH))
+        if self._sequential:
+            # The small form keeps a group's window history and running
+            # global value in one state: a window mode never reads the
+            # running value and a global mode never the history. The prior
+            # is the running value's low bits, so a value is reduced with
+            # the same bits in both modes (a window's reduction reaches its
+            # outputs through those H_WIDTH bits alone; the pair's bits
+            # above them are left in the sum, to no output).
+            assert SUM_WIDTH <= 2 * H_WIDTH
+            state_layout = data.StructLayout({"prior": signed(H_WIDTH), "pair": signed(H_WIDTH),
+                                              "newest": signed(VALUE_WIDTH)})
+            histories, next_histories = group_state("state", state_layout)
+            runnings = [state.as_value()[:SUM_WIDTH].as_signed() for state in histories]
+            next_runnings = [Signal(signed(SUM_WIDTH), name=f"global{n}_next")
+                             for n in range(lanes)]
+        else:
+            histories, next_histories = group_state("history", history_layout(*h_widths))
+            runnings, next_runnings = group_state("running", signed(SUM_WIDTH))
         p1_row = Signal()
         p1_h = Signal()
         p1_emit = Signal()
@@ -306,12 +324,28 @@ class PoolingUnit(wiring.Component):
             history = Signal(history_layout(*h_widths), name=f"history{n}")
             running = Signal(signed(SUM_WIDTH), name=f"global{n}")
             other = Signal(signed(SUM_WIDTH), name=f"other{n}")
-            m.d.comb += [running.eq(runnings[n]), history.eq(histories[n]),
-                         other.eq(Mux(window, history.prior, running))]
-            with m.If(self.i_valid):
-                m.d.comb += next_histories[n].eq(next_history(value, history, *h_widths))
-            with m.Else():
-                m.d.comb += next_histories[n].eq(histories[n])
+            if self._sequential:
+                m.d.comb += [running.eq(runnings[n]), other.eq(running),
+                             history.newest.eq(histories[n].newest),
+                             history.pair.eq(histories[n].pair),
+                             history.prior.eq(histories[n].prior)]
+                following = Signal(history_layout(*h_widths), name=f"history{n}_next")
+                m.d.comb += following.eq(next_history(value, history, *h_widths))
+                # The ring turns only as a group is presented: no hold.
+                m.d.comb += [
+                    next_histories[n].newest.eq(following.newest),
+                    next_histories[n].pair.eq(following.pair),
+                    next_histories[n].prior.eq(following.prior),
+                ]
+                with m.If(global_):
+                    m.d.comb += next_histories[n].as_value()[:SUM_WIDTH].eq(next_runnings[n])
+            else:
+                m.d.comb += [running.eq(runnings[n]), history.eq(histories[n]),
+                             other.eq(Mux(window, history.prior, running))]
+                with m.If(self.i_valid):
+                    m.d.comb += next_histories[n].eq(next_history(value, history, *h_widths))
+                with m.Else():
+                    m.d.comb += next_histories[n].eq(histories[n])
             result = Signal(signed(SUM_WIDTH), name=f"reduced{n}")
             if self._sequential:
                 # A value alone is its reduction with the identity.
@@ -319,7 +353,10 @@ class PoolingUnit(wiring.Component):
                 m.d.comb += result.eq(combine(value, Mux(reduced, other, neutral)))
             else:
                 m.d.comb += result.eq(Mux(reduced, combine(value, other), value))
-            m.d.comb += next_runnings[n].eq(Mux(self.i_valid, result, running))
+            if self._sequential:
+                m.d.comb += next_runnings[n].eq(result)
+            else:
+                m.d.comb += next_runnings[n].eq(Mux(self.i_valid, result, running))
             m.d.sync += p1_value[n].eq(result)
         m.d.sync += [
             p1_group.eq(self.i_group),
