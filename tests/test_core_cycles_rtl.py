@@ -293,3 +293,20 @@ def test_serial_issue_runs_one_unit_at_a_time(simulator, tmp_path):
     assert parallel[3]["issue"] < serial[3]["issue"]
     r = _bench(simulator, tmp_path, _asm("serial_issue", program), config=SHARED)
     _check_estimate(r)
+
+
+@pytest.mark.rtl
+def test_small_act_average_counts(simulator, tmp_path):
+    """Average pooling on the UP5K profile's core (its small activation
+    unit, which passes the pooling count and its reciprocal as they are):
+    3x3 windows (count 9, where a count of ``2 k`` would equal ``k * k``
+    for k = 2), one 4x4 window (16) and a global average of 35 rows, on
+    sums of both signs; the results are the golden model's and the
+    estimate is exact."""
+    program = [Rhm(0, 36, HOST_IN), Rw(0, 1), Mmc(0, 36, 0, switch=True),
+               Act(0, 100, 36, pool=Pool.AVG, pool_size=3, pool_stride=1, in_w=6),
+               Act(0, 116, 35, pool=Pool.GLOBAL_AVG),
+               Act(4, 117, 16, pool=Pool.AVG, pool_size=4, pool_stride=4, in_w=4),
+               Whm(100, 18, HOST_OUT), Halt()]
+    r = _bench(simulator, tmp_path, _asm("small_act_average_counts", program), config=SHARED)
+    _check_estimate(r)
