@@ -156,12 +156,15 @@ class HostInterface(wiring.Component):
         # the error code, the interrupts and the program's start.
         prog_addr = Cat(rw.PROG_ADDR_LO, rw.PROG_ADDR_HI)
         prog_ok = Signal()
-        m.d.sync += prog_ok.eq(inside_a_window(m, windows, prog_addr, rw.PROG_LEN * INSTRUCTION_BYTES))
         wfill_addr = Cat(rw.WFILL_ADDR_LO, rw.WFILL_ADDR_HI)
         wfill_ok = Signal()
-        m.d.sync += wfill_ok.eq(inside_a_window(m, windows, wfill_addr, rw.WFILL_TILES * cfg.tile_bytes) &
-                                (rw.WFILL_TILE + rw.WFILL_TILES <= cfg.weight_mem_tiles) &
-                                (rw.WFILL_TILE < cfg.weight_mem_tiles))
+        if narrow:
+            self._shared_range_checks(m, rw, windows, prog_ok, wfill_ok)
+        else:
+            m.d.sync += prog_ok.eq(inside_a_window(m, windows, prog_addr, rw.PROG_LEN * INSTRUCTION_BYTES))
+            m.d.sync += wfill_ok.eq(inside_a_window(m, windows, wfill_addr, rw.WFILL_TILES * cfg.tile_bytes) &
+                                    (rw.WFILL_TILE + rw.WFILL_TILES <= cfg.weight_mem_tiles) &
+                                    (rw.WFILL_TILE < cfg.weight_mem_tiles))
         start_ok = start & prog_ok
         wfill_go = wfill & wfill_ok
         # ABORT, SOFT_RESET and START clear the core through its registers
@@ -276,17 +279,21 @@ class HostInterface(wiring.Component):
                    (filler.job, Channel.WEIGHTS, filler.job.payload)]
         # Not the core's in the cycle it is being cleared: an RHM it asked
         # for before an ABORT is not the reader's after it.
-        with m.If((error_code == 0) & ~(clearing & core.host_read_req.valid)):
-            for n, (source, channel, payload) in enumerate(sources):
-                earlier = [s.valid for s, _, _ in sources[:n]]
-                with m.If(source.valid & ~Cat(*earlier).any() if earlier else source.valid):
-                    m.d.comb += [
-                        reader.job.valid.eq(1),
-                        reader.job.payload.addr.eq(payload.addr),
-                        reader.job.payload.length.eq(payload.length),
-                        reader.job.payload.channel.eq(channel),
-                        source.ready.eq(reader.job.ready),
-                    ]
+        may_read = (error_code == 0) & ~(clearing & core.host_read_req.valid)
+        if narrow:
+            self._narrow_read_jobs(m, reader, fetcher, sources, may_read)
+        else:
+            with m.If(may_read):
+                for n, (source, channel, payload) in enumerate(sources):
+                    earlier = [s.valid for s, _, _ in sources[:n]]
+                    with m.If(source.valid & ~Cat(*earlier).any() if earlier else source.valid):
+                        m.d.comb += [
+                            reader.job.valid.eq(1),
+                            reader.job.payload.addr.eq(payload.addr),
+                            reader.job.payload.length.eq(payload.length),
+                            reader.job.payload.channel.eq(channel),
+                            source.ready.eq(reader.job.ready),
+                        ]
 
         # The bytes go back to whoever asked.
         consumers = {Channel.PROGRAM: fetcher.data, Channel.RHM: rhm_gearbox.i,
@@ -363,6 +370,74 @@ class HostInterface(wiring.Component):
         with m.If((raised & rw.IRQ_ENABLE) != 0):
             m.d.sync += msi_pending.eq(msi_addr != 0)
         return m
+
+    def _narrow_read_jobs(self, m, reader, fetcher, sources, may_read):
+        """The read jobs' fixed priority as one grant per source and the
+        job the OR of the granted one's fields (`narrow_host`), where the
+        nested choice costs a multiplexer level per source on every bit.
+        A program's job is at most the fetcher's chunk (256 bytes here) and a
+        weight fill's at most the weight memory (the fill's range check
+        passed), so only the RHM's reaches the length's upper bits."""
+        cfg = self._config
+        fill_bits = (cfg.weight_mem_tiles * cfg.tile_bytes).bit_length()
+        widths = {Channel.PROGRAM: fetcher.max_job_bytes.bit_length(), Channel.RHM: 32, Channel.WEIGHTS: fill_bits}
+        job = reader.job.payload
+        addrs, lengths, channels, grants = [], [], [], []
+        for n, (source, channel, payload) in enumerate(sources):
+            grant = Signal(name=f"read_grant_{n}")
+            earlier = [s.valid for s, _, _ in sources[:n]]
+            m.d.comb += [
+                grant.eq(may_read & source.valid & ~Cat(*earlier).any() if earlier
+                         else may_read & source.valid),
+                source.ready.eq(grant & reader.job.ready),
+            ]
+            grants.append(grant)
+            addrs.append(Mux(grant, payload.addr, 0))
+            lengths.append(Mux(grant, payload.length[:widths[channel]], 0))
+            channels.append(Mux(grant, channel, 0))
+
+        def any_of(values):
+            result = values[0]
+            for value in values[1:]:
+                result = result | value
+            return result
+        m.d.comb += [
+            reader.job.valid.eq(Cat(*grants).any()),
+            job.addr.eq(any_of(addrs)),
+            job.length.eq(any_of(lengths)),
+            job.channel.eq(any_of(channels)),
+        ]
+
+    def _shared_range_checks(self, m, rw, windows, prog_ok, wfill_ok):
+        """The window checks of START and WFILL on one comparator, taking
+        turns a cycle each (`narrow_host`): the registers they read were
+        written at least four cycles before a CONTROL pulse (`Bar0` holds
+        every access three cycles after a write, and a narrow access is one
+        word), so a result one or two cycles old is still theirs.
+
+        With 32-bit windows no span of more than 2**32 bytes fits one, so
+        the byte count is compared in 32 bits and a larger one fails apart;
+        a tile range is compared in the bits of ``weight_mem_tiles``."""
+        cfg = self._config
+        assert cfg.host_addr_bits == 32
+        turn = Signal()            # 0: the program's span, 1: the weight fill's
+        m.d.sync += turn.eq(~turn)
+        fill_bytes = rw.WFILL_TILES * cfg.tile_bytes
+        prog_bytes = rw.PROG_LEN * INSTRUCTION_BYTES
+        nbytes = Signal(max(len(fill_bytes), len(prog_bytes)))
+        m.d.comb += nbytes.eq(Mux(turn, fill_bytes, prog_bytes))
+        addr = Mux(turn, Cat(rw.WFILL_ADDR_LO, rw.WFILL_ADDR_HI), Cat(rw.PROG_ADDR_LO, rw.PROG_ADDR_HI))
+        small = nbytes[:32]
+        inside = (nbytes == 0) | (inside_a_window(m, windows, addr, small) & (nbytes[32:] == 0))
+        tiles = cfg.weight_mem_tiles
+        bits = tiles.bit_length()
+        # TILE < tiles, so TILE fits `bits` bits and TILES must too.
+        tiles_ok = ((rw.WFILL_TILE < tiles) & (rw.WFILL_TILES[bits:] == 0) &
+                    (rw.WFILL_TILE[:bits] + rw.WFILL_TILES[:bits] <= tiles))
+        with m.If(turn):
+            m.d.sync += wfill_ok.eq(inside & tiles_ok)
+        with m.Else():
+            m.d.sync += prog_ok.eq(inside)
 
     def _narrow_link(self, m, bar0, reader, writer):
         """The narrow host protocol's messages to and from BAR0, the reader

@@ -53,6 +53,11 @@ class ProgramFetcher(wiring.Component):
             "flush":  In(1),
         })
 
+    @property
+    def max_job_bytes(self):
+        """The longest job it asks for."""
+        return self._chunk * INSTRUCTION_BYTES
+
     def elaborate(self, platform):
         m = Module()
         depth, chunk = self._depth, self._chunk
