@@ -12,6 +12,7 @@ the same weights, bias and scales on the same input (a dense layer as a
 Prints per layer how many values differ from ONNX Runtime's each way.
 
     .venv/bin/python scripts/bench_mlas_rounding.py [--size 224] [--seed 1] [MODEL ...]
+    .venv/bin/python scripts/bench_mlas_rounding.py --size 32 --end-to-end 8
 """
 
 import argparse
@@ -108,13 +109,48 @@ def compare(model, x):
     return rows
 
 
+def end_to_end(model, x):
+    """Shares of the outputs of `model` on images `x` equal to ONNX Runtime's
+    (the whole network, as ONNX Runtime optimizes it: fused layers in
+    QLinearConv, the others in float32), for the reference with the chip's
+    rounding and with MLAS's."""
+    graph = import_onnx(model)
+    (gin,), (gout,) = graph.inputs, graph.outputs
+    in_q, out_q = graph.tensor(gin.tensor).quant, graph.tensor(gout.tensor).quant
+    feeds = {gin.tensor: reference.quantize(x.transpose(0, 2, 3, 1), in_q)}
+    (theirs,) = zoo.ort_run(model, x)
+    theirs = reference.quantize(theirs, out_q).astype(np.int64)
+    chip = reference.requantize_accumulators
+    shares = []
+    for requantize in (chip, _mlas_requantize(chip)):
+        reference.requantize_accumulators = requantize
+        try:
+            ours = reference.run(graph, feeds, outputs_only=True)[gout.tensor]
+        finally:
+            reference.requantize_accumulators = chip
+        shares.append(float(np.mean(ours.astype(np.int64) == theirs)))
+    return shares
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=list(imagenet_models.MODELS))
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--seed", type=int, default=1, help="the random image's seed")
+    parser.add_argument("--end-to-end", type=int, default=0, metavar="N",
+                        help="instead: the whole network on N random images")
     args = parser.parse_args(argv)
     for name in args.models:
+        if args.end_to_end:
+            start = time.time()
+            model = imagenet_models.quantized(name, args.size)
+            x = np.random.default_rng(args.seed).standard_normal(
+                (args.end_to_end, 3, args.size, args.size)).astype(np.float32)
+            chip, mlas = end_to_end(model, x)
+            print(f"{name} at {args.size}x{args.size}, {args.end_to_end} images (seed "
+                  f"{args.seed}): outputs equal to ONNX Runtime's {chip:.1%} with the chip's "
+                  f"rounding, {mlas:.1%} with MLAS's ({time.time() - start:.0f} s)")
+            continue
         start = time.time()
         model = imagenet_models.quantized(name, args.size)
         x = np.random.default_rng(args.seed).standard_normal(
