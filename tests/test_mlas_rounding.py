@@ -441,3 +441,14 @@ def test_constructed_ties_match_onnxruntime(unsigned):
     bad = np.flatnonzero(ours != theirs.astype(np.int64))
     assert bad.size == 0, f"{bad.size} of {ours.size} differ"
     _report(_counts(acc, mult, shift, zy, qmin, qmax, ours), differ=100)
+
+
+def test_mobilenet_tie_of_test_onnx_rounding():
+    """tests/test_onnx_rounding.py's case (MobileNetV2's conv_33): the exact
+    product 116.5000049 is 116.5 in float32; ONNX Runtime gives 116, the
+    chip's one rounding 117."""
+    from test_onnx_rounding import IN_SCALE, OUT_SCALE, OUT_ZERO, W_SCALE
+    m, s = _multiplier(IN_SCALE, [W_SCALE], OUT_SCALE)
+    acc = 11258
+    assert int(requantize_mlas(acc, m[0], s[0], OUT_ZERO, -128, 127)) == 116 + OUT_ZERO
+    assert int(multiply_by_quantized_multiplier_single_round(acc, m[0], s[0])) == 117
