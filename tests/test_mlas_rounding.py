@@ -42,8 +42,9 @@ def _check(x, m, shift, rng, label):
         want = _emulate(x, m, shift, zp, qmin, qmax)
         got = requantize_mlas(x, m << 7, shift, zp, qmin, qmax)
         bad = np.flatnonzero(got != want)
-        assert bad.size == 0, (f"{label}: uint8={unsigned} zp={zp} m={m} shift={np.ravel(shift)[:1]} "
-                               f"x={x[bad[:5]]} got {got[bad[:5]]} want {want[bad[:5]]}")
+        assert bad.size == 0, (f"{label}: uint8={unsigned} zp={zp} m={np.ravel(m)[:1]} "
+                               f"shift={np.ravel(shift)[:1]} x={x[bad[:5]]} "
+                               f"got {got[bad[:5]]} want {want[bad[:5]]}")
         window = requantize_mlas_window(x, m << 7, shift, zp, qmin, qmax)
         assert np.array_equal(window, want), label
     v = _emulate_unclamped(x, m, shift)
@@ -272,8 +273,8 @@ def _report(counts, differ=0):
     assert counts[1] > counts[0] // 2 and counts[3] >= differ
 
 
-def _qlinearconv_model(x_type, shape, out_shape, x_scale, zx, w, w_scale, y_scale, zy, bias, stride, pad,
-                       group, w_type=np.int8, zw=0):
+def _qlinearconv_model(x_type, shape, out_shape, x_scale, zx, w, w_scale, y_scale, zy, bias,
+                       stride, pad, group, w_type=np.int8, zw=0):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     from tpu.compiler import zoo
@@ -332,7 +333,8 @@ def test_qlinearconv_matches_onnxruntime(unsigned):
         # biases up to 2**26 in some layers: sums past float32's 2**24
         bias = rng.integers(-(1 << int(rng.choice([12, 20, 26]))), 1 << 12, cout)
         acc = _conv_acc(x, zx, w, bias, stride, pad, group)
-        y_scale = _output_scale(rng, acc * (x_scale * w_scale.astype(np.float64)).reshape(1, -1, 1, 1))
+        reals = acc * (x_scale * w_scale.astype(np.float64)).reshape(1, -1, 1, 1)
+        y_scale = _output_scale(rng, reals)
         if case % 2:
             y_scale = _short(y_scale, 1)
         mult, shift = _multiplier(x_scale, w_scale, y_scale)
@@ -347,7 +349,8 @@ def test_qlinearconv_matches_onnxruntime(unsigned):
     _report(counts)
 
 
-def _qlinearmatmul_model(a_type, b_type, a_shape, out_shape, a_scale, za, b, b_scale, zb, y_scale, zy):
+def _qlinearmatmul_model(a_type, b_type, a_shape, out_shape, a_scale, za, b, b_scale, zb,
+                         y_scale, zy):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     from tpu.compiler import zoo

@@ -1,5 +1,9 @@
 """ONNX Runtime's float32 requantization (MLAS) in integer arithmetic (numpy).
 
+No RTL computes this yet: it is the reference for a requantizer mode that
+rounds as ONNX Runtime does (docs/compiler.md), not part of the golden
+model's contract, whose "float32" layers round as the chip does.
+
 ONNX Runtime's QLinearConv and QLinearMatMul (MLAS's
 ``MlasRequantizeOutput``, and the convolution kernels' own output stage)
 requantize an int32 sum ``x`` (bias included, wrapping) with the float32
