@@ -58,13 +58,14 @@ Then
   ``g <= T - 2``), and no other ``R`` reaches or crosses ``H``.
 
 So `requantize_mlas_window` (the same results, tested equal) is one
-exact rounding with a wider tie: ``q = P >> T``, up by one if ``R > H``,
-or to the even of ``q`` and ``q + 1`` if ``|R - H| <= w`` (``w =
-2**(g - 1)`` for ``g > 0``, else 0: an exact tie). Beside the chip's
-present single rounding (``R >= H``) that is a compare of the fraction
-bits above ``g - 1`` with a mask (all ones below ``H`` or all zeros above
-it) and the low bits' compare with ``2**(g - 1)``, all at a position
-``g`` taken from stage 1's leading one; stage 1's rounding of ``x`` is
+exact rounding with a wider tie: ``q = P >> T``, to the even of ``q`` and
+``q + 1`` if ``|R - H| <= w`` (``w = 2**(g - 1)`` for ``g > 0``, else 0:
+an exact tie), else up by one if ``R > H``, which outside the window is
+the chip's present single rounding (``R >= H``, the bit below the integer
+point). The window is a compare of the fraction bits from ``g`` up to the
+half with a mask (all ones below ``H`` or all zeros above it) and of the
+bits below ``g`` with ``2**(g - 1)``, at a position ``g`` taken from
+``x``'s leading one and one bit of ``P``; stage 1's rounding of ``x`` is
 the one adder it adds.
 """
 
