@@ -455,3 +455,20 @@ def test_mobilenet_tie_of_test_onnx_rounding():
     acc = 11258
     assert int(requantize_mlas(acc, m[0], s[0], OUT_ZERO, -128, 127)) == 116 + OUT_ZERO
     assert int(multiply_by_quantized_multiplier_single_round(acc, m[0], s[0])) == 117
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_every_layer_of_the_imagenet_models_at_32x32(name):
+    """scripts/bench_mlas_rounding.py at 32x32: every matrix layer, on the
+    reference's input for a random image, equals ONNX Runtime's QLinearConv
+    of it with `requantize_mlas` (at 224x224 too, docs/compiler.md)."""
+    pytest.importorskip("onnxruntime")
+    from script_loader import load_script
+    from tpu.compiler import imagenet_models
+    bench = load_script("bench_mlas_rounding")
+    seed = base_seed()
+    print(f"seed {seed}")
+    x = np.random.default_rng(seed).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    rows = bench.compare(imagenet_models.quantized(name, 32), x)
+    assert len(rows) >= 21         # 20 convolutions and the classifier at least
+    assert [row for row in rows if row[-1]] == []
