@@ -73,8 +73,8 @@ def test_random_values_every_shift():
     for shift in SHIFTS:
         for _ in range(4):
             m = int(rng.integers(1 << 23, 1 << 24))
-            total += _check(_random_x(rng, 25_000), m, shift, rng, f"random shift {shift}")
-    assert total > 5_000_000 // 2
+            total += _check(_random_x(rng, 6_000), m, shift, rng, f"random shift {shift}")
+    assert total > 1_500_000 // 2
 
 
 def test_real_model_scales_near_outputs():
@@ -86,7 +86,7 @@ def test_real_model_scales_near_outputs():
     for shift in range(-31, 2):
         for _ in range(6):
             m = int(rng.integers(1 << 23, 1 << 24))
-            target = rng.uniform(-300.0, 300.0, 40_000)
+            target = rng.uniform(-300.0, 300.0, 10_000)
             x = np.clip(np.round(target / float(_scale(m, shift))), -(1 << 31), (1 << 31) - 1)
             x = x.astype(np.int64) + rng.integers(-2, 3, x.size)
             _check(np.clip(x, -(1 << 31), (1 << 31) - 1), m, shift, rng, f"near shift {shift}")
@@ -152,7 +152,7 @@ def test_constructed_ties_at_both_roundings():
     seed = base_seed() + 2
     print(f"seed {seed}")
     rng = np.random.default_rng(seed)
-    x, m, shift = _constructed_ties(rng, 200_000)
+    x, m, shift = _constructed_ties(rng, 60_000)
     _check(x, m, shift, rng, "constructed ties")
     # the cases are there: exact ties (the exact product is k + 1/2: x is
     # exact in float32 here) and products that only float32 rounding puts
