@@ -412,8 +412,9 @@ async def check_faults(device):
 async def check_host_errors(device):
     """FETCH_RANGE for a program outside the window (running past its end, or
     starting a byte before it), WFILL_RANGE for weights outside the window
-    (by a byte at either end) or past weight memory; a program and a fill
-    that end exactly at the window's end are taken."""
+    (by a byte at either end) or past weight memory, also by values whose
+    low bits would fit; a program and a fill that end exactly at the
+    window's end are taken."""
     cfg, link = device.config, device.link
     start, end = device.arena.addr, device.arena.end
     for addr, count in ((end, 1), (end - 16, 2), (start - 16, 1), (start - 1, 1)):
@@ -438,6 +439,15 @@ async def check_host_errors(device):
                         HostError.WFILL_RANGE, None)
     job = await device.fill(end - cfg.tile_bytes + 1, 0, 1)
     await _expect_fault(device.wait(job, 1e-3), HostError.WFILL_RANGE, None)
+    await _assert_idle(device)
+    # Values whose low bits would fit: the narrow host side keeps those
+    # registers' low bits and one for a value past them.
+    for first_tile, count in ((1 << 31, 0), (0, 1 << 31), ((1 << 31) + 1, 1)):
+        job = await device.fill(start, first_tile, count)
+        await _expect_fault(device.wait(job, 1e-3), HostError.WFILL_RANGE, None)
+        await _assert_idle(device)
+    job = await device.submit(start, (1 << 28) + 1)
+    await _expect_fault(device.wait(job, 1e-3), HostError.FETCH_RANGE, None)
     await _assert_idle(device)
     result = await device.load_weights(tiles[:0], first_tile=0, timeout=1e-3)
     assert not result.halted
