@@ -85,8 +85,7 @@ def _all_unless(simulator, suite):
 
 @pytest.mark.rtl
 @pytest.mark.parametrize("check", ["mlp", "faults", "dma_windows", "abort", "register_reset",
-                                   "stop_mid_program", "host_errors", "weights_at_tile",
-                                   "register_access"])
+                                   "stop_mid_program", "host_errors", "weights_at_tile"])
 def test_driver_check_narrow(simulator, check):
     """Every driver check over the narrow host protocol, unchanged."""
     _all_unless(simulator, check in NARROW_IN_SUITE)
