@@ -272,9 +272,9 @@ class BeatShifter(wiring.Component):
 
     - packing (`out_bytes` a multiple of `in_bytes`): every input beat is
       full; a job that ends inside an output beat sends that beat short,
-      ``count`` saying how much of it is the job's (with `whole`, jobs are
-      whole output beats and the multiplexer that aligns a short one is
-      left out);
+      ``count`` saying how much of it is the job's, its bytes past
+      ``count`` undefined (`whole`, jobs are whole output beats, is for the
+      callers that say so; packing needs no alignment either way);
     - cutting (`in_bytes` a multiple of `out_bytes`): every input beat's
       ``count`` is a multiple of `out_bytes` (every beat is full but a job's
       last, and the job is whole output beats).
@@ -315,25 +315,22 @@ class BeatShifter(wiring.Component):
         m = Module()
         n_in, n_out = self._in, self._out
         beats = n_out // n_in
-        buf = Signal(8 * n_out)
-        held = Signal(range(beats + 1))   # input beats in `buf`
+        held = Signal(range(beats + 1))   # input beats in the slots
         ending = Signal()                 # they end a job
 
-        # The newest beat enters at the top; after `beats` of them the first
-        # is at the bottom, in byte order. A short beat's bytes are the top
-        # `held` beats.
-        aligned = Signal(8 * n_out)
-        if self._whole:
-            m.d.comb += aligned.eq(buf)
-        else:
-            with m.Switch(held):
-                for h in range(1, beats + 1):
-                    with m.Case(h):
-                        m.d.comb += aligned.eq(buf[8 * n_in * (beats - h):])
+        # Input beat k of an output beat is written to slot k, in byte
+        # order, so a short beat's bytes are already at the bottom. A slot
+        # is written in every cycle the next beat would go there, whether
+        # one comes or not (`held` counts only the ones that did): its
+        # enable is a function of `held` alone, not of the input's valid
+        # and the sender's error and flush, which reached these enables
+        # across the die through the DMA reader. The slots keep no reset:
+        # a flush empties them by `held`.
+        slots = [Signal(8 * n_in, name=f"slot{k}", reset_less=True) for k in range(beats)]
         full = held == beats
         m.d.comb += [
             self.o.valid.eq(full | ending),
-            self.o.payload.data.eq(aligned),
+            self.o.payload.data.eq(Cat(*slots)),
             self.o.payload.count.eq(held * n_in),
             self.o.payload.last.eq(ending),
             self.i.ready.eq(~ending & (~full | self.o.ready)),
@@ -341,8 +338,10 @@ class BeatShifter(wiring.Component):
         ]
         out_fire = self.o.valid & self.o.ready
         in_fire = self.i.valid & self.i.ready
-        with m.If(in_fire):
-            m.d.sync += buf.eq(Cat(buf[8 * n_in:], self.i.payload.data))
+        for k, slot in enumerate(slots):
+            # Slot 0 also takes the beat that comes as a full one leaves.
+            with m.If((held == k) | ((held == beats) & self.o.ready) if k == 0 else held == k):
+                m.d.sync += slot.eq(self.i.payload.data)
         m.d.sync += held.eq(Mux(out_fire, 0, held) + in_fire)
         with m.If(out_fire):
             m.d.sync += ending.eq(0)

@@ -308,21 +308,16 @@ class Requantizer(wiring.Component):
             below.eq(low_now - self.zero_point),
             above.eq(self.high - self.zero_point),
         ]
-        if self._next_output:
-            with m.If(divided > above):
-                m.d.comb += self.next_value.eq(high5)
-            with m.Elif(divided < below):
-                m.d.comb += self.next_value.eq(low5)
-            with m.Else():
-                m.d.comb += self.next_value.eq(divided[:VALUE_WIDTH] + self.zero_point)
-            m.d.sync += self.value.eq(self.next_value)
-            return
+        # The clamped value before its register: `next_value` where the
+        # requantizer presents it, else an internal signal.
+        clamped = self.next_value if self._next_output else Signal(signed(VALUE_WIDTH))
         with m.If(divided > above):
-            m.d.sync += self.value.eq(high5)
+            m.d.comb += clamped.eq(high5)
         with m.Elif(divided < below):
-            m.d.sync += self.value.eq(low5)
+            m.d.comb += clamped.eq(low5)
         with m.Else():
-            m.d.sync += self.value.eq(divided[:VALUE_WIDTH] + self.zero_point)
+            m.d.comb += clamped.eq(divided[:VALUE_WIDTH] + self.zero_point)
+        m.d.sync += self.value.eq(clamped)
 
     def _compact_rounding(self, m, magnitude, negative, shift3, total3):
         """Stages 3 to 5 on the product's magnitude ``P`` and sign.
