@@ -157,7 +157,9 @@ def _geometry_cases(cfg, rng, count):
 #: in logic, in registered terms (an iCE40's, an ECP5's with the array in DSP
 #: bands), and on the platform's multipliers (an ECP5 without).
 @pytest.mark.parametrize("family, cfg", [("ice40", CONFIG), ("ecp5", CONFIG.replace(dsp_bands=1)),
-                                         ("ecp5", CONFIG)], ids=["ice40", "ecp5-dsp-bands", "ecp5"])
+                                         ("ecp5", CONFIG),
+                                         ("ice40", CONFIG.replace(serial_issue=1, serial_decode=1))],
+                         ids=["ice40", "ecp5-dsp-bands", "ecp5", "ice40-serial"])
 def test_geometry_products_as_built(family, cfg):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
