@@ -500,7 +500,9 @@ class PoolingUnit(wiring.Component):
             # One sum for the three steps: the running total (shifted as
             # the pieces move up a weight) and the piece.
             addend = Signal(34, name=f"p3_addend{n}")
-            m.d.comb += addend.eq(Mux(phase == 2, total, total >> 16))
+            m.d.comb += [
+                addend.eq(Mux(phase == 2, total, total >> 16)),
+            ]
             with m.If(start):
                 m.d.sync += total.eq(piece)
             with m.Elif(phase != 0):

@@ -445,7 +445,7 @@ class Requantizer(wiring.Component):
                 # a multiplexer.
                 def magnitude_of(value):
                     sign = value[31]
-                    return (value ^ sign.replicate(32))[:32]
+                    return ((value - sign) ^ sign.replicate(32))[:32]
                 m.d.sync += [
                     a.eq(magnitude_of(shifted_now)),
                     b.eq(magnitude_of(self.multiplier)),
