@@ -53,7 +53,9 @@ class PoolingUnit(wiring.Component):
     reduction and reciprocal multiply (itself three stages, or
     `SEQUENTIAL_CYCLES` on one small multiplier) are registered, the sign
     and clamp is combinational at the output (no carry chain: the low
-    byte's negation and the saturation from ORs of the quotient's bits).
+    byte's negation and the saturation from ORs of the quotient's bits;
+    with `sequential_average` after a 9-bit sum that adds the reciprocal's
+    bit 32 times ``x``).
     The output for a row that completes a window is presented `latency`
     cycles after that row.
 
