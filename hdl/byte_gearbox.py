@@ -262,10 +262,11 @@ class ByteAligner(wiring.Component):
 
 class BeatShifter(wiring.Component):
     """The cheap `ByteGearbox` for beat widths of which one divides the
-    other: whole input beats are shifted in (packing narrow beats into wide
-    ones) or whole output beats shifted out (cutting wide beats into narrow
-    ones), so no byte moves by a variable amount and it takes a register
-    and a counter instead of a barrel shifter.
+    other: whole input beats are written into slots (packing narrow beats
+    into wide ones) or whole output beats picked from a register in turn
+    (cutting wide beats into narrow ones), so no byte moves by a variable
+    amount and it takes a register and a counter instead of a barrel
+    shifter.
 
     What the stream must keep to (the DMA jobs of the program fetcher, the
     weight filler and RHM/WHM do):
