@@ -77,8 +77,10 @@ class DmaWriter(wiring.Component):
         in_left = Signal(32)               # bytes still to take from `data`
         # `in_left != 0`, registered: `data.ready` then comes from flip-flops
         # through the few LUTs of `fill`, not through an OR of 32 bits, and
-        # so do the enables of the WHM shifter's buffer behind it.
-        in_some = Signal()
+        # so do the enables of the WHM shifter's buffer behind it. Not on the
+        # one-word link (`serial_host`), where the iCE40's mapping of the
+        # word slots came out a level deeper with it.
+        in_some = Signal() if not cfg.serial_host else (in_left != 0)
         tlp = Signal()                     # `hdr` is a TLP being sent
         started = Signal()                 # ... and has been offered on `request`
         draining = Signal()                # flushed while a TLP was half sent
@@ -158,7 +160,9 @@ class DmaWriter(wiring.Component):
         m.d.comb += out.payload.data.eq(head)
         with m.If(in_fire):
             # bytes stay to take if the beat is short of them (`in_count` is the beat's count)
-            m.d.sync += [in_left.eq(in_left - in_count), in_some.eq(self.data.payload.count < in_left)]
+            m.d.sync += in_left.eq(in_left - in_count)
+            if not cfg.serial_host:
+                m.d.sync += in_some.eq(self.data.payload.count < in_left)
 
         # Offered is as good as started: on a narrow link the transmitter
         # sends the header words before it takes the first beat, so a TLP
@@ -192,19 +196,20 @@ class DmaWriter(wiring.Component):
             self.idle.eq(~active),
         ]
         with m.If(self.job.valid & self.job.ready):
+            if not cfg.serial_host:
+                m.d.sync += in_some.eq(self.job.payload.length != 0)
             m.d.sync += [
                 active.eq(1),
                 *load_addr(self.job.payload.addr),
                 left.eq(self.job.payload.length),
                 *load_chunk(self.job.payload.addr, self.job.payload.length),
                 in_left.eq(self.job.payload.length),
-                in_some.eq(self.job.payload.length != 0),
                 # Zero lanes in front of the first byte put it in lane addr % 4.
                 fill.eq(self.job.payload.addr[:2]),
             ]
 
         stop = [active.eq(0), tlp.eq(0), started.eq(0), draining.eq(0), *empty,
-                left.eq(0), in_left.eq(0), in_some.eq(0)]
+                left.eq(0), in_left.eq(0), *([] if cfg.serial_host else [in_some.eq(0)])]
         with m.If(draining & tlp_end):
             m.d.sync += stop
         with m.If(self.flush):
