@@ -18,6 +18,8 @@ SUM_WIDTH = VALUE_WIDTH + (MAX_POOL_COUNT - 1).bit_length()
 # The reductions of the 2 and the MAX_POOL_SIZE - 1 newest lines of a window column.
 PAIR_WIDTH = VALUE_WIDTH + (2 * MAX_POOL_SIZE - 1).bit_length()
 PRIOR_WIDTH = VALUE_WIDTH + ((MAX_POOL_SIZE - 1) * MAX_POOL_SIZE - 1).bit_length()
+# ``(|sum| + count // 2) * reciprocal >> 32``: below 2**22 times below 2**33.
+QUOTIENT_BITS = SUM_WIDTH + 1 + RECIPROCAL_WIDTH - RECIPROCAL_SHIFT
 
 
 class PoolingUnit(wiring.Component):
@@ -488,7 +490,7 @@ class PoolingUnit(wiring.Component):
             a = Signal(16, name=f"p3_a{n}")
             b = Signal(16, name=f"p3_b{n}")
             piece = Signal(32, name=f"p3_piece{n}")
-            total = Signal(34, name=f"p3_total{n}")
+            total = Signal(QUOTIENT_BITS, name=f"p3_total{n}")
             with m.Switch(phase):
                 with m.Case(0):
                     m.d.comb += [a.eq(now[:16]), b.eq(recip[:16])]
@@ -499,16 +501,26 @@ class PoolingUnit(wiring.Component):
                 with m.Default():
                     m.d.comb += [a.eq(x[16:]), b.eq(recip[16:32])]
             m.d.comb += piece.eq(a * b)
-            # One sum for the three steps: the running total (shifted as
-            # the pieces move up a weight) and the piece.
-            addend = Signal(34, name=f"p3_addend{n}")
-            m.d.comb += [
-                addend.eq(Mux(phase == 2, total, total >> 16)),
-            ]
-            with m.If(start):
-                m.d.sync += total.eq(piece)
-            with m.Elif(phase != 0):
-                m.d.sync += total.eq(addend + piece)
+            # One sum for the four steps, ``running + piece``: `running`
+            # holds 0 before a value starts (cleared in the last step and
+            # while idle: its flip-flops' reset, not a choice before the
+            # adder, as it takes no domain reset) and the sum of the steps
+            # before, shifted right 16 bits where the next piece is a
+            # weight up (after the first and third); the last step's sum
+            # is the quotient, into `total`. (A choice of the piece alone
+            # at the start and of the total or its shift before the adder
+            # were 34 LUT4s each.)
+            running = Signal(33, name=f"p3_running{n}", reset_less=True)
+            total_sum = Signal(33, name=f"p3_sum{n}")
+            m.d.comb += total_sum.eq(running + piece)
+            with m.If((phase == self.SEQUENTIAL_CYCLES - 1) | ((phase == 0) & ~start)):
+                m.d.sync += running.eq(0)
+            with m.Elif(start | (phase == 2)):
+                m.d.sync += running.eq(total_sum >> 16)
+            with m.Else():
+                m.d.sync += running.eq(total_sum)
+            with m.If(phase == self.SEQUENTIAL_CYCLES - 1):
+                m.d.sync += total.eq(total_sum)
             # The reciprocal's bit 32 times `x` added for the output: the
             # low bytes summed, and whether the quotient reaches 256 (a
             # third operand of the 34-bit sum took 88 LUT4s more).
@@ -518,7 +530,6 @@ class PoolingUnit(wiring.Component):
                 extra.eq(Mux(recip[32], x, 0)),
                 low_sum.eq(total[:8] + extra[:8]),
             ]
-            quotient_bits = len(products[n]) - RECIPROCAL_SHIFT
             above = Signal(name=f"p3_above{n}")
-            m.d.comb += above.eq(low_sum[8] | total[8:quotient_bits].any() | extra[8:].any())
+            m.d.comb += above.eq(low_sum[8] | total[8:].any() | extra[8:].any())
             m.d.comb += products[n].eq(Cat(C(0, RECIPROCAL_SHIFT), low_sum[:8], above))
