@@ -324,15 +324,34 @@ class PoolingUnit(wiring.Component):
             else:
                 m.d.comb += result.eq(Mux(reduced, combine(value, other), value))
             m.d.comb += next_runnings[n].eq(Mux(self.i_valid, result, running))
-            m.d.sync += p1_value[n].eq(result)
-        m.d.sync += [
-            p1_group.eq(self.i_group),
-            p1_row.eq(self.i_valid & final),
-            p1_h.eq(self.i_valid & window & h_end),
-            p1_emit.eq(self.i_valid & ((cfg.pool == Pooling.NONE) | (global_ & self.i_last))),
-            p1_v_end.eq(v_end),
-            p1_ox.eq(cur_ox),
-        ]
+            if self._sequential:
+                # Held until the next group: the line buffer's entry is
+                # written from it two cycles after the vertical reduction.
+                with m.If(self.i_valid):
+                    m.d.sync += p1_value[n].eq(result)
+            else:
+                m.d.sync += p1_value[n].eq(result)
+        if self._sequential:
+            # The small form writes the line buffer's entry two cycles after
+            # stage 2, at the group's window column, which holds until the
+            # next group.
+            with m.If(self.i_valid):
+                m.d.sync += [p1_group.eq(self.i_group), p1_ox.eq(cur_ox)]
+            m.d.sync += [
+                p1_row.eq(self.i_valid & final),
+                p1_h.eq(self.i_valid & window & h_end),
+                p1_emit.eq(self.i_valid & ((cfg.pool == Pooling.NONE) | (global_ & self.i_last))),
+                p1_v_end.eq(v_end),
+            ]
+        else:
+            m.d.sync += [
+                p1_group.eq(self.i_group),
+                p1_row.eq(self.i_valid & final),
+                p1_h.eq(self.i_valid & window & h_end),
+                p1_emit.eq(self.i_valid & ((cfg.pool == Pooling.NONE) | (global_ & self.i_last))),
+                p1_v_end.eq(v_end),
+                p1_ox.eq(cur_ox),
+            ]
 
         # Stage 2: vertical window, from the line buffer entry of this window
         # column (the previous horizontal results, newest first), one memory
@@ -341,6 +360,18 @@ class PoolingUnit(wiring.Component):
         entry = history_layout(*v_widths)
         p2_valid = Signal()
         p2_group = Signal.like(self.i_group)
+        if self._sequential:
+            # The small form's groups come at least SEQUENTIAL_CYCLES cycles
+            # apart, so the line buffer's entry is written two cycles after
+            # its vertical reduction, the three reductions taking turns on
+            # one: the window's (into `p2_value`), then the entry's pair, then
+            # its prior. The entry read holds (the read port is enabled only
+            # as a group is presented) and so does the horizontal result (a
+            # stage-1 register) until the next group; `p2_value` is read
+            # only in the cycle after the window's reduction.
+            later = Signal(name="p1_h_later")       # the entry's pair
+            last = Signal(name="p1_h_last")         # its prior, and the write
+            m.d.sync += [later.eq(p1_h), last.eq(later)]
         for n in range(lanes):
             lines = Memory(shape=entry, depth=self._max_width << len(self.i_group), init=[])
             m.submodules[f"lines{n}"] = lines
@@ -351,13 +382,38 @@ class PoolingUnit(wiring.Component):
             # it in that width (the wider running global value never reaches
             # the line buffer or the vertical reduction).
             h_window = h[:H_WIDTH].as_signed() if self._sequential else h
+            if not self._sequential:
+                m.d.comb += [
+                    rd.addr.eq(Cat(self.i_group, cur_ox)),
+                    wr.en.eq(p1_h),
+                    wr.addr.eq(Cat(p1_group, p1_ox)),
+                    wr.data.eq(next_history(h_window, rd.data, *v_widths)),
+                ]
+                m.d.sync += p2_value[n].eq(Mux(window & taps[0], combine(h_window, rd.data.prior), h))
+                continue
             m.d.comb += [
                 rd.addr.eq(Cat(self.i_group, cur_ox)),
-                wr.en.eq(p1_h),
                 wr.addr.eq(Cat(p1_group, p1_ox)),
-                wr.data.eq(next_history(h_window, rd.data, *v_widths)),
             ]
-            m.d.sync += p2_value[n].eq(Mux(window & taps[0], combine(h_window, rd.data.prior), h))
+            neutral = Mux(maximum, -(1 << (VALUE_WIDTH - 1)), 0)
+            other = Signal(signed(PRIOR_WIDTH), name=f"v_other{n}")
+            with m.If(later):
+                m.d.comb += other.eq(Mux(taps[2], rd.data.newest, neutral))
+            with m.Elif(last):
+                m.d.comb += other.eq(Mux(taps[1], rd.data.pair, neutral))
+            with m.Else():
+                m.d.comb += other.eq(rd.data.prior)
+            turn = Signal(signed(PRIOR_WIDTH + 1), name=f"v_turn{n}")
+            m.d.comb += turn.eq(combine(h_window, other))
+            pair = Signal(signed(PAIR_WIDTH), name=f"v_pair{n}")
+            with m.If(later):
+                m.d.sync += pair.eq(Mux(taps[1], turn, neutral))
+            m.d.comb += [
+                rd.en.eq(self.i_valid),
+                wr.en.eq(last),
+                wr.data.eq(Cat(h_window, pair, turn[:PRIOR_WIDTH])),
+            ]
+            m.d.sync += p2_value[n].eq(Mux(window & taps[0], turn, h))
         m.d.sync += [
             p2_valid.eq(p1_emit | (p1_h & p1_v_end)),
             p2_row.eq(p1_row),
