@@ -292,7 +292,24 @@ class PoolingUnit(wiring.Component):
         # values) and global reduction.
         # The sum of two values fits H_WIDTH, as does the prior's of three.
         h_widths = (VALUE_WIDTH, H_WIDTH, H_WIDTH)
-        histories, next_histories = group_state("history", history_layout(*h_widths))
+        if self._sequential:
+            # The small form's window history: a ring turned by every group
+            # presented (as `group_state`'s), its entry for the group
+            # presented updated in the two cycles after it, on the one
+            # reduction of stage 1 (groups come at least 4 cycles apart):
+            # the prior in the first, the pair and the newest value in the
+            # second.
+            ring = [Signal(data.ArrayLayout(history_layout(*h_widths), lanes),
+                           name=f"history_ring{g}") for g in range(self._groups)]
+            histories, presented = ring[0], ring[-1]
+            if self._groups > 1:
+                with m.If(self.i_valid):
+                    m.d.sync += [a.eq(b) for a, b in zip(ring, ring[1:] + ring[:1])]
+            h_later = Signal(name="h_later")        # the prior's turn
+            h_last = Signal(name="h_last")          # the pair's and the newest's
+            m.d.sync += [h_later.eq(self.i_valid), h_last.eq(h_later)]
+        else:
+            histories, next_histories = group_state("history", history_layout(*h_widths))
         runnings, next_runnings = group_state("running", signed(SUM_WIDTH))
         p1_row = Signal()
         p1_h = Signal()
@@ -312,15 +329,33 @@ class PoolingUnit(wiring.Component):
             other = Signal(signed(SUM_WIDTH), name=f"other{n}")
             m.d.comb += [running.eq(runnings[n]), history.eq(histories[n]),
                          other.eq(Mux(window, history.prior, running))]
-            with m.If(self.i_valid):
-                m.d.comb += next_histories[n].eq(next_history(value, history, *h_widths))
-            with m.Else():
-                m.d.comb += next_histories[n].eq(histories[n])
+            if not self._sequential:
+                with m.If(self.i_valid):
+                    m.d.comb += next_histories[n].eq(next_history(value, history, *h_widths))
+                with m.Else():
+                    m.d.comb += next_histories[n].eq(histories[n])
             result = Signal(signed(SUM_WIDTH), name=f"reduced{n}")
             if self._sequential:
-                # A value alone is its reduction with the identity.
+                # A value alone is its reduction with the identity. The
+                # same reduction makes the history's prior and pair (see
+                # `h_later`) from the value held.
                 neutral = Mux(maximum, -(1 << (VALUE_WIDTH - 1)), 0)
-                m.d.comb += result.eq(combine(value, Mux(reduced, other, neutral)))
+                held = Signal(signed(VALUE_WIDTH), name=f"value_held{n}")
+                with m.If(self.i_valid):
+                    m.d.sync += held.eq(value)
+                entry = presented[n]
+                second = Signal(signed(SUM_WIDTH), name=f"second{n}")
+                with m.If(h_later):
+                    m.d.comb += second.eq(Mux(taps[1], entry.pair, neutral))
+                with m.Elif(h_last):
+                    m.d.comb += second.eq(Mux(taps[2], entry.newest, neutral))
+                with m.Else():
+                    m.d.comb += second.eq(Mux(reduced, other, neutral))
+                m.d.comb += result.eq(combine(Mux(h_later | h_last, held, value), second))
+                with m.If(h_later):
+                    m.d.sync += entry.prior.eq(result)
+                with m.If(h_last):
+                    m.d.sync += [entry.pair.eq(Mux(taps[1], result, neutral)), entry.newest.eq(held)]
             else:
                 m.d.comb += result.eq(Mux(reduced, combine(value, other), value))
             m.d.comb += next_runnings[n].eq(Mux(self.i_valid, result, running))

@@ -424,14 +424,14 @@ class Requantizer(wiring.Component):
         ]
         total = Signal(signed(VALUE_WIDTH + 2))
         m.d.comb += total.eq(self.zero_point + q4 + neg4)
-        clamped = self.next_value if self._next_output else Signal(signed(VALUE_WIDTH))
+        result = self.next_value if self._next_output else Signal(signed(VALUE_WIDTH))
         with m.If(total > high5):
-            m.d.comb += clamped.eq(high5)
+            m.d.comb += result.eq(high5)
         with m.Elif(total < low5):
-            m.d.comb += clamped.eq(low5)
+            m.d.comb += result.eq(low5)
         with m.Else():
-            m.d.comb += clamped.eq(total[:VALUE_WIDTH])
-        m.d.sync += self.value.eq(clamped)
+            m.d.comb += result.eq(total[:VALUE_WIDTH])
+        m.d.sync += self.value.eq(result)
 
     def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, stage3,
                             magnitude=None, negative_out=None):
