@@ -400,15 +400,38 @@ class Requantizer(wiring.Component):
         bits, over = shift_by(s3, over3, a3, reversed(range(5)))
         sh = Signal(11)
         m.d.comb += sh.eq(Cat(bits[0] & ~whole3, bits[1:10]) + 1)
-        q4 = Signal(10)                          # min(|v|, 512)
+        # ``min(|v|, 512)``, inverted for a negative value (the XOR in the
+        # LUTs that choose it): stage 5 adds it to the zero point with the
+        # sign as the carry in, ``zero_point - |v|`` or ``zero_point +
+        # |v|`` in one sum.
+        q4 = Signal(signed(11))
         neg4 = Signal()
-        m.d.sync += [q4.eq(Mux(zero3, 0, Mux(over | sh[10], 512, sh[1:11]))), neg4.eq(neg3)]
-        divided = Signal(signed(11))
-        # Signed as the magnitudes are made: the XOR after the decrement
-        # folds into its LUTs (a negation and a multiplexer were 16 LUT4s
-        # more).
-        m.d.comb += divided.eq((q4 - neg4) ^ neg4.replicate(11))
-        self._clamp(m, divided)
+        magnitude4 = Mux(zero3, 0, Mux(over | sh[10], 512, sh[1:11]))
+        m.d.sync += [q4.eq(Cat(magnitude4 ^ neg3.replicate(10), neg3)), neg4.eq(neg3)]
+        self._compact_clamp(m, q4, neg4)
+
+    def _compact_clamp(self, m, q4, neg4):
+        """Stage 5 of the compact form: the value with its zero point,
+        ``zero_point + (q4 + neg4)`` (-768..767), compared with the bounds
+        themselves, where `_clamp` compares the value without it with the
+        bounds less the zero point (two more subtractions, registered) and
+        signs it and adds the zero point apart."""
+        low5 = Signal(signed(VALUE_WIDTH))
+        high5 = Signal(signed(VALUE_WIDTH))
+        m.d.sync += [
+            low5.eq(Mux(self.low > self.high, self.high, self.low)),
+            high5.eq(self.high),
+        ]
+        total = Signal(signed(VALUE_WIDTH + 2))
+        m.d.comb += total.eq(self.zero_point + q4 + neg4)
+        result = self.next_value if self._next_output else Signal(signed(VALUE_WIDTH))
+        with m.If(total > high5):
+            m.d.comb += result.eq(high5)
+        with m.Elif(total < low5):
+            m.d.comb += result.eq(low5)
+        with m.Else():
+            m.d.comb += result.eq(total[:VALUE_WIDTH])
+        m.d.sync += self.value.eq(result)
 
     def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, stage3,
                             magnitude=None, negative_out=None):
