@@ -38,7 +38,7 @@ from pathlib import Path
 
 __all__ = ["PathDepth", "BlockDepth", "CrossingPath", "FanOut", "WholeDepth", "longest_paths",
            "depth_of_json", "crossing_paths", "combinational_fanout", "measure_whole",
-           "measure_blocks", "synthesise_apart", "WideNet", "wide_nets", "measure_wide_nets"]
+           "measure_blocks", "synthesise_apart", "WideNet", "wide_nets", "wide_nets_of_json", "measure_wide_nets"]
 
 
 # cell type -> {input port: [(output port, levels, carry cells)]}; other
@@ -668,8 +668,8 @@ def wide_nets(module, above=32):
                     continue
                 sinks[bit] += 1
                 example.setdefault(bit, name)
-                if port in ("CLK", "CLKA", "CLKB", "CK", "C", "WCK", "RCLK", "WCLK"):
-                    clocks.add(bit)
+                if cell["type"] not in _ARCS and port in ("CLK", "CLKA", "CLKB", "CK", "C", "WCK", "RCLK", "WCLK"):
+                    clocks.add(bit)     # (a LUT's input C is no clock)
                 elif is_ff and port in _FF_ENABLES:
                     enables[bit] += 1
                     example[bit] = name
@@ -719,6 +719,13 @@ def measure_wide_nets(config, family, build_dir, block="host", hidden=("core",),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if run.returncode != 0:
         raise RuntimeError(f"yosys failed (see {build_dir / 'yosys.log'})")
-    modules = json.loads((build_dir / "wide.json").read_text())["modules"]
-    module = modules.get(name) or modules.get("\\" + name)
+    return wide_nets_of_json(build_dir / "wide.json", name, above)
+
+
+def wide_nets_of_json(path, module_name, above=32):
+    """`wide_nets` of `module_name` in the Yosys JSON netlist at `path`."""
+    modules = json.loads(Path(path).read_text())["modules"]
+    module = modules.get(module_name) or modules.get("\\" + module_name)
+    if module is None:
+        raise ValueError(f"no module {module_name} in {path}")
     return wide_nets(module, above)

@@ -30,7 +30,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tpu.config import PROFILES, ConfigError, TPUConfig
-from tpu.fpga.logic_depth import DEPTH_BLOCKS, measure_blocks, measure_whole, measure_wide_nets
+from tpu.fpga.logic_depth import (DEPTH_BLOCKS, measure_blocks, measure_whole, measure_wide_nets,
+                                  wide_nets_of_json)
 
 
 def format_rows(depths, markdown):
@@ -104,6 +105,8 @@ def main(argv=None):
                         help="with --wide-nets: the sub-blocks kept as black boxes (default core; '' none)")
     parser.add_argument("--above", type=int, default=32, metavar="N",
                         help="with --wide-nets: the least sinks of a net listed (default 32)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --wide-nets: list from the netlist a run left in --build-dir, no synthesis")
     parser.add_argument("--least-levels", type=int, default=0, metavar="N",
                         help="with --wide-nets: list only the nets with N LUT levels or more in front")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -121,8 +124,13 @@ def main(argv=None):
         if args.block and len(args.block) > 1:
             parser.error("--wide-nets takes one --block at most")
         block = (args.block or ["host"])[0]
-        nets = measure_wide_nets(config, args.family, args.build_dir, block,
-                                 tuple(h for h in args.hide.split(",") if h), args.above)
+        if args.reuse:
+            from tpu.hdl.verilog import SERIAL_NAME
+            nets = wide_nets_of_json(args.build_dir / "wide.json",
+                                     f"{SERIAL_NAME}.{block}" if block else SERIAL_NAME, args.above)
+        else:
+            nets = measure_wide_nets(config, args.family, args.build_dir, block,
+                                     tuple(h for h in args.hide.split(",") if h), args.above)
         seconds = round(time.monotonic() - start, 1)
         print(format_wide(nets, args.markdown, args.least_levels))
         print(f"(synth_{args.family} of {block or 'the whole chip'} of {config.name}, "
