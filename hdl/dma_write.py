@@ -81,13 +81,6 @@ class DmaWriter(wiring.Component):
         # one-word link (`serial_host`), where the iCE40's mapping of the
         # word slots came out a level deeper with it.
         in_some = Signal() if not cfg.serial_host else (in_left != 0)
-        # `left != 0`, registered: with it the next header's load (its
-        # clock enable reaches the header, address and counts, about a
-        # hundred flip-flops) waits on flip-flops and the link's handshake,
-        # not on an OR of 32 bits. A header's load leaves `left` at `after`,
-        # which is 0 exactly when that TLP is the last (`final`). Not on the
-        # one-word link, as `in_some`.
-        left_some = Signal() if not cfg.serial_host else (left != 0)
         tlp = Signal()                     # `hdr` is a TLP being sent
         started = Signal()                 # ... and has been offered on `request`
         draining = Signal()                # flushed while a TLP was half sent
@@ -100,7 +93,7 @@ class DmaWriter(wiring.Component):
 
         # The next TLP's byte count is chosen a TLP ahead (`after`: what
         # `left` becomes once it is sent).
-        chunk, after, final, load_chunk, advance_chunk = chunk_ahead(m, max_payload)
+        chunk, after, _, load_chunk, advance_chunk = chunk_ahead(m, max_payload)
         split = split_chunk(m, addr, chunk, max_payload, fmt32=FmtType.MWR_32, fmt64=FmtType.MWR_64)
         load_addr, advance_addr = address_counter(m, addr, max_payload)
 
@@ -181,9 +174,8 @@ class DmaWriter(wiring.Component):
             m.d.sync += [tlp_left.eq(tlp_left - beat), *beat_of(tlp_left - beat)]
         # The next header is ready as the previous TLP's last beat goes, so
         # TLPs follow each other without a gap.
-        with m.If(active & ~draining & left_some & (~tlp | tlp_end)):
+        with m.If(active & ~draining & (left != 0) & (~tlp | tlp_end)):
             m.d.sync += [
-                *([] if cfg.serial_host else [left_some.eq(~final)]),
                 *request_header(hdr, split, addr, self.requester_id),
                 tlp.eq(1),
                 started.eq(0),
@@ -196,7 +188,7 @@ class DmaWriter(wiring.Component):
             ]
         with m.Elif(tlp_end):
             m.d.sync += [tlp.eq(0), started.eq(0)]
-        with m.If(active & ~tlp & ~left_some):
+        with m.If(active & ~tlp & (left == 0)):
             m.d.sync += active.eq(0)
 
         m.d.comb += [
@@ -208,7 +200,6 @@ class DmaWriter(wiring.Component):
                 m.d.sync += in_some.eq(self.job.payload.length != 0)
             m.d.sync += [
                 active.eq(1),
-                *([] if cfg.serial_host else [left_some.eq(self.job.payload.length != 0)]),
                 *load_addr(self.job.payload.addr),
                 left.eq(self.job.payload.length),
                 *load_chunk(self.job.payload.addr, self.job.payload.length),
@@ -218,7 +209,7 @@ class DmaWriter(wiring.Component):
             ]
 
         stop = [active.eq(0), tlp.eq(0), started.eq(0), draining.eq(0), *empty,
-                left.eq(0), in_left.eq(0), *([] if cfg.serial_host else [in_some.eq(0), left_some.eq(0)])]
+                left.eq(0), in_left.eq(0), *([] if cfg.serial_host else [in_some.eq(0)])]
         with m.If(draining & tlp_end):
             m.d.sync += stop
         with m.If(self.flush):
