@@ -62,7 +62,9 @@ class Requantizer(wiring.Component):
         The clamped result.
     start : In(1)
         With `multiplier_width` below 32 only: `acc` (and with
-        `per_value_settings` its settings) is presented in this cycle.
+        `per_value_settings` its settings) is presented in this cycle. A
+        start before the previous value's product has ended (`multiply_cycles`
+        cycles) replaces that value, whose result is then not its own.
     left : In(5)
         With `left_input` only: the left shift's amount, ``max(shift, 0)``
         (0 with `single_round`), decoded by the caller (from a register,
