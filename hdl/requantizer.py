@@ -310,15 +310,20 @@ class Requantizer(wiring.Component):
             below.eq(low_now - self.zero_point),
             above.eq(self.high - self.zero_point),
         ]
-        # The clamped value before its register: `next_value` where the
-        # requantizer presents it, else an internal signal.
+        self._choose_clamped(m, divided, below, above, low5, high5,
+                             divided[:VALUE_WIDTH] + self.zero_point)
+
+    def _choose_clamped(self, m, x, below, above, low5, high5, inside):
+        """Stage 5's choice, both forms: `high5` where ``x > above``, `low5`
+        where ``x < below``, else `inside`; into `next_value` where the
+        requantizer presents it (else an internal signal), then `value`."""
         clamped = self.next_value if self._next_output else Signal(signed(VALUE_WIDTH))
-        with m.If(divided > above):
+        with m.If(x > above):
             m.d.comb += clamped.eq(high5)
-        with m.Elif(divided < below):
+        with m.Elif(x < below):
             m.d.comb += clamped.eq(low5)
         with m.Else():
-            m.d.comb += clamped.eq(divided[:VALUE_WIDTH] + self.zero_point)
+            m.d.comb += clamped.eq(inside)
         m.d.sync += self.value.eq(clamped)
 
     def _compact_rounding(self, m, magnitude, negative, shift3, total3):
@@ -426,14 +431,7 @@ class Requantizer(wiring.Component):
         ]
         total = Signal(signed(VALUE_WIDTH + 2))
         m.d.comb += total.eq(self.zero_point + q4 + neg4)
-        result = self.next_value if self._next_output else Signal(signed(VALUE_WIDTH))
-        with m.If(total > high5):
-            m.d.comb += result.eq(high5)
-        with m.Elif(total < low5):
-            m.d.comb += result.eq(low5)
-        with m.Else():
-            m.d.comb += result.eq(total[:VALUE_WIDTH])
-        m.d.sync += self.value.eq(result)
+        self._choose_clamped(m, total, low5, high5, low5, high5, total[:VALUE_WIDTH])
 
     def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, stage3,
                             magnitude=None, negative_out=None):
