@@ -71,8 +71,9 @@ def test_narrow_multiplier_matches_the_model(width, compact, single_round):
     dut = Requantizer(per_value_settings=True, multiplier_width=width, compact=compact)
     cycles = dut.multiply_cycles
     assert cycles == (32 // width) ** 2 and dut.latency == 4 + cycles
-    # A zero point far from 0 lets results of 256..511 in magnitude through.
-    zero_point, low, high = (int(rng.choice([-200, 200])) if compact else 3), -256, 255
+    # A zero point far from 0 lets results of 256..511 in magnitude through
+    # (compact), and puts many values near a bound less the zero point.
+    zero_point, low, high = int(rng.choice([-200, 200])), -256, 255
     cases = _cases(rng, 300 if compact else 60)
     results = {}
 
