@@ -72,8 +72,9 @@ def test_narrow_multiplier_matches_the_model(width, compact, single_round):
     cycles = dut.multiply_cycles
     assert cycles == (32 // width) ** 2 and dut.latency == 4 + cycles
     # A zero point far from 0 lets results of 256..511 in magnitude through
-    # (compact), and puts many values near a bound less the zero point.
-    zero_point, low, high = int(rng.choice([-200, 200])), -256, 255
+    # (compact); in the full forms, 200 puts the drawn values near the
+    # bounds (within 256) between the upper bound and it less the zero point.
+    zero_point, low, high = (int(rng.choice([-200, 200])) if compact else 200), -256, 255
     cases = _cases(rng, 300 if compact else 60)
     results = {}
 
