@@ -336,7 +336,8 @@ class Requantizer(wiring.Component):
           for t > 0, ``P`` for t = 0;
         * two: ``|y| = (P + 2**30 - neg) >> 31`` (the doubling high half;
           ``INT32_MIN * INT32_MIN``'s 2**31 instead of INT32_MAX rounds and
-          clamps alike), then ``|v| = (|y| + 2**(r-1)) >> r``, r = max(-shift, 0).
+          clamps alike but for r = 32, where stage 3 clears it), then
+          ``|v| = (|y| + 2**(r-1)) >> r``, r = max(-shift, 0).
 
         With ``S = P - neg`` (``P`` for t = 0; or ``|y|``) and ``a = t`` (or
         ``r``) both are ``((2 S >> a) + 1) >> 1``: for a = 0 that is ``S``. P = 0 with neg is
@@ -386,6 +387,12 @@ class Requantizer(wiring.Component):
                 bits = moved[:keep]
             return bits, over
 
+        # Two roundings by r = 32 (shift -32) take every ``|y| < 2**31`` to
+        # 0; the doubling high half's 2**31 (the model's saturated
+        # INT32_MAX) would round to 1, so that case is cleared as the
+        # borrow is (the one place 2**31 and INT32_MAX differ).
+        right_32 = Signal()
+        m.d.comb += right_32.eq(~once & (shift3 == -(1 << (SHIFT_WIDTH - 1))))
         a_next = Signal(range(64))
         m.d.comb += a_next.eq(Mux(once | (shift3 < 0), total3, 31))
         top, top_over = shift_by(Cat(C(0, 1), less), C(0, 1), a_next, [5])  # 2 S (2 L)
@@ -398,7 +405,7 @@ class Requantizer(wiring.Component):
         m.d.sync += [
             s3.eq(top),
             over3.eq(top_over),
-            zero3.eq(zero),
+            zero3.eq(zero | right_32),
             a3.eq(a_next[:5]),
             whole3.eq(~once & (shift3 >= 0)),
             neg3.eq(negative),

@@ -30,7 +30,9 @@ def _expected(acc, bias, multiplier, shift, single_round, zero_point, low, high)
 
 
 def _cases(rng, n):
-    cases = []
+    # The one product that saturates, divided by 2**32 (the largest right
+    # shift), where its 2**31 and INT32_MAX round apart.
+    cases = [dict(acc=INT32_MIN, bias=0, multiplier=INT32_MIN, shift=-32)]
     for k in range(n):
         edge = k < 2 * len(EDGES)
         if not edge and k % 2:
