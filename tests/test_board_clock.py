@@ -124,16 +124,15 @@ def test_ulx3s_top_at_the_oscillator_has_no_pll():
 
 
 def test_default_clocks_come_from_the_routed_results():
-    # The ulx3s16 chip's latest tree routed at 51.82 MHz (docs/fpga.md, "A twentieth
-    # run"), not the 49.75 or 50.69 MHz of older trees: 5% below is 49.23 MHz, and the
-    # fastest clock the ULX3S makes there is the PLL's 46.875 MHz (25 MHz x 15 / 8; its
-    # next, 50 MHz, is above), divisor 407.
-    assert [r.fmax_mhz for r in latest_routed("ulx3s-85f", "ulx3s16")] == [51.82]
-    assert default_clock_hz("ulx3s-85f", "ulx3s16") == pytest.approx(46.875e6)
-    assert PROFILE_BUILD_OPTIONS[("ulx3s16", "ulx3s-85f")]["clock_mhz"] == pytest.approx(46.875)
+    # The ulx3s16 chip's latest tree routed at 54.02 MHz (docs/fpga.md, "A twenty-first
+    # run"), not the 51.82 or 49.75 MHz of older trees: 5% below is 51.32 MHz, and the
+    # fastest clock the ULX3S makes there is the PLL's 50 MHz (25 MHz x 2), divisor 434.
+    assert [r.fmax_mhz for r in latest_routed("ulx3s-85f", "ulx3s16")] == [54.02]
+    assert default_clock_hz("ulx3s-85f", "ulx3s16") == pytest.approx(50e6)
+    assert PROFILE_BUILD_OPTIONS[("ulx3s16", "ulx3s-85f")]["clock_mhz"] == pytest.approx(50)
     hz, pll = board_clock("ulx3s-85f", default_clock_hz("ulx3s-85f", "ulx3s16"))
-    assert hz == pytest.approx(46.875e6) and pll is not None
-    assert uart_divisor(hz, 115200) == 407
+    assert hz == pytest.approx(50e6) and pll is not None
+    assert uart_divisor(hz, 115200) == 434
     # The 2x2 chip's latest builds routed at 19.89 and 20.73 MHz: 18.75 MHz from the
     # PLL, the board's default (and the up5k profile's, the same small chip's).
     assert default_clock_hz("ulx3s-85f") == default_clock_hz("ulx3s-85f", "up5k") == 18.75e6

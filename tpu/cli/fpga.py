@@ -185,7 +185,7 @@ def add_fpga_commands(subparsers, add_config_options):
                         "tpu.fpga.routed_clocks: 12 on the icebreaker, its oscillator, whose "
                         "PLL makes 16 to 275 MHz from it within 1%%; 18.75 "
                         "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator, and "
-                        "46.875 with --profile ulx3s16, by the same PLL; the matrix part's: "
+                        "50 with --profile ulx3s16, by the same PLL; the matrix part's: "
                         "23.625 on the icebreaker, by its PLL, and 25 on the ulx3s-85f)")
     p.add_argument("--router", choices=("router1", "router2"),
                    help="nextpnr's router (default: nextpnr's own, router1, and router2 with "
