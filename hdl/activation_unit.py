@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
-from ..isa import MAX_POOL_COUNT, Opcode, Pool, Reg, ldq_sections
+from ..isa import MAX_POOL_COUNT, MAX_POOL_SIZE, Opcode, Pool, Reg, ldq_sections
 from .accumulators import AccReadSignature
 from .activation_pipeline import ActivationPipeline
 from .activation_settings import SHIFT_WIDTH, VALUE_WIDTH, RECIPROCAL_SHIFT
@@ -238,7 +238,13 @@ class ActivationUnit(wiring.Component):
                             # The count is read only by an average (the
                             # small form's settings pass it as it is).
                             if cfg.serial_act:
-                                act_count = Mux(pool == Pool.GLOBAL_AVG, r, k * k)
+                                # A window average's side is 1..MAX_POOL_SIZE
+                                # (the decoder faults others), so ``k * k``
+                                # is a table of its low bits: a LUT a bit of
+                                # the count, not a small multiplier.
+                                squares = Array(C(i * i, 2 * MAX_POOL_SIZE.bit_length())
+                                                for i in range(1 << MAX_POOL_SIZE.bit_length()))
+                                act_count = Mux(pool == Pool.GLOBAL_AVG, r, squares[k[:MAX_POOL_SIZE.bit_length()]])
                             else:
                                 act_count = Mux(pool == Pool.GLOBAL_AVG, r,
                                                 Mux((pool == Pool.MAX) | (pool == Pool.AVG), k * k, 1))
