@@ -233,6 +233,10 @@ class ActivationUnit(wiring.Component):
                             m.next = "LDQ_READ"
                         with m.Case(Opcode.ACT):
                             r = field(payload, Opcode.ACT, "rows")
+                            if cfg.serial_act:
+                                # The decoder faults an ACT reading past the
+                                # accumulators: its rows fit `to_read`.
+                                r = r[:len(to_read)]
                             pool = field(payload, Opcode.ACT, "pool")
                             k = field(payload, Opcode.ACT, "pool_size")
                             # The count is read only by an average (the
