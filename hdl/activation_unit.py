@@ -117,6 +117,12 @@ class ActivationUnit(wiring.Component):
         # more than MAX_POOL_COUNT rows, so the divisor and the divider's
         # remainder are 13 bits, not the dividend's 34.
         count = Signal(range(MAX_POOL_COUNT + 1))
+        if cfg.serial_act:
+            # The small form's counts are only what its memories allow: a
+            # window's k * k or a global average's rows, which the decoder
+            # keeps within the accumulators, so its divisor and remainder
+            # are that narrow too.
+            count = Signal(range(max(cfg.acc_rows, MAX_POOL_SIZE ** 2) + 1))
         # The small form's divider takes its one dividend length (2**32 +
         # count - 1 has 33 bits for every count it divides by: a window's
         # k * k or a global average's rows, never 0) and the count from its
