@@ -17,6 +17,50 @@ from .requantizer import Requantizer
 __all__ = ["ActivationPipeline"]
 
 
+class _BlockQueue(Elaboratable):
+    """The output queue of the small form: `SyncFIFO`'s ports and timing
+    (a row written is readable in the next cycle) on a block RAM, for the
+    flip-flops of its entries and their read multiplexer. The RAM reads
+    synchronously, so it reads the entry at the head after this cycle's
+    read, transparent to this cycle's write (the head written into an
+    empty queue). It is never written full: the pipeline takes a row only
+    while the rows in flight and queued leave room for it (``w_rdy`` and
+    ``level`` are not kept)."""
+
+    def __init__(self, *, width, depth):
+        self.width = width
+        self.depth = 1 << (depth - 1).bit_length()
+        self.w_en = Signal()
+        self.w_data = Signal(width)
+        self.r_en = Signal()
+        self.r_rdy = Signal()
+        self.r_data = Signal(width)
+
+    def elaborate(self, platform):
+        m = Module()
+        bits = exact_log2(self.depth)
+        m.submodules.ram = ram = Memory(shape=unsigned(self.width), depth=self.depth, init=[])
+        write = ram.write_port()
+        read = ram.read_port(transparent_for=(write,))
+        # One bit more than the address: equal pointers are an empty queue.
+        w_ptr = Signal(bits + 1)
+        r_ptr = Signal(bits + 1)
+        r_next = Signal(bits + 1)
+        m.d.comb += [
+            self.r_rdy.eq(w_ptr != r_ptr),
+            r_next.eq(r_ptr + (self.r_en & self.r_rdy)),
+            write.en.eq(self.w_en),
+            write.addr.eq(w_ptr[:bits]),
+            write.data.eq(self.w_data),
+            read.addr.eq(r_next[:bits]),
+            self.r_data.eq(read.data),
+        ]
+        m.d.sync += r_ptr.eq(r_next)
+        with m.If(self.w_en):
+            m.d.sync += w_ptr.eq(w_ptr + 1)
+        return m
+
+
 class ActivationPipeline(wiring.Component):
     """Bias, requantization, function and pooling of accumulator rows.
 
@@ -196,7 +240,10 @@ class ActivationPipeline(wiring.Component):
             # flight or queued while `o` keeps up, so the queue is sized to
             # that, not to a row a cycle.
             depth = (self.latency + 1) // row_cycles + 3
-        m.submodules.queue = queue = SyncFIFO(width=8 * cols, depth=depth)
+        if self._config.serial_act:
+            m.submodules.queue = queue = _BlockQueue(width=8 * cols, depth=depth)
+        else:
+            m.submodules.queue = queue = SyncFIFO(width=8 * cols, depth=depth)
         pending = Signal(range(base + 2))
         # Cycle of the row in the requantizers: group `count // cycles`
         # enters them when `count % cycles` is 0; 0 also takes a new row.

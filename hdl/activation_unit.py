@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
-from ..isa import MAX_POOL_COUNT, Opcode, Pool, Reg, ldq_sections
+from ..isa import MAX_POOL_COUNT, MAX_POOL_SIZE, Opcode, Pool, Reg, ldq_sections
 from .accumulators import AccReadSignature
 from .activation_pipeline import ActivationPipeline
 from .activation_settings import SHIFT_WIDTH, VALUE_WIDTH, RECIPROCAL_SHIFT
@@ -117,6 +117,12 @@ class ActivationUnit(wiring.Component):
         # more than MAX_POOL_COUNT rows, so the divisor and the divider's
         # remainder are 13 bits, not the dividend's 34.
         count = Signal(range(MAX_POOL_COUNT + 1))
+        if cfg.serial_act:
+            # The small form's counts are only what its memories allow: a
+            # window's k * k or a global average's rows, which the decoder
+            # keeps within the accumulators, so its divisor and remainder
+            # are that narrow too.
+            count = Signal(range(max(cfg.acc_rows, MAX_POOL_SIZE ** 2) + 1))
         # The small form's divider takes its one dividend length (2**32 +
         # count - 1 has 33 bits for every count it divides by: a window's
         # k * k or a global average's rows, never 0) and the count from its
@@ -233,12 +239,22 @@ class ActivationUnit(wiring.Component):
                             m.next = "LDQ_READ"
                         with m.Case(Opcode.ACT):
                             r = field(payload, Opcode.ACT, "rows")
+                            if cfg.serial_act:
+                                # The decoder faults an ACT reading past the
+                                # accumulators: its rows fit `to_read`.
+                                r = r[:len(to_read)]
                             pool = field(payload, Opcode.ACT, "pool")
                             k = field(payload, Opcode.ACT, "pool_size")
                             # The count is read only by an average (the
                             # small form's settings pass it as it is).
                             if cfg.serial_act:
-                                act_count = Mux(pool == Pool.GLOBAL_AVG, r, k * k)
+                                # A window average's side is 1..MAX_POOL_SIZE
+                                # (the decoder faults others), so ``k * k``
+                                # is a table of its low bits: a LUT a bit of
+                                # the count, not a small multiplier.
+                                squares = Array(C(i * i, 2 * MAX_POOL_SIZE.bit_length())
+                                                for i in range(1 << MAX_POOL_SIZE.bit_length()))
+                                act_count = Mux(pool == Pool.GLOBAL_AVG, r, squares[k[:MAX_POOL_SIZE.bit_length()]])
                             else:
                                 act_count = Mux(pool == Pool.GLOBAL_AVG, r,
                                                 Mux((pool == Pool.MAX) | (pool == Pool.AVG), k * k, 1))

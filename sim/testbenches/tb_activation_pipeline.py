@@ -589,3 +589,21 @@ async def timing_and_interlock(dut):
                     f"{last_row + tb.latency}")
     dut._log.info("latency %d cycles; %d rows in %d cycles", tb.latency, len(accepted),
                   accepted[-1] - accepted[0] + 1)
+
+
+@cocotb.test()
+async def stalled_output(dut):
+    """The output held off until the queue is full and the input stops,
+    then released: the queued rows leave back to back, in order, each
+    once (random backpressure seldom leaves more than one row queued at a
+    row every few cycles)."""
+    tb = TB(dut, backpressure=1.0)
+    await tb.reset()
+    settings = replace(ActivationSettings(cols=tb.cols), function=Function.RELU)
+    await tb.operation(settings, tb.rng.integers(-200, 200, size=(24, tb.cols)))
+    for _ in range((tb.latency + 24) * tb.row_cycles):
+        await tb.loop.step()
+    if tb.rows.done:
+        tb.fail("every row was taken while the output was held off")
+    tb.sink.backpressure = 0.0
+    await tb.finish()
