@@ -155,11 +155,9 @@ class ProgramFetcher(wiring.Component):
             m.d.sync += [*load_addr(self.addr), left.eq(self.length),
                          take.eq(Mux(self.length > chunk, chunk, self.length))]
 
-        if narrow:
-            m.d.comb += self.busy.eq((left != 0) | (outstanding != 0) | queue.r_rdy | (held != 0))
-        else:
-            m.d.comb += self.busy.eq((left != 0) | (outstanding != 0) | queue.r_rdy
-                                     | (~packer.idle if words else 0))
+        packing = (held != 0) if narrow else (~packer.idle if words else 0)
+        m.d.comb += self.busy.eq((left != 0) | (outstanding != 0) | queue.r_rdy
+                                 | packing)
         with m.If(self.flush):
             m.d.sync += [left.eq(0), take.eq(0), outstanding.eq(0), committed.eq(0)]
         return m

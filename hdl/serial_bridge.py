@@ -377,11 +377,8 @@ class SerialBridge(wiring.Component):
                                  hi_at.eq(val == most >> 8),
                                  ctrl_ok.eq((ctrl[1:4] == 0) & (kind >= Kind.TLP) & (kind <= Kind.SYNC))]
                 with m.Case(LEN_LO):
-                    if small:
-                        m.d.sync += [length[:8].eq(val), count.eq(0), final.eq(0), check.eq(1)]
-                    else:
-                        m.d.sync += [length[:8].eq(val), count.eq(0), first.eq(1), final.eq(0),
-                                     check.eq(1)]
+                    m.d.sync += [length[:8].eq(val), count.eq(0), *([] if small else [first.eq(1)]),
+                                 final.eq(0), check.eq(1)]
                     with m.If(is_tlp & rx_full):
                         # Still passing the last TLP on: the host sends this
                         # one again when no ACK comes.
