@@ -507,7 +507,7 @@ class SerialBridge(wiring.Component):
         with m.If(take):
             m.d.sync += widx.eq(widx + 1)
             with m.If(self.tlp_in.payload.last):
-                m.d.sync += [tx_full.eq(1), tx_words.eq(widx + 1), widx.eq(0)]
+                m.d.sync += [tx_words.eq(widx + 1), tx_full.eq(1), widx.eq(0)]
 
     def _capture_beats(self, m, tx_wr, tx_full, tx_words):
         dw, depth = self._dw, self._max_words

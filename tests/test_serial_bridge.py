@@ -29,7 +29,10 @@ def _write(address, data, **tlp):
 def _read(address, words, **tlp):
     """A packet without: a memory read, or a narrow READ_REQ."""
     if tlp.pop("small"):
-        return narrow_messages.encode(MessageKind.READ_REQ, address & 0xFFFFFFFF, count=4 * words)
+        # A value no READ_REQ carries, but the bridge carries any word: its
+        # third header word's bytes in order.
+        return narrow_messages.encode(MessageKind.READ_REQ, address & 0xFFFFFFFF, value=0x0A0B0C0D,
+                                      count=4 * words)
     return memory_read(address, words, **tlp)
 
 
