@@ -178,8 +178,12 @@ class SerialBridge(wiring.Component):
         o_taken = Signal()
         free = ~o_valid | o_taken
         g_ctrl = Signal(8)
-        g_len = Signal(16)
+        if not small:
+            g_len = Signal(16)
         g_data = Signal()
+        if small:
+            # The frame's words stay in the buffer, counted, until it is freed.
+            g_len = Mux(g_data, tx_words << 2, 0)
         g_crc = Signal(16)
         g_idx = Signal(range(depth + 1))
         g_byte_no = Signal(2)
@@ -218,7 +222,7 @@ class SerialBridge(wiring.Component):
                 # The byte before is the last frame's CRC, not folded.
                 with m.If(free):
                     m.d.sync += [*offer(SOF, sof=1, fold=0), g_crc.eq(0xFFFF),
-                                 g_len.eq(Mux(g_data, tx_words << 2, 0))]
+                                 *([] if small else [g_len.eq(Mux(g_data, tx_words << 2, 0))])]
                     m.next = "CTRL"
             with m.State("CTRL"):
                 with m.If(free):
