@@ -85,7 +85,9 @@ class NarrowReader(wiring.Component):
         stale = Signal()                # ... for a flushed job: dropped silently
         last_read = Signal()            # the outstanding read is its job's last
         read_left = Signal(range(mrr + 1))
-        piece_left = Signal(16)         # bytes of the READ_DATA in progress still to come
+        # Bytes of the READ_DATA in progress still to come: as wide as a
+        # read, as only a piece that fits its read (`piece_good`) is counted.
+        piece_left = Signal(range(mrr + 1))
         in_piece = Signal()             # its data words are passing
         piece_good = Signal()           # ... and are delivered
         lfsr = LfsrTimer(cfg.cpl_timeout)

@@ -69,14 +69,28 @@ class ProgramFetcher(wiring.Component):
         # instruction-wide one (2 EBR on the iCE40 where it took 8).
         words = self._config.link_dw == 1
         per_instruction = INSTRUCTION_BYTES // beat_bytes if words else 1
+        # With the narrow host protocol an instruction's last word is the
+        # queue's output itself: 32 flip-flops fewer than a whole
+        # instruction's register.
+        narrow = words and self._config.narrow_host
 
-        # Jobs are whole instructions, as a `BeatShifter` needs.
-        m.submodules.gearbox = packer = ResetInserter(self.flush)(
-            gearbox(beat_bytes, INSTRUCTION_BYTES, whole=True))
+        if not narrow:
+            # Jobs are whole instructions, as a `BeatShifter` needs.
+            m.submodules.gearbox = packer = ResetInserter(self.flush)(
+                gearbox(beat_bytes, INSTRUCTION_BYTES, whole=True))
         m.submodules.queue = queue = ResetInserter(self.flush)(
             fifo.SyncFIFOBuffered(width=8 * beat_bytes if words else INSTRUCTION_BITS,
                                   depth=depth * per_instruction))
-        if words:
+        if narrow:
+            m.d.comb += [
+                queue.w_data.eq(self.data.payload.data),
+                queue.w_en.eq(self.data.valid),
+                self.data.ready.eq(queue.w_rdy),
+            ]
+            held = self._pack_three(m, queue)
+            arrived = self.data.valid & self.data.ready
+            popped = queue.r_en & queue.r_rdy
+        elif words:
             m.d.comb += [
                 queue.w_data.eq(self.data.payload.data),
                 queue.w_en.eq(self.data.valid),
@@ -118,7 +132,13 @@ class ProgramFetcher(wiring.Component):
         take = Signal(range(chunk + 1))
         asked = self.job.valid & self.job.ready
         job_bytes = 1 << (chunk * INSTRUCTION_BYTES - 1).bit_length()
-        load_addr, advance_addr = address_counter(m, addr, job_bytes)
+        if narrow:
+            # A job a round trip over the UART: one sum, no stepped high bits
+            # kept beside the address.
+            load_addr = lambda value: [addr.eq(value)]
+            advance_addr = lambda count: [addr.eq(addr + count)]
+        else:
+            load_addr, advance_addr = address_counter(m, addr, job_bytes)
 
         m.d.comb += [
             self.job.valid.eq((take != 0) & (committed + take * per_instruction
@@ -141,8 +161,37 @@ class ProgramFetcher(wiring.Component):
             m.d.sync += [*load_addr(self.addr), left.eq(self.length),
                          take.eq(Mux(self.length > chunk, chunk, self.length))]
 
+        packing = (held != 0) if narrow else (~packer.idle if words else 0)
         m.d.comb += self.busy.eq((left != 0) | (outstanding != 0) | queue.r_rdy
-                                 | (~packer.idle if words else 0))
+                                 | packing)
         with m.If(self.flush):
             m.d.sync += [left.eq(0), take.eq(0), outstanding.eq(0), committed.eq(0)]
         return m
+
+    def _pack_three(self, m, queue):
+        """An instruction's first three words in registers, its fourth the
+        queue's output, taken from the queue as the instruction leaves:
+        instructions one after another come every 4 cycles, as from a
+        4-word register, and one whose last word comes alone a cycle
+        sooner. Returns the count of words held."""
+        per_instruction = INSTRUCTION_BYTES // 4
+        held = Signal(range(per_instruction))
+        # A slot is written whenever its word is due, whether it comes or
+        # not (`held` counts the ones that did), as `BeatShifter`'s are.
+        slots = [Signal(32, name=f"slot{k}", reset_less=True) for k in range(per_instruction - 1)]
+        full = held == per_instruction - 1
+        m.d.comb += [
+            self.instr.valid.eq(full & queue.r_rdy),
+            self.instr.payload.eq(Cat(*slots, queue.r_data)),
+            queue.r_en.eq(~full | self.instr.ready),
+        ]
+        for k, slot in enumerate(slots):
+            with m.If(held == k):
+                m.d.sync += slot.eq(queue.r_data)
+        with m.If(self.instr.valid & self.instr.ready):
+            m.d.sync += held.eq(0)
+        with m.Elif(~full & queue.r_rdy):
+            m.d.sync += held.eq(held + 1)
+        with m.If(self.flush):
+            m.d.sync += held.eq(0)
+        return held

@@ -23,6 +23,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..driver.serial_framing import ESC, SOF, Kind
+from .lfsr import LfsrTimer
 from .tlp import link_stream
 
 
@@ -77,6 +78,12 @@ class SerialBridge(wiring.Component):
         depth of each frame buffer.
     retransmit_cycles : int
         Cycles without an ACK before a TLP frame is sent again.
+    small : bool
+        The form for the narrow host protocol (``narrow_host``) on a
+        one-word link: every message has a 3-word header, so no TLP's
+        header length is looked at; the chip's words go into the buffer as
+        they come and each direction's bytes are taken from the block RAM's
+        own output register instead of a word register beside it.
 
     Members
     -------
@@ -94,8 +101,11 @@ class SerialBridge(wiring.Component):
         Pulses for each frame from the host refused as damaged.
     """
 
-    def __init__(self, *, link_dw, max_words, retransmit_cycles):
+    def __init__(self, *, link_dw, max_words, retransmit_cycles, small=False):
         check_bridge_parameters(link_dw=link_dw, max_words=max_words, retransmit_cycles=retransmit_cycles)
+        if small and link_dw != 1:
+            raise ValueError(f"the small bridge is for a one-word link, not link_dw {link_dw}")
+        self._small = small
         self._dw = link_dw
         self._max_words = max_words
         self._retransmit = retransmit_cycles
@@ -111,6 +121,7 @@ class SerialBridge(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         dw, depth = self._dw, self._max_words
+        small = self._small
 
         # Requests for control frames, raised by the receiving side and taken
         # by the sender. The sender's clears come first in this function, so
@@ -126,7 +137,13 @@ class SerialBridge(wiring.Component):
 
         m.submodules.rx_mem = rx_mem = Memory(shape=32, depth=depth, init=[])
         m.submodules.tx_mem = tx_mem = Memory(shape=32, depth=depth, init=[])
-        rx_wr, rx_rd = rx_mem.write_port(), rx_mem.read_port()
+        # The small form writes a byte from the host into its lane of the
+        # word as it comes (the block RAM's write mask), not into a word
+        # register first.
+        if small:
+            rx_wr, rx_rd = rx_mem.write_port(granularity=8), rx_mem.read_port()
+        else:
+            rx_wr, rx_rd = rx_mem.write_port(), rx_mem.read_port()
         tx_wr, tx_rd = tx_mem.write_port(), tx_mem.read_port()
 
         # ---- To the host: capture a TLP from the chip --------------------------
@@ -136,34 +153,17 @@ class SerialBridge(wiring.Component):
         tx_sent = Signal()          # sent, waiting for its ACK
         acked = Signal()            # its ACK came; freed once no byte of it is left to send
         sending_data = Signal()
-        timer = Signal(range(self._retransmit + 1))
+        if small:
+            # No carry chain for a count of a few hundred thousand cycles.
+            lfsr = LfsrTimer(self._retransmit + 1)
+            timer = Signal(lfsr.width, init=lfsr.start)
+        else:
+            timer = Signal(range(self._retransmit + 1))
 
-        cap_data = Signal(32 * dw)
-        cap_keep = Signal(dw)
-        cap_last = Signal()
-        cap_slot = Signal(range(dw + 1))
-        widx = Signal(range(depth + 1))
-        with m.FSM(name="capture"):
-            with m.State("TAKE"):
-                m.d.comb += self.tlp_in.ready.eq(~tx_full)
-                with m.If(self.tlp_in.valid & ~tx_full):
-                    m.d.sync += [cap_data.eq(self.tlp_in.payload.data),
-                                 cap_keep.eq(self.tlp_in.payload.keep),
-                                 cap_last.eq(self.tlp_in.payload.last), cap_slot.eq(0)]
-                    m.next = "WRITE"
-            with m.State("WRITE"):
-                # keep is contiguous from word 0: words up to the first clear
-                # bit (a one-word link's beat is its one word).
-                m.d.comb += [tx_wr.addr.eq(widx), tx_wr.data.eq(cap_data.word_select(cap_slot, 32)),
-                             tx_wr.en.eq(widx < depth)]
-                m.d.sync += [widx.eq(widx + 1), cap_slot.eq(cap_slot + 1)]
-                beat_done = cap_slot == dw - 1
-                if dw > 1:
-                    beat_done |= ~cap_keep.bit_select(cap_slot + 1, 1)
-                with m.If(beat_done):
-                    with m.If(cap_last):
-                        m.d.sync += [tx_full.eq(1), tx_words.eq(widx + 1), widx.eq(0)]
-                    m.next = "TAKE"
+        if small:
+            self._capture_words(m, tx_wr, tx_full, tx_words)
+        else:
+            self._capture_beats(m, tx_wr, tx_full, tx_words)
 
         # ---- Bytes out: control frames first, then the TLP frame ---------------
         # The sender works out each byte of a frame into `o_byte`, a register
@@ -178,13 +178,18 @@ class SerialBridge(wiring.Component):
         o_taken = Signal()
         free = ~o_valid | o_taken
         g_ctrl = Signal(8)
-        g_len = Signal(16)
+        if not small:
+            g_len = Signal(16)
         g_data = Signal()
+        if small:
+            # The frame's words stay in the buffer, counted, until it is freed.
+            g_len = Mux(g_data, tx_words << 2, 0)
         g_crc = Signal(16)
         g_idx = Signal(range(depth + 1))
         g_byte_no = Signal(2)
-        g_word = Signal(32)
-        g_hdr4 = Signal()
+        if not small:
+            g_word = Signal(32)
+            g_hdr4 = Signal()
         g_big = Signal()            # g_word is a header word: most significant byte first
         g_last_word = Signal()      # g_word is the frame's last
 
@@ -196,6 +201,8 @@ class SerialBridge(wiring.Component):
             with m.If(o_fold):
                 m.d.sync += g_crc.eq(crc16_next(g_crc, o_byte))
         m.d.comb += tx_rd.addr.eq(g_idx)
+        if small:
+            m.d.comb += tx_rd.en.eq(0)
         with m.FSM(name="sender"):
             with m.State("IDLE"):
                 with m.If(sync_req):
@@ -215,7 +222,7 @@ class SerialBridge(wiring.Component):
                 # The byte before is the last frame's CRC, not folded.
                 with m.If(free):
                     m.d.sync += [*offer(SOF, sof=1, fold=0), g_crc.eq(0xFFFF),
-                                 g_len.eq(Mux(g_data, tx_words << 2, 0))]
+                                 *([] if small else [g_len.eq(Mux(g_data, tx_words << 2, 0))])]
                     m.next = "CTRL"
             with m.State("CTRL"):
                 with m.If(free):
@@ -234,23 +241,35 @@ class SerialBridge(wiring.Component):
                         m.next = "CRC_HI"
             with m.State("READ"):
                 # tx_mem's read port answers a cycle after its address.
+                if small:
+                    # ... and then holds the word while its bytes go.
+                    m.d.comb += tx_rd.en.eq(1)
                 m.next = "LOAD"
             with m.State("LOAD"):
                 # Header words go most significant byte first (PCIe byte
                 # order), payload words least significant first (address order).
-                # (word 3 is a header word when the first word says so)
-                hdr4 = g_hdr4
-                m.d.sync += [g_word.eq(tx_rd.data), g_byte_no.eq(0),
-                             g_big.eq((g_idx < 3) | ((g_idx == 3) & hdr4)),
-                             g_last_word.eq(g_idx + 1 == tx_words)]
-                with m.If(g_idx == 0):
-                    m.d.sync += g_hdr4.eq(tx_rd.data[29])
+                if small:
+                    # A message's header is 3 words.
+                    m.d.sync += [g_byte_no.eq(0), g_big.eq(g_idx < 3),
+                                 g_last_word.eq(g_idx + 1 == tx_words)]
+                else:
+                    # (word 3 is a header word when the first word says so)
+                    hdr4 = g_hdr4
+                    m.d.sync += [g_word.eq(tx_rd.data), g_byte_no.eq(0),
+                                 g_big.eq((g_idx < 3) | ((g_idx == 3) & hdr4)),
+                                 g_last_word.eq(g_idx + 1 == tx_words)]
+                    with m.If(g_idx == 0):
+                        m.d.sync += g_hdr4.eq(tx_rd.data[29])
                 m.next = "BYTES"
             with m.State("BYTES"):
                 with m.If(free):
-                    m.d.sync += [*offer(Mux(g_big, g_word[24:], g_word[:8])),
-                                 g_word.eq(Mux(g_big, g_word << 8, g_word >> 8)),
-                                 g_byte_no.eq(g_byte_no + 1)]
+                    if small:
+                        m.d.sync += [*offer(tx_rd.data.word_select(g_byte_no ^ Mux(g_big, 3, 0), 8)),
+                                     g_byte_no.eq(g_byte_no + 1)]
+                    else:
+                        m.d.sync += [*offer(Mux(g_big, g_word[24:], g_word[:8])),
+                                     g_word.eq(Mux(g_big, g_word << 8, g_word >> 8)),
+                                     g_byte_no.eq(g_byte_no + 1)]
                     with m.If(g_byte_no == 3):
                         m.d.sync += g_idx.eq(g_idx + 1)
                         with m.If(g_last_word):
@@ -266,7 +285,8 @@ class SerialBridge(wiring.Component):
                 with m.If(free):
                     m.d.sync += offer(g_crc[:8], fold=0)
                     with m.If(g_data):
-                        m.d.sync += [tx_sent.eq(1), timer.eq(self._retransmit), sending_data.eq(0)]
+                        m.d.sync += [tx_sent.eq(1), sending_data.eq(0),
+                                     timer.eq(lfsr.start if small else self._retransmit)]
                     m.next = "IDLE"
 
         # Byte stuffing: SOF and ESC inside a frame go as ESC, byte ^ 0x20.
@@ -287,10 +307,10 @@ class SerialBridge(wiring.Component):
         # The TLP frame's fate: ACK frees it (once no byte of it is left to
         # send), NAK or silence sends it again.
         with m.If(tx_sent & ~acked):
-            with m.If(nak_in | (timer == 0)):
+            with m.If(nak_in | (timer == (lfsr.last if small else 0))):
                 m.d.sync += tx_sent.eq(0)
             with m.Else():
-                m.d.sync += timer.eq(timer - 1)
+                m.d.sync += timer.eq(lfsr.step(timer) if small else timer - 1)
         with m.If(ack_in & (ack_in_seq == tx_seq) & tx_full & (tx_sent | sending_data)):
             m.d.sync += acked.eq(1)
         with m.If(acked & ~sending_data):
@@ -320,21 +340,26 @@ class SerialBridge(wiring.Component):
         pstate = Signal(range(7))
         ctrl = Signal(8)
         length = Signal(16)
-        count = Signal(16)
-        first = Signal()            # the next payload byte is the TLP's first
+        most = 4 * depth
+        if small:
+            # No payload byte comes before a length past the buffer is refused.
+            count = Signal(range(most + 1))
+        else:
+            count = Signal(16)
+            first = Signal()            # the next payload byte is the TLP's first
         final = Signal()            # the next payload byte is the frame's last
         check = Signal()            # the length came in the cycle before
         # The length's high byte against the limits and the control byte's
         # form, worked out as the length's low byte comes in.
-        most = 4 * depth
         hi_zero = Signal()
         hi_below = Signal()
         hi_at = Signal()
         ctrl_ok = Signal()
         judge = Signal()            # the CRC's last byte came in the cycle before
         crc = Signal(16)
-        word = Signal(32)
-        hdr4 = Signal()
+        if not small:
+            word = Signal(32)
+            hdr4 = Signal()
         rx_full = Signal()          # a checked TLP waits in rx_mem to go to the chip
         rx_last = Signal(range(depth))     # the index of its last word
         rx_seq = Signal()
@@ -356,8 +381,8 @@ class SerialBridge(wiring.Component):
                                  hi_at.eq(val == most >> 8),
                                  ctrl_ok.eq((ctrl[1:4] == 0) & (kind >= Kind.TLP) & (kind <= Kind.SYNC))]
                 with m.Case(LEN_LO):
-                    m.d.sync += [length[:8].eq(val), count.eq(0), first.eq(1), final.eq(0),
-                                 check.eq(1)]
+                    m.d.sync += [length[:8].eq(val), count.eq(0), *([] if small else [first.eq(1)]),
+                                 final.eq(0), check.eq(1)]
                     with m.If(is_tlp & rx_full):
                         # Still passing the last TLP on: the host sends this
                         # one again when no ACK comes.
@@ -367,14 +392,22 @@ class SerialBridge(wiring.Component):
                     with m.Else():
                         m.d.sync += pstate.eq(CRC_HI)
                 with m.Case(PAYLOAD):
-                    big = count[2:] < Mux(Mux(first, val[5], hdr4), 4, 3)
-                    new_word = Mux(big, Cat(val, word[:24]), Cat(word[8:], val))
-                    m.d.sync += [word.eq(new_word), count.eq(count + 1), first.eq(0),
-                                 final.eq(count + 2 == length)]
-                    with m.If(first):
-                        m.d.sync += hdr4.eq(val[5])
-                    m.d.comb += [rx_wr.addr.eq(count[2:]), rx_wr.data.eq(new_word),
-                                 rx_wr.en.eq(count[:2] == 3)]
+                    if small:
+                        # A message's header is 3 words: byte k of a header
+                        # word is its lane 3 - k, of a data word lane k.
+                        lane = count[:2] ^ Mux(count[2:] < 3, 3, 0)
+                        m.d.sync += [count.eq(count + 1), final.eq(count + 2 == length)]
+                        m.d.comb += [rx_wr.addr.eq(count[2:]), rx_wr.data.eq(val.replicate(4)),
+                                     rx_wr.en.eq(Const(1, 4) << lane)]
+                    else:
+                        big = count[2:] < Mux(Mux(first, val[5], hdr4), 4, 3)
+                        new_word = Mux(big, Cat(val, word[:24]), Cat(word[8:], val))
+                        m.d.sync += [word.eq(new_word), count.eq(count + 1), first.eq(0),
+                                     final.eq(count + 2 == length)]
+                        with m.If(first):
+                            m.d.sync += hdr4.eq(val[5])
+                        m.d.comb += [rx_wr.addr.eq(count[2:]), rx_wr.data.eq(new_word),
+                                     rx_wr.en.eq(count[:2] == 3)]
                     with m.If(final):
                         m.d.sync += pstate.eq(CRC_HI)
                 with m.Case(CRC_HI):
@@ -417,6 +450,17 @@ class SerialBridge(wiring.Component):
         # ---- To the chip: the checked TLP, link_dw words a beat ------------------
         ridx = Signal(range(depth + 1))
         slot = Signal(range(dw + 1))
+        if small:
+            # The read port holds the word it read until the next READ.
+            beat_last = Signal()
+            f_last = Signal()
+            m.d.comb += [rx_rd.addr.eq(ridx), rx_rd.en.eq(0),
+                         self.tlp_out.payload.data.eq(rx_rd.data),
+                         self.tlp_out.payload.keep.eq(1),
+                         self.tlp_out.payload.last.eq(beat_last)]
+            self._forward_words(m, rx_rd, ridx, beat_last, f_last, rx_full, rx_last, rx_seq,
+                                ack_req, ack_seq)
+            return m
         beat_data = Signal(32 * dw)
         beat_keep = Signal(dw)
         beat_last = Signal()
@@ -455,3 +499,69 @@ class SerialBridge(wiring.Component):
                     with m.Else():
                         m.next = "READ"
         return m
+
+    def _capture_words(self, m, tx_wr, tx_full, tx_words):
+        # A word from the chip goes into the buffer in the cycle it comes.
+        depth = self._max_words
+        widx = Signal(range(depth + 1))
+        take = self.tlp_in.valid & ~tx_full
+        m.d.comb += [self.tlp_in.ready.eq(~tx_full),
+                     tx_wr.addr.eq(widx), tx_wr.data.eq(self.tlp_in.payload.data),
+                     tx_wr.en.eq(take & (widx < depth))]
+        with m.If(take):
+            m.d.sync += widx.eq(widx + 1)
+            with m.If(self.tlp_in.payload.last):
+                m.d.sync += [tx_words.eq(widx + 1), tx_full.eq(1), widx.eq(0)]
+
+    def _capture_beats(self, m, tx_wr, tx_full, tx_words):
+        dw, depth = self._dw, self._max_words
+        cap_data = Signal(32 * dw)
+        cap_keep = Signal(dw)
+        cap_last = Signal()
+        cap_slot = Signal(range(dw + 1))
+        widx = Signal(range(depth + 1))
+        with m.FSM(name="capture"):
+            with m.State("TAKE"):
+                m.d.comb += self.tlp_in.ready.eq(~tx_full)
+                with m.If(self.tlp_in.valid & ~tx_full):
+                    m.d.sync += [cap_data.eq(self.tlp_in.payload.data),
+                                 cap_keep.eq(self.tlp_in.payload.keep),
+                                 cap_last.eq(self.tlp_in.payload.last), cap_slot.eq(0)]
+                    m.next = "WRITE"
+            with m.State("WRITE"):
+                # keep is contiguous from word 0: words up to the first clear
+                # bit (a one-word link's beat is its one word).
+                m.d.comb += [tx_wr.addr.eq(widx), tx_wr.data.eq(cap_data.word_select(cap_slot, 32)),
+                             tx_wr.en.eq(widx < depth)]
+                m.d.sync += [widx.eq(widx + 1), cap_slot.eq(cap_slot + 1)]
+                beat_done = cap_slot == dw - 1
+                if dw > 1:
+                    beat_done |= ~cap_keep.bit_select(cap_slot + 1, 1)
+                with m.If(beat_done):
+                    with m.If(cap_last):
+                        m.d.sync += [tx_full.eq(1), tx_words.eq(widx + 1), widx.eq(0)]
+                    m.next = "TAKE"
+
+    def _forward_words(self, m, rx_rd, ridx, beat_last, f_last, rx_full, rx_last, rx_seq,
+                       ack_req, ack_seq):
+        # The cycles of the wide form's READ, PLACE and SEND, a word a beat.
+        with m.FSM(name="forward"):
+            with m.State("IDLE"):
+                with m.If(rx_full):
+                    m.d.sync += ridx.eq(0)
+                    m.next = "READ"
+            with m.State("READ"):
+                m.d.comb += rx_rd.en.eq(1)
+                m.d.sync += f_last.eq(ridx == rx_last)
+                m.next = "PLACE"
+            with m.State("PLACE"):
+                m.d.sync += [ridx.eq(ridx + 1), beat_last.eq(f_last)]
+                m.next = "SEND"
+            with m.State("SEND"):
+                m.d.comb += self.tlp_out.valid.eq(1)
+                with m.If(self.tlp_out.ready):
+                    with m.If(beat_last):
+                        m.d.sync += [rx_full.eq(0), ack_req.eq(1), ack_seq.eq(rx_seq)]
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "READ"

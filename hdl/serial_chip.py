@@ -42,7 +42,7 @@ class SerialChip(SerialTop):
 
     def __init__(self, config, *, divisor=DEFAULT_DIVISOR, retransmit=None, led_hold=DEFAULT_LED_HOLD):
         port = SerialPort(link_dw=config.link_dw, max_words=max_tlp_words(config), divisor=divisor,
-                          retransmit=retransmit, led_hold=led_hold)
+                          retransmit=retransmit, led_hold=led_hold, small=bool(config.narrow_host))
         super().__init__(config, port, leds=["busy", "halted", "error"])
 
     def elaborate(self, platform):

@@ -56,6 +56,8 @@ class SerialPort(wiring.Component):
         (`frame_retransmit_cycles` of `max_words` and `divisor` by default).
     led_hold : int
         Cycles `link_error` stays on after a damaged frame, so a person sees it.
+    small : bool
+        The bridge's form for the narrow host protocol (`SerialBridge`).
 
     Members
     -------
@@ -72,7 +74,7 @@ class SerialPort(wiring.Component):
     """
 
     def __init__(self, *, link_dw, max_words, divisor=DEFAULT_DIVISOR, retransmit=None,
-                 led_hold=DEFAULT_LED_HOLD):
+                 led_hold=DEFAULT_LED_HOLD, small=False):
         try:
             self._divisor = check_divisor(divisor)
             if retransmit is None and isinstance(max_words, int):
@@ -87,6 +89,7 @@ class SerialPort(wiring.Component):
         self._max_words = max_words
         self._retransmit = retransmit
         self._led_hold = led_hold
+        self._small = small
         super().__init__({
             "rx":         In(1, init=1),
             "tx":         Out(1, init=1),
@@ -108,7 +111,7 @@ class SerialPort(wiring.Component):
         m.submodules.uart_rx = uart_rx = UartRx(self._divisor)
         m.submodules.uart_tx = uart_tx = UartTx(self._divisor)
         m.submodules.bridge = bridge = SerialBridge(link_dw=self._link_dw, max_words=self._max_words,
-                                                    retransmit_cycles=self._retransmit)
+                                                    retransmit_cycles=self._retransmit, small=self._small)
         m.d.comb += [uart_rx.rx.eq(self.rx), self.tx.eq(uart_tx.tx), bridge.rx_error.eq(uart_rx.error)]
         wiring.connect(m, uart_rx.data, bridge.rx_byte)
         wiring.connect(m, bridge.tx_byte, uart_tx.data)

@@ -9,8 +9,35 @@ from amaranth.sim import Simulator
 
 from conftest import base_seed
 from tpu.driver.serial_framing import SOF, Deframer, Frame, Kind, _stuff, crc16, encode_frame
+from tpu.driver import narrow_messages
+from tpu.driver.narrow_messages import MessageKind
 from tpu.driver.tlp_bytes import memory_read, memory_write, parse
 from tpu.hdl.serial_bridge import SerialBridge
+
+#: The bridge's form for the narrow host protocol, on a one-word link: its
+#: tests send narrow messages where the others send TLPs.
+SMALL = "small"
+
+
+def _write(address, data, **tlp):
+    """A packet with data: a TLP memory write, or for `SMALL` a narrow WRITE."""
+    if tlp.pop("small"):
+        return narrow_messages.encode(MessageKind.WRITE, address, data=data)
+    return memory_write(address, data, **tlp)
+
+
+def _read(address, words, **tlp):
+    """A packet without: a memory read, or a narrow READ_REQ."""
+    if tlp.pop("small"):
+        # A value no READ_REQ carries, but the bridge carries any word: its
+        # third header word's bytes in order.
+        return narrow_messages.encode(MessageKind.READ_REQ, address & 0xFFFFFFFF, value=0x0A0B0C0D,
+                                      count=4 * words)
+    return memory_read(address, words, **tlp)
+
+
+def _address(payload, small):
+    return (narrow_messages.parse(payload) if small else parse(payload)).address
 
 
 def _words(raw):
@@ -29,7 +56,9 @@ def _raw(words):
 def _run(dw, script, retransmit=400):
     """Run `script(ctx, io)` against a bridge; `io` sends bytes, collects
     what comes out."""
-    dut = SerialBridge(link_dw=dw, max_words=4 + 32, retransmit_cycles=retransmit)
+    small = dw == SMALL
+    dw = 1 if small else dw
+    dut = SerialBridge(link_dw=dw, max_words=4 + 32, retransmit_cycles=retransmit, small=small)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     out_bytes = bytearray()
@@ -97,14 +126,15 @@ def _run(dw, script, retransmit=400):
     return io
 
 
-@pytest.mark.parametrize("dw", [1, 2, 4])
+@pytest.mark.parametrize("dw", [1, 2, 4, SMALL])
 def test_frames_in(dw):
     """Good frames reach the chip once each, ACKed; a repeat is ACKed and
     dropped; a damaged or cut frame is never passed on; garbage between
     frames is skipped; SYNC resets the sequence."""
     rng = random.Random(base_seed())
-    write = memory_write(0x40, bytes([0x7E, 0x7D, 3, 4]) * rng.randint(1, 8))   # bytes to stuff
-    read = memory_read(0x1_2345_6780, 2, tag=5)
+    small = dw == SMALL
+    write = _write(0x40, bytes([0x7E, 0x7D, 3, 4]) * rng.randint(1, 8), small=small)   # bytes to stuff
+    read = _read(0x1_2345_6780, 2, tag=5, small=small)
 
     async def script(ctx, io):
         await io.send(ctx, encode_frame(Kind.SYNC))
@@ -133,7 +163,7 @@ def _frame_as_said(ctrl, length, payload):
     return bytes((SOF,)) + _stuff(body + bytes((crc >> 8, crc & 0xFF)))
 
 
-@pytest.mark.parametrize("dw", [1, 4])
+@pytest.mark.parametrize("dw", [1, 4, SMALL])
 @pytest.mark.parametrize("gap", [0, 2])
 def test_malformed_frames_are_refused(dw, gap):
     """Frames whose length or control byte is wrong, CRC good, bytes back to
@@ -141,7 +171,7 @@ def test_malformed_frames_are_refused(dw, gap):
     after it) or spaced: each is NAKed and flagged and nothing of it reaches
     the chip; a good TLP after them goes through."""
     depth = 4 + 32                          # the bridge's buffer, in words (`_run`)
-    write = memory_write(0x80, bytes(range(16)))
+    write = _write(0x80, bytes(range(16)), small=dw == SMALL)
     rng = random.Random(base_seed())
     tlp = Kind.TLP << 4
     bad = [
@@ -166,12 +196,13 @@ def test_malformed_frames_are_refused(dw, gap):
     assert len(io.bad_frames) == len(bad)
 
 
-@pytest.mark.parametrize("dw", [1, 4])
+@pytest.mark.parametrize("dw", [1, 4, SMALL])
 def test_frames_out(dw):
     """A TLP from the chip goes out as a frame, again on NAK and on silence,
     and the next one only after the ACK, with the other sequence bit."""
-    first = _words(memory_write(0x2000, bytes(range(40)), requester_id=0x100))
-    second = _words(memory_read(0x1_0000_0000, 16, requester_id=0x100, tag=3))
+    small = dw == SMALL
+    first = _words(_write(0x2000, bytes(range(40)), requester_id=0x100, small=small))
+    second = _words(_read(0x1_0000_0000, 16, requester_id=0x100, tag=3, small=small))
 
     async def script(ctx, io):
         await io.send_tlp(ctx, first)
@@ -191,18 +222,19 @@ def test_frames_out(dw):
     assert all(f == Frame(Kind.TLP, 0, _raw(first)) for f in firsts)
     assert frames[-1] == Frame(Kind.TLP, 1, _raw(second)), frames
     assert frames.count(frames[-1]) == 1
-    assert parse(frames[-1].payload).address == 0x1_0000_0000
+    assert _address(frames[-1].payload, small) == (0 if small else 0x1_0000_0000)
 
 
-@pytest.mark.parametrize("dw", [1, 4])
+@pytest.mark.parametrize("dw", [1, 4, SMALL])
 def test_stale_and_repeated_acks(dw):
     """An ACK frees the frame in flight only when it carries that frame's
     sequence bit: a stale ACK (the other bit) while the first frame waits,
     and the previous frame's ACK again while the next is being sent, leave
     the frame to be sent again on silence; its own ACK then frees it."""
-    first = _words(memory_write(0x2000, bytes(range(8)), requester_id=0x100))
-    second = _words(memory_read(0x4000, 16, requester_id=0x100, tag=5))
-    third = _words(memory_read(0x8000, 4, requester_id=0x100, tag=6))
+    small = dw == SMALL
+    first = _words(_write(0x2000, bytes(range(8)), requester_id=0x100, small=small))
+    second = _words(_read(0x4000, 16, requester_id=0x100, tag=5, small=small))
+    third = _words(_read(0x8000, 4, requester_id=0x100, tag=6, small=small))
 
     async def script(ctx, io):
         await io.send_tlp(ctx, first)
@@ -221,7 +253,7 @@ def test_stale_and_repeated_acks(dw):
 
     io = _run(dw, script, retransmit=400)
     frames = [f for f in io.frames() if f.kind == Kind.TLP]
-    sent = [(f.seq, parse(f.payload).address) for f in frames]
+    sent = [(f.seq, _address(f.payload, small)) for f in frames]
     assert sent.count((0, 0x2000)) >= 2, sent      # the stale ACK freed nothing
     assert sent.count((1, 0x4000)) >= 2, sent      # nor did the repeated one
     assert sent[-1] == (0, 0x8000) and sent.count((0, 0x8000)) == 1, sent
