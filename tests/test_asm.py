@@ -38,6 +38,8 @@ def one(line, **kwargs):
      Act(0, 100, 64, func=Func.RELU, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=8,
          unsigned=True)),
     ("act acc=1, ub=2, rows=3", Act(1, 2, 3)),
+    ("act acc=1, ub=2, rows=3, single_round, mlas_round",
+     Act(1, 2, 3, single_round=True, mlas_round=True)),
     ("act acc=1, ub=2, rows=3, func=sigmoid, pool=global_avg",
      Act(1, 2, 3, func=Func.SIGMOID, pool=Pool.GLOBAL_AVG)),
     ("cfg reg=out_zero_point, value=-5", Cfg(Reg.OUT_ZERO_POINT, -5)),
