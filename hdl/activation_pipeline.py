@@ -83,7 +83,8 @@ class ActivationPipeline(wiring.Component):
 
     #: Reset values of the operation settings: identity into int8, no pooling.
     SETTINGS_RESET = {
-        "function": Function.NONE, "unsigned": 0, "single_round": 0, "zero_point": 0,
+        "function": Function.NONE, "unsigned": 0, "single_round": 0, "mlas_round": 0,
+        "zero_point": 0,
         "clamp_min": -(1 << (VALUE_WIDTH - 1)), "clamp_max": (1 << (VALUE_WIDTH - 1)) - 1,
         "pool": Pooling.NONE, "pool_size": 1, "pool_stride": 1, "pool_width": 1,
         "pool_count": 1, "pool_reciprocal": 1 << RECIPROCAL_SHIFT,
@@ -463,6 +464,7 @@ class ActivationPipeline(wiring.Component):
                 lane.shift.eq(chosen([shift[c] for c in columns], f"lane_shift{n}",
                                      (columns[0], payload.shift, written_shift))),
                 lane.single_round.eq(settings.single_round),
+                lane.mlas_round.eq(settings.mlas_round),
                 lane.zero_point.eq(settings.zero_point),
                 lane.low.eq(low),
                 lane.high.eq(high),

@@ -67,6 +67,7 @@ def SettingsLayout(max_width):
         "function":        Function,
         "unsigned":        1,
         "single_round":    1,
+        "mlas_round":      1,
         "zero_point":      signed(VALUE_WIDTH),
         "clamp_min":       signed(VALUE_WIDTH),
         "clamp_max":       signed(VALUE_WIDTH),

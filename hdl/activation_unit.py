@@ -131,7 +131,7 @@ class ActivationUnit(wiring.Component):
         m.submodules.divider = divider = SerialDivider(RECIPROCAL_SHIFT + 2,
                                                        divisor_width=len(count), **fixed)
         act = {name: field(word, Opcode.ACT, name) for name in
-               ("unsigned", "single_round", "acc", "ub", "rows", "func", "pool", "pool_size", "pool_stride", "in_w")}
+               ("unsigned", "single_round", "mlas_round", "acc", "ub", "rows", "func", "pool", "pool_size", "pool_stride", "in_w")}
         windowed = (act["pool"] == Pool.MAX) | (act["pool"] == Pool.AVG)
         averaging = (act["pool"] == Pool.AVG) | (act["pool"] == Pool.GLOBAL_AVG)
         settings = pipe.set_settings.payload
@@ -150,6 +150,7 @@ class ActivationUnit(wiring.Component):
             settings.function.eq(act["func"]),
             settings.unsigned.eq(act["unsigned"]),
             settings.single_round.eq(act["single_round"]),
+            settings.mlas_round.eq(act["mlas_round"]),
             settings.zero_point.eq(regs[Reg.OUT_ZERO_POINT]),
             settings.clamp_min.eq(regs[Reg.CLAMP_MIN]),
             settings.clamp_max.eq(regs[Reg.CLAMP_MAX]),
