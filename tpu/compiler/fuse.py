@@ -51,7 +51,7 @@ class ChipLayer:
     input_view: str = "hwc"      # dense: how K indexes the stored (y, x, c)
     im2col: dict = None          # conv of host-made patches: the original geometry
     in_fill: int = None          # what the input's padding holds (None: its zero point)
-    rounding: str = "double"     # "single", "float32": ACTs with single_round (ir.ROUNDINGS)
+    rounding: str = "double"     # "single", "float32", "mlas": ACTs with single_round (ir.ROUNDINGS)
     band_rows: int = None        # at most this many output rows (pooled rows) per M tile
     k_by_rows: bool = False      # conv K tiles ordered (dy, j, dx), split by K at rows of taps
     k_cap: int = None            # at most this many weight tiles a part (None: weight memory)
