@@ -28,20 +28,27 @@ def _float32_of(m, x):
     length of ``|x|`` (2**31 for the largest ``x``). ``n`` is taken from
     ``x ^ sign``, ``|x| - 1`` for a negative ``x``, which differs only for
     a power of two, which every ``d`` keeps; and a half-to-even rounding of
-    the two's complement ``x`` is that of ``|x|`` negated."""
-    y = x[:31] ^ x[31].replicate(31)
-    d = Signal(range(8), name="float32_d")
-    m.d.comb += d.eq(0)
-    for k in range(24, 31):                 # the highest one wins
-        with m.If(y[k]):
-            m.d.comb += d.eq(k - 23)
-    # ``(x + 2**(d-1) - 1 + x[d]) >> d << d`` rounds half to even; nothing for d = 0.
-    half_less = Array([C(0, 7)] + [C((1 << (k - 1)) - 1, 7) for k in range(1, 8)])[d]
-    addend = Mux(d == 0, 0, half_less + x.bit_select(d, 1))
+    the two's complement ``x`` is that of ``|x|`` negated.
+
+    Made as ``x + 2**(d-1)`` with the low ``d`` bits cleared (half up), and
+    at a tie (the low ``d`` bits exactly ``2**(d-1)``) bit ``d`` cleared
+    too: the half-up result is then ``q + 1`` of the two neighbours, and
+    clearing its lowest bit gives the even one. The addend and the masks
+    are decoded from ``x``'s top 8 bits beside each other, so that the
+    path from the bias adder is a decode, the add and one mask."""
+    y = x[24:31] ^ x[31].replicate(7)           # bits 24..30 of |x| (or |x| - 1)
+    # above[j]: a one at bit 24 + j or higher, j = 0..7 (above[7] none).
+    above = [Cat(y[j:]).any() if j < 7 else C(0, 1) for j in range(8)]
+    # d == j + 1: the leading one at bit 24 + j; bit j of the addend, j = 0..6.
+    half_at = Cat(y[j] & ~above[j + 1] for j in range(7))
+    low = Cat(above[:7])                         # bits below d: low[j] = j < d
+    # The tie: the bits below d exactly the half, at the half's position.
+    tie = Cat(half_at[j] & x[j] & ((x[:j] == 0) if j else C(1, 1)) for j in range(7)).any()
     total = Signal(signed(33), name="float32_sum")
-    m.d.comb += total.eq(x + addend)
-    low = Array([C((1 << k) - 1, 7) for k in range(8)])[d]
-    return Cat(total[:7] & ~low, total[7:]).as_signed()
+    m.d.comb += total.eq(x + half_at)
+    # bit j (j = 1..7) cleared at a tie with d == j.
+    even = Cat(C(0, 1), half_at & tie.replicate(7))
+    return Cat(total[:8] & ~Cat(low, C(0, 1)) & ~even, total[8:]).as_signed()
 
 
 class _Window:

@@ -15,7 +15,7 @@ from tpu.models.activation_model import (multiply_by_quantized_multiplier,
                                              multiply_by_quantized_multiplier_single_round,
                                              multiply_mlas_or_single_round, quantize_multiplier,
                                              wrap_int32)
-from tpu.sim.stimulus.mlas_ties import differing_ties
+from tpu.sim.stimulus.mlas_ties import conversion_ties, differing_ties
 
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -81,6 +81,10 @@ def _mlas_cases(rng, n):
     low_bits = np.where(np.arange(x.size) % 10 == 9, rng.integers(1, 128, x.size), 0)
     cases = [dict(acc=int(a), bias=0, multiplier=((int(b) << 7) + int(e)) * int(rng.choice([-1, 1])),
                   shift=int(c)) for a, b, c, e in zip(x, m, shift, low_bits)]
+    # float32(x)'s own ties, where rounding x up instead of to even shows.
+    x, m, shift = conversion_ties(rng, max(n // 10, 4))
+    cases += [dict(acc=int(a), bias=0, multiplier=(int(b) << 7) * int(rng.choice([-1, 1])),
+                   shift=int(c)) for a, b, c in zip(x, m, shift)]
     while len(cases) < n:
         k = len(cases)
         if k % 5 == 1:
@@ -185,6 +189,7 @@ def test_shared_settings_match_the_model(rounding):
         # Each run's settings those of a constructed tie, its values the
         # tie and its neighbours; and float32 scales with random values.
         x, m, shifts = differing_ties(rng, 40)
+        x, m, shifts = (np.concatenate(pair) for pair in zip((x, m, shifts), conversion_ties(rng, 8)))
         for k in range(len(x)):
             values = [int(x[k]) + int(rng.integers(-1, 2)) for _ in range(int(rng.integers(1, 4)))]
             runs.append((0, (int(m[k]) << 7) * int(rng.choice([-1, 1])), int(shifts[k]),

@@ -7,7 +7,7 @@ import numpy as np
 from ...models.activation_model import multiply_by_quantized_multiplier_single_round
 from ...models.mlas_rounding import multiply_by_float32_multiplier
 
-__all__ = ["constructed_ties", "differing_ties"]
+__all__ = ["constructed_ties", "differing_ties", "conversion_ties"]
 
 
 def modular_inverse(k, bits):
@@ -60,3 +60,27 @@ def differing_ties(rng, count, *, limit=300):
                            np.flatnonzero(~differ)[:count - count // 2]])
     assert pick.size == count
     return x[pick], m[pick], shift[pick]
+
+
+def conversion_ties(rng, count):
+    """``count`` of ``(x, m, shift)`` (``m`` a 24-bit significand) with
+    ``|x| > 2**24`` exactly halfway between two float32 values (its dropped
+    bits ``2**(d-1)``, the kept ones even) where rounding ``x`` up instead
+    of to even changes ONNX Runtime's result, which is below 300 in
+    magnitude: products within about ``2**-16`` below a half, found by
+    drawing many."""
+    xs, ms, shifts = [], [], []
+    while len(xs) < count:
+        n = 200_000
+        d = rng.integers(1, 8, n)
+        top = rng.integers(1 << 22, 1 << 23, n) * 2
+        x = (top << d) + (np.int64(1) << (d - 1))
+        m = rng.integers(1 << 23, 1 << 24, n)
+        shift = -15 - d - rng.integers(0, 2, n)
+        y = multiply_by_float32_multiplier(x, m << 7, shift)
+        up = multiply_by_float32_multiplier((top + 1) << d, m << 7, shift)
+        for k in np.flatnonzero((y != up) & (np.abs(y) < 300))[:count - len(xs)]:
+            xs.append(int(x[k]) * int(rng.choice([-1, 1])))
+            ms.append(int(m[k]))
+            shifts.append(int(shift[k]))
+    return np.array(xs), np.array(ms), np.array(shifts)
