@@ -179,10 +179,11 @@ class Requantizer(wiring.Component):
     complement bits) and in stage 4 rounds to even by taking bit 1 of
     ``2 S >> t`` for bit 0. The same stages and latency in every form; per
     requantizer (synth_ecp5 with the board build's mapping / synth_ice40,
-    LUT4s): the one-cycle product about the same in ECP5 LUT4s (fewer
-    PFU muxes), +509 iCE40 LUT4s; the shared lane with a 16-bit product
-    +533 / +455; the compact form +625 / see docs/activation_pipeline.md;
-    about 124 flip-flops more in each (the window's masks).
+    LUT4s): the one-cycle product 1,834 -> 1,867 / 1,285 -> 1,803, the
+    shared lane with a 16-bit product 1,598 -> 1,973 / 1,568 -> 2,016, the
+    compact form 555 -> 1,304 / 633 -> 1,278, about 124 flip-flops more in
+    each (the window's masks); stage 1 is 8 ECP5 levels deep (10 in the
+    compact form), over the 6-level target (docs/activation_pipeline.md).
 
     Members
     -------
