@@ -149,7 +149,9 @@ class ActivationUnit(wiring.Component):
         m.d.comb += [
             settings.function.eq(act["func"]),
             settings.unsigned.eq(act["unsigned"]),
-            settings.single_round.eq(act["single_round"]),
+            # MLAS's rounding is one rounding (no left shift) with or without
+            # the flag: the decoder checks no condition between the two.
+            settings.single_round.eq(act["single_round"] | act["mlas_round"]),
             settings.mlas_round.eq(act["mlas_round"]),
             settings.zero_point.eq(regs[Reg.OUT_ZERO_POINT]),
             settings.clamp_min.eq(regs[Reg.CLAMP_MIN]),

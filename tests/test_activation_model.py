@@ -413,8 +413,8 @@ def test_requantize_mlas_round_flag():
     mlas = replace(once, mlas_round=True)
     assert requantize(acc, once).tolist() == [[3, -2, 2, -1, 4]]
     assert requantize(acc, mlas).tolist() == [[2, -2, 2, -2, 4]]
-    with pytest.raises(ValueError, match="mlas_round needs single_round"):
-        ActivationSettings(cols=1, mlas_round=True)
+    # mlas_round rounds once with or without single_round
+    assert requantize(acc, replace(mlas, single_round=False)).tolist() == [[2, -2, 2, -2, 4]]
 
 
 def test_requantize_mlas_round_equals_requantize_mlas():

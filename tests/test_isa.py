@@ -288,17 +288,16 @@ def test_every_reserved_bit_is_illegal_field(base):
     assert flips > 0
 
 
-def test_mlas_round_needs_single_round():
-    # Flag 2 is defined only with flag 1: alone it is a reserved bit.
-    with pytest.raises(FieldError, match="mlas_round = 1 is reserved .* SINGLE_ROUND is set"):
-        Act(acc=0, ub=0, rows=1, mlas_round=True)
-    with pytest.raises(IllegalInstruction, match=r"act field mlas_round \[10\] = 1 is reserved") as info:
-        decode(h("40 04 0000 000000 010000 00 00 0000 0000"))
-    assert info.value.fault == Fault.ILLEGAL_FIELD and info.value.field == "mlas_round"
-    act = decode(h("40 06 0000 000000 010000 00 00 0000 0000"))
-    assert act.single_round and act.mlas_round
-    assert check(act, TPUConfig()) == Fault.NONE
-    assert check(h("40 04 0000 000000 010000 00 00 0000 0000"), TPUConfig()) == Fault.ILLEGAL_FIELD
+def test_mlas_round_with_and_without_single_round():
+    # Flag 2 rounds once whether flag 1 is set or not (no condition for the
+    # decoder to check); flag 3 stays reserved.
+    for flags, single in (("04", False), ("06", True)):
+        act = decode(h(f"40 {flags} 0000 000000 010000 00 00 0000 0000"))
+        assert act.mlas_round and act.single_round == single
+        assert check(act, TPUConfig()) == Fault.NONE
+    assert Act(acc=0, ub=0, rows=1, mlas_round=True).encode() == h("40 04 0000 000000 010000 00 00 0000 0000")
+    with pytest.raises(IllegalInstruction, match=r"act flag bit 3"):
+        decode(h("40 08 0000 000000 010000 00 00 0000 0000"))
 
 
 def test_reserved_bits_name_their_range():

@@ -13,8 +13,8 @@ it bit for bit. Per output column ``n`` of an accumulator row:
    output never overflows it for the accumulators a compiler produces.
    With ``single_round`` set instead ``y = (x * multiplier + 2**(30 - shift))
    >> (31 - shift)``, one rounding with ties toward +infinity, computed exactly
-   (TFLite's int8 FULLY_CONNECTED); with ``mlas_round`` too (only with
-   ``single_round``) ``y = rint(float32(float32(x) * s))``, ``s =
+   (TFLite's int8 FULLY_CONNECTED); with ``mlas_round`` (``single_round``
+   set or not) ``y = rint(float32(float32(x) * s))``, ``s =
    multiplier * 2**(shift - 31)``, half to even and saturated to int32: ONNX
    Runtime's (MLAS's) float32 requantization, computed from integers by
    ``tpu/models/mlas_rounding.py``, for a column whose multiplier is a
@@ -238,8 +238,9 @@ class ActivationSettings:
         self.function = Function(self.function)
         self.pool = Pooling(self.pool)
         self.unsigned = bool(self.unsigned)
-        self.single_round = bool(self.single_round)
         self.mlas_round = bool(self.mlas_round)
+        # MLAS's rounding is a one rounding: the activation unit sets both.
+        self.single_round = bool(self.single_round) or self.mlas_round
         self.validate()
 
     def validate(self):
@@ -262,8 +263,6 @@ class ActivationSettings:
         check("multiplier", self.multiplier, INT32_MIN, INT32_MAX)
         check("shift", self.shift, -(1 << (SHIFT_WIDTH - 1)), (1 << (SHIFT_WIDTH - 1)) - 1)
         check("lut", self.lut, 0, 255)
-        if self.mlas_round and not self.single_round:
-            raise ValueError("mlas_round needs single_round")
         v_low, v_high = -(1 << (VALUE_WIDTH - 1)), (1 << (VALUE_WIDTH - 1)) - 1
         for name in ("zero_point", "clamp_min", "clamp_max"):
             check(name, getattr(self, name), v_low, v_high)
