@@ -53,13 +53,21 @@ def differing_ties(rng, count, *, limit=300):
     """``count`` of `constructed_ties` (``m`` a 24-bit significand), half of
     them where the MLAS rounding and the chip's one rounding differ with a
     result below `limit` in magnitude (which an 8-bit output's clamp may pass)."""
-    x, m, shift = constructed_ties(rng, 40 * count)
-    y = multiply_by_float32_multiplier(x, m << 7, shift)
-    differ = (y != multiply_by_quantized_multiplier_single_round(x, m << 7, shift)) & (abs(y) < limit)
-    pick = np.concatenate([np.flatnonzero(differ)[:count // 2],
-                           np.flatnonzero(~differ)[:count - count // 2]])
-    assert pick.size == count
-    return x[pick], m[pick], shift[pick]
+    parts = [[], [], []]
+    found = 0
+    while found < count // 2 or not parts[0]:
+        x, m, shift = constructed_ties(rng, 40 * count)
+        y = multiply_by_float32_multiplier(x, m << 7, shift)
+        differ = (y != multiply_by_quantized_multiplier_single_round(x, m << 7, shift)) \
+            & (abs(y) < limit)
+        # (about 1 in 60 differ: draw again until half of `count` do)
+        pick = np.flatnonzero(differ)[:count // 2 - found]
+        if not parts[0]:
+            pick = np.concatenate([pick, np.flatnonzero(~differ)[:count - count // 2]])
+        found += int(np.count_nonzero(differ[pick]))
+        for part, values in zip(parts, (x, m, shift)):
+            part.append(values[pick])
+    return tuple(np.concatenate(part) for part in parts)
 
 
 def conversion_ties(rng, count):
