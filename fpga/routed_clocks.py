@@ -74,6 +74,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the function table read a cycle early", 16,
                16, 45.8333, 50.69, "2026-12-06", "6abf3b7",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", an eighteenth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the packing gearboxes' enables by slot", 16,
+               16, 46.875, 49.75, "2026-12-06", "5e84340",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a nineteenth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most

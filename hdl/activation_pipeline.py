@@ -350,7 +350,21 @@ class ActivationPipeline(wiring.Component):
         ahead = Signal(range(steps), name="ahead")
         ahead_first = Signal(name="ahead_first")        # the next group is group 0
         if steps > 1:
-            if cycles > 1:
+            if staged:
+                # A register, set from `count`'s next value (`following`),
+                # so that the selects chosen ahead come from flip-flops, not
+                # from `count`'s compare and increment (the nineteenth
+                # ulx3s16 build's critical path ran through them into the
+                # bias select). A row taken moves `count` from 0 to 1, and
+                # the group after 1 is group 0, as after 0 (a product takes
+                # 4 cycles or more), so the next value does not depend on
+                # whether a row is taken: `following` is `count`'s next
+                # value when none is.
+                assert cycles > 2
+                following = Mux((count == 0) | (count == row_cycles - 1), 0, count + 1)
+                m.d.sync += ahead.eq(Mux(following == row_cycles - 1, 0, following + 1)
+                                     >> exact_log2(cycles))
+            elif cycles > 1:
                 m.d.comb += ahead.eq(Mux(count == row_cycles - 1, 0, count + 1) >> exact_log2(cycles))
             else:
                 m.d.comb += ahead.eq(Mux(count == row_cycles - 1, 0, count + 1))

@@ -4,7 +4,8 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host_registers import COUNTER_NAMES, UNMAPPED, Irq, config_words, register_bits, registers
+from ..host_registers import (COUNTER_NAMES, UNMAPPED, Irq, config_words, register_bits,
+                              register_overflow_bits, registers)
 from .counter_ram import CounterReadSignature
 from .window import DmaWindows
 from .tlp import CplStatus, FmtType, TlpHeader, has_data, tlp_stream
@@ -92,6 +93,7 @@ class Bar0(wiring.Component):
         self._config = config
         self._table = registers(config)
         self._bits = register_bits(config)
+        self._overflow = register_overflow_bits(config)
         self._rw = [r for r in self._table if r.access == "rw"
                     and not r.name.startswith("WIN")]
         if config.narrow_host:
@@ -202,7 +204,12 @@ class Bar0(wiring.Component):
                     if not len(stored[r.name]):
                         continue
                     with m.Case(r.offset >> 2):
-                        m.d.sync += stored[r.name].eq(value)
+                        if r.name in self._overflow:
+                            # The low bits, and whether the value is past them.
+                            n = self._overflow[r.name]
+                            m.d.sync += stored[r.name].eq(Cat(value[:n], value[n:].any()))
+                        else:
+                            m.d.sync += stored[r.name].eq(value)
                 elif r.access == "w1c":
                     with m.Case(r.offset >> 2):
                         m.d.comb += cleared.eq(value)

@@ -262,10 +262,11 @@ class ByteAligner(wiring.Component):
 
 class BeatShifter(wiring.Component):
     """The cheap `ByteGearbox` for beat widths of which one divides the
-    other: whole input beats are shifted in (packing narrow beats into wide
-    ones) or whole output beats shifted out (cutting wide beats into narrow
-    ones), so no byte moves by a variable amount and it takes a register
-    and a counter instead of a barrel shifter.
+    other: whole input beats are written into slots (packing narrow beats
+    into wide ones) or whole output beats picked from a register in turn
+    (cutting wide beats into narrow ones), so no byte moves by a variable
+    amount and it takes a register and a counter instead of a barrel
+    shifter.
 
     What the stream must keep to (the DMA jobs of the program fetcher, the
     weight filler and RHM/WHM do):
@@ -352,25 +353,41 @@ class BeatShifter(wiring.Component):
     def _cut(self):
         m = Module()
         n_in, n_out = self._in, self._out
-        buf = Signal(8 * n_in)
-        left = Signal(range(n_in + 1))    # bytes of `buf` still to send
+        words = n_in // n_out
+        left = Signal(range(words + 1))   # output beats of `buf` still to send
+        index = Signal(range(words))      # the next one's word in `buf`
         last = Signal()                   # they end a job
 
+        # The buffer is loaded in every cycle a beat would be taken, whether
+        # one comes or not (`left` counts only the ones that did), and the
+        # output beat is picked from it by `index` instead of shifted down:
+        # its enable is `ready` alone, not the input's valid, and no longer
+        # also the output handshake. The buffer keeps no reset: `left`
+        # empties it.
+        buf = Signal(8 * n_in, reset_less=True)
+        taken = Signal(range(words + 1))  # output beats in the input beat
+        with m.Switch(self.i.payload.count):
+            for k in range(1, words + 1):
+                with m.Case(k * n_out):
+                    m.d.comb += taken.eq(k)
         m.d.comb += [
             self.o.valid.eq(left != 0),
-            self.o.payload.data.eq(buf[:8 * n_out]),
+            self.o.payload.data.eq(buf.word_select(index, 8 * n_out)),
             self.o.payload.count.eq(n_out),
-            self.o.payload.last.eq(last & (left <= n_out)),
-            self.i.ready.eq((left == 0) | ((left <= n_out) & self.o.ready)),
+            self.o.payload.last.eq(last & (left == 1)),
+            self.i.ready.eq((left == 0) | ((left == 1) & self.o.ready)),
             self.idle.eq(left == 0),
         ]
         out_fire = self.o.valid & self.o.ready
         in_fire = self.i.valid & self.i.ready
-        with m.If(in_fire):
-            m.d.sync += [buf.eq(self.i.payload.data), left.eq(self.i.payload.count),
-                         last.eq(self.i.payload.last)]
+        with m.If(self.i.ready):
+            m.d.sync += [buf.eq(self.i.payload.data), index.eq(0)]
         with m.Elif(out_fire):
-            m.d.sync += [buf.eq(buf[8 * n_out:]), left.eq(left - n_out)]
+            m.d.sync += index.eq(index + 1)
+        with m.If(in_fire):
+            m.d.sync += [left.eq(taken), last.eq(self.i.payload.last)]
+        with m.Elif(out_fire):
+            m.d.sync += left.eq(left - 1)
         return m
 
 

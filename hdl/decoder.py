@@ -238,7 +238,14 @@ class InstructionDecoder(wiring.Component):
             return legal_opcode, illegal_field
 
         # Geometry that needs division, done on the serial divider.
-        m.submodules.div = div = SerialDivider(24)
+        # Every divisor is a 16-bit field (or the 4-bit stride): the small
+        # decoder's remainder, its running remainder and its divisor are that
+        # wide. A zero divisor is an illegal field; only the cycles of its
+        # word matter, and an ACT's are kept below (`in_w` zero).
+        if cfg.serial_decode:
+            m.submodules.div = div = SerialDivider(24, divisor_width=16)
+        else:
+            m.submodules.div = div = SerialDivider(24)
         act = {name: field(word, Opcode.ACT, name) for name in _fields(Opcode.ACT)}
         mmc = {name: field(word, Opcode.MMC, name) for name in _fields(Opcode.MMC)}
         new_act = {name: field(new, Opcode.ACT, name) for name in _fields(Opcode.ACT)}
@@ -255,14 +262,19 @@ class InstructionDecoder(wiring.Component):
         new_conv = (new[:8] == Opcode.MMC) & new_mmc["conv"] & (new_mmc["rows"] != 0)
 
         win_bad = Signal()
-        out_h = Signal(24)
-        out_w = Signal(24)
+        # The small decoder keeps the geometry only as far as its clamped
+        # products read it: the pooled sizes and a convolution's last column
+        # clamped at 2**ub_bits, its last row at 2**(ub_bits + 1), so that
+        # `conv_y - 1` is exact below 2**ub_bits too.
+        small_geometry = cfg.serial_decode
+        out_h = Signal(cfg.ub_rows.bit_length() + 1 if small_geometry else 24)
+        out_w = Signal(cfg.ub_rows.bit_length() + 1 if small_geometry else 24)
         # `out_h` and `out_w` clamped at the UB's size (`bounded_operand`),
         # for the pooled rows' bounded product.
         out_h_bound = Signal(cfg.ub_rows.bit_length() + 1)
         out_w_bound = Signal(cfg.ub_rows.bit_length() + 1)
-        conv_y = Signal(24)
-        conv_x = Signal(24)
+        conv_y = Signal(cfg.ub_rows.bit_length() + 2 if small_geometry else 24)
+        conv_x = Signal(cfg.ub_rows.bit_length() + 1 if small_geometry else 24)
         # The stages after the geometry: each registers its results, so no
         # product, sum and comparison are chained in one cycle. `derive`
         # registers the ranges and derived values, `check` the fault, and
@@ -366,11 +378,11 @@ class InstructionDecoder(wiring.Component):
         if cfg.serial_decode:
             multiply, multiplied = self._serial_products(m, ub_bits, conv, [
                 (conv_y, mmc["row_step"], rows_part),
-                ((conv_y - 1)[:24], mmc["row_step"], full_rows_part),
+                ((conv_y - 1)[:len(conv_y)], mmc["row_step"], full_rows_part),
                 (conv_x, mmc["col_step"], col_part),
                 ((mmc["out_w"] - 1)[:16], mmc["col_step"], full_col_part),
                 (out_h, out_w, pooled_rows),
-            ])
+            ], clamped_already=(conv_x, out_h, out_w))
 
         # The next division's operands, registered in the cycle before it
         # starts (the first's chosen in PRESENT, the pooling geometry's
@@ -390,6 +402,20 @@ class InstructionDecoder(wiring.Component):
             return [size.eq(Mux(div.quotient >= limit - 1, limit, (div.quotient + 1)[:ub_bits + 1]))]
         m.d.comb += [div.dividend.eq(dividend), div.divisor.eq(divisor)]
 
+        def pooled_size():
+            # `quotient + 1`; the small geometry's clamped at 2**ub_bits from
+            # the quotient's own bits (no 24-bit add; a low part of all ones
+            # reaches 2**ub_bits by itself).
+            if not small_geometry:
+                return div.quotient + 1
+            return Mux(div.quotient[ub_bits:].any(), 1 << ub_bits, div.quotient[:ub_bits] + 1)
+
+        def zero_width_bad():
+            # The small divider's remainder by zero is its dividend's low 16
+            # bits, which may be zero: an `in_w` of zero ends the geometry
+            # as the wide remainder (`rows`, not zero) does.
+            return [act["in_w"] == 0] if small_geometry else []
+
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -407,14 +433,19 @@ class InstructionDecoder(wiring.Component):
                     m.next = "CHECK"
             with m.State("CONV"):
                 with m.If(div.done):
-                    m.d.sync += [conv_y.eq(div.quotient), conv_x.eq(div.remainder)]
+                    if small_geometry:
+                        m.d.sync += [conv_y.eq(_clamped(div.quotient, ub_bits + 1)),
+                                     conv_x.eq(_clamped(div.remainder, ub_bits))]
+                    else:
+                        m.d.sync += [conv_y.eq(div.quotient), conv_x.eq(div.remainder)]
                     m.next = "PRODUCT"
             with m.State("IN_H"):
                 with m.If(div.done):
                     k = act["pool_size"]
                     m.d.sync += [dividend.eq(div.quotient - k),  # in_h - pool_size
                                  divisor.eq(act["pool_stride"])]
-                    with m.If((div.remainder != 0) | (div.quotient < k) | (act["in_w"] < k)):
+                    bad = [div.remainder != 0, div.quotient < k, act["in_w"] < k, *zero_width_bad()]
+                    with m.If(functools.reduce(lambda a, b: a | b, bad)):
                         m.d.sync += win_bad.eq(1)
                         m.next = "PRODUCT"
                     with m.Else():
@@ -424,7 +455,7 @@ class InstructionDecoder(wiring.Component):
                 m.next = "OUT_H"
             with m.State("OUT_H"):
                 with m.If(div.done):
-                    m.d.sync += [out_h.eq(div.quotient + 1), *bound_of(out_h_bound),
+                    m.d.sync += [out_h.eq(pooled_size()), *bound_of(out_h_bound),
                                  dividend.eq(act["in_w"] - act["pool_size"])]
                     m.next = "OUT_W_START"
             with m.State("OUT_W_START"):
@@ -432,7 +463,7 @@ class InstructionDecoder(wiring.Component):
                 m.next = "OUT_W"
             with m.State("OUT_W"):
                 with m.If(div.done):
-                    m.d.sync += [out_w.eq(div.quotient + 1), *bound_of(out_w_bound)]
+                    m.d.sync += [out_w.eq(pooled_size()), *bound_of(out_w_bound)]
                     m.next = "PRODUCT"
             with m.State("PRODUCT"):
                 if cfg.serial_decode:
@@ -489,15 +520,18 @@ class InstructionDecoder(wiring.Component):
         # compares the registered end with the registered window ends: no
         # add and compare are chained in one cycle.
         new_dma = {name: field(new, Opcode.RHM, name) for name in _fields(Opcode.RHM)}
-        limits = WindowLimits(m, self.windows)
+        # The small decoder keeps a span's address and end at the windows'
+        # width (`host_addr_bits`) and one bit for an address above it, which
+        # no window reaches: a span there faults as its 64-bit end would.
+        # Its spans are checked only when not empty (``host_check``), so
+        # each window's limit is its exact end and a span's end above
+        # 2**width is tested apart (`WindowLimits` ``exact``).
+        narrow_host = cfg.serial_decode and cfg.host_addr_bits < 64
+        limits = WindowLimits(m, self.windows, exact=narrow_host)
         host_check = Signal()
         host_above = Signal(len(self.windows))
         host_end = Signal(66)
         host_addr = new_dma["host"]
-        # The small decoder keeps a span's address and end at the windows'
-        # width (`host_addr_bits`) and one bit for an address above it, which
-        # no window reaches: a span there faults as its 64-bit end would.
-        narrow_host = cfg.serial_decode and limits.width < 64
         if narrow_host:
             host_high = Signal()
             host_addr = new_dma["host"][:limits.width]
@@ -568,7 +602,7 @@ class InstructionDecoder(wiring.Component):
         with m.If(fsm.ongoing("START")):
             host_outside = ~limits.inside(host_above, host_end)
             if narrow_host:
-                host_outside = host_high | host_outside
+                host_outside = host_high | limits.end_beyond(host_end) | host_outside
             m.d.sync += [host_bad.eq(host_check & host_outside),
                          word_ub_bad.eq(span_in["ub"] & (span_end > span_size["ub"])),
                          acc_bad.eq(span_in["acc"] & (span_end > span_size["acc"])),
@@ -634,7 +668,7 @@ class InstructionDecoder(wiring.Component):
         return m
 
     @staticmethod
-    def _serial_products(m, ub_bits, conv, products):
+    def _serial_products(m, ub_bits, conv, products, clamped_already=()):
         """The geometry's products on one shift-and-add multiplier, a bit of
         the multiplier a cycle, `product_cycles` cycles each: the four of a
         convolution (``conv``) or else the last one, into their registers.
@@ -643,14 +677,18 @@ class InstructionDecoder(wiring.Component):
         it, so the sums of the convolution's products reach the UB's size
         exactly when the exact ones do, and the same words fault.
 
+        The operands in `clamped_already` are registered clamped and are
+        taken as they are.
+
         Returns ``(multiply, multiplied)``: a pulse that starts the products,
         and a pulse in the cycle the last one is registered."""
         limit = 1 << ub_bits
         width = ub_bits + 1
 
         def clamped(value):
-            value = Value.cast(value)
-            return _clamped(value, ub_bits)
+            if any(value is operand for operand in clamped_already):
+                return value
+            return _clamped(Value.cast(value), ub_bits)
 
         def saturated(value):
             return _clamped(value, ub_bits)

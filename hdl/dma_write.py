@@ -75,6 +75,12 @@ class DmaWriter(wiring.Component):
         addr = Signal(cfg.host_addr_bits)  # of the next TLP
         left = Signal(32)                  # bytes not yet given to a TLP
         in_left = Signal(32)               # bytes still to take from `data`
+        # `in_left != 0`, registered: `data.ready` then comes from flip-flops
+        # through the few LUTs of `fill`, not through an OR of 32 bits, and
+        # so do the enables of the WHM shifter's buffer behind it. Not on the
+        # one-word link (`serial_host`), where the iCE40's mapping of the
+        # word slots came out a level deeper with it.
+        in_some = Signal() if not cfg.serial_host else (in_left != 0)
         tlp = Signal()                     # `hdr` is a TLP being sent
         started = Signal()                 # ... and has been offered on `request`
         draining = Signal()                # flushed while a TLP was half sent
@@ -118,7 +124,7 @@ class DmaWriter(wiring.Component):
         in_count = Signal(range(beat + 1))
         m.d.comb += [
             in_count.eq(Mux(self.data.payload.count < in_left, self.data.payload.count, in_left)),
-            self.data.ready.eq(active & ~draining & (in_left != 0) & (fill <= size - beat)),
+            self.data.ready.eq(active & ~draining & in_some & (fill <= size - beat)),
         ]
         in_fire = self.data.valid & self.data.ready
         if cfg.serial_host:
@@ -153,7 +159,10 @@ class DmaWriter(wiring.Component):
             head, empty = buf[:8 * beat], [buf.eq(0), fill.eq(0)]
         m.d.comb += out.payload.data.eq(head)
         with m.If(in_fire):
+            # bytes stay to take if the beat is short of them (`in_count` is the beat's count)
             m.d.sync += in_left.eq(in_left - in_count)
+            if not cfg.serial_host:
+                m.d.sync += in_some.eq(self.data.payload.count < in_left)
 
         # Offered is as good as started: on a narrow link the transmitter
         # sends the header words before it takes the first beat, so a TLP
@@ -187,6 +196,8 @@ class DmaWriter(wiring.Component):
             self.idle.eq(~active),
         ]
         with m.If(self.job.valid & self.job.ready):
+            if not cfg.serial_host:
+                m.d.sync += in_some.eq(self.job.payload.length != 0)
             m.d.sync += [
                 active.eq(1),
                 *load_addr(self.job.payload.addr),
@@ -198,7 +209,7 @@ class DmaWriter(wiring.Component):
             ]
 
         stop = [active.eq(0), tlp.eq(0), started.eq(0), draining.eq(0), *empty,
-                left.eq(0), in_left.eq(0)]
+                left.eq(0), in_left.eq(0), *([] if cfg.serial_host else [in_some.eq(0)])]
         with m.If(draining & tlp_end):
             m.d.sync += stop
         with m.If(self.flush):

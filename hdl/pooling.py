@@ -53,7 +53,9 @@ class PoolingUnit(wiring.Component):
     reduction and reciprocal multiply (itself three stages, or
     `SEQUENTIAL_CYCLES` on one small multiplier) are registered, the sign
     and clamp is combinational at the output (no carry chain: the low
-    byte's negation and the saturation from ORs of the quotient's bits).
+    byte's negation and the saturation from ORs of the quotient's bits;
+    with `sequential_average` after a 9-bit sum that adds the reciprocal's
+    bit 32 times ``x``).
     The output for a row that completes a window is presented `latency`
     cycles after that row.
 
@@ -453,14 +455,22 @@ class PoolingUnit(wiring.Component):
         the reciprocal ``r`` (33 bits) is ``x_0 r_0``, ``x_0 r_1`` and
         ``x_1 r_0`` at 2**16, ``x_1 r_1`` and ``r[32] x`` at 2**32, the
         16-bit pieces summed least significant first, the sum shifted right
-        16 bits as it moves up a weight: only the quotient ``floor(x r /
-        2**32)`` is kept (the bits shifted out have already carried into
-        it), in 34 bits instead of the whole 55-bit product. The first piece
-        in the cycle the value arrives (`start`), the others from `x`
-        registered, so the product is ready three cycles later than the
-        one-cycle multiply's. A value arrives at most once every
-        `SEQUENTIAL_CYCLES` cycles (the requantizers' products take as
-        long)."""
+        16 bits as it moves up a weight: only the quotient of the low 32
+        bits, ``floor(x (r mod 2**32) / 2**32)``, is kept (the bits shifted
+        out have already carried into it), in 34 bits instead of the whole
+        55-bit product. The first piece in the cycle the value arrives
+        (`start`), the others from `x` registered, so the product is ready
+        three cycles later than the one-cycle multiply's. A value arrives
+        at most once every `SEQUENTIAL_CYCLES` cycles (the requantizers'
+        products take as long).
+
+        ``r[32] x`` is a whole number at 2**32, so the quotient is that sum
+        plus ``r[32] x``, and the output takes only its low byte and whether
+        it is 128 or more, or 256 or more: the quotient given to the output
+        is those (its low byte, bit 8 set for 256 or more), from a 9-bit
+        sum of the low bytes and ORs of the bits above, not a third operand
+        of the 34-bit sum (the output reads `x` in the cycle after the last
+        step, before the next value's start replaces it)."""
         cfg = self.settings
         recip = cfg.pool_reciprocal
         phase = Signal(range(self.SEQUENTIAL_CYCLES))   # step 1..3 running; 0 idle
@@ -490,18 +500,25 @@ class PoolingUnit(wiring.Component):
                     m.d.comb += [a.eq(x[16:]), b.eq(recip[16:32])]
             m.d.comb += piece.eq(a * b)
             # One sum for the three steps: the running total (shifted as
-            # the pieces move up a weight), the piece, and the reciprocal's
-            # bit 32 times `x` in the last step.
+            # the pieces move up a weight) and the piece.
             addend = Signal(34, name=f"p3_addend{n}")
-            extra = Signal(22, name=f"p3_extra{n}")
             m.d.comb += [
                 addend.eq(Mux(phase == 2, total, total >> 16)),
-                extra.eq(Mux((phase == self.SEQUENTIAL_CYCLES - 1) & recip[32], x, 0)),
             ]
             with m.If(start):
                 m.d.sync += total.eq(piece)
             with m.Elif(phase != 0):
-                m.d.sync += total.eq(addend + piece + extra)
-            # The quotient, below 2**23, where the output stage takes it.
+                m.d.sync += total.eq(addend + piece)
+            # The reciprocal's bit 32 times `x` added for the output: the
+            # low bytes summed, and whether the quotient reaches 256 (a
+            # third operand of the 34-bit sum took 88 LUT4s more).
+            extra = Signal(22, name=f"p3_extra{n}")
+            low_sum = Signal(9, name=f"p3_low_sum{n}")
+            m.d.comb += [
+                extra.eq(Mux(recip[32], x, 0)),
+                low_sum.eq(total[:8] + extra[:8]),
+            ]
             quotient_bits = len(products[n]) - RECIPROCAL_SHIFT
-            m.d.comb += products[n].eq(Cat(C(0, RECIPROCAL_SHIFT), total[:quotient_bits]))
+            above = Signal(name=f"p3_above{n}")
+            m.d.comb += above.eq(low_sum[8] | total[8:quotient_bits].any() | extra[8:].any())
+            m.d.comb += products[n].eq(Cat(C(0, RECIPROCAL_SHIFT), low_sum[:8], above))

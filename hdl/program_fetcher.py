@@ -4,6 +4,7 @@ from amaranth import *
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..host_registers import register_bits
 from ..isa import INSTRUCTION_BITS, INSTRUCTION_BYTES
 from .byte_gearbox import ByteBeat, gearbox
 from .dma_read import read_job
@@ -25,6 +26,7 @@ class ProgramFetcher(wiring.Component):
         Pulse: fetch ``length`` instructions from ``addr``.
     addr : In(host_addr_bits)
     length : In(32)
+        As wide as PROG_LEN keeps (`tpu.host_registers.register_bits`).
     job : Out(stream of read_job(host_addr_bits))
         Read jobs for the DMA reader (``channel`` left 0).
     data : In(byte_stream)
@@ -45,7 +47,7 @@ class ProgramFetcher(wiring.Component):
         super().__init__({
             "start":  In(1),
             "addr":   In(config.host_addr_bits),
-            "length": In(32),
+            "length": In(register_bits(config).get("PROG_LEN", 32)),
             "job":    Out(stream.Signature(read_job(config.host_addr_bits))),
             "data":   In(stream.Signature(ByteBeat(4 * config.link_dw))),
             "instr":  Out(stream.Signature(INSTRUCTION_BITS)),
@@ -103,7 +105,7 @@ class ProgramFetcher(wiring.Component):
             popped = queue.r_en & queue.r_rdy
 
         addr = Signal(self._config.host_addr_bits)
-        left = Signal(32)          # instructions not yet asked for
+        left = Signal(len(self.length))    # instructions not yet asked for
         # Queue entries asked for and not yet queued.
         outstanding = Signal(range(depth * per_instruction + 1))
         # ... and those plus the queue's level: the queue entries taken,

@@ -48,24 +48,44 @@ class WindowLimits:
 
     Then a span ``[addr, end)`` of `addr` registered beside ``above_base``
     (`above_base`) and `end` registered is inside window ``i`` when
-    ``above_base[i] & (end <= limit[i])`` (`inside`)."""
+    ``above_base[i] & (end <= limit[i])`` (`inside`).
 
-    def __init__(self, m, windows):
+    With ``exact`` the limit is ``base + size`` itself and ``above_base``
+    does not test ``size != 0``: a check of a span that is never empty and
+    that tests ``end <= 2**width`` apart (`end_beyond`). Such a span ends
+    above its start, so it is inside no closed window (its end above the
+    base); the clamp's multiplexer and the size's OR are not built."""
+
+    def __init__(self, m, windows, *, exact=False):
         width = len(windows[0].base)
         self.width = width
+        self._exact = exact
         self.limit = [Signal(width + 1, name=f"win{i}_limit") for i in range(len(windows))]
         for window, limit in zip(windows, self.limit):
             end = Signal(width + 1, name=f"{limit.name}_sum")
             m.d.comb += end.eq(window.base + window.size)
-            # Above 2**width when bit `width` is set and any bit below it.
-            m.d.sync += limit.eq(Mux(end[width] & end[:width].any(), 1 << width, end))
+            if exact:
+                m.d.sync += limit.eq(end)
+            else:
+                # Above 2**width when bit `width` is set and any bit below it.
+                m.d.sync += limit.eq(Mux(end[width] & end[:width].any(), 1 << width, end))
         self._windows = windows
 
     def above_base(self, addr):
-        """Per window: open (``size != 0``), and `addr` at or above its base
-        (to register), from the windows of this cycle, so that it may be
-        taken in the cycle the windows are first sampled."""
+        """Per window: open (``size != 0``; not with ``exact``), and `addr`
+        at or above its base (to register), from the windows of this cycle,
+        so that it may be taken in the cycle the windows are first
+        sampled."""
+        if self._exact:
+            return Cat(*[window.base <= addr for window in self._windows])
         return Cat(*[(window.size != 0) & (window.base <= addr) for window in self._windows])
+
+    def end_beyond(self, end):
+        """1 when `end` (exclusive) is above ``2**width``, where no window
+        reaches: bit `width` set and any bit below it, or any bit above."""
+        width = self.width
+        end = Value.cast(end)
+        return end[width + 1:].any() | (end[width] & end[:width].any())
 
     def inside(self, above_base, end):
         """1 when the span ending at `end` (exclusive, registered) and

@@ -1,8 +1,8 @@
 """BAR0 on its own, cycle by cycle (Amaranth's simulator): the two races the
 chip-level tests cannot time, an IRQ_STATUS write-1-to-clear in the very
 cycle a new interrupt is raised, and a STATUS read right behind a START;
-completion tags; and counter _LO/_HI pairs with values no simulation of the
-chip reaches."""
+completion tags; counter _LO/_HI pairs with values no simulation of the
+chip reaches; and what the narrow host side's narrowed registers read back."""
 
 import random
 
@@ -13,7 +13,9 @@ from conftest import base_seed
 from tpu import TPUConfig
 from tpu.hdl.bar0 import Bar0
 from tpu.hdl.tlp import FmtType
-from tpu.host_registers import COUNTER_NAMES, Control, Irq, Status, registers
+from tpu.config import UP5K_PROFILE
+from tpu.host_registers import (COUNTER_NAMES, Control, Irq, Status, kept_value, register_overflow_bits,
+                                registers)
 
 
 def _offset(name, config):
@@ -190,3 +192,53 @@ def test_counter_lo_latches_its_own_hi(link_dw):
     _simulate(dut, testbench)
     wrong = [f"{name}: 0x{seen:x}, expected 0x{value:x}" for name, value, seen in got if seen != value]
     assert not wrong, f"counters read as _LO then _HI (seed {seed}): {'; '.join(wrong)}"
+
+
+def test_narrow_registers_read_back():
+    """With ``narrow_host`` WFILL_TILE, WFILL_TILES and PROG_LEN keep the bits
+    the chip can use and one for a value past them (`kept_value`): a value
+    that fits reads back as written, one past them reads at least ``2**n``
+    (so a WFILL or START with it is still refused), on the ``rw`` port too."""
+    config = UP5K_PROFILE
+    overflow = register_overflow_bits(config)
+    assert set(overflow) == {"WFILL_TILE", "WFILL_TILES", "PROG_LEN"}
+    dut = Bar0(config)
+    rng = random.Random(base_seed())
+    values = [0, 1, 0xFFFFFFFF, 0xA5A55A5A]
+    for n in set(overflow.values()):
+        values += [(1 << n) - 1, 1 << n, (1 << n) + 1, 1 << 31, (1 << 31) | ((1 << n) - 1),
+                   rng.getrandbits(n), rng.getrandbits(32)]
+    got = []
+
+    async def access(ctx, write, offset, value=0):
+        ctx.set(dut.access.payload.write, write)
+        ctx.set(dut.access.payload.offset, offset >> 2)
+        ctx.set(dut.access.payload.value, value)
+        ctx.set(dut.access.valid, 1)
+        while not ctx.get(dut.access.ready):
+            await ctx.tick()
+        await ctx.tick()
+        ctx.set(dut.access.valid, 0)
+        if write:
+            return None
+        while not ctx.get(dut.answer.valid):
+            await ctx.tick()
+        answer = ctx.get(dut.answer.payload)
+        await ctx.tick()
+        return answer
+
+    async def testbench(ctx):
+        ctx.set(dut.answer.ready, 1)
+        for name in overflow:
+            for value in values:
+                await access(ctx, 1, _offset(name, config), value)
+                read = await access(ctx, 0, _offset(name, config))
+                got.append((name, value, read, ctx.get(dut.rw[name])))
+
+    _simulate(dut, testbench)
+    for name, value, read, port in got:
+        kept = kept_value(config, name, value)
+        assert read == kept == port, (f"{name} written 0x{value:x} reads 0x{read:x}, rw port 0x{port:x}, "
+                                      f"not 0x{kept:x}")
+        n = overflow[name]
+        assert (read == value) if value < 1 << n else read >= 1 << n, (name, value, read)

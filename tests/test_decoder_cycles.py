@@ -60,6 +60,22 @@ def _near_the_ub_end(rng, count, ub_rows):
     return words
 
 
+def _zero_widths():
+    """Windowed ACTs with `in_w` zero (and `pool_size` zero, which would not
+    stop them) over rows a multiple of 2**16: their remainder by zero is
+    not zero, so the geometry ends after the first division."""
+    words = []
+    for rows in (1 << 16, 3 << 16, 1 << 20):
+        for pool in (Pool.MAX, Pool.AVG):
+            for k in (0, 1):
+                f = {f.name: f for f in LAYOUTS[Opcode.ACT]}
+                word = int(Opcode.ACT)
+                for name, value in (("rows", rows), ("pool", pool), ("pool_size", k), ("pool_stride", 1)):
+                    word |= f[name].insert(value)
+                words.append(word)
+    return words
+
+
 #: The decoder with its products in one cycle, and a small one multiplying a
 #: bit a cycle (`serial_decode`).
 CONFIGS = [TPUConfig(rows=4, cols=4), TPUConfig(rows=4, cols=4, ub_rows=256, serial_decode=1)]
@@ -73,7 +89,7 @@ def test_decode_cycles_match_the_decoder(config):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     rng = random.Random(seed)
-    words = _words(rng, 400) + _near_the_ub_end(rng, 150, config.ub_rows)
+    words = _words(rng, 400) + _near_the_ub_end(rng, 150, config.ub_rows) + _zero_widths()
     dut = InstructionDecoder(config)
     wrong = []
     faults = []

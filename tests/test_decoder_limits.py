@@ -157,7 +157,9 @@ def _geometry_cases(cfg, rng, count):
 #: in logic, in registered terms (an iCE40's, an ECP5's with the array in DSP
 #: bands), and on the platform's multipliers (an ECP5 without).
 @pytest.mark.parametrize("family, cfg", [("ice40", CONFIG), ("ecp5", CONFIG.replace(dsp_bands=1)),
-                                         ("ecp5", CONFIG)], ids=["ice40", "ecp5-dsp-bands", "ecp5"])
+                                         ("ecp5", CONFIG),
+                                         ("ice40", CONFIG.replace(serial_issue=1, serial_decode=1))],
+                         ids=["ice40", "ecp5-dsp-bands", "ecp5", "ice40-serial"])
 def test_geometry_products_as_built(family, cfg):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
@@ -332,3 +334,36 @@ def test_small_decoder_far_past_the_memories(cfg):
 def _field(word, opcode, name):
     f = {f.name: f for f in LAYOUTS[opcode]}[name]
     return (word >> f.lsb) & ((1 << f.width) - 1)
+
+
+@pytest.mark.parametrize("cfg", [SMALL.replace(serial_issue=1, serial_decode=1),
+                                 SMALL.replace(ub_rows=200, acc_rows=40, serial_issue=1, serial_decode=1)],
+                         ids=["2x3-serial", "2x3-serial-odd-sizes"])
+def test_small_decoder_tall_and_wide_convolutions(cfg):
+    """Convolutions whose last output row or column (the small decoder keeps
+    them clamped) lies at and about every power of two from the UB's up to
+    the fields' widths, with steps of 0 and 1, so that only that row or
+    column reaches past the UB: the fault `tpu.isa.check` gives (UB_RANGE,
+    or ACC_RANGE where the span stays inside the UB)."""
+    words = []
+    for k in range(cfg.ub_rows.bit_length() - 1, 24):
+        for last in ((1 << k) - 1, 1 << k, (1 << k) + 1):
+            if last + 1 < 1 << 24:
+                # The last row: one pixel a row, a row step of 1 or 0.
+                for row_step in (0, 1):
+                    words.append(_word(Opcode.MMC, conv=1, rows=last + 1, out_w=1, col_step=0,
+                                       row_step=row_step))
+            if last < (1 << 16) - 1:
+                # The last column of one wide row.
+                for col_step in (0, 1):
+                    words.append(_word(Opcode.MMC, conv=1, rows=last + 1, out_w=(1 << 16) - 1,
+                                       col_step=col_step, row_step=0))
+    faults = _decoded(cfg, words)
+    wrong = []
+    for word, got in zip(words, faults):
+        want = check(word.to_bytes(16, "little"), cfg)
+        if got != want:
+            wrong.append(f"rows {_field(word, Opcode.MMC, 'rows')} out_w {_field(word, Opcode.MMC, 'out_w')}: "
+                         f"decoder {got.name}, check {want.name}")
+    assert not wrong, "; ".join(wrong[:5])
+    assert {Fault.UB_RANGE, Fault.ACC_RANGE} <= set(faults), set(faults)

@@ -235,11 +235,25 @@ def _report(counts, differ=0):
     assert counts[1] > counts[0] // 2 and counts[3] >= differ
 
 
+def _one_node_model(node, elem_type, in_name, in_shape, out_shape, inits):
+    """A checked model of `node` alone: input `in_name` and output ``y`` of
+    `elem_type`, the other inputs from `inits`."""
+    import onnx
+    from onnx import helper
+    from tpu.compiler import zoo
+    graph = helper.make_graph([node], node.op_type.lower(),
+                              [helper.make_tensor_value_info(in_name, elem_type, list(in_shape))],
+                              [helper.make_tensor_value_info("y", elem_type, list(out_shape))],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", zoo.OPSET)])
+    model.ir_version = zoo.IR_VERSION
+    onnx.checker.check_model(model)
+    return model
+
+
 def _qlinearconv_model(x_type, shape, out_shape, x_scale, zx, w, w_scale, y_scale, zy, bias,
                        stride, pad, group, w_type=np.int8, zw=0):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
-    from tpu.compiler import zoo
     np_type = np.uint8 if x_type == TensorProto.UINT8 else np.int8
     inits = [numpy_helper.from_array(np.float32(x_scale), "sx"),
              numpy_helper.from_array(np_type(zx), "zx"),
@@ -252,13 +266,7 @@ def _qlinearconv_model(x_type, shape, out_shape, x_scale, zx, w, w_scale, y_scal
     node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"],
                             ["y"], kernel_shape=list(w.shape[2:]), strides=[stride, stride],
                             pads=[pad] * 4, group=group)
-    graph = helper.make_graph([node], "qlinearconv",
-                              [helper.make_tensor_value_info("x", x_type, list(shape))],
-                              [helper.make_tensor_value_info("y", x_type, list(out_shape))], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", zoo.OPSET)])
-    model.ir_version = zoo.IR_VERSION
-    onnx.checker.check_model(model)
-    return model
+    return _one_node_model(node, x_type, "x", shape, out_shape, inits)
 
 
 @pytest.mark.parametrize("unsigned", [False, True])
@@ -313,9 +321,7 @@ def test_qlinearconv_matches_onnxruntime(unsigned):
 
 def _qlinearmatmul_model(a_type, b_type, a_shape, out_shape, a_scale, za, b, b_scale, zb,
                          y_scale, zy):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
-    from tpu.compiler import zoo
     a_np = np.uint8 if a_type == TensorProto.UINT8 else np.int8
     b_np = np.uint8 if b_type == TensorProto.UINT8 else np.int8
     inits = [numpy_helper.from_array(np.float32(a_scale), "sa"),
@@ -327,13 +333,7 @@ def _qlinearmatmul_model(a_type, b_type, a_shape, out_shape, a_scale, za, b, b_s
              numpy_helper.from_array(a_np(zy), "zy")]
     node = helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
                             ["y"])
-    graph = helper.make_graph([node], "qlinearmatmul",
-                              [helper.make_tensor_value_info("a", a_type, list(a_shape))],
-                              [helper.make_tensor_value_info("y", a_type, list(out_shape))], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", zoo.OPSET)])
-    model.ir_version = zoo.IR_VERSION
-    onnx.checker.check_model(model)
-    return model
+    return _one_node_model(node, a_type, "a", a_shape, out_shape, inits)
 
 
 @pytest.mark.parametrize("unsigned", [False, True])
@@ -353,7 +353,7 @@ def test_qlinearmatmul_matches_onnxruntime(unsigned):
         b = rng.integers(-127, 128, (k, n))
         b_type, zb = (TensorProto.UINT8, int(rng.integers(0, 256))) if unsigned and case % 4 == 1 \
             else (TensorProto.INT8, 0)
-        b = np.clip(b + zb, 0, 255) - zb if zb else b
+        b = np.clip(b + zb, 0, 255) - zb if b_type == TensorProto.UINT8 else b
         a_scale, b_scale = _scales(rng, 2)
         if case % 2:
             a_scale, b_scale = _short(a_scale, 2), _short(b_scale, 2)
@@ -394,7 +394,9 @@ def test_constructed_ties_match_onnxruntime(unsigned):
     x = np.arange(qmin, qmax + 1).reshape(1, 1, 16, 16)
     w = np.ones((ties.size, 1, 1, 1), np.int64)
     w_scale = _scale(m, shift)
-    zy = int(rng.integers(qmin, qmax + 1))
+    # a zero point in the middle half of the range (a calibrated model's):
+    # products reach +-256, and at an end of the range half of them clamp
+    zy = int(rng.integers(qmin + 64, qmax - 63))
     acc = _conv_acc(x, zx, w, ties, 1, 0, 1)
     model = _qlinearconv_model(x_type, x.shape, acc.shape, 1.0, zx, w, w_scale, 1.0, zy, ties,
                                1, 0, 1)

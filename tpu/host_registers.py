@@ -11,12 +11,13 @@ offsets return `UNMAPPED`.
 import enum
 from dataclasses import dataclass
 
-from .isa import ISA_VERSION
+from .isa import INSTRUCTION_BYTES, ISA_VERSION
 
 
 __all__ = ["Register", "registers", "register_map", "BAR0_BYTES", "CHIP_ID", "HW_VERSION",
            "UNMAPPED", "Control", "Status", "Irq", "HostError", "COUNTER_NAMES",
-           "window_offset", "counter_offset", "config_words", "register_bits", "counters_line"]
+           "window_offset", "counter_offset", "config_words", "register_bits",
+           "register_overflow_bits", "kept_value", "counters_line"]
 
 
 BAR0_BYTES = 4096
@@ -194,4 +195,33 @@ def register_bits(config):
     if config.serial_host:
         # The host side's small form keeps only the interrupt bits there are.
         bits["IRQ_ENABLE"] = len(Irq)
+    bits.update({name: n + 1 for name, n in register_overflow_bits(config).items()})
     return {name: n for name, n in bits.items() if n < 32}
+
+
+def register_overflow_bits(config):
+    """{name: n} for the registers that keep a value's low ``n`` bits and
+    one bit more, set when the value written does not fit them (the
+    narrow host side, `narrow_host`): WFILL_TILE and WFILL_TILES in the
+    bits of ``weight_mem_tiles``, PROG_LEN in 28 bits (more instructions
+    than that span more bytes than a 32-bit window holds). Every value
+    that fits reads back as written; one that does not reads ``2**n`` plus
+    its low bits (`kept_value`), still past the weight memory or the
+    window, so a WFILL or START with it is refused as before."""
+    if not config.narrow_host:
+        return {}
+    n = config.weight_mem_tiles.bit_length()
+    bits = {name: n for name in ("WFILL_TILE", "WFILL_TILES") if n < 31}
+    bits["PROG_LEN"] = config.host_addr_bits - (INSTRUCTION_BYTES - 1).bit_length()
+    return bits
+
+
+def kept_value(config, name, value):
+    """What the rw register `name` keeps (and reads back) of a write of
+    `value`: its `register_bits`, or with `register_overflow_bits` the low
+    bits and whether any bit above them is set."""
+    n = register_overflow_bits(config).get(name)
+    if n is not None:
+        low = value & ((1 << n) - 1)
+        return low | (1 << n) if value >> n else low
+    return value & ((1 << register_bits(config).get(name, 32)) - 1)

@@ -561,6 +561,17 @@ async def global_average_extremes(dut):
         base = ActivationSettings(cols=cols, unsigned=unsigned)
         settings = base.with_pooling(Pooling.GLOBAL_AVG, rows=700)
         await tb.operation(settings, np.full((700, cols), value))
+    # Reciprocals of 2**32 and more (a count that does not match them): the
+    # reciprocal's bit 32 adds the sum's magnitude to the quotient of its
+    # low bits, and the quotient passes 255 through the carry out of the
+    # two low bytes (200 + 100, 2**32 + 2**31) or through the magnitude's
+    # bits from 8 up alone (266 or 300, 2**32).
+    for unsigned, value, count, reciprocal in ((True, 200, 1, 3 << 31), (False, 100, 2, 3 << 31),
+                                               (True, 133, 2, 1 << 32), (False, 100, 3, 1 << 32)):
+        base = ActivationSettings(cols=cols, unsigned=unsigned)
+        settings = replace(base.with_pooling(Pooling.GLOBAL_AVG, rows=count), pool_count=1,
+                           pool_reciprocal=reciprocal)
+        await tb.operation(settings, np.full((count, cols), value))
     # Ties: sums of +-1.5 and +-2.5 times the count.
     base = ActivationSettings(cols=cols)
     for pattern in ([1, 2], [-1, -2], [2, 3], [-2, -3], [0, 1], [0, -1]):

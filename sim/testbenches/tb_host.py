@@ -20,7 +20,7 @@ from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpType
 from cocotbext.pcie.core.utils import PcieId
 
 from ...host_registers import (CHIP_ID, COUNTER_NAMES, HW_VERSION, UNMAPPED, Control, HostError,
-                              Irq, Status, config_words, counter_offset, register_bits,
+                              Irq, Status, config_words, counter_offset, kept_value,
                               register_map, registers)
 from ...isa import ISA_VERSION, Halt, Int, Nop, Rhm, Whm, encode_program
 from ..harness import config_from_env
@@ -66,12 +66,11 @@ async def registers_test(dut):
             await link.write32(reg.offset, rng.getrandbits(32))
             after = await link.read32(reg.offset)
             assert before == after, f"read-only {reg.name} changed from 0x{before:08x} to 0x{after:08x}"
-    # A register keeps only its `register_bits` (an address _HI above
+    # A register keeps only what `kept_value` says (an address _HI above
     # host_addr_bits keeps none).
-    kept = register_bits(config)
     for name, value in written.items():
         got = await link.read32(regs[name].offset)
-        value &= (1 << kept.get(name, 32)) - 1
+        value = kept_value(config, name, value)
         written[name] = value
         assert got == value, f"{name}: wrote 0x{value:08x}, read 0x{got:08x}"
 

@@ -10,8 +10,8 @@ below is a rule of the hardware; docs/driver.md has the same list for readers.
 
 Registers (BAR0)
     * ``rw`` registers hold all 32 bits written, except the ``_HI`` halves of
-      host addresses, which keep ``host_addr_bits - 32`` of them
-      (`register_bits`); ``ro`` registers and
+      host addresses, which keep ``host_addr_bits - 32`` of them, and those
+      `kept_value` narrows otherwise; ``ro`` registers and
       unmapped offsets ignore writes; unmapped offsets read `UNMAPPED`;
       CONTROL (``wo``) reads 0; IRQ_STATUS is write-1-to-clear, and an event
       raised at the moment of a clear is kept.
@@ -111,7 +111,7 @@ import numpy as np
 
 from ..config import TPUConfig
 from ..host_registers import (BAR0_BYTES, COUNTER_NAMES, UNMAPPED, Control, HostError, Irq,
-                              Status, config_words, register_bits, registers)
+                              Status, config_words, kept_value, registers)
 from ..isa import INSTRUCTION_BYTES, Fault, Halt, Int, decode
 from ..models.chip_model import ChipFault as ModelFault, ChipModel
 from ..models.cycle_model import estimate_cycles
@@ -236,7 +236,6 @@ class GoldenLink(Link):
         self._constants = {r.name: r.reset for r in self._table if r.access == "ro"}
         self._constants.update(config_words(config))
         self._counter_names = {f"{n.upper()}_LO": n for n in COUNTER_NAMES}
-        self._bits = register_bits(config)
         cfg = config
         self.ub = np.zeros((cfg.ub_rows, cfg.rows), dtype=np.uint8)
         self.acc = np.zeros((cfg.acc_rows, cfg.cols), dtype=np.int32)
@@ -464,7 +463,7 @@ class GoldenLink(Link):
         if r is None or r.access == "ro":
             return
         if r.access == "rw":
-            self._rw[r.name] = value & ((1 << self._bits.get(r.name, 32)) - 1)
+            self._rw[r.name] = kept_value(self.config, r.name, value)
         elif r.access == "w1c":
             self._irq_status &= ~value
         elif r.name == "CONTROL":

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..asm import parse
 from ..host_registers import (BAR0_BYTES, CHIP_ID, COUNTER_NAMES, UNMAPPED, Control, HostError, Irq,
-                              Status, config_words, register_bits, registers)
+                              Status, config_words, kept_value, registers)
 from ..isa import Act, Conv, Fault, Halt, Int, Mmc, Nop, Rhm, Rw, Sync, Whm, encode_program
 from ..programs import relocate
 from ..models.cycle_model import estimate_cycles
@@ -180,11 +180,10 @@ async def check_register_reset(device):
 
 async def check_register_access(device):
     """rw registers hold what is written (all 32 bits, or the bits
-    `register_bits` says they keep) until SOFT_RESET; ro registers and
+    `kept_value` says they keep) until SOFT_RESET; ro registers and
     unmapped offsets ignore writes; unmapped offsets read UNMAPPED; CONTROL
     reads 0."""
     table = registers(device.config)
-    kept = register_bits(device.config)
     mapped = {r.offset for r in table}
     await device.write_register("CONTROL", Control.SOFT_RESET)
     try:
@@ -195,7 +194,7 @@ async def check_register_access(device):
                 for pattern in (0xFFFFFFFF, 0xA5A55A5A, 0x00000001):
                     await device.write_register(r.name, pattern)
                     got = await device.read_register(r.name)
-                    expected = pattern & ((1 << kept.get(r.name, 32)) - 1)
+                    expected = kept_value(device.config, r.name, pattern)
                     assert got == expected, (f"rw {r.name} reads 0x{got:x} after writing "
                                              f"0x{pattern:x}, not 0x{expected:x}")
             elif r.access == "ro" and r.name not in FREE_RUNNING:
@@ -413,8 +412,9 @@ async def check_faults(device):
 async def check_host_errors(device):
     """FETCH_RANGE for a program outside the window (running past its end, or
     starting a byte before it), WFILL_RANGE for weights outside the window
-    (by a byte at either end) or past weight memory; a program and a fill
-    that end exactly at the window's end are taken."""
+    (by a byte at either end) or past weight memory, also by values whose
+    low bits would fit; a program and a fill that end exactly at the
+    window's end are taken."""
     cfg, link = device.config, device.link
     start, end = device.arena.addr, device.arena.end
     for addr, count in ((end, 1), (end - 16, 2), (start - 16, 1), (start - 1, 1)):
@@ -439,6 +439,15 @@ async def check_host_errors(device):
                         HostError.WFILL_RANGE, None)
     job = await device.fill(end - cfg.tile_bytes + 1, 0, 1)
     await _expect_fault(device.wait(job, 1e-3), HostError.WFILL_RANGE, None)
+    await _assert_idle(device)
+    # Values whose low bits would fit: the narrow host side keeps those
+    # registers' low bits and one for a value past them.
+    for first_tile, count in ((1 << 31, 0), (0, 1 << 31), ((1 << 31) + 1, 1)):
+        job = await device.fill(start, first_tile, count)
+        await _expect_fault(device.wait(job, 1e-3), HostError.WFILL_RANGE, None)
+        await _assert_idle(device)
+    job = await device.submit(start, (1 << 28) + 1)
+    await _expect_fault(device.wait(job, 1e-3), HostError.FETCH_RANGE, None)
     await _assert_idle(device)
     result = await device.load_weights(tiles[:0], first_tile=0, timeout=1e-3)
     assert not result.halted
