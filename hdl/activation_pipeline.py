@@ -55,8 +55,9 @@ class ActivationPipeline(wiring.Component):
         pooling).
     o : Out(stream.Signature(OutputRow(cols)))
         Output rows, ``cols`` bytes (int8 or uint8 as set).
-    set_settings : In(stream.Signature(SettingsLayout(max_width)))
-        Operation settings: ``function``, ``unsigned``, ``zero_point``,
+    set_settings : In(stream.Signature(SettingsLayout(max_width, config.mlas_rounding)))
+        Operation settings: ``function``, ``unsigned``, ``single_round``,
+        ``mlas_round`` (with `TPUConfig.mlas_rounding`), ``zero_point``,
         ``clamp_min``, ``clamp_max``, ``pool``, ``pool_size``,
         ``pool_stride``, ``pool_width``, ``pool_count``, ``pool_reciprocal``.
     set_channel : In(stream.Signature(ChannelWrite(cols)))
@@ -111,7 +112,7 @@ class ActivationPipeline(wiring.Component):
         super().__init__({
             "i":            In(stream.Signature(InputRow(cols))),
             "o":            Out(stream.Signature(OutputRow(cols))),
-            "set_settings": In(stream.Signature(SettingsLayout(max_width))),
+            "set_settings": In(stream.Signature(SettingsLayout(max_width, config.mlas_rounding))),
             "set_channel":  In(stream.Signature(ChannelWrite(cols))),
             "set_lut":      In(stream.Signature(LutWrite())),
             "busy":         Out(1),
@@ -168,7 +169,10 @@ class ActivationPipeline(wiring.Component):
         cycles = self._config.requantize_multiply_cycles      # a power of two
         row_cycles = steps * cycles
 
-        settings = Signal(SettingsLayout(self._max_width), init=self.SETTINGS_RESET)
+        mlas = bool(self._config.mlas_rounding)
+        settings = Signal(SettingsLayout(self._max_width, mlas),
+                          init={k: v for k, v in self.SETTINGS_RESET.items()
+                                if mlas or k != "mlas_round"})
         bias = [Signal(signed(32), name=f"bias{n}", init=self.CHANNEL_RESET["bias"])
                 for n in range(cols)]
         multiplier = [Signal(signed(32), name=f"multiplier{n}",
@@ -446,14 +450,16 @@ class ActivationPipeline(wiring.Component):
 
         # The pooling unit shares the requantizers' lanes, group by group.
         m.submodules.pooling = pooling = PoolingUnit(lanes=lanes, max_width=self._max_width,
-                                                     groups=steps, sequential_average=serial)
+                                                     groups=steps, sequential_average=serial,
+                                                     mlas_rounding=mlas)
         lane_out = []
         for n in range(lanes):
             # Column of lane `n` in each group; a short last group repeats group 0's.
             columns = [g * lanes + n if g * lanes + n < cols else n for g in range(steps)]
             lane = Requantizer(per_value_settings=steps > 1,
                                multiplier_width=self._config.requantizer_multiplier_width,
-                               compact=serial, left_input=decoded_left, next_output=early_table)
+                               compact=serial, left_input=decoded_left, next_output=early_table,
+                               mlas_rounding=mlas)
             m.submodules[f"requantizer{n}"] = lane
             if decoded_left:
                 m.d.comb += lane.left.eq(chosen_left(columns, f"lane_left{n}"))
@@ -478,11 +484,12 @@ class ActivationPipeline(wiring.Component):
                 lane.shift.eq(chosen([shift[c] for c in columns], f"lane_shift{n}",
                                      (columns[0], payload.shift, written_shift))),
                 lane.single_round.eq(settings.single_round),
-                lane.mlas_round.eq(settings.mlas_round),
                 lane.zero_point.eq(settings.zero_point),
                 lane.low.eq(low),
                 lane.high.eq(high),
             ]
+            if mlas:
+                m.d.comb += lane.mlas_round.eq(settings.mlas_round)
             table_rd = tables[n // self.TABLE_READ_PORTS].read_port()
             if early_table:
                 table_data = Signal(8, name=f"table_data{n}")

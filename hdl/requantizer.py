@@ -234,6 +234,10 @@ class Requantizer(wiring.Component):
     next_output : bool
         Present `next_value`, so that a synchronous read at the result
         (a table lookup) can start a cycle before `value` holds it.
+    mlas_rounding : bool
+        Build the MLAS rounding (`mlas_round`); without it the port is
+        absent and the requantizer is the one before the mode, gate for
+        gate (`TPUConfig.mlas_rounding`).
     multiplier_width : int
         32: stage 2 is one 32 x 32-bit multiply. 16 or 8: stage 2 takes
         ``(32 / multiplier_width)**2`` cycles (`multiply_cycles`) on one
@@ -247,7 +251,7 @@ class Requantizer(wiring.Component):
     BASE_LATENCY = 5
 
     def __init__(self, *, per_value_settings=False, multiplier_width=32, compact=False,
-                 left_input=False, next_output=False):
+                 left_input=False, next_output=False, mlas_rounding=True):
         if multiplier_width not in (8, 16, 32):
             raise ValueError(f"multiplier_width must be 8, 16 or 32, not {multiplier_width!r}")
         if compact and multiplier_width == 32:
@@ -257,6 +261,7 @@ class Requantizer(wiring.Component):
         self._compact = bool(compact)
         self._left_input = bool(left_input)
         self._next_output = bool(next_output)
+        self._mlas = bool(mlas_rounding)
         ports = {"start": In(1)} if self.multiply_cycles > 1 else {}
         if self._left_input:
             ports["left"] = In(SHIFT_WIDTH - 1)
@@ -269,7 +274,7 @@ class Requantizer(wiring.Component):
             "multiplier": In(signed(32)),
             "shift":      In(signed(SHIFT_WIDTH)),
             "single_round": In(1),
-            "mlas_round": In(1),
+            **({"mlas_round": In(1)} if self._mlas else {}),
             "zero_point": In(signed(VALUE_WIDTH)),
             "low":        In(signed(VALUE_WIDTH)),
             "high":       In(signed(VALUE_WIDTH)),
@@ -343,27 +348,35 @@ class Requantizer(wiring.Component):
         # multiplier is a float32 significand << 7 (else one rounding).
         biased = Signal(signed(32))
         m.d.comb += biased.eq(self.acc + self.bias)
-        mlas1 = Signal()
-        m.d.comb += mlas1.eq(self.single_round & self.mlas_round & _float32_multiplier(self.multiplier))
-        operand = Signal(signed(33))
-        m.d.comb += operand.eq(Mux(mlas1, _float32_of(m, biased), (biased << left)[:32].as_signed()))
+        mlas = self._mlas
+        if mlas:
+            mlas1 = Signal()
+            m.d.comb += mlas1.eq(self.single_round & self.mlas_round
+                                 & _float32_multiplier(self.multiplier))
+            operand = Signal(signed(33))
+            m.d.comb += operand.eq(Mux(mlas1, _float32_of(m, biased),
+                                       (biased << left)[:32].as_signed()))
+        else:
+            mlas1, operand = None, biased << left
 
         # 2: product, and the one product that saturates.
         product = Signal(signed(64))
         saturate = Signal()
         # The MLAS rounding's window (`_window_settings`), registered as
         # stage 3 starts.
-        window = _Window()
+        window = _Window() if mlas else None
         if cycles == 1:
-            shifted = Signal(signed(33))
-            mlas2 = Signal()
-            m.d.sync += [shifted.eq(operand), mlas2.eq(mlas1)]
+            shifted = Signal(signed(33 if mlas else 32))
+            m.d.sync += shifted.eq(operand)
             m.d.sync += [
                 product.eq(shifted * multiplier2),
                 saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
             ]
-            m.d.sync += window.settings(m, (shifted ^ shifted[32].replicate(33))[:33], mlas2,
-                                        self.shift if shift2 is None else shift2)
+            if mlas:
+                mlas2 = Signal()
+                m.d.sync += mlas2.eq(mlas1)
+                m.d.sync += window.settings(m, (shifted ^ shifted[32].replicate(33))[:33], mlas2,
+                                            self.shift if shift2 is None else shift2)
         else:
             # With `per_value_settings` stage 3's totals are made from
             # `shift2` as the product's last piece is summed; the division's
@@ -394,8 +407,10 @@ class Requantizer(wiring.Component):
                     mask.eq(~(C((1 << 32) - 1, 32) >> left)),
                     wrapped.eq(Cat(Mux(mask[i], sign, biased[i]) for i in range(32))),
                 ]
-                compact_operand = Signal(signed(33))
-                m.d.comb += compact_operand.eq(Mux(mlas1, operand, wrapped))
+                compact_operand = wrapped
+                if mlas:
+                    compact_operand = Signal(signed(33))
+                    m.d.comb += compact_operand.eq(Mux(mlas1, operand, wrapped))
                 magnitude, negative = Signal(signed(65)), Signal()
                 self._sequential_product(m, compact_operand, product, saturate, shift2, shift3,
                                          stage3, mlas1, window, magnitude=magnitude,
@@ -419,14 +434,16 @@ class Requantizer(wiring.Component):
         round_bit = Signal()
         # The MLAS rounding: inside the tie window the half goes to the
         # even of ``p >> t`` and that plus one, ``p[t]``.
-        tie = window.tie(m, product, total3, total3_less)
+        half_bit = product.bit_select(total3_less, 1)
+        if mlas:
+            tie = window.tie(m, product, total3, total3_less)
+            half_bit = Mux(tie, product.bit_select(total3, 1), half_bit)
         m.d.sync += [
             high_mul.eq(high_next),
             right4.eq(right3),
             rounding4.eq(Mux(high_next[31], half3_less, half3)),
             floored.eq(product >> total3),
-            round_bit.eq((total3 != 0) & Mux(tie, product.bit_select(total3, 1),
-                                             product.bit_select(total3_less, 1))),
+            round_bit.eq((total3 != 0) & half_bit),
         ]
 
         # 4: rounding divide by a power of two, ``(y + rounding) >> r``; or
@@ -558,7 +575,6 @@ class Requantizer(wiring.Component):
         # for a negative one (``-P = ~(P - 1)``); inside it bit 0 of ``2 S
         # >> t`` (the half) is replaced by bit 1 (``P >> t``'s lowest), so
         # that the add of one rounds to the even of the two.
-        tie3 = Signal()
         m.d.sync += [
             s3.eq(top),
             over3.eq(top_over),
@@ -566,12 +582,17 @@ class Requantizer(wiring.Component):
             a3.eq(a_next[:5]),
             whole3.eq(~once & (shift3 >= 0)),
             neg3.eq(negative),
-            tie3.eq(window.tie(m, less ^ negative.replicate(64), total3, total3_less)),
         ]
+        if window is not None:
+            tie3 = Signal()
+            m.d.sync += tie3.eq(window.tie(m, less ^ negative.replicate(64), total3, total3_less))
         # 4: the shifts by 16 .. 1.
         bits, over = shift_by(s3, over3, a3, reversed(range(5)))
         sh = Signal(11)
-        m.d.comb += sh.eq(Cat(Mux(tie3, bits[1], bits[0] & ~whole3), bits[1:10]) + 1)
+        low_bit = bits[0] & ~whole3
+        if window is not None:
+            low_bit = Mux(tie3, bits[1], low_bit)
+        m.d.comb += sh.eq(Cat(low_bit, bits[1:10]) + 1)
         q4 = Signal(10)                          # min(|v|, 512)
         neg4 = Signal()
         m.d.sync += [q4.eq(Mux(zero3, 0, Mux(over | sh[10], 512, sh[1:11]))), neg4.eq(neg3)]
@@ -605,13 +626,16 @@ class Requantizer(wiring.Component):
         # The operand is 33 bits wide, as a float32 value rounded from ``x``
         # may be 2**31 (`_float32_of`): the signed form's top piece then
         # has its `w + 1` bits, the compact form's magnitude fits 32.
-        a, b = Signal(33 if signed_pieces else 32), Signal(32)
+        mlas = window is not None
+        a, b = Signal(33 if signed_pieces and mlas else 32), Signal(32)
         negative = Signal()
-        mlas2 = Signal()
-        shifted_now = Signal(signed(33))
+        if mlas:
+            mlas2 = Signal()
+        shifted_now = Signal(signed(33 if mlas else 32))
         m.d.comb += shifted_now.eq(shifted)
         with m.If(self.start):
-            m.d.sync += mlas2.eq(mlas1)
+            if mlas:
+                m.d.sync += mlas2.eq(mlas1)
             if signed_pieces:
                 m.d.sync += [a.eq(shifted_now), b.eq(self.multiplier)]
             else:
@@ -626,7 +650,7 @@ class Requantizer(wiring.Component):
                 m.d.sync += [
                     a.eq(magnitude_of(shifted_now)),
                     b.eq(magnitude_of(self.multiplier)),
-                    negative.eq(shifted_now[32] ^ self.multiplier[31]),
+                    negative.eq(shifted_now[-1] ^ self.multiplier[31]),
                 ]
             if shift2 is not None:
                 m.d.sync += shift2.eq(self.shift)
@@ -711,10 +735,11 @@ class Requantizer(wiring.Component):
         # in this cycle replaces only at its end), not beside the shift on
         # the way into them.
         with m.If(step == cycles - 1):
-            a_min = (a[:32] == 1 << 31) & a[32] if signed_pieces else a == 1 << 31
+            a_min = (a[:32] == 1 << 31) & a[32] if signed_pieces and mlas else a == 1 << 31
             m.d.sync += saturate.eq(a_min & (b == 1 << 31))
-            m.d.sync += window.settings(m, a ^ a[-1].replicate(len(a)) if signed_pieces else a,
-                                        mlas2, self.shift if shift2 is None else shift2)
+            if mlas:
+                m.d.sync += window.settings(m, a ^ a[-1].replicate(len(a)) if signed_pieces else a,
+                                            mlas2, self.shift if shift2 is None else shift2)
             if negative_out is not None:
                 m.d.sync += negative_out.eq(negative)
             if shift2 is not None:

@@ -25,7 +25,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "host_addr_bits": (32, 64), "counter_bits": (32, 64), "dsp_multipliers": (0, 65536),
         "dsp_bands": (0, 1), "pe_multiplier_latency": (2, 3), "serial_issue": (0, 1),
         "serial_decode": (0, 1), "serial_act": (0, 1), "serial_host": (0, 1), "narrow_host": (0, 1),
-        "ram_counters": (0, 1),
+        "ram_counters": (0, 1), "mlas_rounding": (0, 1),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):

@@ -463,16 +463,14 @@ def _quantized_io(model, x_type, zx, zy):
     return out
 
 
-@pytest.mark.parametrize("unsigned", [False, True])
-def test_compiled_ties_match_onnxruntime(unsigned):
-    """The compiler's "mlas" rounding end to end: constructed ties (half of
-    them where the chip's one rounding differs) in a QLinearConv as
-    `test_constructed_ties_match_onnxruntime` builds it, compiled (ACTs with
-    mlas_round) and run on the golden chip, equal to ONNX Runtime element
-    for element."""
+def _compiled_ties(unsigned, config):
+    """The constructed ties (half of them where the chip's one rounding
+    differs) in a QLinearConv as `test_constructed_ties_match_onnxruntime`
+    builds it, compiled for `config` and run on the golden chip: ``(ours,
+    ONNX Runtime's, acc, multiplier, shift, zero point)``, the outputs as
+    uint8 or int8 and the channel settings broadcast to ``acc``."""
     pytest.importorskip("onnxruntime")
     from onnx import TensorProto
-    from tpu import TPUConfig
     from tpu.compiler import zoo
     from tpu.compiler.onnx_frontend import import_onnx
     from tpu.compiler.session import InferenceSession
@@ -496,10 +494,37 @@ def test_compiled_ties_match_onnxruntime(unsigned):
     assert {layer.rounding for layer in import_onnx(model).layers} == {"mlas"}
     xf = (x - zx).astype(np.float32)
     (theirs,) = zoo.ort_run(model, xf)
-    config = TPUConfig(ub_rows=8192)           # 200 channels of 256 pixels in and out
     (ours,) = InferenceSession(model, backend="golden", config=config).run(None, {"xf": xf})
+    return (ours, theirs, acc, (m << 7).reshape(1, -1, 1, 1), shift.reshape(1, -1, 1, 1), zy)
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_compiled_ties_match_onnxruntime(unsigned):
+    """The compiler's "mlas" rounding end to end: the constructed ties
+    compiled (ACTs with mlas_round) and run on the golden chip, equal to
+    ONNX Runtime element for element."""
+    from tpu import TPUConfig
+    config = TPUConfig(ub_rows=8192)           # 200 channels of 256 pixels in and out
+    ours, theirs, acc, mult, shift, zy = _compiled_ties(unsigned, config)
     bad = np.flatnonzero(ours.reshape(-1) != theirs.reshape(-1))
     assert bad.size == 0, f"{bad.size} of {ours.size} differ"
-    mult = (m << 7).reshape(1, -1, 1, 1)
-    shift = shift.reshape(1, -1, 1, 1)
+    qmin, qmax = type_range(unsigned)
     _report(_counts(acc, mult, shift, zy, qmin, qmax, theirs.astype(np.int64) + zy), differ=30)
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_compiled_ties_without_the_mlas_rounding(unsigned):
+    """On a chip without the MLAS rounding (``mlas_rounding`` 0, the up5k
+    profile's) the compiler rounds the same layer once by the same float32
+    multiplier (rounding "float32", no ACT with mlas_round): every value is
+    the one rounding's, which differs from ONNX Runtime's at the ties."""
+    from tpu import TPUConfig
+    config = TPUConfig(ub_rows=8192, mlas_rounding=0)
+    ours, theirs, acc, mult, shift, zy = _compiled_ties(unsigned, config)
+    qmin, qmax = type_range(unsigned)
+    once = np.clip(multiply_by_quantized_multiplier_single_round(acc, mult, shift) + zy,
+                   qmin, qmax)
+    assert np.array_equal(ours.astype(np.int64) + zy, once)
+    differ = np.count_nonzero(ours.reshape(-1) != theirs.reshape(-1))
+    print(f"{differ} of {ours.size} values differ from ONNX Runtime")
+    assert differ >= 30
