@@ -181,9 +181,11 @@ class Requantizer(wiring.Component):
     requantizer (synth_ecp5 with the board build's mapping / synth_ice40,
     LUT4s): the one-cycle product 1,834 -> 1,867 / 1,285 -> 1,803, the
     shared lane with a 16-bit product 1,598 -> 1,973 / 1,568 -> 2,016, the
-    compact form 555 -> 1,304 / 633 -> 1,278, about 124 flip-flops more in
+    compact form 579 -> 1,365 / 633 -> 1,278, about 124 flip-flops more in
     each (the window's masks); stage 1 is 8 ECP5 levels deep (10 in the
     compact form), over the 6-level target (docs/activation_pipeline.md).
+    Built only with `mlas_rounding` (`TPUConfig.mlas_rounding`; the up5k
+    chip has none): without it the requantizer is the one before the mode.
 
     Members
     -------
