@@ -326,7 +326,7 @@ PLACERS = ("heap", "static", "sa")
 #: ``router2`` after the ``static`` placer routes it (docs/fpga.md, "A sixth
 #: run"), and its clock is the fastest the board makes within its latest
 #: routed Fmax less a margin (`tpu.fpga.board_top.default_clock_hz`: 46.875
-#: MHz from the PLL, since it routed at 49.75 MHz, "A nineteenth run").
+#: MHz from the PLL, since it routed at 51.82 MHz, "A twentieth run").
 PROFILE_BUILD_OPTIONS = {
     ("ulx3s16", "ulx3s-85f"): {"clock_mhz": default_clock_hz("ulx3s-85f", "ulx3s16") / 1e6,
                                "router": "router2", "placer": "static"},

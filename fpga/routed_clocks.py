@@ -77,6 +77,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the packing gearboxes' enables by slot", 16,
                16, 46.875, 49.75, "2026-12-06", "5e84340",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a nineteenth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the shared lane's group select from a register", 16,
+               16, 46.875, 51.82, "2026-12-06", "0895865",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twentieth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
