@@ -38,7 +38,7 @@ from pathlib import Path
 
 __all__ = ["PathDepth", "BlockDepth", "CrossingPath", "FanOut", "WholeDepth", "longest_paths",
            "depth_of_json", "crossing_paths", "combinational_fanout", "measure_whole",
-           "measure_blocks", "synthesise_apart"]
+           "measure_blocks", "synthesise_apart", "WideNet", "wide_nets", "wide_nets_of_json", "measure_wide_nets"]
 
 
 # cell type -> {input port: [(output port, levels, carry cells)]}; other
@@ -609,3 +609,123 @@ def measure_whole(config, family, build_dir, block="", count=10, above=64):
                     if not block or b.startswith(block + ".")}
     return WholeDepth(longest_paths(module), crossing_paths(module, inner_blocks, count, prefix),
                       combinational_fanout(module, above))
+
+
+# -- wide nets: many sinks, and the LUT levels in front of them ---------------
+
+@dataclass(frozen=True)
+class WideNet:
+    """A net with many sinks (a clock excepted) and the logic in front of it:
+    one of its names; its sinks, of them flip-flop clock enables, flip-flop
+    resets and other inputs (LUTs' selects and data, RAM ports); the LUT
+    levels of its deepest path from a start (a flip-flop, RAM, black box or
+    input port; 0 when it is one) and that start."""
+    net: str
+    sinks: int
+    enables: int
+    resets: int
+    others: int
+    levels: int
+    start: str
+    example: str
+
+    @property
+    def kind(self):
+        """"CE", "LSR" or "data": what most of its sinks are."""
+        most = max(self.enables, self.resets, self.others)
+        return "CE" if most == self.enables else "LSR" if most == self.resets else "data"
+
+
+#: Flip-flop inputs that enable or reset it, by family.
+_FF_ENABLES = {"CE", "E"}
+_FF_RESETS = {"LSR", "R", "S"}
+
+
+def wide_nets(module, above=32):
+    """The nets of a netlist module with at least `above` sinks, clocks
+    excepted (`WideNet`), the deepest in LUT levels first, then by sinks."""
+    from collections import Counter
+    edges, starts, ends, order = _graph(module)
+    score, origin = {}, {}
+    for node in order:
+        if node in starts and node not in score:
+            score[node], origin[node] = 0, starts[node]
+        if node not in score:
+            continue
+        for succ, levels, _, _ in edges.get(node, ()):
+            value = score[node] + levels
+            if succ not in score or value > score[succ]:
+                score[succ], origin[succ] = value, origin[node]
+    sinks, enables, resets, clocks, example = Counter(), Counter(), Counter(), set(), {}
+    for name, cell in module["cells"].items():
+        directions = cell.get("port_directions", {})
+        is_ff = cell["type"] in _REGISTERS
+        for port, bits in cell["connections"].items():
+            if directions.get(port) == "output":
+                continue
+            for bit in bits:
+                if isinstance(bit, str):
+                    continue
+                sinks[bit] += 1
+                example.setdefault(bit, name)
+                if cell["type"] not in _ARCS and port in ("CLK", "CLKA", "CLKB", "CK", "C", "WCK", "RCLK", "WCLK"):
+                    clocks.add(bit)     # (a LUT's input C is no clock)
+                elif is_ff and port in _FF_ENABLES:
+                    enables[bit] += 1
+                    example[bit] = name
+                elif is_ff and port in _FF_RESETS:
+                    resets[bit] += 1
+    for port in module.get("ports", {}).values():
+        if port["direction"] != "input":
+            for bit in port["bits"]:
+                if not isinstance(bit, str):
+                    sinks[bit] += 1
+    names = {}
+    for name, net in module.get("netnames", {}).items():
+        for i, bit in enumerate(net["bits"]):
+            if isinstance(bit, str):
+                continue
+            key = (bool(net.get("hide_name")), len(name))
+            if bit not in names or key < names[bit][0]:
+                names[bit] = (key, name if len(net["bits"]) == 1 else f"{name}[{i}]")
+    result = [WideNet(names.get(bit, (None, str(bit)))[1], n, enables[bit], resets[bit],
+                      n - enables[bit] - resets[bit], score.get(bit, 0), origin.get(bit, ""),
+                      example.get(bit, ""))
+              for bit, n in sinks.items() if n >= above and bit not in clocks]
+    result.sort(key=lambda w: (-w.levels, -w.sinks, w.net))
+    return tuple(result)
+
+
+def measure_wide_nets(config, family, build_dir, block="host", hidden=("core",), above=32):
+    """`wide_nets` of block `block` of `DEPTH_BLOCKS` of the serial chip of
+    `config` built for `family`, its sub-blocks `hidden` black boxes (their
+    outputs start paths, as in the board build's whole netlist a block
+    behind registers would), the rest flattened with its names kept."""
+    import subprocess
+    from ..hdl.verilog import SERIAL_NAME, generate_verilog
+
+    if block not in DEPTH_BLOCKS:
+        raise ValueError(f"no block {block!r}; the blocks are " + ", ".join(map(repr, DEPTH_BLOCKS)))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / "chip.v").write_text(generate_verilog(config, top="serial", family=family))
+    name = f"{SERIAL_NAME}.{block}" if block else SERIAL_NAME
+    script = ["read_verilog chip.v", "attrmap -remove src", "attrmap -modattr -remove src"]
+    if hidden:
+        script.append("blackbox " + " ".join(f"{name}.{h}" for h in hidden))
+    script += [f"hierarchy -top {name}", *synth_commands(family, name), "tee -q -o stat.txt stat",
+               "write_json -noscopeinfo wide.json"]
+    (build_dir / "wide.ys").write_text("\n".join(script) + "\n")
+    run = subprocess.run([_yosys(), "-q", "-l", "yosys.log", "-s", "wide.ys"], cwd=build_dir,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"yosys failed (see {build_dir / 'yosys.log'})")
+    return wide_nets_of_json(build_dir / "wide.json", name, above)
+
+
+def wide_nets_of_json(path, module_name, above=32):
+    """`wide_nets` of `module_name` in the Yosys JSON netlist at `path`."""
+    modules = json.loads(Path(path).read_text())["modules"]
+    module = modules.get(module_name) or modules.get("\\" + module_name)
+    if module is None:
+        raise ValueError(f"no module {module_name} in {path}")
+    return wide_nets(module, above)

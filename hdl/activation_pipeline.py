@@ -316,6 +316,21 @@ class ActivationPipeline(wiring.Component):
             accept.eq(self.i.valid & self.i.ready),
             start.eq(accept | ((count != 0) & (count[:exact_log2(cycles)] == 0))),
         ]
+        # With shared lanes and a multi-cycle product the requantizer is
+        # started at every cycle a group may enter (`slot`: ``count % cycles``
+        # 0, every cycle while idle), from `count`'s flip-flops through one
+        # LUT, rather than by `start`, whose `accept` runs through the
+        # handshake (the twentieth ulx3s16 build's critical path ran from
+        # the activation unit's state through `room` and `accept` into the
+        # requantizer's step counter reset, across the die). A start that
+        # no group takes loads values no valid row reads: a group entering
+        # is followed by the next slot `cycles` cycles later, as its product
+        # ends, and the product's first piece does not depend on what came
+        # before it.
+        slot = None
+        if staged:
+            slot = Signal(name="slot")
+            m.d.comb += slot.eq(count[:exact_log2(cycles)] == 0)
         held = Signal.like(self.i.payload.data)
         held_last = Signal()
         if row_cycles > 1:
@@ -463,7 +478,9 @@ class ActivationPipeline(wiring.Component):
             m.submodules[f"requantizer{n}"] = lane
             if decoded_left:
                 m.d.comb += lane.left.eq(chosen_left(columns, f"lane_left{n}"))
-            if cycles > 1:
+            if staged:
+                m.d.comb += lane.start.eq(slot)
+            elif cycles > 1:
                 m.d.comb += lane.start.eq(start)
             payload = self.set_channel.payload
             if steps > 1 and cycles > 1 and not serial:

@@ -196,20 +196,28 @@ class Bar0(wiring.Component):
             m.d.sync += [irq_status.eq(0), bad_requests.eq(0)]
         return m
 
-    def _write(self, m, offset, value, stored, control, cleared):
-        """A write of `value` to word `offset`, in the current condition."""
+    def _store(self, m, r, stored, value):
+        """Register `r` takes `value`, in the current condition."""
+        if r.name in self._overflow:
+            # The low bits, and whether the value is past them.
+            n = self._overflow[r.name]
+            m.d.sync += stored[r.name].eq(Cat(value[:n], value[n:].any()))
+        else:
+            m.d.sync += stored[r.name].eq(value)
+
+    def _write(self, m, offset, value, stored, control, cleared, rw=True, now=True):
+        """A write of `value` to word `offset`, in the current condition: to
+        a writable register (`rw`), to one whose write acts at once
+        (`now`: IRQ_STATUS, CONTROL), or to either."""
         with m.Switch(offset):
             for r in self._table:
                 if r.access == "rw":
-                    if not len(stored[r.name]):
+                    if not len(stored[r.name]) or not rw:
                         continue
                     with m.Case(r.offset >> 2):
-                        if r.name in self._overflow:
-                            # The low bits, and whether the value is past them.
-                            n = self._overflow[r.name]
-                            m.d.sync += stored[r.name].eq(Cat(value[:n], value[n:].any()))
-                        else:
-                            m.d.sync += stored[r.name].eq(value)
+                        self._store(m, r, stored, value)
+                elif not now:
+                    continue
                 elif r.access == "w1c":
                     with m.Case(r.offset >> 2):
                         m.d.comb += cleared.eq(value)
@@ -324,13 +332,31 @@ class Bar0(wiring.Component):
         with m.If(self.request.valid & self.request.ready):
             m.d.sync += index.eq(Mux(beat.last, 0, index + link_dw))
 
+        # A writable register takes its word a cycle after the beat: whether
+        # the beat writes, its offset and its word are registered, so each
+        # register's clock enable is the registered offset's decode (2 LUT
+        # levels from flip-flops), not 6 or 7 levels of the request's header
+        # and handshake. The write lands within the three cycles an access
+        # after a write waits (`_settled`), and CONTROL and IRQ_STATUS, whose
+        # writes act at once, have no writable register beside them that a
+        # two-word write could also reach.
         write_ok = is_write & served & whole
         for lane in range(link_dw):
             offset = Signal(10, name=f"write_offset_{lane}")
             value = beat.data[32 * lane:32 * (lane + 1)]
-            m.d.comb += offset.eq(word_offset + index + lane)
-            with m.If(self.request.valid & self.request.ready & write_ok & (lane < beat.words)):
-                self._write(m, offset, value, stored, control, cleared)
+            go = Signal(name=f"write_go_{lane}")
+            held_offset = Signal(10, name=f"write_held_offset_{lane}")
+            held = Signal(32, name=f"write_value_{lane}")
+            writes = Signal(name=f"writes_{lane}")
+            m.d.comb += [
+                offset.eq(word_offset + index + lane),
+                writes.eq(self.request.valid & self.request.ready & write_ok & (lane < beat.words)),
+            ]
+            m.d.sync += [go.eq(writes), held_offset.eq(offset), held.eq(value)]
+            with m.If(writes):
+                self._write(m, offset, value, stored, control, cleared, rw=False)
+            with m.If(go):
+                self._write(m, held_offset, held, stored, control, cleared, now=False)
 
 
         # Non-posted requests are answered: a read of registers or UR.
@@ -350,10 +376,12 @@ class Bar0(wiring.Component):
             counter_word = Signal(32)
             busy = responding | fetching
         m.d.comb += self.request.ready.eq(~busy & settled)
-        def take_word(w, taken, value, latch, offset):
-            """Word `w` of the completion is `value`, read at `offset`; a
-            counter's _LO taken latches its upper half for the _HI read."""
-            m.d.sync += resp_data[32 * w:32 * (w + 1)].eq(value)
+        def take_word(w, taken, value, latch, offset, store=True):
+            """Word `w` of the completion is `value`, read at `offset` (unless
+            not `store`: loaded with the header); a counter's _LO taken
+            latches its upper half for the _HI read."""
+            if store:
+                m.d.sync += resp_data[32 * w:32 * (w + 1)].eq(value)
             if not len(counter_hi):
                 return
             with m.If(taken & latch):
@@ -370,43 +398,53 @@ class Bar0(wiring.Component):
 
         bad = Signal()
         m.d.sync += bad_requests.eq(bad_requests + bad + self.malformed + self.refused)
+        # The completion's header is loaded in every cycle no completion is
+        # pending, whether a request is taken or not (it is read only while
+        # `responding`), so its clock enable is `busy`, a flip-flop or two,
+        # not the request's decode and handshake.
+        count, first = _byte_count(hdr.first_be, hdr.last_be, length)
+        ok = served & ~is_write
+        if link_dw > 1 and not cfg.ram_counters:
+            reads = [read(word_offset + w) for w in range(max_words)]
+        with m.If(~busy):
+            m.d.sync += [
+                resp.fmt_type.eq(Mux(ok, FmtType.CPLD, FmtType.CPL)),
+                resp.tc.eq(hdr.tc),
+                resp.attr.eq(hdr.attr),
+                resp.length.eq(Mux(ok, length, 0)),
+                resp.requester_id.eq(hdr.requester_id),
+                resp.tag.eq(hdr.tag),
+                resp.completer_id.eq(self.completer_id),
+                resp.status.eq(Mux(ok, CplStatus.SC, CplStatus.UR)),
+                resp.byte_count.eq(Mux(ok, count, 4)),
+                resp.lower_address.eq(Mux(ok, Cat(first[:2], hdr.address[2:7]), 0)),
+                resp_words.eq(Mux(ok, length, 0)),
+            ]
+            if link_dw == 1 and not cfg.ram_counters:
+                m.d.sync += resp_data[:32].eq(accept_value)
+            elif not cfg.ram_counters:
+                for w, (value, _) in enumerate(reads):
+                    m.d.sync += resp_data[32 * w:32 * (w + 1)].eq(value)
         with m.If(self.request.valid & self.request.ready & beat.last):
             m.d.comb += bad.eq(~served | (is_write & ~whole))
             with m.If(~posted):
-                count, first = _byte_count(hdr.first_be, hdr.last_be, length)
-                ok = served & ~is_write
-                m.d.sync += [
-                    responding.eq(1),
-                    sent.eq(0),
-                    resp.fmt_type.eq(Mux(ok, FmtType.CPLD, FmtType.CPL)),
-                    resp.tc.eq(hdr.tc),
-                    resp.attr.eq(hdr.attr),
-                    resp.length.eq(Mux(ok, length, 0)),
-                    resp.requester_id.eq(hdr.requester_id),
-                    resp.tag.eq(hdr.tag),
-                    resp.completer_id.eq(self.completer_id),
-                    resp.status.eq(Mux(ok, CplStatus.SC, CplStatus.UR)),
-                    resp.byte_count.eq(Mux(ok, count, 4)),
-                    resp.lower_address.eq(Mux(ok, Cat(first[:2], hdr.address[2:7]), 0)),
-                    resp_words.eq(Mux(ok, length, 0)),
-                ]
+                m.d.sync += [responding.eq(1), sent.eq(0)]
                 if cfg.ram_counters:
                     m.d.sync += [resp_data[:32].eq(accept_value), from_counter.eq(ok & accept_latch)]
                     with m.If(ok & accept_latch):
                         m.d.sync += [responding.eq(0), fetching.eq(1)]
                         self._fetch_counter(m, word_offset)
                 elif link_dw == 1 and max_words == 1:
-                    take_word(0, ok, accept_value, accept_latch, word_offset)
+                    take_word(0, ok, accept_value, accept_latch, word_offset, store=False)
                 elif link_dw == 1:
                     # One word a beat: the second word is not sent before
                     # the cycle after next, so one register mux reads both,
                     # the second in the next cycle.
-                    take_word(0, ok & (length >= 1), accept_value, accept_latch, word_offset)
+                    take_word(0, ok & (length >= 1), accept_value, accept_latch, word_offset, store=False)
                     m.d.sync += [second.eq(ok & (length == 2)), second_offset.eq(word_offset + 1)]
                 else:
-                    for w in range(max_words):
-                        value, latch = read(word_offset + w)
-                        take_word(w, ok & (w < length), value, latch, word_offset + w)
+                    for w, (value, latch) in enumerate(reads):
+                        take_word(w, ok & (w < length), value, latch, word_offset + w, store=False)
         if cfg.ram_counters:
             with m.If(fetching):
                 m.d.sync += [fetching.eq(0), responding.eq(1), counter_word.eq(self.counter_read.data[:32]),

@@ -177,9 +177,17 @@ class DmaReader(wiring.Component):
         ]
         with m.If(self.request.ready):
             m.d.sync += req_valid.eq(0)
+        # The request's header is loaded whenever the output register is free,
+        # issued or not (it is read only while `req_valid`): it is made from
+        # registers that only an issue moves, so an issue loads the same
+        # header as before, and its clock enable is the output's handshake,
+        # not `issue` (the error, the flush, the tag's state, the job).
+        # Not on the one-word link (`serial_host`), whose reader is kept small.
+        load_header = issue if cfg.serial_host else (~req_valid | self.request.ready)
+        with m.If(load_header):
+            m.d.sync += request_header(self.request.payload.header, split, addr, self.requester_id, tail)
         with m.If(issue):
             m.d.sync += [
-                *request_header(self.request.payload.header, split, addr, self.requester_id, tail),
                 self.request.payload.last.eq(1),
                 req_valid.eq(1),
                 *advance_addr(split["bytes"]),

@@ -18,6 +18,8 @@ SUM_WIDTH = VALUE_WIDTH + (MAX_POOL_COUNT - 1).bit_length()
 # The reductions of the 2 and the MAX_POOL_SIZE - 1 newest lines of a window column.
 PAIR_WIDTH = VALUE_WIDTH + (2 * MAX_POOL_SIZE - 1).bit_length()
 PRIOR_WIDTH = VALUE_WIDTH + ((MAX_POOL_SIZE - 1) * MAX_POOL_SIZE - 1).bit_length()
+# ``(|sum| + count // 2) * reciprocal >> 32``: below 2**22 times below 2**33.
+QUOTIENT_BITS = SUM_WIDTH + 1 + RECIPROCAL_WIDTH - RECIPROCAL_SHIFT
 
 
 class PoolingUnit(wiring.Component):
@@ -292,7 +294,24 @@ class PoolingUnit(wiring.Component):
         # values) and global reduction.
         # The sum of two values fits H_WIDTH, as does the prior's of three.
         h_widths = (VALUE_WIDTH, H_WIDTH, H_WIDTH)
-        histories, next_histories = group_state("history", history_layout(*h_widths))
+        if self._sequential:
+            # The small form's window history: a ring turned by every group
+            # presented (as `group_state`'s), its entry for the group
+            # presented updated in the two cycles after it, on the one
+            # reduction of stage 1 (groups come at least 4 cycles apart):
+            # the prior in the first, the pair and the newest value in the
+            # second.
+            ring = [Signal(data.ArrayLayout(history_layout(*h_widths), lanes),
+                           name=f"history_ring{g}") for g in range(self._groups)]
+            histories, presented = ring[0], ring[-1]
+            if self._groups > 1:
+                with m.If(self.i_valid):
+                    m.d.sync += [a.eq(b) for a, b in zip(ring, ring[1:] + ring[:1])]
+            h_later = Signal(name="h_later")        # the prior's turn
+            h_last = Signal(name="h_last")          # the pair's and the newest's
+            m.d.sync += [h_later.eq(self.i_valid), h_last.eq(h_later)]
+        else:
+            histories, next_histories = group_state("history", history_layout(*h_widths))
         runnings, next_runnings = group_state("running", signed(SUM_WIDTH))
         p1_row = Signal()
         p1_h = Signal()
@@ -312,27 +331,64 @@ class PoolingUnit(wiring.Component):
             other = Signal(signed(SUM_WIDTH), name=f"other{n}")
             m.d.comb += [running.eq(runnings[n]), history.eq(histories[n]),
                          other.eq(Mux(window, history.prior, running))]
-            with m.If(self.i_valid):
-                m.d.comb += next_histories[n].eq(next_history(value, history, *h_widths))
-            with m.Else():
-                m.d.comb += next_histories[n].eq(histories[n])
+            if not self._sequential:
+                with m.If(self.i_valid):
+                    m.d.comb += next_histories[n].eq(next_history(value, history, *h_widths))
+                with m.Else():
+                    m.d.comb += next_histories[n].eq(histories[n])
             result = Signal(signed(SUM_WIDTH), name=f"reduced{n}")
             if self._sequential:
-                # A value alone is its reduction with the identity.
+                # A value alone is its reduction with the identity. The
+                # same reduction makes the history's prior and pair (see
+                # `h_later`) from the value held.
                 neutral = Mux(maximum, -(1 << (VALUE_WIDTH - 1)), 0)
-                m.d.comb += result.eq(combine(value, Mux(reduced, other, neutral)))
+                held = Signal(signed(VALUE_WIDTH), name=f"value_held{n}")
+                with m.If(self.i_valid):
+                    m.d.sync += held.eq(value)
+                entry = presented[n]
+                second = Signal(signed(SUM_WIDTH), name=f"second{n}")
+                with m.If(h_later):
+                    m.d.comb += second.eq(Mux(taps[1], entry.pair, neutral))
+                with m.Elif(h_last):
+                    m.d.comb += second.eq(Mux(taps[2], entry.newest, neutral))
+                with m.Else():
+                    m.d.comb += second.eq(Mux(reduced, other, neutral))
+                m.d.comb += result.eq(combine(Mux(h_later | h_last, held, value), second))
+                with m.If(h_later):
+                    m.d.sync += entry.prior.eq(result)
+                with m.If(h_last):
+                    m.d.sync += [entry.pair.eq(Mux(taps[1], result, neutral)), entry.newest.eq(held)]
             else:
                 m.d.comb += result.eq(Mux(reduced, combine(value, other), value))
             m.d.comb += next_runnings[n].eq(Mux(self.i_valid, result, running))
-            m.d.sync += p1_value[n].eq(result)
-        m.d.sync += [
-            p1_group.eq(self.i_group),
-            p1_row.eq(self.i_valid & final),
-            p1_h.eq(self.i_valid & window & h_end),
-            p1_emit.eq(self.i_valid & ((cfg.pool == Pooling.NONE) | (global_ & self.i_last))),
-            p1_v_end.eq(v_end),
-            p1_ox.eq(cur_ox),
-        ]
+            if self._sequential:
+                # Held until the next group: the line buffer's entry is
+                # written from it two cycles after the vertical reduction.
+                with m.If(self.i_valid):
+                    m.d.sync += p1_value[n].eq(result)
+            else:
+                m.d.sync += p1_value[n].eq(result)
+        if self._sequential:
+            # The small form writes the line buffer's entry two cycles after
+            # stage 2, at the group's window column, which holds until the
+            # next group.
+            with m.If(self.i_valid):
+                m.d.sync += [p1_group.eq(self.i_group), p1_ox.eq(cur_ox)]
+            m.d.sync += [
+                p1_row.eq(self.i_valid & final),
+                p1_h.eq(self.i_valid & window & h_end),
+                p1_emit.eq(self.i_valid & ((cfg.pool == Pooling.NONE) | (global_ & self.i_last))),
+                p1_v_end.eq(v_end),
+            ]
+        else:
+            m.d.sync += [
+                p1_group.eq(self.i_group),
+                p1_row.eq(self.i_valid & final),
+                p1_h.eq(self.i_valid & window & h_end),
+                p1_emit.eq(self.i_valid & ((cfg.pool == Pooling.NONE) | (global_ & self.i_last))),
+                p1_v_end.eq(v_end),
+                p1_ox.eq(cur_ox),
+            ]
 
         # Stage 2: vertical window, from the line buffer entry of this window
         # column (the previous horizontal results, newest first), one memory
@@ -341,6 +397,18 @@ class PoolingUnit(wiring.Component):
         entry = history_layout(*v_widths)
         p2_valid = Signal()
         p2_group = Signal.like(self.i_group)
+        if self._sequential:
+            # The small form's groups come at least SEQUENTIAL_CYCLES cycles
+            # apart, so the line buffer's entry is written two cycles after
+            # its vertical reduction, the three reductions taking turns on
+            # one: the window's (into `p2_value`), then the entry's pair, then
+            # its prior. The entry read holds (the read port is enabled only
+            # as a group is presented) and so does the horizontal result (a
+            # stage-1 register) until the next group; `p2_value` is read
+            # only in the cycle after the window's reduction.
+            later = Signal(name="p1_h_later")       # the entry's pair
+            last = Signal(name="p1_h_last")         # its prior, and the write
+            m.d.sync += [later.eq(p1_h), last.eq(later)]
         for n in range(lanes):
             lines = Memory(shape=entry, depth=self._max_width << len(self.i_group), init=[])
             m.submodules[f"lines{n}"] = lines
@@ -351,13 +419,38 @@ class PoolingUnit(wiring.Component):
             # it in that width (the wider running global value never reaches
             # the line buffer or the vertical reduction).
             h_window = h[:H_WIDTH].as_signed() if self._sequential else h
+            if not self._sequential:
+                m.d.comb += [
+                    rd.addr.eq(Cat(self.i_group, cur_ox)),
+                    wr.en.eq(p1_h),
+                    wr.addr.eq(Cat(p1_group, p1_ox)),
+                    wr.data.eq(next_history(h_window, rd.data, *v_widths)),
+                ]
+                m.d.sync += p2_value[n].eq(Mux(window & taps[0], combine(h_window, rd.data.prior), h))
+                continue
             m.d.comb += [
                 rd.addr.eq(Cat(self.i_group, cur_ox)),
-                wr.en.eq(p1_h),
                 wr.addr.eq(Cat(p1_group, p1_ox)),
-                wr.data.eq(next_history(h_window, rd.data, *v_widths)),
             ]
-            m.d.sync += p2_value[n].eq(Mux(window & taps[0], combine(h_window, rd.data.prior), h))
+            neutral = Mux(maximum, -(1 << (VALUE_WIDTH - 1)), 0)
+            other = Signal(signed(PRIOR_WIDTH), name=f"v_other{n}")
+            with m.If(later):
+                m.d.comb += other.eq(Mux(taps[2], rd.data.newest, neutral))
+            with m.Elif(last):
+                m.d.comb += other.eq(Mux(taps[1], rd.data.pair, neutral))
+            with m.Else():
+                m.d.comb += other.eq(rd.data.prior)
+            turn = Signal(signed(PRIOR_WIDTH + 1), name=f"v_turn{n}")
+            m.d.comb += turn.eq(combine(h_window, other))
+            pair = Signal(signed(PAIR_WIDTH), name=f"v_pair{n}")
+            with m.If(later):
+                m.d.sync += pair.eq(Mux(taps[1], turn, neutral))
+            m.d.comb += [
+                rd.en.eq(self.i_valid),
+                wr.en.eq(last),
+                wr.data.eq(Cat(h_window, pair, turn[:PRIOR_WIDTH])),
+            ]
+            m.d.sync += p2_value[n].eq(Mux(window & taps[0], turn, h))
         m.d.sync += [
             p2_valid.eq(p1_emit | (p1_h & p1_v_end)),
             p2_row.eq(p1_row),
@@ -490,7 +583,7 @@ class PoolingUnit(wiring.Component):
             a = Signal(16, name=f"p3_a{n}")
             b = Signal(16, name=f"p3_b{n}")
             piece = Signal(32, name=f"p3_piece{n}")
-            total = Signal(34, name=f"p3_total{n}")
+            total = Signal(QUOTIENT_BITS, name=f"p3_total{n}")
             with m.Switch(phase):
                 with m.Case(0):
                     m.d.comb += [a.eq(now[:16]), b.eq(recip[:16])]
@@ -501,16 +594,26 @@ class PoolingUnit(wiring.Component):
                 with m.Default():
                     m.d.comb += [a.eq(x[16:]), b.eq(recip[16:32])]
             m.d.comb += piece.eq(a * b)
-            # One sum for the three steps: the running total (shifted as
-            # the pieces move up a weight) and the piece.
-            addend = Signal(34, name=f"p3_addend{n}")
-            m.d.comb += [
-                addend.eq(Mux(phase == 2, total, total >> 16)),
-            ]
-            with m.If(start):
-                m.d.sync += total.eq(piece)
-            with m.Elif(phase != 0):
-                m.d.sync += total.eq(addend + piece)
+            # One sum for the four steps, ``running + piece``: `running`
+            # holds 0 before a value starts (cleared in the last step and
+            # while idle: its flip-flops' reset, not a choice before the
+            # adder, as it takes no domain reset) and the sum of the steps
+            # before, shifted right 16 bits where the next piece is a
+            # weight up (after the first and third); the last step's sum
+            # is the quotient, into `total`. (A choice of the piece alone
+            # at the start and of the total or its shift before the adder
+            # were 34 LUT4s each.)
+            running = Signal(33, name=f"p3_running{n}", reset_less=True)
+            total_sum = Signal(33, name=f"p3_sum{n}")
+            m.d.comb += total_sum.eq(running + piece)
+            with m.If((phase == self.SEQUENTIAL_CYCLES - 1) | ((phase == 0) & ~start)):
+                m.d.sync += running.eq(0)
+            with m.Elif(start | (phase == 2)):
+                m.d.sync += running.eq(total_sum >> 16)
+            with m.Else():
+                m.d.sync += running.eq(total_sum)
+            with m.If(phase == self.SEQUENTIAL_CYCLES - 1):
+                m.d.sync += total.eq(total_sum)
             # The reciprocal's bit 32 times `x` added for the output: the
             # low bytes summed, and whether the quotient reaches 256 (a
             # third operand of the 34-bit sum took 88 LUT4s more).
@@ -520,7 +623,6 @@ class PoolingUnit(wiring.Component):
                 extra.eq(Mux(recip[32], x, 0)),
                 low_sum.eq(total[:8] + extra[:8]),
             ]
-            quotient_bits = len(products[n]) - RECIPROCAL_SHIFT
             above = Signal(name=f"p3_above{n}")
-            m.d.comb += above.eq(low_sum[8] | total[8:quotient_bits].any() | extra[8:].any())
+            m.d.comb += above.eq(low_sum[8] | total[8:].any() | extra[8:].any())
             m.d.comb += products[n].eq(Cat(C(0, RECIPROCAL_SHIFT), low_sum[:8], above))

@@ -208,7 +208,9 @@ class Requantizer(wiring.Component):
         The clamped result.
     start : In(1)
         With `multiplier_width` below 32 only: `acc` (and with
-        `per_value_settings` its settings) is presented in this cycle.
+        `per_value_settings` its settings) is presented in this cycle. A
+        start before the previous value's product has ended (`multiply_cycles`
+        cycles) replaces that value, whose result is then not its own.
     left : In(5)
         With `left_input` only: the left shift's amount, ``max(shift, 0)``
         (0 with `single_round`), decoded by the caller (from a register,
@@ -492,15 +494,20 @@ class Requantizer(wiring.Component):
             below.eq(low_now - self.zero_point),
             above.eq(self.high - self.zero_point),
         ]
-        # The clamped value before its register: `next_value` where the
-        # requantizer presents it, else an internal signal.
+        self._choose_clamped(m, divided, below, above, low5, high5,
+                             divided[:VALUE_WIDTH] + self.zero_point)
+
+    def _choose_clamped(self, m, x, below, above, low5, high5, inside):
+        """Stage 5's choice, both forms: `high5` where ``x > above``, `low5`
+        where ``x < below``, else `inside`; into `next_value` where the
+        requantizer presents it (else an internal signal), then `value`."""
         clamped = self.next_value if self._next_output else Signal(signed(VALUE_WIDTH))
-        with m.If(divided > above):
+        with m.If(x > above):
             m.d.comb += clamped.eq(high5)
-        with m.Elif(divided < below):
+        with m.Elif(x < below):
             m.d.comb += clamped.eq(low5)
         with m.Else():
-            m.d.comb += clamped.eq(divided[:VALUE_WIDTH] + self.zero_point)
+            m.d.comb += clamped.eq(inside)
         m.d.sync += self.value.eq(clamped)
 
     def _compact_rounding(self, m, magnitude, negative, shift3, total3, total3_less, window):
@@ -513,7 +520,8 @@ class Requantizer(wiring.Component):
           for t > 0, ``P`` for t = 0;
         * two: ``|y| = (P + 2**30 - neg) >> 31`` (the doubling high half;
           ``INT32_MIN * INT32_MIN``'s 2**31 instead of INT32_MAX rounds and
-          clamps alike), then ``|v| = (|y| + 2**(r-1)) >> r``, r = max(-shift, 0).
+          clamps alike but for r = 32, where stage 3 clears it), then
+          ``|v| = (|y| + 2**(r-1)) >> r``, r = max(-shift, 0).
 
         With ``S = P - neg`` (``P`` for t = 0; or ``|y|``) and ``a = t`` (or
         ``r``) both are ``((2 S >> a) + 1) >> 1``: for a = 0 that is ``S``. P = 0 with neg is
@@ -563,6 +571,12 @@ class Requantizer(wiring.Component):
                 bits = moved[:keep]
             return bits, over
 
+        # Two roundings by r = 32 (shift -32) take every ``|y| < 2**31`` to
+        # 0; the doubling high half's 2**31 (the model's saturated
+        # INT32_MAX) would round to 1, so that case is cleared as the
+        # borrow is (the one place 2**31 and INT32_MAX differ).
+        right_32 = Signal()
+        m.d.comb += right_32.eq(~once & (shift3 == -(1 << (SHIFT_WIDTH - 1))))
         a_next = Signal(range(64))
         m.d.comb += a_next.eq(Mux(once | (shift3 < 0), total3, 31))
         top, top_over = shift_by(Cat(C(0, 1), less), C(0, 1), a_next, [5])  # 2 S (2 L)
@@ -580,7 +594,7 @@ class Requantizer(wiring.Component):
         m.d.sync += [
             s3.eq(top),
             over3.eq(top_over),
-            zero3.eq(zero),
+            zero3.eq(zero | right_32),
             a3.eq(a_next[:5]),
             whole3.eq(~once & (shift3 >= 0)),
             neg3.eq(negative),
@@ -595,15 +609,31 @@ class Requantizer(wiring.Component):
         if window is not None:
             low_bit = Mux(tie3, bits[1], low_bit)
         m.d.comb += sh.eq(Cat(low_bit, bits[1:10]) + 1)
-        q4 = Signal(10)                          # min(|v|, 512)
+        # ``min(|v|, 512)``, inverted for a negative value (the XOR in the
+        # LUTs that choose it): stage 5 adds it to the zero point with the
+        # sign as the carry in, ``zero_point - |v|`` or ``zero_point +
+        # |v|`` in one sum.
+        q4 = Signal(signed(11))
         neg4 = Signal()
-        m.d.sync += [q4.eq(Mux(zero3, 0, Mux(over | sh[10], 512, sh[1:11]))), neg4.eq(neg3)]
-        divided = Signal(signed(11))
-        # Signed as the magnitudes are made: the XOR after the decrement
-        # folds into its LUTs (a negation and a multiplexer were 16 LUT4s
-        # more).
-        m.d.comb += divided.eq((q4 - neg4) ^ neg4.replicate(11))
-        self._clamp(m, divided)
+        magnitude4 = Mux(zero3, 0, Mux(over | sh[10], 512, sh[1:11]))
+        m.d.sync += [q4.eq(Cat(magnitude4 ^ neg3.replicate(10), neg3)), neg4.eq(neg3)]
+        self._compact_clamp(m, q4, neg4)
+
+    def _compact_clamp(self, m, q4, neg4):
+        """Stage 5 of the compact form: the value with its zero point,
+        ``zero_point + (q4 + neg4)`` (-768..767), compared with the bounds
+        themselves, where `_clamp` compares the value without it with the
+        bounds less the zero point (two more subtractions, registered) and
+        signs it and adds the zero point apart."""
+        low5 = Signal(signed(VALUE_WIDTH))
+        high5 = Signal(signed(VALUE_WIDTH))
+        m.d.sync += [
+            low5.eq(Mux(self.low > self.high, self.high, self.low)),
+            high5.eq(self.high),
+        ]
+        total = Signal(signed(VALUE_WIDTH + 2))
+        m.d.comb += total.eq(self.zero_point + q4 + neg4)
+        self._choose_clamped(m, total, low5, high5, low5, high5, total[:VALUE_WIDTH])
 
     def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, stage3,
                             mlas1, window, magnitude=None, negative_out=None):

@@ -277,15 +277,6 @@ class TlpReceiver(wiring.Component):
                 remaining.eq(rem_after),
                 bad_keep.eq(~beat.last & (bad_keep | ~keep_ok)),
             ]
-            for i in range(4):
-                if i < kept_words:
-                    with m.If(k == i // L):
-                        m.d.sync += hwords[i].eq(beat.data.word_select(i % L, 32))
-                else:
-                    # A 4-word header's lower address word takes the place
-                    # of the upper one.
-                    with m.If((k == i // L) & four):
-                        m.d.sync += hwords[2].eq(beat.data.word_select(i % L, 32))
             with m.If(produce & (wn != 0)):
                 m.d.comb += [
                     wp.en.eq(1),
@@ -295,6 +286,21 @@ class TlpReceiver(wiring.Component):
                 if not narrow:
                     m.d.comb += [wp.data.words.eq(wn), wp.data.last.eq(wn == remaining)]
                 m.d.sync += wr_ptr.eq(wr_ptr + 1)
+
+        # A header word is written in every cycle its beat is due, taken or
+        # not (`k` moves only when it is taken, so the beat taken writes it
+        # last), so its clock enable is a LUT of `k`, not the handshake. The
+        # commit reads the words in the cycle after the last beat, before
+        # the next packet's first word (due then) lands.
+        for i in range(4):
+            if i < kept_words:
+                with m.If(k == i // L):
+                    m.d.sync += hwords[i].eq(beat.data.word_select(i % L, 32))
+            else:
+                # A 4-word header's lower address word takes the place
+                # of the upper one.
+                with m.If((k == i // L) & four):
+                    m.d.sync += hwords[2].eq(beat.data.word_select(i % L, 32))
 
         m.d.sync += commit.eq(last_in)
         with m.If(last_in):

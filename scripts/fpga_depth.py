@@ -9,6 +9,15 @@ minute a block, against tens of minutes for a place and route).
     python scripts/fpga_depth.py --family ice40 --profile up5k --block host.core.sequencer
     python scripts/fpga_depth.py --whole                  # the whole chip flattened: paths across blocks, fan-out
     python scripts/fpga_depth.py --whole --block host.core
+    python scripts/fpga_depth.py --profile ulx3s16 --wide-nets   # the host's nets of >= 32 sinks
+
+With --wide-nets it synthesises one block (--block, default ``host``) with
+the sub-blocks of --hide as black boxes (default ``core``: the host side
+alone, as the board build sees it behind the core's registers) and lists
+every net of at least --above sinks (32; clocks excepted): its sinks (of
+them flip-flop clock enables, resets and other inputs) and the LUT levels
+in front of it from a flip-flop, RAM, black box or port. A wide net driven
+through several levels is what the router cannot make fast.
 
 The configuration options are those of ``tpu verilog``. It prints a table
 (Markdown with --markdown) and saves the depths as JSON.
@@ -21,7 +30,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tpu.config import PROFILES, ConfigError, TPUConfig
-from tpu.fpga.logic_depth import DEPTH_BLOCKS, measure_blocks, measure_whole
+from tpu.fpga.logic_depth import (DEPTH_BLOCKS, measure_blocks, measure_whole, measure_wide_nets,
+                                  wide_nets_of_json)
 
 
 def format_rows(depths, markdown):
@@ -60,6 +70,21 @@ def format_whole(whole, markdown):
     return "\n".join(lines)
 
 
+def format_wide(nets, markdown, least=0):
+    """The table of `nets` (`WideNet`s) with `least` LUT levels or more."""
+    nets = [n for n in nets if n.levels >= least]
+    if markdown:
+        lines = ["| net | sinks | enables / resets / other | LUT levels | from | e.g. |",
+                 "|---|---:|---|---:|---|---|"]
+        lines += [f"| `{n.net}` | {n.sinks} | {n.enables} / {n.resets} / {n.others} | {n.levels} | "
+                  f"`{n.start}` | `{n.example}` |" for n in nets]
+    else:
+        lines = [f"{'kind':<5}{'sinks':>6}{'CE':>6}{'LSR':>6}{'other':>6}{'levels':>7}  net"]
+        lines += [f"{n.kind:<5}{n.sinks:>6}{n.enables:>6}{n.resets:>6}{n.others:>6}{n.levels:>7}  {n.net}\n"
+                  f"{'':36}from {n.start}; e.g. {n.example}" for n in nets]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -73,6 +98,17 @@ def main(argv=None):
     parser.add_argument("--whole", action="store_true",
                         help="the whole chip (or the one --block) flattened, no black boxes: its deepest "
                              "paths across blocks and its nets of largest fan-out")
+    parser.add_argument("--wide-nets", action="store_true",
+                        help="the nets of one block (--block, default host) with --above sinks or more and "
+                             "the LUT levels in front of each")
+    parser.add_argument("--hide", default="core", metavar="CHILD[,CHILD]",
+                        help="with --wide-nets: the sub-blocks kept as black boxes (default core; '' none)")
+    parser.add_argument("--above", type=int, default=32, metavar="N",
+                        help="with --wide-nets: the least sinks of a net listed (default 32)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --wide-nets: list from the netlist a run left in --build-dir, no synthesis")
+    parser.add_argument("--least-levels", type=int, default=0, metavar="N",
+                        help="with --wide-nets: list only the nets with N LUT levels or more in front")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--build-dir", type=Path, default=Path("build/bench/fpga_depth"))
     parser.add_argument("--json", type=Path, default=Path("build/bench/fpga_depth.json"))
@@ -84,6 +120,26 @@ def main(argv=None):
     except ConfigError as error:
         parser.error(str(error))
     start = time.monotonic()
+    if args.wide_nets:
+        if args.block and len(args.block) > 1:
+            parser.error("--wide-nets takes one --block at most")
+        block = (args.block or ["host"])[0]
+        if args.reuse:
+            from tpu.hdl.verilog import SERIAL_NAME
+            nets = wide_nets_of_json(args.build_dir / "wide.json",
+                                     f"{SERIAL_NAME}.{block}" if block else SERIAL_NAME, args.above)
+        else:
+            nets = measure_wide_nets(config, args.family, args.build_dir, block,
+                                     tuple(h for h in args.hide.split(",") if h), args.above)
+        seconds = round(time.monotonic() - start, 1)
+        print(format_wide(nets, args.markdown, args.least_levels))
+        print(f"(synth_{args.family} of {block or 'the whole chip'} of {config.name}, "
+              f"black boxes: {args.hide or 'none'}, {seconds} s)")
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"config": config.to_dict(), "family": args.family, "seconds": seconds,
+                                         "block": block, "hide": args.hide,
+                                         "wide_nets": [asdict(n) for n in nets]}, indent=1) + "\n")
+        return
     if args.whole:
         if args.block and len(args.block) > 1:
             parser.error("--whole takes one --block at most")

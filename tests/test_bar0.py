@@ -147,6 +147,47 @@ def test_each_completion_carries_its_reads_tag(link_dw):
 
 
 @pytest.mark.parametrize("link_dw", [1, 2])
+def test_completion_held_while_the_next_request_waits(link_dw):
+    """A completion held back by the link keeps its header while the next
+    request waits on BAR0 (the header is loaded only while none is
+    pending), and the next read is then answered with its own tag."""
+    config = TPUConfig(link_dw=link_dw)
+    dut = Bar0(config)
+    seen = []
+
+    async def testbench(ctx):
+        beat = dut.request.payload
+        ctx.set(dut.completion.ready, 0)
+        ctx.set(beat.header.requester_id, 0x111)
+        await _send(ctx, dut, FmtType.MRD_32, _offset("STATUS", config), tag=3)
+        # The next read, offered at once with another tag and requester.
+        ctx.set(beat.header.requester_id, 0x222)
+        ctx.set(beat.header.tag, 9)
+        ctx.set(beat.header.address, _offset("ID", config))
+        ctx.set(dut.request.valid, 1)
+        for _ in range(8):
+            await ctx.tick()
+            assert ctx.get(dut.completion.valid)
+            header = dut.completion.payload.header
+            seen.append((ctx.get(header.tag), ctx.get(header.requester_id)))
+        ctx.set(dut.completion.ready, 1)
+        await ctx.tick().until(dut.completion.payload.last)
+        while not ctx.get(dut.request.ready):
+            await ctx.tick()
+        await ctx.tick()
+        ctx.set(dut.request.valid, 0)
+        for _ in range(20):
+            if ctx.get(dut.completion.valid):
+                header = dut.completion.payload.header
+                seen.append((ctx.get(header.tag), ctx.get(header.requester_id)))
+                break
+            await ctx.tick()
+
+    _simulate(dut, testbench)
+    assert seen == [(3, 0x111)] * 8 + [(9, 0x222)], f"(tag, requester) of the completions: {seen}"
+
+
+@pytest.mark.parametrize("link_dw", [1, 2])
 def test_counter_lo_latches_its_own_hi(link_dw):
     """Each counter read as its _LO then its _HI gives that counter's 64-bit
     value at the _LO read, though every counter changes between the two

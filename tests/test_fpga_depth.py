@@ -20,7 +20,7 @@ import pytest
 
 from tpu import TPUConfig
 from tpu.fpga.logic_depth import (DEPTH_BLOCKS, combinational_fanout, crossing_paths, longest_paths,
-                                  measure_blocks)
+                                  measure_blocks, wide_nets)
 
 
 #: (LUT levels, carry cells) a block within which does not set a 100 MHz clock.
@@ -226,6 +226,29 @@ def test_fanout_of_combinational_and_registered_nets():
     assert set(found) == {"core_reset", "reset_copy"}
     assert found["core_reset"].sinks == 300 and not found["core_reset"].registered
     assert found["reset_copy"].sinks == 301 and found["reset_copy"].registered
+
+
+def test_wide_nets_count_sinks_by_kind_and_levels_in_front():
+    # A flip-flop through two LUTs (the second into its input C, which is
+    # no clock) enables 40 flip-flops; the first LUT's output also selects
+    # 3 LUTs; the clock reaches every flip-flop and is not listed.
+    io = {"CLK": "input", "CE": "input", "DI": "input", "Q": "output"}
+    cells = {"src": _cell("TRELLIS_FF", {"CLK": [7], "DI": [1], "Q": [2]}, io),
+             "l1": _cell("LUT4", {"A": [2], "Z": [3]}, {"A": "input", "Z": "output"}),
+             "l2": _cell("LUT4", {"C": [3], "Z": [4]}, {"C": "input", "Z": "output"})}
+    for i in range(40):
+        cells[f"f{i}"] = _cell("TRELLIS_FF", {"CLK": [7], "CE": [4], "DI": [100 + i], "Q": [200 + i]}, io)
+    for i in range(3):
+        cells[f"s{i}"] = _cell("LUT4", {"B": [3], "Z": [300 + i]}, {"B": "input", "Z": "output"})
+    module = {"ports": {"clk": {"direction": "input", "bits": [7]}}, "cells": cells,
+              "netnames": {"load": {"bits": [4]}, "pick": {"bits": [3]}}}
+    [net] = wide_nets(module, above=32)
+    assert (net.net, net.sinks, net.enables, net.resets, net.others, net.levels, net.kind) == \
+        ("load", 40, 40, 0, 0, 2, "CE")
+    assert net.start == "src.Q"
+    assert [n.net for n in wide_nets(module, above=5)] == ["load"]
+    assert [(n.net, n.sinks, n.levels, n.kind) for n in wide_nets(module, above=4)] == \
+        [("load", 40, 2, "CE"), ("pick", 4, 1, "data")]
 
 
 def test_budgets_name_real_blocks():

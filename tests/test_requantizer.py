@@ -39,7 +39,9 @@ def _expected(acc, bias, multiplier, shift, rounding, zero_point, low, high):
 
 
 def _cases(rng, n):
-    cases = []
+    # The one product that saturates, divided by 2**32 (the largest right
+    # shift), where its 2**31 and INT32_MAX round apart.
+    cases = [dict(acc=INT32_MIN, bias=0, multiplier=INT32_MIN, shift=-32)]
     for k in range(n):
         edge = k < 2 * len(EDGES)
         if not edge and k % 2:
@@ -126,8 +128,10 @@ def test_narrow_multiplier_matches_the_model(width, compact, rounding):
     dut = Requantizer(per_value_settings=True, multiplier_width=width, compact=compact)
     cycles = dut.multiply_cycles
     assert cycles == (32 // width) ** 2 and dut.latency == 4 + cycles
-    # A zero point far from 0 lets results of 256..511 in magnitude through.
-    zero_point, low, high = (int(rng.choice([-200, 200])) if compact else 3), -256, 255
+    # A zero point far from 0 lets results of 256..511 in magnitude through
+    # (compact); in the full forms, 200 puts the drawn values near the
+    # bounds (within 256) between the upper bound and it less the zero point.
+    zero_point, low, high = (int(rng.choice([-200, 200])) if compact else 200), -256, 255
     count = 300 if compact else 60
     cases = _mlas_cases(rng, count) if rounding == "mlas" else _cases(rng, count)
     single_round, mlas_round = ROUNDINGS[rounding]
