@@ -99,8 +99,9 @@ class ActivationPipeline(wiring.Component):
         pooling).
     o : Out(stream.Signature(OutputRow(cols)))
         Output rows, ``cols`` bytes (int8 or uint8 as set).
-    set_settings : In(stream.Signature(SettingsLayout(max_width)))
-        Operation settings: ``function``, ``unsigned``, ``zero_point``,
+    set_settings : In(stream.Signature(SettingsLayout(max_width, config.mlas_rounding)))
+        Operation settings: ``function``, ``unsigned``, ``single_round``,
+        ``mlas_round`` (with `TPUConfig.mlas_rounding`), ``zero_point``,
         ``clamp_min``, ``clamp_max``, ``pool``, ``pool_size``,
         ``pool_stride``, ``pool_width``, ``pool_count``, ``pool_reciprocal``.
     set_channel : In(stream.Signature(ChannelWrite(cols)))
@@ -127,7 +128,8 @@ class ActivationPipeline(wiring.Component):
 
     #: Reset values of the operation settings: identity into int8, no pooling.
     SETTINGS_RESET = {
-        "function": Function.NONE, "unsigned": 0, "single_round": 0, "zero_point": 0,
+        "function": Function.NONE, "unsigned": 0, "single_round": 0, "mlas_round": 0,
+        "zero_point": 0,
         "clamp_min": -(1 << (VALUE_WIDTH - 1)), "clamp_max": (1 << (VALUE_WIDTH - 1)) - 1,
         "pool": Pooling.NONE, "pool_size": 1, "pool_stride": 1, "pool_width": 1,
         "pool_count": 1, "pool_reciprocal": 1 << RECIPROCAL_SHIFT,
@@ -154,7 +156,7 @@ class ActivationPipeline(wiring.Component):
         super().__init__({
             "i":            In(stream.Signature(InputRow(cols))),
             "o":            Out(stream.Signature(OutputRow(cols))),
-            "set_settings": In(stream.Signature(SettingsLayout(max_width))),
+            "set_settings": In(stream.Signature(SettingsLayout(max_width, config.mlas_rounding))),
             "set_channel":  In(stream.Signature(ChannelWrite(cols))),
             "set_lut":      In(stream.Signature(LutWrite())),
             "busy":         Out(1),
@@ -211,7 +213,10 @@ class ActivationPipeline(wiring.Component):
         cycles = self._config.requantize_multiply_cycles      # a power of two
         row_cycles = steps * cycles
 
-        settings = Signal(SettingsLayout(self._max_width), init=self.SETTINGS_RESET)
+        mlas = bool(self._config.mlas_rounding)
+        settings = Signal(SettingsLayout(self._max_width, mlas),
+                          init={k: v for k, v in self.SETTINGS_RESET.items()
+                                if mlas or k != "mlas_round"})
         bias = [Signal(signed(32), name=f"bias{n}", init=self.CHANNEL_RESET["bias"])
                 for n in range(cols)]
         multiplier = [Signal(signed(32), name=f"multiplier{n}",
@@ -507,14 +512,16 @@ class ActivationPipeline(wiring.Component):
 
         # The pooling unit shares the requantizers' lanes, group by group.
         m.submodules.pooling = pooling = PoolingUnit(lanes=lanes, max_width=self._max_width,
-                                                     groups=steps, sequential_average=serial)
+                                                     groups=steps, sequential_average=serial,
+                                                     mlas_rounding=mlas)
         lane_out = []
         for n in range(lanes):
             # Column of lane `n` in each group; a short last group repeats group 0's.
             columns = [g * lanes + n if g * lanes + n < cols else n for g in range(steps)]
             lane = Requantizer(per_value_settings=steps > 1,
                                multiplier_width=self._config.requantizer_multiplier_width,
-                               compact=serial, left_input=decoded_left, next_output=early_table)
+                               compact=serial, left_input=decoded_left, next_output=early_table,
+                               mlas_rounding=mlas)
             m.submodules[f"requantizer{n}"] = lane
             if decoded_left:
                 m.d.comb += lane.left.eq(chosen_left(columns, f"lane_left{n}"))
@@ -545,6 +552,8 @@ class ActivationPipeline(wiring.Component):
                 lane.low.eq(low),
                 lane.high.eq(high),
             ]
+            if mlas:
+                m.d.comb += lane.mlas_round.eq(settings.mlas_round)
             table_rd = tables[n // self.TABLE_READ_PORTS].read_port()
             if early_table:
                 table_data = Signal(8, name=f"table_data{n}")

@@ -61,12 +61,14 @@ def OutputRow(cols):
     return data.ArrayLayout(unsigned(8), cols)
 
 
-def SettingsLayout(max_width):
-    """The operation-wide settings, written all at once."""
+def SettingsLayout(max_width, mlas_rounding=True):
+    """The operation-wide settings, written all at once (``mlas_round``
+    only with `mlas_rounding`, `TPUConfig.mlas_rounding`)."""
     return data.StructLayout({
         "function":        Function,
         "unsigned":        1,
         "single_round":    1,
+        **({"mlas_round":  1} if mlas_rounding else {}),
         "zero_point":      signed(VALUE_WIDTH),
         "clamp_min":       signed(VALUE_WIDTH),
         "clamp_max":       signed(VALUE_WIDTH),

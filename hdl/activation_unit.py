@@ -152,10 +152,17 @@ class ActivationUnit(wiring.Component):
             pool_stride = Mux(windowed, act["pool_stride"], 1)
             pool_width = Mux(windowed, act["in_w"], 1)
             reciprocal = Mux(averaging, divider.quotient, 1 << RECIPROCAL_SHIFT)
+        single_round = act["single_round"]
+        if cfg.mlas_rounding:
+            # MLAS's rounding is one rounding (no left shift) with or without
+            # the flag: the decoder checks no condition between the two.
+            mlas_round = field(word, Opcode.ACT, "mlas_round")
+            single_round = single_round | mlas_round
+            m.d.comb += settings.mlas_round.eq(mlas_round)
         m.d.comb += [
             settings.function.eq(act["func"]),
             settings.unsigned.eq(act["unsigned"]),
-            settings.single_round.eq(act["single_round"]),
+            settings.single_round.eq(single_round),
             settings.zero_point.eq(regs[Reg.OUT_ZERO_POINT]),
             settings.clamp_min.eq(regs[Reg.CLAMP_MIN]),
             settings.clamp_max.eq(regs[Reg.CLAMP_MAX]),

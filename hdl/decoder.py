@@ -205,6 +205,10 @@ class InstructionDecoder(wiring.Component):
             legal_opcode = Signal()
             illegal_field = Signal()
             for op, fields in LAYOUTS.items():
+                if not cfg.mlas_rounding:
+                    # A chip without the MLAS rounding takes ACT's flag as
+                    # a reserved bit: ILLEGAL_FIELD.
+                    fields = [f for f in fields if f.name != "mlas_round"]
                 with m.If(w[:8] == int(op)):
                     m.d.comb += legal_opcode.eq(1)
                     by_name = {f.name: f for f in fields}

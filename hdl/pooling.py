@@ -65,9 +65,10 @@ class PoolingUnit(wiring.Component):
     -------
     restart : In(1)
         The next row starts a new operation (a settings write).
-    settings : In(SettingsLayout(max_width))
+    settings : In(SettingsLayout(max_width, mlas_rounding))
         Pooling mode and shape, divisor, reciprocal and output signedness;
-        stable while rows are in flight.
+        stable while rows are in flight (the pipeline's settings, whose
+        layout has ``mlas_round`` with `mlas_rounding`).
     i_valid, i_last : In(1)
         A row (a group of it) is presented; the row is the last of its
         operation.
@@ -98,7 +99,8 @@ class PoolingUnit(wiring.Component):
     #: term, the product's two halves, their sum, each registered.
     PIPELINED_CYCLES = 3
 
-    def __init__(self, *, lanes, max_width, groups=1, sequential_average=False):
+    def __init__(self, *, lanes, max_width, groups=1, sequential_average=False,
+                 mlas_rounding=True):
         for name, value, high in (("lanes", lanes, 256), ("max_width", max_width, 1 << 16),
                                   ("groups", groups, 256)):
             if not isinstance(value, int) or isinstance(value, bool):
@@ -111,7 +113,7 @@ class PoolingUnit(wiring.Component):
         self._sequential = bool(sequential_average)
         super().__init__({
             "restart":  In(1),
-            "settings": In(SettingsLayout(max_width)),
+            "settings": In(SettingsLayout(max_width, mlas_rounding)),
             "i_valid":  In(1),
             "i_last":   In(1),
             "i_group":  In(range(groups)),

@@ -13,11 +13,130 @@ INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
 
 
+def _float32_multiplier(multiplier):
+    """Whether the signed 32-bit `multiplier` is a float32 significand << 7:
+    magnitude in ``[2**30, 2**31)``, the low 7 bits zero."""
+    middle = multiplier[7:30]
+    positive = ~multiplier[31] & multiplier[30]
+    negative = multiplier[31] & Mux(multiplier[30], middle == 0, middle != 0)
+    return (multiplier[:7] == 0) & (positive | negative)
+
+
+def _float32_of(m, x):
+    """``float32(x)`` of the signed 32-bit `x` as a 33-bit integer: ``x``
+    rounded half to even at bit ``d = max(n - 24, 0)``, ``n`` the bit
+    length of ``|x|`` (2**31 for the largest ``x``). ``n`` is taken from
+    ``x ^ sign``, ``|x| - 1`` for a negative ``x``, which differs only for
+    a power of two, which every ``d`` keeps; and a half-to-even rounding of
+    the two's complement ``x`` is that of ``|x|`` negated.
+
+    Made as ``x + 2**(d-1)`` with the low ``d`` bits cleared (half up), and
+    at a tie (the low ``d`` bits exactly ``2**(d-1)``) bit ``d`` cleared
+    too: the half-up result is then ``q + 1`` of the two neighbours, and
+    clearing its lowest bit gives the even one. The addend and the masks
+    are decoded from ``x``'s top 8 bits beside each other, so that the
+    path from the bias adder is a decode, the add and one mask."""
+    y = x[24:31] ^ x[31].replicate(7)           # bits 24..30 of |x| (or |x| - 1)
+    # above[j]: a one at bit 24 + j or higher, j = 0..7 (above[7] none).
+    above = [Cat(y[j:]).any() if j < 7 else C(0, 1) for j in range(8)]
+    # d == j + 1: the leading one at bit 24 + j; bit j of the addend, j = 0..6.
+    half_at = Cat(y[j] & ~above[j + 1] for j in range(7))
+    low = Cat(above[:7])                         # bits below d: low[j] = j < d
+    # The tie: the bits below d exactly the half, at the half's position.
+    tie = Cat(half_at[j] & x[j] & ((x[:j] == 0) if j else C(1, 1)) for j in range(7)).any()
+    total = Signal(signed(33), name="float32_sum")
+    m.d.comb += total.eq(x + half_at)
+    # bit j (j = 1..7) cleared at a tie with d == j.
+    even = Cat(C(0, 1), half_at & tie.replicate(7))
+    return Cat(total[:8] & ~Cat(low, C(0, 1)) & ~even, total[8:]).as_signed()
+
+
+class _Window:
+    """The MLAS rounding's tie window, ``|R - H| <= 2**(G - 1)`` with ``R``
+    the product's low ``t`` bits, ``H = 2**(t-1)`` and ``G`` the bit
+    length of ``|p|`` less 24 (`tpu/models/mlas_rounding.py`, in the
+    units of the chip's product ``p = float32(x) * multiplier``, whose
+    fraction has ``t = 31 - shift`` bits).
+
+    ``|p|`` has ``n + 30 + c`` bits, ``n`` the bit length of ``float32(x)``
+    (the multiplier has 31) and ``c`` its bit ``n + 30``, so ``G = G0 + c``
+    with ``G0 = n + 6``. `settings` registers, beside the product, what
+    depends on ``x`` and the shift alone: ``x``'s leading one (one-hot),
+    the band of bits from ``G0 + 1`` to ``t - 2`` and those up to ``G0 -
+    2``, from ``x``'s suffix OR (a thermometer, no encoder); `tie` then
+    tests the product's bits. For a negative product the test on its two's
+    complement bits is the one on ``|p|``'s, as ``|R - H|`` is the same
+    for ``R`` and ``2**t - R``.
+
+    Above the half: ``p[t-1]`` set, bits ``G .. t-2`` clear and the bits
+    below ``G`` at most ``2**(G-1)`` (bit ``G - 1`` clear, or it alone
+    set); below it: ``p[t-1]`` clear, bits ``G .. t-2`` set and bit ``G -
+    1`` set. Exact wherever ``G <= t - 2``, which every result below
+    2**22 in magnitude meets, so every value the clamp does not saturate."""
+
+    def __init__(self):
+        self.mlas3 = Signal(name="mlas3")
+        self.lead = None
+        self.band = Signal(64, name="window_band")     # bits G0 + 1 .. t - 2
+        self.low = Signal(64, name="window_low")       # bits 0 .. G0 - 2
+
+    def settings(self, m, y, mlas2, shift):
+        """Statements (for the register as stage 3 starts) from `y`, the
+        operand's magnitude (or ``|x| - 1``), whether the value is rounded
+        as MLAS does, and its shift."""
+        width = len(y)
+        self.lead = Signal(width, name="window_lead")
+        suffix = Signal(width, name="window_suffix")    # suffix[j]: a one at j or above
+        value = y
+        step = 1
+        while step < width:
+            value = value | (value >> step)
+            step *= 2
+        m.d.comb += suffix.eq(value)
+        upto = Signal(64, name="window_upto")           # bits 0 .. t - 2
+        m.d.comb += upto.eq(C((1 << 64) - 1, 64) >> (shift + 34).as_unsigned()[:7])
+
+        def one_at(j):
+            return suffix[j] if 0 <= j < width else C(j < 0, 1)
+
+        band = Cat(~one_at(k - 7) & (k >= 7) for k in range(64))     # k >= n + 7
+        low = Cat(C(1, 1) if k <= 4 else one_at(k - 5) for k in range(64))   # k <= n + 4
+        lead = suffix & ~(suffix >> 1)
+        return [self.mlas3.eq(mlas2), self.lead.eq(lead), self.band.eq(band & upto),
+                self.low.eq(low)]
+
+    def tie(self, m, bits, total3, total3_less):
+        """Whether the product with two's complement `bits` (64) lies in
+        the window, with the MLAS rounding set and ``t > 0``."""
+        width = len(self.lead)
+
+        def pick(offset, source):
+            return (self.lead & source[offset:offset + width]).any()
+
+        magnitude = bits ^ bits[63].replicate(64)
+        at_g0 = pick(7, bits)                  # bit n + 6
+        below_g0 = pick(6, bits)               # bit n + 5
+        c = pick(31, magnitude)                # bit n + 30 of |p| (|p| - 1)
+        clear = ~(bits & self.band).any()
+        set_ = ~(~bits & self.band).any()
+        low_clear = ~(bits & self.low).any()
+        half = bits.bit_select(total3_less, 1)
+        zeros = clear & (c | ~at_g0)
+        ones = set_ & (c | at_g0)
+        guard = Mux(c, at_g0, below_g0)        # bit G - 1
+        rest_clear = Mux(c, low_clear & ~below_g0, low_clear)     # bits below G - 1
+        tie = Signal(name="window_tie")
+        m.d.comb += tie.eq(self.mlas3 & (total3 != 0) & Mux(half, zeros & (~guard | rest_clear),
+                                                            ones & guard))
+        return tie
+
+
 class Requantizer(wiring.Component):
     """``clamp(MultiplyByQuantizedMultiplier(acc + bias, multiplier, shift) + zero_point)``.
 
     TFLite's double-rounding requantization, or with `single_round` its
-    one-rounding form, bit for bit (see ``tpu/models/activation_model.py``), as a
+    one-rounding form, or with `mlas_round` too ONNX Runtime's (MLAS's)
+    float32 rounding, bit for bit (see ``tpu/models/activation_model.py``), as a
     five-stage pipeline without stalls:
     `value` is the result for the `acc` presented `latency` cycles earlier.
     The settings inputs must not change while values are in flight; with
@@ -45,6 +164,29 @@ class Requantizer(wiring.Component):
     bit ``p[t-1]`` in stage 3 and their sum, saturated to int32, in stage 4;
     saturating changes no output, as the clamp bounds are 9-bit values.
 
+    With `mlas_round` (and `single_round`) and a multiplier that is a
+    float32 significand << 7 (`_float32_multiplier`; any other rounds once),
+    stage 1 rounds ``x`` to a float32 value (`_float32_of`: 24 significant
+    bits, half to even, 2**31 at most, so the operand is 33 bits) instead of
+    the left shift, stage 2 registers the tie window's masks beside the
+    product (`_Window.settings`, from the operand's suffix OR and the
+    shift), and stage 3 rounds to the even of ``p >> t`` and that plus one
+    inside the window (`_Window.tie`: its bit ``p[t]`` instead of
+    ``p[t-1]``): `tpu/models/mlas_rounding.py`'s window form, which equals
+    ONNX Runtime's float32 product and rounding wherever the result is
+    below 2**22 in magnitude, so every result the clamp does not saturate.
+    The compact form finds the window on ``S ^ neg`` (the product's two's
+    complement bits) and in stage 4 rounds to even by taking bit 1 of
+    ``2 S >> t`` for bit 0. The same stages and latency in every form; per
+    requantizer (synth_ecp5 with the board build's mapping / synth_ice40,
+    LUT4s): the one-cycle product 1,834 -> 1,867 / 1,285 -> 1,803, the
+    shared lane with a 16-bit product 1,598 -> 1,973 / 1,568 -> 2,016, the
+    compact form 579 -> 1,365 / 633 -> 1,278, about 124 flip-flops more in
+    each (the window's masks); stage 1 is 8 ECP5 levels deep (10 in the
+    compact form), over the 6-level target (docs/activation_pipeline.md).
+    Built only with `mlas_rounding` (`TPUConfig.mlas_rounding`; the up5k
+    chip has none): without it the requantizer is the one before the mode.
+
     Members
     -------
     acc : In(signed(32))
@@ -56,6 +198,10 @@ class Requantizer(wiring.Component):
         divides by a power of two after it.
     single_round : In(1)
         Round once: ``(x * multiplier + 2**(30 - shift)) >> (31 - shift)``.
+    mlas_round : In(1)
+        With `single_round`: round as ONNX Runtime's MLAS does,
+        ``rint(float32(float32(x) * s))``, for a multiplier that is a
+        float32 significand << 7.
     zero_point, low, high : In(signed(9))
         Output zero point and clamp bounds (``high`` wins over ``low``).
     value : Out(signed(9))
@@ -92,6 +238,10 @@ class Requantizer(wiring.Component):
     next_output : bool
         Present `next_value`, so that a synchronous read at the result
         (a table lookup) can start a cycle before `value` holds it.
+    mlas_rounding : bool
+        Build the MLAS rounding (`mlas_round`); without it the port is
+        absent and the requantizer is the one before the mode, gate for
+        gate (`TPUConfig.mlas_rounding`).
     multiplier_width : int
         32: stage 2 is one 32 x 32-bit multiply. 16 or 8: stage 2 takes
         ``(32 / multiplier_width)**2`` cycles (`multiply_cycles`) on one
@@ -105,7 +255,7 @@ class Requantizer(wiring.Component):
     BASE_LATENCY = 5
 
     def __init__(self, *, per_value_settings=False, multiplier_width=32, compact=False,
-                 left_input=False, next_output=False):
+                 left_input=False, next_output=False, mlas_rounding=True):
         if multiplier_width not in (8, 16, 32):
             raise ValueError(f"multiplier_width must be 8, 16 or 32, not {multiplier_width!r}")
         if compact and multiplier_width == 32:
@@ -115,6 +265,7 @@ class Requantizer(wiring.Component):
         self._compact = bool(compact)
         self._left_input = bool(left_input)
         self._next_output = bool(next_output)
+        self._mlas = bool(mlas_rounding)
         ports = {"start": In(1)} if self.multiply_cycles > 1 else {}
         if self._left_input:
             ports["left"] = In(SHIFT_WIDTH - 1)
@@ -127,6 +278,7 @@ class Requantizer(wiring.Component):
             "multiplier": In(signed(32)),
             "shift":      In(signed(SHIFT_WIDTH)),
             "single_round": In(1),
+            **({"mlas_round": In(1)} if self._mlas else {}),
             "zero_point": In(signed(VALUE_WIDTH)),
             "low":        In(signed(VALUE_WIDTH)),
             "high":       In(signed(VALUE_WIDTH)),
@@ -195,20 +347,40 @@ class Requantizer(wiring.Component):
         else:
             m.d.comb += left.eq(Mux((self.shift > 0) & ~self.single_round, self.shift, 0))
 
-        # 1: bias, left shift.
+        # 1: bias, left shift; with the MLAS rounding ``x`` rounded to a
+        # float32 value instead (`_float32_of`), and whether the column's
+        # multiplier is a float32 significand << 7 (else one rounding).
         biased = Signal(signed(32))
         m.d.comb += biased.eq(self.acc + self.bias)
+        mlas = self._mlas
+        if mlas:
+            mlas1 = Signal()
+            m.d.comb += mlas1.eq(self.single_round & self.mlas_round
+                                 & _float32_multiplier(self.multiplier))
+            operand = Signal(signed(33))
+            m.d.comb += operand.eq(Mux(mlas1, _float32_of(m, biased),
+                                       (biased << left)[:32].as_signed()))
+        else:
+            mlas1, operand = None, biased << left
 
         # 2: product, and the one product that saturates.
         product = Signal(signed(64))
         saturate = Signal()
+        # The MLAS rounding's window (`_window_settings`), registered as
+        # stage 3 starts.
+        window = _Window() if mlas else None
         if cycles == 1:
-            shifted = Signal(signed(32))
-            m.d.sync += shifted.eq(biased << left)
+            shifted = Signal(signed(33 if mlas else 32))
+            m.d.sync += shifted.eq(operand)
             m.d.sync += [
                 product.eq(shifted * multiplier2),
                 saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
             ]
+            if mlas:
+                mlas2 = Signal()
+                m.d.sync += mlas2.eq(mlas1)
+                m.d.sync += window.settings(m, (shifted ^ shifted[32].replicate(33))[:33], mlas2,
+                                            self.shift if shift2 is None else shift2)
         else:
             # With `per_value_settings` stage 3's totals are made from
             # `shift2` as the product's last piece is summed; the division's
@@ -239,12 +411,18 @@ class Requantizer(wiring.Component):
                     mask.eq(~(C((1 << 32) - 1, 32) >> left)),
                     wrapped.eq(Cat(Mux(mask[i], sign, biased[i]) for i in range(32))),
                 ]
+                compact_operand = wrapped
+                if mlas:
+                    compact_operand = Signal(signed(33))
+                    m.d.comb += compact_operand.eq(Mux(mlas1, operand, wrapped))
                 magnitude, negative = Signal(signed(65)), Signal()
-                self._sequential_product(m, wrapped, product, saturate, shift2, shift3,
-                                         stage3, magnitude=magnitude, negative_out=negative)
-                self._compact_rounding(m, magnitude, negative, shift3, total3)
+                self._sequential_product(m, compact_operand, product, saturate, shift2, shift3,
+                                         stage3, mlas1, window, magnitude=magnitude,
+                                         negative_out=negative)
+                self._compact_rounding(m, magnitude, negative, shift3, total3, total3_less, window)
                 return m
-            self._sequential_product(m, biased << left, product, saturate, shift2, shift3, stage3)
+            self._sequential_product(m, operand, product, saturate, shift2, shift3, stage3,
+                                     mlas1, window)
 
         # 3: rounding doubling high half, and the rounding term of stage 4's
         # division, chosen by the high half's sign: ``2**(r-1) - (y < 0)``.
@@ -258,12 +436,18 @@ class Requantizer(wiring.Component):
         m.d.comb += high_next.eq(Mux(saturate, INT32_MAX, (product + (1 << 30)) >> 31))
         floored = Signal(signed(64))
         round_bit = Signal()
+        # The MLAS rounding: inside the tie window the half goes to the
+        # even of ``p >> t`` and that plus one, ``p[t]``.
+        half_bit = product.bit_select(total3_less, 1)
+        if mlas:
+            tie = window.tie(m, product, total3, total3_less)
+            half_bit = Mux(tie, product.bit_select(total3, 1), half_bit)
         m.d.sync += [
             high_mul.eq(high_next),
             right4.eq(right3),
             rounding4.eq(Mux(high_next[31], half3_less, half3)),
             floored.eq(product >> total3),
-            round_bit.eq((total3 != 0) & product.bit_select(total3_less, 1)),
+            round_bit.eq((total3 != 0) & half_bit),
         ]
 
         # 4: rounding divide by a power of two, ``(y + rounding) >> r``; or
@@ -326,7 +510,7 @@ class Requantizer(wiring.Component):
             m.d.comb += clamped.eq(inside)
         m.d.sync += self.value.eq(clamped)
 
-    def _compact_rounding(self, m, magnitude, negative, shift3, total3):
+    def _compact_rounding(self, m, magnitude, negative, shift3, total3, total3_less, window):
         """Stages 3 to 5 on the product's magnitude ``P`` and sign.
 
         Both roundings are round-half-away-from-zero or round-half-up of
@@ -402,6 +586,11 @@ class Requantizer(wiring.Component):
         whole3 = Signal()
         neg3 = Signal()
         zero3 = Signal()
+        # The MLAS rounding's window is found on the product's two's
+        # complement bits, which ``S`` is for a positive product and ``~S``
+        # for a negative one (``-P = ~(P - 1)``); inside it bit 0 of ``2 S
+        # >> t`` (the half) is replaced by bit 1 (``P >> t``'s lowest), so
+        # that the add of one rounds to the even of the two.
         m.d.sync += [
             s3.eq(top),
             over3.eq(top_over),
@@ -410,10 +599,16 @@ class Requantizer(wiring.Component):
             whole3.eq(~once & (shift3 >= 0)),
             neg3.eq(negative),
         ]
+        if window is not None:
+            tie3 = Signal()
+            m.d.sync += tie3.eq(window.tie(m, less ^ negative.replicate(64), total3, total3_less))
         # 4: the shifts by 16 .. 1.
         bits, over = shift_by(s3, over3, a3, reversed(range(5)))
         sh = Signal(11)
-        m.d.comb += sh.eq(Cat(bits[0] & ~whole3, bits[1:10]) + 1)
+        low_bit = bits[0] & ~whole3
+        if window is not None:
+            low_bit = Mux(tie3, bits[1], low_bit)
+        m.d.comb += sh.eq(Cat(low_bit, bits[1:10]) + 1)
         # ``min(|v|, 512)``, inverted for a negative value (the XOR in the
         # LUTs that choose it): stage 5 adds it to the zero point with the
         # sign as the carry in, ``zero_point - |v|`` or ``zero_point +
@@ -441,7 +636,7 @@ class Requantizer(wiring.Component):
         self._choose_clamped(m, total, low5, high5, low5, high5, total[:VALUE_WIDTH])
 
     def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, stage3,
-                            magnitude=None, negative_out=None):
+                            mlas1, window, magnitude=None, negative_out=None):
         """Stage 2 in `multiply_cycles` cycles on one multiplier: the
         product summed piece by piece, most significant diagonal first
         (``sum = (sum << w) + a_i * b_j`` at the first piece of each
@@ -460,11 +655,19 @@ class Requantizer(wiring.Component):
         # pieces signed, so that no negation lies between the shift and the
         # operand register, nor between the sum and `product`.
         signed_pieces = not self._compact
-        a, b = Signal(32), Signal(32)
+        # The operand is 33 bits wide, as a float32 value rounded from ``x``
+        # may be 2**31 (`_float32_of`): the signed form's top piece then
+        # has its `w + 1` bits, the compact form's magnitude fits 32.
+        mlas = window is not None
+        a, b = Signal(33 if signed_pieces and mlas else 32), Signal(32)
         negative = Signal()
-        shifted_now = Signal(signed(32))
+        if mlas:
+            mlas2 = Signal()
+        shifted_now = Signal(signed(33 if mlas else 32))
         m.d.comb += shifted_now.eq(shifted)
         with m.If(self.start):
+            if mlas:
+                m.d.sync += mlas2.eq(mlas1)
             if signed_pieces:
                 m.d.sync += [a.eq(shifted_now), b.eq(self.multiplier)]
             else:
@@ -474,12 +677,12 @@ class Requantizer(wiring.Component):
                 # for 32 bits against 33, on the iCE40), not a negation and
                 # a multiplexer.
                 def magnitude_of(value):
-                    sign = value[31]
-                    return ((value - sign) ^ sign.replicate(32))[:32]
+                    sign = value[-1]
+                    return ((value - sign) ^ sign.replicate(len(value)))[:32]
                 m.d.sync += [
                     a.eq(magnitude_of(shifted_now)),
                     b.eq(magnitude_of(self.multiplier)),
-                    negative.eq(shifted_now[31] ^ self.multiplier[31]),
+                    negative.eq(shifted_now[-1] ^ self.multiplier[31]),
                 ]
             if shift2 is not None:
                 m.d.sync += shift2.eq(self.shift)
@@ -504,8 +707,9 @@ class Requantizer(wiring.Component):
             piece = Signal(2 * w)
 
         def part(value, k):
-            bits = value[k * w:(k + 1) * w]
-            return bits.as_signed() if signed_pieces and k == pieces - 1 else bits
+            if signed_pieces and k == pieces - 1:
+                return value[k * w:].as_signed()        # w bits, or a's w + 1
+            return value[k * w:(k + 1) * w]
 
         with m.Switch(step):
             for k, (i, j) in enumerate(order):
@@ -563,7 +767,11 @@ class Requantizer(wiring.Component):
         # in this cycle replaces only at its end), not beside the shift on
         # the way into them.
         with m.If(step == cycles - 1):
-            m.d.sync += saturate.eq((a == 1 << 31) & (b == 1 << 31))
+            a_min = (a[:32] == 1 << 31) & a[32] if signed_pieces and mlas else a == 1 << 31
+            m.d.sync += saturate.eq(a_min & (b == 1 << 31))
+            if mlas:
+                m.d.sync += window.settings(m, a ^ a[-1].replicate(len(a)) if signed_pieces else a,
+                                            mlas2, self.shift if shift2 is None else shift2)
             if negative_out is not None:
                 m.d.sync += negative_out.eq(negative)
             if shift2 is not None:

@@ -4,9 +4,9 @@ Runtime's float32 requantization (`tpu.models.mlas_rounding`) in its place
 (docs/compiler.md).
 
 The reference interpreter runs the model on one random image; then every
-"float32" matrix layer runs again on its input there, twice (as the chip
-rounds today, and with its requantization replaced by
-`multiply_by_float32_multiplier`), and ONNX Runtime runs a QLinearConv of
+matrix layer that rounds by ONNX Runtime's float32 multiplier runs again
+on its input there, twice (with the chip's one rounding, "float32", and
+with ONNX Runtime's, "mlas", ACT's mlas_round), and ONNX Runtime runs a QLinearConv of
 the same weights, bias and scales on the same input (a dense layer as a
 1x1 convolution): what ONNX Runtime computes where it fuses the layer.
 Prints per layer how many values differ from ONNX Runtime's each way.
@@ -22,21 +22,17 @@ import numpy as np
 
 from tpu.compiler import imagenet_models, reference, zoo
 from tpu.compiler.onnx_frontend import import_onnx
-from tpu.models.activation_model import wrap_int32
-from tpu.models.mlas_rounding import multiply_by_float32_multiplier
 
 
-def _mlas_requantize(chip_requantize):
-    """`reference.requantize_accumulators` with a "float32" layer rounded as
-    ONNX Runtime does; the other roundings unchanged."""
+def _with_rounding(chip_requantize, rounding):
+    """`reference.requantize_accumulators` with a layer that rounds by ONNX
+    Runtime's float32 multiplier ("float32" or "mlas") rounded by
+    `rounding`: "float32", the chip's one rounding, or "mlas", ONNX
+    Runtime's (ACT's mlas_round); the other roundings unchanged."""
     def requantize(acc, in_q, weight_scale, out_q, activation=reference.ir.NO_ACTIVATION,
-                   rounding="double"):
-        if rounding != "float32":
-            return chip_requantize(acc, in_q, weight_scale, out_q, activation, rounding)
-        target = reference._target(out_q, activation)
-        m, s = reference.ir.requant_multipliers(in_q, weight_scale, target, rounding)
-        y = multiply_by_float32_multiplier(wrap_int32(acc), m, s)
-        return reference.activate(y + int(target.zero_point), out_q, activation)
+                   rounding_of_layer="double"):
+        chosen = rounding if rounding_of_layer in ("float32", "mlas") else rounding_of_layer
+        return chip_requantize(acc, in_q, weight_scale, out_q, activation, chosen)
     return requantize
 
 
@@ -76,7 +72,8 @@ def _qlinearconv(layer, in_q, out_q, batch_shape):
 
 def compare(model, x):
     """Rows ``(layer, values, differ with the chip's rounding, differ with
-    MLAS's)``: every "float32" matrix layer of `model`'s graph, given the
+    MLAS's)``: every matrix layer of `model`'s graph that rounds by ONNX
+    Runtime's float32 multiplier ("float32" or "mlas"), given the
     reference's values of its input for the quantized image `x`, against
     ONNX Runtime's QLinearConv of the same layer and input."""
     graph = import_onnx(model)
@@ -86,7 +83,7 @@ def compare(model, x):
     chip = reference.requantize_accumulators
     rows = []
     for layer in graph.layers:
-        if getattr(layer, "rounding", None) != "float32" or layer.activation.kind.value in (
+        if getattr(layer, "rounding", None) not in ("float32", "mlas") or layer.activation.kind.value in (
                 "sigmoid", "tanh"):
             continue
         in_q, out_q = graph.tensor(layer.input).quant, graph.tensor(layer.output).quant
@@ -98,7 +95,7 @@ def compare(model, x):
         # the fused function (relu, relu6) clamps ONNX Runtime's output as the chip's does
         theirs = reference.activate(theirs, out_q, layer.activation).astype(np.int64)
         counts = []
-        for requantize in (chip, _mlas_requantize(chip)):
+        for requantize in (_with_rounding(chip, "float32"), _with_rounding(chip, "mlas")):
             reference.requantize_accumulators = requantize
             try:
                 ours = reference.run_layer(graph, layer, {layer.input: feed})[layer.output]
@@ -122,7 +119,7 @@ def end_to_end(model, x):
     theirs = reference.quantize(theirs, out_q).astype(np.int64)
     chip = reference.requantize_accumulators
     shares = []
-    for requantize in (chip, _mlas_requantize(chip)):
+    for requantize in (_with_rounding(chip, "float32"), _with_rounding(chip, "mlas")):
         reference.requantize_accumulators = requantize
         try:
             ours = reference.run(graph, feeds, outputs_only=True)[gout.tensor]

@@ -2,6 +2,7 @@
 plain Python integers, fractions and floats."""
 
 import math
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -11,7 +12,9 @@ from tpu.models.activation_model import (
     ActivationSettings, Function, Pooling, IDENTITY_MULTIPLIER,
     multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_single_round, output_rows, pool, pool_average, pool_reciprocal,
     quantize_multiplier, requantize, rounding_divide_by_pot, run_operation,
-    saturating_rounding_doubling_high_mul, sigmoid_table, tanh_table, tflite_average)
+    saturating_rounding_doubling_high_mul, sigmoid_table, tanh_table, tflite_average, output_bounds,
+    wrap_int32)
+from tpu.models.mlas_rounding import requantize_mlas
 
 
 INT32_MIN = -(1 << 31)
@@ -400,3 +403,48 @@ def test_function_comes_before_pooling():
         Pooling.AVG, size=2, stride=2, width=2)
     out = run_operation(settings, [[-100], [-100], [-100], [3]])
     assert out.tolist() == [[1]]           # relu first: (0 + 0 + 0 + 3) / 4 = 0.75 -> 1
+
+
+def test_requantize_mlas_round_flag():
+    # s = 0.5: halves round to even with mlas_round, toward +infinity with
+    # single_round alone.
+    acc = [[5, -5, 3, -3, 7]]
+    once = ActivationSettings(cols=5, multiplier=1 << 30, shift=0, single_round=True)
+    mlas = replace(once, mlas_round=True)
+    assert requantize(acc, once).tolist() == [[3, -2, 2, -1, 4]]
+    assert requantize(acc, mlas).tolist() == [[2, -2, 2, -2, 4]]
+    # mlas_round rounds once with or without single_round
+    assert requantize(acc, replace(mlas, single_round=False)).tolist() == [[2, -2, 2, -2, 4]]
+
+
+def test_requantize_mlas_round_equals_requantize_mlas():
+    """Columns with a float32 significand << 7 round as ONNX Runtime does
+    (`requantize_mlas`); the others (low bits set, magnitude below 2**30)
+    as single_round alone."""
+    rng = np.random.default_rng(26)
+    cols = 16
+    for _ in range(50):
+        scale = rng.uniform(1e-6, 2.0, cols).astype(np.float32)
+        multiplier, shift = zip(*(quantize_multiplier(float(s)) for s in scale))
+        multiplier = np.array(multiplier, dtype=np.int64) & ~0x7F
+        multiplier = np.where(rng.random(cols) < 0.3, -multiplier, multiplier)
+        shift = np.array(shift, dtype=np.int64)
+        bad = rng.random(cols) < 0.25
+        multiplier = np.where(bad, multiplier | rng.integers(1, 0x80, cols), multiplier)
+        multiplier[0] = 1 << 29                 # magnitude below 2**30: not a significand
+        bad[0] = True
+        acc = rng.integers(-(1 << 31), 1 << 31, (64, cols))
+        acc[:8] = rng.integers(-3000, 3000, (8, cols))
+        settings = ActivationSettings(cols=cols, bias=rng.integers(-1000, 1000, cols),
+                                      multiplier=multiplier, shift=shift, single_round=True,
+                                      mlas_round=True, zero_point=int(rng.integers(-128, 128)),
+                                      unsigned=bool(rng.random() < 0.5))
+        got = requantize(acc, settings)
+        x = wrap_int32(acc + settings.bias)
+        low, high = output_bounds(settings)
+        good = ~bad
+        want = requantize_mlas(x[:, good], multiplier[good], shift[good], settings.zero_point,
+                               low, high)
+        assert (got[:, good] == want).all()
+        once = requantize(acc, replace(settings, mlas_round=False))
+        assert (got[:, bad] == once[:, bad]).all()

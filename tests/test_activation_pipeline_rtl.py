@@ -21,7 +21,8 @@ from tpu.sim.harness import run
 
 TOPLEVEL = "tpu_activation_pipeline"
 TEST_MODULE = "tpu.sim.testbenches.tb_activation_pipeline"
-TESTCASES = ["random_operations", "channel_write_then_row", "requantization_edges", "function_tables", "pooling_shapes",
+TESTCASES = ["random_operations", "channel_write_then_row", "requantization_edges", "mlas_ties",
+             "function_tables", "pooling_shapes",
              "global_average_extremes", "timing_and_interlock", "stalled_output"]
 CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)] + [
     # Shared requantizers: one for 4 columns, and 3 for 8 (a short last group).

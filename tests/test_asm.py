@@ -8,6 +8,7 @@ import pytest
 
 from conftest import base_seed
 from tpu import TPUConfig
+from tpu.config import UP5K_PROFILE
 from tpu.asm import AsmError, Raw, assemble, disassemble, format_instruction, parse
 from tpu.isa import (Act, Cfg, Conv, Fault, Func, Halt, IllegalInstruction, Int, Ldl, Ldq, Mmc,
                      Nop, Opcode, Pool, Reg, Rhm, Rw, Sync, Whm, encode_program,
@@ -38,6 +39,8 @@ def one(line, **kwargs):
      Act(0, 100, 64, func=Func.RELU, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=8,
          unsigned=True)),
     ("act acc=1, ub=2, rows=3", Act(1, 2, 3)),
+    ("act acc=1, ub=2, rows=3, single_round, mlas_round",
+     Act(1, 2, 3, single_round=True, mlas_round=True)),
     ("act acc=1, ub=2, rows=3, func=sigmoid, pool=global_avg",
      Act(1, 2, 3, func=Func.SIGMOID, pool=Pool.GLOBAL_AVG)),
     ("cfg reg=out_zero_point, value=-5", Cfg(Reg.OUT_ZERO_POINT, -5)),
@@ -293,3 +296,17 @@ def test_in_range_program_passes_the_check():
             "act acc=0, ub=0, rows=64, pool=max, pool_size=1, pool_stride=4, in_w=64\n"
             "act acc=0, ub=0, rows=0, pool=avg, pool_size=1, pool_stride=1, in_w=65535\n")
     assert len(parse(text, config=SMALL)) == 9
+
+
+@pytest.mark.parametrize("flags", ["mlas_round", "single_round, mlas_round"])
+def test_mlas_round_needs_a_chip_that_rounds_so(flags):
+    line = f"act acc=0, ub=0, rows=4, {flags}"
+    assert len(parse(line, config=SMALL)) == 1                       # mlas_rounding 1
+    for config in (SMALL.replace(mlas_rounding=0), UP5K_PROFILE):
+        with pytest.raises(AsmError) as info:
+            parse("nop\n" + line, filename="p.s", config=config)
+        assert info.value.line == 2
+        assert "act mlas_round: this chip's requantizers do not round as ONNX Runtime's MLAS does " \
+               "(mlas_rounding = 0)" in info.value.reason
+        assert info.value.reason.endswith("[ILLEGAL_FIELD]")
+    assert len(parse("act acc=0, ub=0, rows=4, single_round", config=UP5K_PROFILE)) == 1

@@ -25,7 +25,7 @@ def test_out_of_range_names_the_field_and_range(name, offset):
         "host_addr_bits": (32, 64), "counter_bits": (32, 64), "dsp_multipliers": (0, 65536),
         "dsp_bands": (0, 1), "pe_multiplier_latency": (2, 3), "serial_issue": (0, 1),
         "serial_decode": (0, 1), "serial_act": (0, 1), "serial_host": (0, 1), "narrow_host": (0, 1),
-        "ram_counters": (0, 1),
+        "ram_counters": (0, 1), "mlas_rounding": (0, 1),
     }[name]
     value = low - 1 if offset == "below" else high + 1
     with pytest.raises(ConfigError, match=rf"TPUConfig\.{name} = {value} is out of range: .* must be in {low}\.\.{high}"):
@@ -198,3 +198,14 @@ def test_ram_counters_needs_the_serial_host():
                                           "host side's small form does: it needs serial_host 1"):
         TPUConfig(ram_counters=1, link_dw=1, read_tags=1)
     assert TPUConfig(ram_counters=1, serial_host=1, link_dw=1, read_tags=1).ram_counters == 1
+
+
+def test_mlas_rounding_on_the_chips_within_their_depth_budget():
+    """The MLAS rounding is on by default and in the v1 profile; the up5k
+    profile (over its LUT budget with it) and the ulx3s16 profile (its
+    shared lane over the logic-depth budget with it) are built without it,
+    and the option adds it back."""
+    from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE, V1_PROFILE
+    assert TPUConfig().mlas_rounding == 1 and V1_PROFILE.mlas_rounding == 1
+    assert UP5K_PROFILE.mlas_rounding == 0 and ULX3S16_PROFILE.mlas_rounding == 0
+    assert TPUConfig.from_options({"mlas_rounding": 1}, "ulx3s16").mlas_rounding == 1

@@ -367,3 +367,19 @@ def test_small_decoder_tall_and_wide_convolutions(cfg):
                          f"decoder {got.name}, check {want.name}")
     assert not wrong, "; ".join(wrong[:5])
     assert {Fault.UB_RANGE, Fault.ACC_RANGE} <= set(faults), set(faults)
+
+
+#: ACT's mlas_round on chips with and without the MLAS rounding
+#: (`TPUConfig.mlas_rounding`): legal on one, ILLEGAL_FIELD on the other,
+#: as `tpu.isa.check` says, with or without single_round.
+@pytest.mark.parametrize("cfg", [SMALL, SMALL.replace(mlas_rounding=0),
+                                 SMALL.replace(serial_issue=1, serial_decode=1, mlas_rounding=0)],
+                         ids=["2x3", "2x3-no-mlas", "2x3-serial-no-mlas"])
+def test_mlas_round_only_where_built(cfg):
+    words = [_word(Opcode.ACT, rows=4, **flags)
+             for flags in ({}, {"single_round": 1}, {"mlas_round": 1},
+                           {"mlas_round": 1, "single_round": 1})]
+    want = [check(w.to_bytes(16, "little"), cfg) for w in words]
+    bad = Fault.NONE if cfg.mlas_rounding else Fault.ILLEGAL_FIELD
+    assert want == [Fault.NONE, Fault.NONE, bad, bad]
+    assert _decoded(cfg, words) == want

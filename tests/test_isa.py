@@ -78,7 +78,7 @@ SPEC_LAYOUTS = {
     Opcode.MMC: [("accumulate", 8, 1), ("switch", 9, 1), ("unsigned", 10, 1), ("conv", 11, 1),
                  ("ub", 16, 24), ("rows", 40, 24), ("acc", 64, 16), ("out_w", 80, 16),
                  ("col_step", 96, 8), ("row_step", 104, 16)],
-    Opcode.ACT: [("unsigned", 8, 1), ("single_round", 9, 1), ("acc", 16, 16), ("ub", 32, 24), ("rows", 56, 24),
+    Opcode.ACT: [("unsigned", 8, 1), ("single_round", 9, 1), ("mlas_round", 10, 1), ("acc", 16, 16), ("ub", 32, 24), ("rows", 56, 24),
                  ("func", 80, 4), ("pool", 84, 4), ("pool_size", 88, 4), ("pool_stride", 92, 4),
                  ("in_w", 96, 16)],
     Opcode.CFG: [("reg", 16, 8), ("value", 32, 32)],
@@ -135,6 +135,8 @@ GOLDEN = [
      "40 01 0201 640000 400000 11 22 0800 0000"),
     (Act(acc=0, ub=0xFFFFFF, rows=5, func=Func.TANH, pool=Pool.GLOBAL_AVG),
      "40 00 0000 ffffff 050000 34 00 0000 0000"),
+    (Act(acc=1, ub=2, rows=3, single_round=True, mlas_round=True),
+     "40 06 0100 020000 030000 00 00 0000 0000"),
     (Cfg(Reg.OUT_ZERO_POINT, -5), "50 00 00 00 fbffffff 0000000000000000"),
     (Cfg(Reg.CLAMP_MAX, 0x12345678), "50 00 02 00 78563412 0000000000000000"),
     (Cfg(Reg.CLAMP_MIN, -(1 << 31)), "50 00 01 00 00000080 0000000000000000"),
@@ -275,16 +277,27 @@ def test_every_reserved_bit_is_illegal_field(base):
         assert info.value.fault == Fault.ILLEGAL_FIELD
         message = str(info.value)
         assert base.mnemonic in message
-        if bit < 16:
+        conditional = [f for f in base.layout() if f.mask >> bit & 1]
+        if conditional:
+            assert info.value.field == conditional[0].name
+            assert "reserved" in message and conditional[0].name in message
+        elif bit < 16:
             assert f"flag bit {bit - 8}" in message
         else:
-            conditional = [f for f in base.layout() if f.mask >> bit & 1]
-            if conditional:
-                assert info.value.field == conditional[0].name
-                assert "reserved" in message and conditional[0].name in message
-            else:
-                assert re.search(r"reserved bits \[\d+(:\d+)?\]", message), message
+            assert re.search(r"reserved bits \[\d+(:\d+)?\]", message), message
     assert flips > 0
+
+
+def test_mlas_round_with_and_without_single_round():
+    # Flag 2 rounds once whether flag 1 is set or not (no condition for the
+    # decoder to check); flag 3 stays reserved.
+    for flags, single in (("04", False), ("06", True)):
+        act = decode(h(f"40 {flags} 0000 000000 010000 00 00 0000 0000"))
+        assert act.mlas_round and act.single_round == single
+        assert check(act, TPUConfig()) == Fault.NONE
+    assert Act(acc=0, ub=0, rows=1, mlas_round=True).encode() == h("40 04 0000 000000 010000 00 00 0000 0000")
+    with pytest.raises(IllegalInstruction, match=r"act flag bit 3"):
+        decode(h("40 08 0000 000000 010000 00 00 0000 0000"))
 
 
 def test_reserved_bits_name_their_range():

@@ -11,6 +11,7 @@ from tpu.models.mlas_rounding import (
     requantize_mlas_window, _stages)
 
 from conftest import base_seed
+from tpu.sim.stimulus.mlas_ties import constructed_ties as _constructed_ties
 
 SHIFTS = range(-32, 32)          # every shift the chip's 6-bit field holds
 
@@ -107,45 +108,6 @@ def test_stage_sizes_for_8_bit_outputs():
         free = np.abs(multiply_by_float32_multiplier(x, m << 7, shift)) <= 255
         assert np.all(g[free] <= t[free] - 16)
         assert np.all(_scale(m[free & (d > 0)], shift) < 2.0 ** -16)
-
-
-def _modular_inverse(k, bits):
-    return pow(int(k), -1, 1 << bits)
-
-
-def _constructed_ties(rng, count):
-    """``(x, m, shift)`` whose product's fraction is at or next to the half,
-    exactly or within stage 3's rounding: ``x = k * 2**i`` (``k`` odd, up to
-    7 bits, ``i`` up to 24 so that ``|x|`` passes ``2**24``) and ``m`` solving
-    ``k * m = 2**(F-1) + delta (mod 2**F)`` for a fraction of ``F`` bits,
-    ``delta`` 0, the window's edges ``+-2**(g-1)`` and their neighbours."""
-    xs, ms, shifts = [], [], []
-    while len(xs) < count:
-        k = int(rng.integers(0, 64)) * 2 + 1
-        bk = k.bit_length()
-        f = int(rng.integers(bk + 16, 24))
-        i = int(rng.integers(0, 32 - bk))
-        g = bk - 1 + int(rng.integers(0, 2))          # stage 3's g of k * m, a guess
-        edge = 1 << max(g - 1, 0)
-        delta = int(rng.choice([0, 1, -1, edge, -edge, edge + 1, -edge - 1, edge - 1,
-                                1 - edge, 2 * edge, -2 * edge]))
-        c = ((1 << (f - 1)) + delta) % (1 << f)
-        low = c * _modular_inverse(k, f) % (1 << f)
-        m = low + int(rng.integers((1 << 23) >> f, (1 << 24) >> f)) * (1 << f)
-        if not (1 << 23) <= m < (1 << 24):
-            continue
-        x = k << i
-        if x >= 1 << 31:
-            continue
-        d = max(x.bit_length() - 24, 0)
-        shift = 24 - d - (f + i)
-        if not -32 <= shift <= 31:
-            continue
-        sign = int(rng.choice([-1, 1]))
-        xs.append(sign * x)
-        ms.append(m)
-        shifts.append(shift)
-    return np.array(xs), np.array(ms), np.array(shifts)
 
 
 def test_constructed_ties_at_both_roundings():
@@ -474,3 +436,95 @@ def test_every_layer_of_the_imagenet_models_at_32x32(name):
     rows = bench.compare(imagenet_models.quantized(name, 32), x)
     assert len(rows) >= 21         # 20 convolutions and the classifier at least
     assert [row for row in rows if row[-1]] == []
+
+
+def _quantized_io(model, x_type, zx, zy):
+    """`model` (a QOperator graph of int8/uint8 input ``x`` and output ``y``)
+    behind a QuantizeLinear and before a DequantizeLinear, both of scale 1:
+    a model of float32 input and output, as `InferenceSession` runs."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    np_type = np.uint8 if x_type == TensorProto.UINT8 else np.int8
+    graph = model.graph
+    shape = [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim]
+    out_shape = [d.dim_value for d in graph.output[0].type.tensor_type.shape.dim]
+    inits = list(graph.initializer) + [
+        numpy_helper.from_array(np.float32(1.0), "one"),
+        numpy_helper.from_array(np_type(zx), "zx_in"), numpy_helper.from_array(np_type(zy), "zy_out")]
+    nodes = [helper.make_node("QuantizeLinear", ["xf", "one", "zx_in"], ["x"]), *graph.node,
+             helper.make_node("DequantizeLinear", ["y", "one", "zy_out"], ["yf"])]
+    wrapped = helper.make_graph(nodes, "float_io",
+                                [helper.make_tensor_value_info("xf", TensorProto.FLOAT, shape)],
+                                [helper.make_tensor_value_info("yf", TensorProto.FLOAT, out_shape)],
+                                inits)
+    out = helper.make_model(wrapped, opset_imports=list(model.opset_import))
+    out.ir_version = model.ir_version
+    onnx.checker.check_model(out)
+    return out
+
+
+def _compiled_ties(unsigned, config):
+    """The constructed ties (half of them where the chip's one rounding
+    differs) in a QLinearConv as `test_constructed_ties_match_onnxruntime`
+    builds it, compiled for `config` and run on the golden chip: ``(ours,
+    ONNX Runtime's, acc, multiplier, shift, zero point)``, the outputs as
+    uint8 or int8 and the channel settings broadcast to ``acc``."""
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto
+    from tpu.compiler import zoo
+    from tpu.compiler.onnx_frontend import import_onnx
+    from tpu.compiler.session import InferenceSession
+    from tpu.sim.stimulus.mlas_ties import differing_ties
+    seed = base_seed() + 10 + unsigned
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    qmin, qmax = type_range(unsigned)
+    x_type = TensorProto.UINT8 if unsigned else TensorProto.INT8
+    ties, m, shift = differing_ties(rng, 200)
+    keep = (np.abs(ties) < (1 << 31) - 512) & (shift >= -31)
+    ties, m, shift = ties[keep], m[keep], shift[keep]
+    zx = 0 if not unsigned else 128
+    x = np.arange(qmin, qmax + 1).reshape(1, 1, 16, 16)
+    w = np.ones((ties.size, 1, 1, 1), np.int64)
+    zy = int(rng.integers(qmin, qmax + 1))
+    acc = _conv_acc(x, zx, w, ties, 1, 0, 1)
+    model = _quantized_io(_qlinearconv_model(x_type, x.shape, acc.shape, 1.0, zx, w,
+                                             _scale(m, shift), 1.0, zy, ties, 1, 0, 1),
+                          x_type, zx, zy)
+    assert {layer.rounding for layer in import_onnx(model).layers} == {"mlas"}
+    xf = (x - zx).astype(np.float32)
+    (theirs,) = zoo.ort_run(model, xf)
+    (ours,) = InferenceSession(model, backend="golden", config=config).run(None, {"xf": xf})
+    return (ours, theirs, acc, (m << 7).reshape(1, -1, 1, 1), shift.reshape(1, -1, 1, 1), zy)
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_compiled_ties_match_onnxruntime(unsigned):
+    """The compiler's "mlas" rounding end to end: the constructed ties
+    compiled (ACTs with mlas_round) and run on the golden chip, equal to
+    ONNX Runtime element for element."""
+    from tpu import TPUConfig
+    config = TPUConfig(ub_rows=8192)           # 200 channels of 256 pixels in and out
+    ours, theirs, acc, mult, shift, zy = _compiled_ties(unsigned, config)
+    bad = np.flatnonzero(ours.reshape(-1) != theirs.reshape(-1))
+    assert bad.size == 0, f"{bad.size} of {ours.size} differ"
+    qmin, qmax = type_range(unsigned)
+    _report(_counts(acc, mult, shift, zy, qmin, qmax, theirs.astype(np.int64) + zy), differ=30)
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_compiled_ties_without_the_mlas_rounding(unsigned):
+    """On a chip without the MLAS rounding (``mlas_rounding`` 0, the up5k
+    profile's) the compiler rounds the same layer once by the same float32
+    multiplier (rounding "float32", no ACT with mlas_round): every value is
+    the one rounding's, which differs from ONNX Runtime's at the ties."""
+    from tpu import TPUConfig
+    config = TPUConfig(ub_rows=8192, mlas_rounding=0)
+    ours, theirs, acc, mult, shift, zy = _compiled_ties(unsigned, config)
+    qmin, qmax = type_range(unsigned)
+    once = np.clip(multiply_by_quantized_multiplier_single_round(acc, mult, shift) + zy,
+                   qmin, qmax)
+    assert np.array_equal(ours.astype(np.int64) + zy, once)
+    differ = np.count_nonzero(ours.reshape(-1) != theirs.reshape(-1))
+    print(f"{differ} of {ours.size} values differ from ONNX Runtime")
+    assert differ >= 30

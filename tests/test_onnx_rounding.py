@@ -1,18 +1,20 @@
 """Requantization rounding of a QDQ convolution against ONNX Runtime.
 
 ONNX Runtime's QLinearConv requantizes in float32: ``float(acc) * scale``
-rounded to float32, then rounded half to even. The chip multiplies exactly
-by the same float32 multiplier and rounds once (ties toward +infinity), so
-where the float32 product rounds onto a half the two differ by one step.
-One such step early in a deep network grows into many differing outputs:
-MobileNetV2's QDQ form in tests/test_imagenet_models.py with ``TPU_SEED`` 1,
-5, 6 or 7. There ONNX Runtime also leaves 15 of the 52 convolutions
-unfused (float32 Conv on dequantized values, then QuantizeLinear): their
-float32 sums round differently from the chip's exact int32 ones."""
+rounded to float32, then rounded half to even. The chip's one rounding
+multiplies exactly by the same float32 multiplier and rounds once (ties
+toward +infinity), so where the float32 product rounds onto a half the two
+differ by one step; one such step early in a deep network grows into many
+differing outputs (MobileNetV2's QDQ form in tests/test_imagenet_models.py
+with ``TPU_SEED`` 1, 5, 6 or 7). ACT's ``mlas_round`` rounds as ONNX
+Runtime does, and the ONNX front end sets it for the layers ONNX Runtime
+fuses into QLinearConv or QLinearMatMul. (ONNX Runtime leaves 15 of
+MobileNetV2's 52 convolutions unfused, float32 Conv on dequantized values
+then QuantizeLinear: their float32 sums round differently from the chip's
+exact int32 ones.)"""
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tpu import TPUConfig
@@ -56,9 +58,10 @@ def _conv_model(weight, bias):
     return model
 
 
-@pytest.mark.xfail(strict=True, reason="the activation unit rounds the exact product once "
-                   "(ties up); ONNX Runtime rounds a float32 product half to even")
 def test_float32_product_tie_matches_onnxruntime():
+    # ONNX Runtime fuses the node group into a QLinearConv, so the compiler
+    # gives the layer the "mlas" rounding (ACT's mlas_round); with the
+    # chip's one rounding (ties up) it gave 117.
     # (92 - 4) * 127 + 82 = 11258
     model = _conv_model(127, 82)
     x = np.full((1, 1, 1, 1), (92 - IN_ZERO) * IN_SCALE, np.float32)   # quantizes to 92

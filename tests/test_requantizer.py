@@ -2,7 +2,8 @@
 """The requantizer with a narrow multiplier (the 32 x 32-bit product summed
 over several cycles), bit for bit against the golden model, in Amaranth's
 simulator: random and extreme operands, settings that change with every
-value, both roundings."""
+value, every rounding (TFLite's two, one, and ONNX Runtime's float32 one
+with ``mlas_round``)."""
 
 import numpy as np
 import pytest
@@ -12,16 +13,24 @@ from conftest import base_seed
 from tpu.hdl.requantizer import Requantizer
 from tpu.models.activation_model import (multiply_by_quantized_multiplier,
                                              multiply_by_quantized_multiplier_single_round,
+                                             multiply_mlas_or_single_round, quantize_multiplier,
                                              wrap_int32)
+from tpu.sim.stimulus.mlas_ties import conversion_ties, differing_ties
 
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 EDGES = [INT32_MIN, INT32_MIN + 1, -1, 0, 1, INT32_MAX]
 
 
-def _expected(acc, bias, multiplier, shift, single_round, zero_point, low, high):
+#: rounding -> (single_round, mlas_round)
+ROUNDINGS = {"double": (0, 0), "single": (1, 0), "mlas": (1, 1)}
+
+
+def _expected(acc, bias, multiplier, shift, rounding, zero_point, low, high):
     x = int(wrap_int32(acc + bias))
-    if single_round:
+    if rounding == "mlas":
+        y = int(multiply_mlas_or_single_round(x, multiplier, shift))
+    elif rounding == "single":
         y = int(multiply_by_quantized_multiplier_single_round(x, multiplier, shift))
         y = min(max(y, INT32_MIN), INT32_MAX)
     else:
@@ -63,10 +72,56 @@ def _cases(rng, n):
     return cases
 
 
-@pytest.mark.parametrize("single_round", [0, 1])
+def _mlas_cases(rng, n):
+    """For the MLAS rounding: products at and next to the half, exactly or
+    within float32's rounding (`differing_ties`, with ``|x|`` past
+    2**24), float32 scales of every size with large and small sums, and a
+    few multipliers that are not float32 significands (one rounding)."""
+    x, m, shift = differing_ties(rng, n // 2)
+    # A tenth of the ties with a multiplier whose low bits are set (not a
+    # float32 significand: one rounding, which differs there).
+    low_bits = np.where(np.arange(x.size) % 10 == 9, rng.integers(1, 128, x.size), 0)
+    cases = [dict(acc=int(a), bias=0, multiplier=((int(b) << 7) + int(e)) * int(rng.choice([-1, 1])),
+                  shift=int(c)) for a, b, c, e in zip(x, m, shift, low_bits)]
+    # float32(x)'s own ties, where rounding x up instead of to even shows.
+    x, m, shift = conversion_ties(rng, max(n // 10, 4))
+    cases += [dict(acc=int(a), bias=0, multiplier=(int(b) << 7) * int(rng.choice([-1, 1])),
+                   shift=int(c)) for a, b, c in zip(x, m, shift)]
+    while len(cases) < n:
+        k = len(cases)
+        if k % 5 == 1:
+            # float32(x) for |x| > 2**24 at, below and above its half, with
+            # results in the 8-bit range.
+            bits = int(rng.integers(25, 32))
+            d = bits - 24
+            half = 1 << (d - 1)
+            acc = (int(rng.integers(1 << 23, 1 << 24)) << d) + half + int(rng.integers(-1, 2))
+            shift = max(-bits + int(rng.integers(-8, 8)), -32)
+            cases.append(dict(acc=min(acc, INT32_MAX) * int(rng.choice([-1, 1])), bias=0,
+                              multiplier=int(rng.integers(1 << 23, 1 << 24)) << 7, shift=shift))
+            continue
+        if k % 5 == 0:
+            cases.append(dict(acc=int(rng.integers(INT32_MIN, INT32_MAX + 1)),
+                              bias=int(rng.integers(-5000, 5000)),
+                              multiplier=int(rng.integers(INT32_MIN, INT32_MAX + 1)),
+                              shift=int(rng.integers(-32, 32))))
+            continue
+        scale = float(np.float32(np.exp(rng.uniform(np.log(2.0 ** -31), np.log(4.0)))))
+        multiplier, shift = quantize_multiplier(scale)
+        if not -32 <= shift <= 31:
+            continue
+        big = k % 2 == 0
+        acc = int(rng.integers(INT32_MIN, INT32_MAX + 1)) if big else \
+            int(round(float(rng.integers(-300, 300)) / scale)) + int(rng.integers(-3, 4))
+        cases.append(dict(acc=int(np.clip(acc, INT32_MIN, INT32_MAX)), bias=0,
+                          multiplier=multiplier * int(rng.choice([-1, 1])), shift=shift))
+    return cases
+
+
+@pytest.mark.parametrize("rounding", list(ROUNDINGS))
 @pytest.mark.parametrize("width,compact", [(8, False), (16, False), (32, False),
                                            (8, True), (16, True)])
-def test_narrow_multiplier_matches_the_model(width, compact, single_round):
+def test_narrow_multiplier_matches_the_model(width, compact, rounding):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     rng = np.random.default_rng(seed)
@@ -77,7 +132,9 @@ def test_narrow_multiplier_matches_the_model(width, compact, single_round):
     # (compact); in the full forms, 200 puts the drawn values near the
     # bounds (within 256) between the upper bound and it less the zero point.
     zero_point, low, high = (int(rng.choice([-200, 200])) if compact else 200), -256, 255
-    cases = _cases(rng, 300 if compact else 60)
+    count = 300 if compact else 60
+    cases = _mlas_cases(rng, count) if rounding == "mlas" else _cases(rng, count)
+    single_round, mlas_round = ROUNDINGS[rounding]
     results = {}
 
     async def bench(ctx):
@@ -85,6 +142,7 @@ def test_narrow_multiplier_matches_the_model(width, compact, single_round):
         ctx.set(dut.low, low)
         ctx.set(dut.high, high)
         ctx.set(dut.single_round, single_round)     # a setting of the whole operation
+        ctx.set(dut.mlas_round, mlas_round)
         # A value every `cycles` cycles, each with its own settings; the
         # inputs change between starts, as a shared requantizer's do.
         for t in range(len(cases) * cycles + dut.latency + 1):
@@ -109,13 +167,12 @@ def test_narrow_multiplier_matches_the_model(width, compact, single_round):
     sim.add_testbench(bench)
     sim.run()
     for k, case in enumerate(cases):
-        want = _expected(**case, single_round=single_round, zero_point=zero_point, low=low,
-                         high=high)
+        want = _expected(**case, rounding=rounding, zero_point=zero_point, low=low, high=high)
         assert results[k] == want, f"value {k} {case}: got {results[k]}, expected {want} (seed {seed})"
 
 
-@pytest.mark.parametrize("single_round", [0, 1])
-def test_shared_settings_match_the_model(single_round):
+@pytest.mark.parametrize("rounding", list(ROUNDINGS))
+def test_shared_settings_match_the_model(rounding):
     # Without per-value settings the stages take what they derive from the
     # shift from registers a cycle behind the inputs: settings that change
     # while the pipeline is empty, then a value in every cycle (the first in
@@ -132,6 +189,16 @@ def test_shared_settings_match_the_model(single_round):
         values = [EDGES[j] if j < len(EDGES) else int(rng.integers(INT32_MIN, INT32_MAX + 1))
                   for j in range(int(rng.integers(1, 12)))]
         runs.append((int(rng.integers(-5000, 5000)), multiplier, shift, values))
+    if rounding == "mlas":
+        # Each run's settings those of a constructed tie, its values the
+        # tie and its neighbours; and float32 scales with random values.
+        x, m, shifts = differing_ties(rng, 40)
+        x, m, shifts = (np.concatenate(pair) for pair in zip((x, m, shifts), conversion_ties(rng, 8)))
+        for k in range(len(x)):
+            values = [int(x[k]) + int(rng.integers(-1, 2)) for _ in range(int(rng.integers(1, 4)))]
+            runs.append((0, (int(m[k]) << 7) * int(rng.choice([-1, 1])), int(shifts[k]),
+                         [int(x[k])] + values))
+    single_round, mlas_round = ROUNDINGS[rounding]
     results = []
 
     async def bench(ctx):
@@ -139,6 +206,7 @@ def test_shared_settings_match_the_model(single_round):
         ctx.set(dut.low, low)
         ctx.set(dut.high, high)
         ctx.set(dut.single_round, single_round)
+        ctx.set(dut.mlas_round, mlas_round)
         for bias, multiplier, shift, values in runs:
             ctx.set(dut.bias, bias)
             ctx.set(dut.multiplier, multiplier)
@@ -159,7 +227,7 @@ def test_shared_settings_match_the_model(single_round):
     sim.add_testbench(bench)
     sim.run()
     for (bias, multiplier, shift, values), got in zip(runs, results):
-        want = [_expected(acc=v, bias=bias, multiplier=multiplier, shift=shift, single_round=single_round,
+        want = [_expected(acc=v, bias=bias, multiplier=multiplier, shift=shift, rounding=rounding,
                           zero_point=zero_point, low=low, high=high) for v in values]
         assert got == want, f"bias {bias} multiplier {multiplier} shift {shift} {values}: got {got}, " \
                             f"expected {want} (seed {seed})"

@@ -72,6 +72,9 @@ _RANGES = {
     "ram_counters":      (0, 1,        "1: the performance counters are kept in one block RAM, a few bits "
                                        "a counter in flip-flops flushed into it in turn, and a counter's "
                                        "register read takes a cycle more (needs serial_host 1)"),
+    "mlas_rounding":     (0, 1,        "1: the requantizers round as ONNX Runtime's MLAS does in float32 "
+                                       "(ACT's mlas_round flag); 0: they do not, and an ACT with the "
+                                       "flag is the fault ILLEGAL_FIELD"),
 }
 
 _POWERS_OF_TWO = ("link_dw", "max_payload", "max_read_request", "requantizer_multiplier_width")
@@ -217,6 +220,15 @@ class TPUConfig:
         pending, so it answers the value the counter had in the cycle the
         read was taken (the same values, clears and ``_LO``/``_HI`` latch),
         one cycle later than a read of any other register.
+    mlas_rounding : int
+        1 (the default): each requantizer can round as ONNX Runtime's MLAS
+        does (``rint(float32(float32(x) * scale))``, ACT's ``mlas_round``
+        flag, docs/activation_pipeline.md). 0: it cannot, which saves its
+        tie window and float32 rounding of ``x`` (on the small form, more
+        than half of the requantizer); an ACT with ``mlas_round`` is the
+        fault ILLEGAL_FIELD, and the compiler rounds such layers once
+        (`single_round`), which differs from ONNX Runtime on a few ties
+        (docs/compiler.md).
 
     Raises
     ------
@@ -254,6 +266,7 @@ class TPUConfig:
     serial_host: int = 0
     narrow_host: int = 0
     ram_counters: int = 0
+    mlas_rounding: int = 1
 
     def __post_init__(self):
         for f in fields(self):
@@ -384,11 +397,13 @@ PROFILES = {
     # 8 cycles a row) and the small activation pipeline, the sequencer
     # issuing to one unit at a time, the decoder's products a bit a cycle and
     # the host side's small form speaking the narrow host protocol over the
-    # UART (no TLP layer), and the performance counters in a block RAM.
+    # UART (no TLP layer), the performance counters in a block RAM, and no
+    # MLAS rounding (its tie window doubles the small requantizer, and the
+    # chip is over its LUT budget).
     "up5k": dict(rows=2, cols=2, acc_rows=64, ub_rows=256, weight_mem_tiles=16, pool_max_width=16,
                  cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                  requantizers=1, requantizer_multiplier_width=16, serial_issue=1, serial_decode=1,
-                 serial_act=1, serial_host=1, narrow_host=1, ram_counters=1),
+                 serial_act=1, serial_host=1, narrow_host=1, ram_counters=1, mlas_rounding=0),
     # ECP5-85F (ULX3S): a 16x16 array, 144 of its PEs in three bands of
     # rows on the three lines of MULT18X18D (the placement that routes,
     # with nextpnr's static placer; the decoder's products then go into
@@ -401,10 +416,12 @@ PROFILES = {
     # multipliers (a product register after each MULT18X18D, the others
     # PipelinedLUTMultiplier): the two-cycle ones in logic were the chip's
     # slowest path, and the cycle more per MMC costs under 0.2% of an
-    # MLPerf Tiny inference.
+    # MLPerf Tiny inference. No MLAS rounding: its float32(x) in stage 1
+    # puts the shared lane's requantizer 3 ECP5 LUT levels over the
+    # chip's depth budget (docs/activation_pipeline.md).
     "ulx3s16": dict(rows=16, cols=16, weight_mem_tiles=512, cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                     requantizers=1, requantizer_multiplier_width=16, dsp_bands=1,
-                    pe_multiplier_latency=3),
+                    pe_multiplier_latency=3, mlas_rounding=0),
     # TPU v1 (Jouppi et al., ISCA 2017), a compiler target rather than a
     # board: its 256x256 array, 24 MiB unified buffer (98 304 rows of 256
     # bytes), 4 MiB of accumulators (4 096 rows of 256 int32) and its

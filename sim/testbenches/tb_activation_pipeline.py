@@ -22,6 +22,7 @@ from ...models.activation_model import (ActivationSettings, Function, Pooling,
                                quantize_multiplier,
                                run_operation, sigmoid_table, tanh_table)
 from ..harness import config_from_env
+from ..stimulus.mlas_ties import differing_ties
 from ..host.streams import CycleLoop, StreamSource, pack_array, pack_fields, start_clock_and_reset
 
 
@@ -85,7 +86,7 @@ class TB:
         self.loop = CycleLoop(dut.clk, sources=[self.rows, self.settings_in, self.channel_in,
                                                 self.lut_in, self.sink])
         self.row_layout = InputRow(self.cols)
-        self.settings_layout = SettingsLayout(self.max_width)
+        self.settings_layout = SettingsLayout(self.max_width, self.config.mlas_rounding)
         self.channel_layout = ChannelWrite(self.cols)
         self.lut_layout = LutWrite()
         self.current = ActivationSettings(cols=self.cols)    # the reset values
@@ -230,7 +231,13 @@ class TB:
         if rng.random() < 0.1:
             clamp_min, clamp_max = clamp_max, clamp_min       # high wins
         bias, multiplier, shift = self.random_channels()
-        single_round = bool(rng.random() < 0.3)
+        single_round = bool(rng.random() < 0.45)
+        # ONNX Runtime's rounding, mostly with float32 significands (the
+        # columns whose multiplier is not one round once), where it is built.
+        mlas_round = single_round and bool(self.config.mlas_rounding) and bool(rng.random() < 0.5)
+        if mlas_round:
+            float32 = rng.random(size=self.cols) < 0.8
+            multiplier = np.where(float32, multiplier & ~0x7F, multiplier)
         lut = None
         if function in (Function.SIGMOID, Function.TANH):
             if rng.random() < 0.2:
@@ -247,7 +254,7 @@ class TB:
         settings = ActivationSettings(
             cols=self.cols, bias=bias, multiplier=multiplier, shift=shift,
             function=function, unsigned=unsigned, single_round=single_round,
-            zero_point=zero_point, clamp_min=clamp_min, clamp_max=clamp_max,
+            mlas_round=mlas_round, zero_point=zero_point, clamp_min=clamp_min, clamp_max=clamp_max,
             lut=lut if lut is not None else self.current.lut)
         return self.random_pooling(settings, pool)
 
@@ -287,7 +294,7 @@ class TB:
 
 def describe(settings):
     return (f"function {settings.function.name}, unsigned {settings.unsigned}, single round "
-            f"{settings.single_round}, zero point "
+            f"{settings.single_round}, MLAS round {settings.mlas_round}, zero point "
             f"{settings.zero_point}, clamp {settings.clamp_min}..{settings.clamp_max}, pool "
             f"{settings.pool.name} k {settings.pool_size} s {settings.pool_stride} width "
             f"{settings.pool_width} count {settings.pool_count}; bias {settings.bias.tolist()}, "
@@ -448,6 +455,35 @@ async def requantization_edges(dut):
     await tb.finish()
     if not {(s, v) for s in (False, True) for v in (-1, 0, 1)} <= seen:
         tb.fail(f"edge cases did not reach small results: {sorted(seen)}")
+
+
+@cocotb.test()
+async def mlas_ties(dut):
+    """ONNX Runtime's float32 rounding (``mlas_round``) at and next to its
+    ties, half of them where it differs from one rounding: each column its
+    own multiplier and shift, each row a tie or a neighbour, int8 and
+    uint8, and a column whose multiplier is not a float32 significand."""
+    tb = TB(dut, backpressure=0.2)
+    await tb.reset()
+    if not tb.config.mlas_rounding:
+        dut._log.info("skipped: no MLAS rounding in this configuration")
+        return
+    cols = tb.cols
+    x, m, shift = differing_ties(tb.rng, 16 * cols)
+    sign = tb.rng.choice([-1, 1], size=x.size)
+    for start in range(0, x.size, cols):
+        part = slice(start, start + cols)
+        ties = x[part]
+        acc = np.stack([ties, ties + 1, ties - 1, -ties])
+        multiplier = (m[part] << 7) * sign[part]
+        if start == 0:
+            multiplier[0] += 1                      # not a float32 significand
+        unsigned = bool(tb.rng.random() < 0.5)
+        settings = ActivationSettings(
+            cols=cols, multiplier=multiplier, shift=shift[part], single_round=True,
+            mlas_round=True, unsigned=unsigned, zero_point=int(tb.rng.integers(-20, 20)) + 128 * unsigned)
+        await tb.operation(settings, acc)
+    await tb.finish()
 
 
 @cocotb.test()

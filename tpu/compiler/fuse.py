@@ -51,7 +51,7 @@ class ChipLayer:
     input_view: str = "hwc"      # dense: how K indexes the stored (y, x, c)
     im2col: dict = None          # conv of host-made patches: the original geometry
     in_fill: int = None          # what the input's padding holds (None: its zero point)
-    rounding: str = "double"     # "single", "float32": ACTs with single_round (ir.ROUNDINGS)
+    rounding: str = "double"     # "single", "float32", "mlas": ACTs with single_round (ir.ROUNDINGS)
     band_rows: int = None        # at most this many output rows (pooled rows) per M tile
     k_by_rows: bool = False      # conv K tiles ordered (dy, j, dx), split by K at rows of taps
     k_cap: int = None            # at most this many weight tiles a part (None: weight memory)
@@ -147,6 +147,17 @@ def _matrix_on_chip(graph, layer):
             and _table_ok(layer.activation, graph.tensor(layer.output).quant))
 
 
+def _chip_rounding(rounding, config):
+    """The rounding the chip of `config` gives a layer of `rounding`: a chip
+    without the MLAS rounding (``mlas_rounding`` 0, the up5k profile) rounds
+    an "mlas" layer once by the same float32 multiplier ("float32"), which
+    differs from ONNX Runtime only where the product lies within float32's
+    rounding of a half (docs/compiler.md)."""
+    if rounding == "mlas" and not config.mlas_rounding:
+        return "float32"
+    return rounding
+
+
 def plan_layers(graph, config):
     """The graph as a list of `ChipLayer` and `HostLayer`, in execution order,
     and ``aliases``: tensor -> (stored tensor, view) for free reshapes."""
@@ -174,7 +185,7 @@ def plan_layers(graph, config):
                 output=layer.output, weight=layer.weight, weight_scale=layer.weight_scale,
                 bias=layer.bias, activation=layer.activation, in_q=in_t.quant, out_q=out_q,
                 in_shape=as_image(graph.tensor(root(layer.input)).shape),
-                rounding=getattr(layer, "rounding", "double"))
+                rounding=_chip_rounding(getattr(layer, "rounding", "double"), config))
             if isinstance(layer, ir.Dense):
                 chip.input_view = aliases[layer.input][1] if layer.input in aliases else "hwc"
             else:

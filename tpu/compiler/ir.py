@@ -23,7 +23,11 @@ Conventions
   FULLY_CONNECTED compute it so too). A matrix layer's ``rounding`` is
   "double" (the chip's MultiplyByQuantizedMultiplier) or "single" (TFLite's
   int8 FULLY_CONNECTED rounds once: ACT's ``single_round``) or "float32"
-  (rounds once by ONNX Runtime's float32 multiplier; the ONNX front end's).
+  (rounds once by ONNX Runtime's float32 multiplier; the ONNX front end's
+  where ONNX Runtime runs the layer as a float32 operator) or "mlas" (by the
+  same multiplier as ONNX Runtime's QLinearConv and QLinearMatMul do: a
+  float32 product rounded half to even, ACT's ``mlas_round``; the ONNX front
+  end's for the layers ONNX Runtime fuses into them).
 * **Fused activations** (`Activation`) act in the output's quantized domain:
   ``relu`` is ``max(q, zero_point)``, ``clamp`` clamps to quantized bounds,
   ``sigmoid``/``tanh`` map the requantized value (in `Activation.pre`, the
@@ -435,16 +439,19 @@ class Graph:
 #: half up (ruy's, which TFLite's int8 FULLY_CONNECTED uses); "float32"
 #: rounds once too, by the multiplier ONNX Runtime's QLinearConv,
 #: QLinearMatMul and QGemm compute in float32, ``(s_x * s_w) / s_y``
-#: (exact in the chip's 31 bits)
-ROUNDINGS = ("double", "single", "float32")
+#: (exact in the chip's 31 bits); "mlas" multiplies by that multiplier
+#: and rounds as ONNX Runtime's QLinearConv and QLinearMatMul (MLAS) do:
+#: ``rint(float32(float32(acc) * multiplier))`` (ACT's ``mlas_round``,
+#: `tpu.models.mlas_rounding`)
+ROUNDINGS = ("double", "single", "float32", "mlas")
 
 
 def requant_multipliers(input_quant, weight_scale, output_quant, rounding="double"):
     """Per output channel ``(multiplier, shift)`` int64 arrays for the chip's
     requantization from ``input_scale * weight_scale[n]`` to the output scale
-    (``rounding="float32"``: of the float32 multiplier ONNX Runtime uses)."""
+    (``rounding="float32"`` or "mlas": of the float32 multiplier ONNX Runtime uses)."""
     from ..models.activation_model import quantize_multiplier
-    if rounding == "float32":
+    if rounding in ("float32", "mlas"):
         in_scale, out_scale = np.float32(input_quant.scale), np.float32(output_quant.scale)
         reals = [float((in_scale * np.float32(s)) / out_scale)
                  for s in np.asarray(weight_scale).reshape(-1)]

@@ -329,7 +329,8 @@ def lower_part(chip, config, batch, k_tiles, n_range, addr, k_range=None, kept=N
     def acts(index, n, mt):
         base = acc_base[index]
         flags = dict(func=func, unsigned=unsigned_out,
-                     single_round=chip.rounding in ("single", "float32"))
+                     single_round=chip.rounding in ("single", "float32", "mlas"),
+                     mlas_round=chip.rounding == "mlas")
         out = []
         if chip.kind == "dense":
             pairs = [(base + si, addr.out_base + outl.row(b, 0, 0, n), 1)

@@ -57,7 +57,7 @@ import numpy as np
 
 from ..models.activation_model import (
     Function, apply_function, multiply_by_quantized_multiplier, output_bounds, sigmoid_table,
-    tanh_table, tflite_average, wrap_int32)
+    tanh_table, tflite_average, wrap_int32, multiply_mlas_or_single_round)
 from . import ir
 from .ir import ActivationKind, IRError
 from .reference_onnxruntime import ONNXRUNTIME_HOST_OPS
@@ -151,10 +151,13 @@ def requantize_accumulators(acc, in_q, weight_scale, out_q, activation=ir.NO_ACT
     """int32 sums ``(..., N)`` (bias included) -> output values: the activation
     unit's requantization, clamp and function (``rounding="single"``: TFLite's
     one-step rounding, `multiply_by_quantized_multiplier_single_round`;
-    "float32": the same of ONNX Runtime's float32 multiplier)."""
+    "float32": the same of ONNX Runtime's float32 multiplier; "mlas": ONNX
+    Runtime's float32 rounding by it, `multiply_mlas_or_single_round`)."""
     target = _target(out_q, activation)
     m, s = ir.requant_multipliers(in_q, weight_scale, target, rounding)
-    if rounding in ("single", "float32"):
+    if rounding == "mlas":
+        y = multiply_mlas_or_single_round(wrap_int32(acc), m, s)
+    elif rounding in ("single", "float32"):
         y = multiply_by_quantized_multiplier_single_round(wrap_int32(acc), m, s)
     else:
         y = multiply_by_quantized_multiplier(wrap_int32(acc), m, s)

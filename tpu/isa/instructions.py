@@ -345,6 +345,7 @@ class Act(Instruction):
     in_w: int = 0
     unsigned: bool = False
     single_round: bool = False
+    mlas_round: bool = False
 
     @property
     def windowed(self):

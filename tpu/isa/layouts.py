@@ -135,6 +135,10 @@ LAYOUTS = {
         _flag("single_round", 1, "requantize with one rounding, `(x * multiplier + "
               "2**(30 - shift)) >> (31 - shift)` (TFLite's FULLY_CONNECTED), "
               "else TFLite's double-rounding MultiplyByQuantizedMultiplier"),
+        _flag("mlas_round", 2, "requantize as ONNX Runtime's MLAS does in float32 (one "
+              "rounding, single_round or not): `multiplier` is a float32 scale's 24-bit "
+              "significand << 7; a column whose multiplier is not (magnitude outside "
+              "[2**30, 2**31) or low 7 bits set) rounds as single_round"),
         Field("acc", 16, 16, doc="first accumulator row read"),
         Field("ub", 32, **_U24, doc="first UB row written"),
         Field("rows", 56, **_U24, doc="accumulator rows read"),

@@ -54,6 +54,10 @@ def diagnose(instruction, config):
             faults.append(_span(m, "accumulator", instruction.acc, instruction.rows, acc, "acc_rows",
                                 Fault.ACC_RANGE))
         case Act():
+            if instruction.mlas_round and not config.mlas_rounding:
+                faults.append((Fault.ILLEGAL_FIELD,
+                               f"{m} mlas_round: this chip's requantizers do not round as "
+                               f"ONNX Runtime's MLAS does (mlas_rounding = 0)"))
             if instruction.windowed and instruction.rows and instruction.in_w > config.pool_max_width:
                 faults.append((Fault.ILLEGAL_FIELD,
                                f"{m} in_w = {instruction.in_w} is wider than the pooling line "
@@ -85,7 +89,9 @@ def check(instruction, config):
     a host range that wraps past 2**64, and the pooling limits of ACT, which
     are ILLEGAL_FIELD: ``in_w > config.pool_max_width`` for MAX or AVG with
     rows, ``rows > MAX_POOL_COUNT`` for GLOBAL_AVG. An instruction whose row or
-    tile count is 0 addresses nothing and never faults on a range. When several
+    tile count is 0 addresses nothing and never faults on a range. ACT's
+    ``mlas_round`` on a chip without ``config.mlas_rounding`` is
+    ILLEGAL_FIELD (its decoder takes the flag as a reserved bit). When several
     faults apply, the lowest code wins. WEIGHT_FIFO_UNDERFLOW, HOST_RANGE
     against the DMA windows and DMA_ERROR depend on the run and are raised
     while it executes (HOST_RANGE against the windows still before the RHM or

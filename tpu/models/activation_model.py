@@ -13,7 +13,13 @@ it bit for bit. Per output column ``n`` of an accumulator row:
    output never overflows it for the accumulators a compiler produces.
    With ``single_round`` set instead ``y = (x * multiplier + 2**(30 - shift))
    >> (31 - shift)``, one rounding with ties toward +infinity, computed exactly
-   (TFLite's int8 FULLY_CONNECTED);
+   (TFLite's int8 FULLY_CONNECTED); with ``mlas_round`` (``single_round``
+   set or not) ``y = rint(float32(float32(x) * s))``, ``s =
+   multiplier * 2**(shift - 31)``, half to even and saturated to int32: ONNX
+   Runtime's (MLAS's) float32 requantization, computed from integers by
+   ``tpu/models/mlas_rounding.py``, for a column whose multiplier is a
+   float32 significand << 7 (magnitude in ``[2**30, 2**31)``, low 7 bits
+   zero); a column whose multiplier is not rounds as ``single_round`` alone;
 3. ``v = min(max(y + zero_point, low), high)`` computed exactly (no int32
    wrap), with ``low``/``high`` from the function and the output type;
 4. SIGMOID and TANH replace ``v`` by ``lut[v + 128]`` (int8) or ``lut[v]``
@@ -29,6 +35,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .mlas_rounding import multiply_by_float32_multiplier
 from ..hdl.activation_settings import (
     Function, Pooling, MAX_POOL_SIZE, MAX_POOL_COUNT, RECIPROCAL_SHIFT, RECIPROCAL_WIDTH,
     SHIFT_WIDTH, VALUE_WIDTH)
@@ -38,6 +45,7 @@ __all__ = [
     "Function", "Pooling", "ActivationSettings",
     "wrap_int32", "saturating_rounding_doubling_high_mul", "rounding_divide_by_pot",
     "multiply_by_quantized_multiplier", "multiply_by_quantized_multiplier_single_round",
+    "multiply_mlas_or_single_round", "float32_multiplier",
     "quantize_multiplier",
     "type_range", "output_bounds", "requantize", "apply_function", "lut_index",
     "pool_reciprocal", "pool_average", "tflite_average", "pool", "output_rows",
@@ -117,6 +125,27 @@ def multiply_by_quantized_multiplier_single_round(x, multiplier, shift):
     return np.where(total == 0, product, halved)
 
 
+def float32_multiplier(multiplier):
+    """Whether `multiplier` is a float32 significand << 7: magnitude in
+    ``[2**30, 2**31)`` with the low 7 bits zero (what `quantize_multiplier`
+    gives for a float32 value), the multipliers ``mlas_round`` applies to."""
+    mag = np.abs(np.asarray(multiplier, dtype=np.int64))
+    return (mag >= 1 << 30) & (mag < 1 << 31) & (mag & 0x7F == 0)
+
+
+def multiply_mlas_or_single_round(x, multiplier, shift):
+    """``mlas_round``'s requantization of int32 ``x`` before the zero point:
+    `multiply_by_float32_multiplier` (ONNX Runtime's float32 rounding) where
+    the multiplier is a float32 significand << 7 (`float32_multiplier`),
+    `multiply_by_quantized_multiplier_single_round` where it is not."""
+    x = np.asarray(x, dtype=np.int64)
+    multiplier = np.broadcast_to(np.asarray(multiplier, dtype=np.int64), np.broadcast(x, multiplier).shape)
+    valid = float32_multiplier(multiplier)
+    mlas = multiply_by_float32_multiplier(x, np.where(valid, multiplier, 1 << 30), shift)
+    once = multiply_by_quantized_multiplier_single_round(x, multiplier, shift)
+    return np.where(valid, mlas, once)
+
+
 def quantize_multiplier(real_multiplier):
     """``(multiplier, shift)`` with ``real ~= multiplier * 2**(shift - 31)``,
     as TFLite's ``QuantizeMultiplier``.
@@ -177,6 +206,7 @@ class ActivationSettings:
     function: Function = Function.NONE
     unsigned: bool = False
     single_round: bool = False
+    mlas_round: bool = False
     zero_point: int = 0
     clamp_min: int = -(1 << (VALUE_WIDTH - 1))
     clamp_max: int = (1 << (VALUE_WIDTH - 1)) - 1
@@ -208,7 +238,9 @@ class ActivationSettings:
         self.function = Function(self.function)
         self.pool = Pooling(self.pool)
         self.unsigned = bool(self.unsigned)
-        self.single_round = bool(self.single_round)
+        self.mlas_round = bool(self.mlas_round)
+        # MLAS's rounding is a one rounding: the activation unit sets both.
+        self.single_round = bool(self.single_round) or self.mlas_round
         self.validate()
 
     def validate(self):
@@ -255,7 +287,9 @@ def requantize(acc, settings):
     """Accumulator rows ``(rows, cols)`` -> clamped values before the function."""
     acc = np.asarray(acc, dtype=np.int64)
     x = wrap_int32(acc + settings.bias)
-    if settings.single_round:
+    if settings.mlas_round:
+        y = multiply_mlas_or_single_round(x, settings.multiplier, settings.shift)
+    elif settings.single_round:
         y = multiply_by_quantized_multiplier_single_round(x, settings.multiplier, settings.shift)
     else:
         y = multiply_by_quantized_multiplier(x, settings.multiplier, settings.shift)

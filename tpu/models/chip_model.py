@@ -204,6 +204,7 @@ class ChipModel:
         settings = ActivationSettings(
             cols=cfg.cols, bias=s.bias, multiplier=s.multiplier, shift=s.shift, lut=s.lut,
             function=int(ins.func), unsigned=ins.unsigned, single_round=ins.single_round,
+            mlas_round=ins.mlas_round,
             zero_point=_saturate(self.regs[Reg.OUT_ZERO_POINT], VALUE_WIDTH),
             clamp_min=_saturate(self.regs[Reg.CLAMP_MIN], VALUE_WIDTH),
             clamp_max=_saturate(self.regs[Reg.CLAMP_MAX], VALUE_WIDTH))

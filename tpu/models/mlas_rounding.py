@@ -1,8 +1,9 @@
 """ONNX Runtime's float32 requantization (MLAS) in integer arithmetic (numpy).
 
-No RTL computes this yet: it is the reference for a requantizer mode that
-rounds as ONNX Runtime does (docs/compiler.md), not part of the golden
-model's contract, whose "float32" layers round as the chip does.
+The golden model's ``mlas_round`` (ACT flag 2) computes this
+(`tpu.models.activation_model.requantize`); the RTL computes the window
+form below (``hdl/requantizer.py``); the compiler's "mlas" layers use it
+(docs/compiler.md).
 
 ONNX Runtime's QLinearConv and QLinearMatMul (MLAS's
 ``MlasRequantizeOutput``, and the convolution kernels' own output stage)

@@ -44,10 +44,14 @@ class GraphReader:
         self.opset = {o.domain or "": o.version for o in proto.opset_import}
         self.consts = {i.name: numpy_helper.to_array(i) for i in self.g.initializer}
         self.consumers = defaultdict(list)
+        self.producers = {}
         for node in self.g.node:
             for name in node.input:
                 if name:
                     self.consumers[name].append(node)
+            for name in node.output:
+                self.producers[name] = node
+        self.mlas_layers = set()    # IR names of the layers ONNX Runtime fuses (`fused_by_onnxruntime`)
         self.model_inputs = {v.name: v for v in self.g.input if v.name not in self.consts}
         self.model_outputs = {v.name for v in self.g.output}
         self.tensors = {}           # IR name -> ir.Tensor
@@ -350,17 +354,46 @@ class GraphReader:
         self.fuse_activations()
         for layer in self.layers:
             # ONNX Runtime requantizes a sum with one float32 multiply by a
-            # float32 multiplier and one rounding; the ACT's single rounding
-            # by that multiplier differs only within about 2**-24 of a tie
-            # (TFLite's double rounding within 2**-shift).
+            # float32 multiplier: in its QLinearConv and QLinearMatMul
+            # (MLAS) the product is rounded to float32 and then half to
+            # even, which ACT's mlas_round computes; where it runs the layer
+            # as a float32 operator its sums are float32 ones, which no
+            # rounding of the chip's exact sums matches, and the layer
+            # rounds once by that multiplier (within about 2**-24 of a tie).
             if isinstance(layer, (ir.Dense, ir.Conv2D)):
-                layer.rounding = "float32"
+                layer.rounding = "mlas" if layer.name in self.mlas_layers else "float32"
         graph = ir.Graph(self.tensors, self.layers, self.graph_inputs(), self.graph_outputs(),
                          self.source)
         try:
             return graph.validate()
         except ir.IRError as exc:
             raise ModelError(f"{self.source}: {one_line(exc)}") from None
+
+    def fused_by_onnxruntime(self, node):
+        """Whether ONNX Runtime runs the matrix operator `node` as a
+        QLinearConv or QLinearMatMul: it is one, or it is the float Conv or
+        MatMul of a QDQ node group that its QDQ transformer fuses into one.
+        That needs (measured with ONNX Runtime's optimized graphs,
+        docs/compiler.md) every input a DequantizeLinear whose output only
+        this node reads, and the output read by one QuantizeLinear alone;
+        a DequantizeLinear shared by two consumers (or two QuantizeLinear
+        nodes on the output) leaves it a float32 operator. A Gemm (and
+        QGemm) is left to the float32 rounding."""
+        if node.op_type in ("QLinearConv", "QLinearMatMul"):
+            return True
+        if node.op_type not in ("Conv", "MatMul"):
+            return False
+        for name in node.input:
+            if not name:
+                continue
+            producer = self.producers.get(name)
+            if producer is None or producer.op_type != "DequantizeLinear" \
+                    or len(self.consumers[name]) != 1 or name in self.model_outputs:
+                return False
+        y = node.output[0]
+        users = self.consumers[y]
+        return y not in self.model_outputs and len(users) == 1 \
+            and users[0].op_type == "QuantizeLinear"
 
     def graph_inputs(self):
         missing = [n for n in self.model_inputs if n not in self.inputs]

@@ -77,6 +77,8 @@ class MatrixOps:
         stride, padding, (oh, ow) = self.window(node, attrs, src.shape, kernel)
         out, out_q, act = self.matrix_output(node, is_float, node.output[0],
                                              (oh, ow, w.shape[0]), out_q)
+        if self.fused_by_onnxruntime(node):
+            self.mlas_layers.add(self.label(node))
         self.layers.append(ir.Conv2D(self.label(node), x, out, w.transpose(2, 3, 1, 0), ws,
                                      bias, stride, padding, act))
 
@@ -192,5 +194,7 @@ class MatrixOps:
             raise self.unsupported(node, f"input has {src.shape[0]} values, weights "
                                    f"{w.shape[0]} rows")
         out, out_q, act = self.matrix_output(node, is_float, node.output[0], (w.shape[1],), out_q)
+        if self.fused_by_onnxruntime(node):
+            self.mlas_layers.add(self.label(node))
         self.layers.append(ir.Dense(self.label(node), x, out, w, ws, bias, act))
 
