@@ -373,6 +373,26 @@ def test_qlinearmatmul_matches_onnxruntime(unsigned):
     _report(counts)
 
 
+def _tie_conv(rng, unsigned, ties, m, shift):
+    """The QLinearConv operands for the ties ``(ties, m, shift)``: every
+    input value of the type in a 16x16 image of one channel, weight 1 per
+    tie's channel, and an output zero point drawn from `rng` in the middle
+    half of the range (a calibrated model's: products reach +-256, and at
+    an end of the range half of them clamp). ``(x_type, ties, m, shift,
+    zx, x, w, zy, acc)``, the ties kept those ONNX Runtime computes
+    exactly (shift -32 flushes to 0)."""
+    from onnx import TensorProto
+    qmin, qmax = type_range(unsigned)
+    x_type = TensorProto.UINT8 if unsigned else TensorProto.INT8
+    keep = (np.abs(ties) < (1 << 31) - 512) & (shift >= -31)
+    ties, m, shift = ties[keep], m[keep], shift[keep]
+    zx = 0 if not unsigned else 128
+    x = np.arange(qmin, qmax + 1).reshape(1, 1, 16, 16)
+    w = np.ones((ties.size, 1, 1, 1), np.int64)
+    zy = int(rng.integers(qmin + 64, qmax - 63))
+    return x_type, ties, m, shift, zx, x, w, zy, _conv_acc(x, zx, w, ties, 1, 0, 1)
+
+
 @pytest.mark.parametrize("unsigned", [False, True])
 def test_constructed_ties_match_onnxruntime(unsigned):
     """The constructed ties, through ONNX Runtime: a 1x1 QLinearConv of one
@@ -380,24 +400,14 @@ def test_constructed_ties_match_onnxruntime(unsigned):
     ``c``'s float32 scale is its weight scale (``m * 2**(shift - 24)``) and
     its sums are ``bias[c]`` (the tie's ``x``) plus every input value."""
     pytest.importorskip("onnxruntime")
-    from onnx import TensorProto
     from tpu.compiler import zoo
     seed = base_seed() + 8 + unsigned
     print(f"seed {seed}")
     rng = np.random.default_rng(seed)
     qmin, qmax = type_range(unsigned)
-    x_type = TensorProto.UINT8 if unsigned else TensorProto.INT8
-    ties, m, shift = _constructed_ties(rng, 3000)
-    keep = (np.abs(ties) < (1 << 31) - 512) & (shift >= -31)     # -32: flushed to 0
-    ties, m, shift = ties[keep], m[keep], shift[keep]
-    zx = 0 if not unsigned else 128
-    x = np.arange(qmin, qmax + 1).reshape(1, 1, 16, 16)
-    w = np.ones((ties.size, 1, 1, 1), np.int64)
+    x_type, ties, m, shift, zx, x, w, zy, acc = _tie_conv(rng, unsigned,
+                                                          *_constructed_ties(rng, 3000))
     w_scale = _scale(m, shift)
-    # a zero point in the middle half of the range (a calibrated model's):
-    # products reach +-256, and at an end of the range half of them clamp
-    zy = int(rng.integers(qmin + 64, qmax - 63))
-    acc = _conv_acc(x, zx, w, ties, 1, 0, 1)
     model = _qlinearconv_model(x_type, x.shape, acc.shape, 1.0, zx, w, w_scale, 1.0, zy, ties,
                                1, 0, 1)
     (theirs,) = zoo.ort_run(model, x.astype(np.uint8 if unsigned else np.int8))
@@ -470,7 +480,6 @@ def _compiled_ties(unsigned, config):
     ONNX Runtime's, acc, multiplier, shift, zero point)``, the outputs as
     uint8 or int8 and the channel settings broadcast to ``acc``."""
     pytest.importorskip("onnxruntime")
-    from onnx import TensorProto
     from tpu.compiler import zoo
     from tpu.compiler.onnx_frontend import import_onnx
     from tpu.compiler.session import InferenceSession
@@ -478,17 +487,7 @@ def _compiled_ties(unsigned, config):
     seed = base_seed() + 10 + unsigned
     print(f"seed {seed}")
     rng = np.random.default_rng(seed)
-    qmin, qmax = type_range(unsigned)
-    x_type = TensorProto.UINT8 if unsigned else TensorProto.INT8
-    ties, m, shift = differing_ties(rng, 200)
-    keep = (np.abs(ties) < (1 << 31) - 512) & (shift >= -31)
-    ties, m, shift = ties[keep], m[keep], shift[keep]
-    zx = 0 if not unsigned else 128
-    x = np.arange(qmin, qmax + 1).reshape(1, 1, 16, 16)
-    w = np.ones((ties.size, 1, 1, 1), np.int64)
-    # the zero point in the middle half, as test_constructed_ties_match_onnxruntime's
-    zy = int(rng.integers(qmin + 64, qmax - 63))
-    acc = _conv_acc(x, zx, w, ties, 1, 0, 1)
+    x_type, ties, m, shift, zx, x, w, zy, acc = _tie_conv(rng, unsigned, *differing_ties(rng, 200))
     model = _quantized_io(_qlinearconv_model(x_type, x.shape, acc.shape, 1.0, zx, w,
                                              _scale(m, shift), 1.0, zy, ties, 1, 0, 1),
                           x_type, zx, zy)
