@@ -120,32 +120,46 @@ class MatrixEngine(wiring.Component):
             switch_fire.eq(act_fire & payload.switch),
         ]
 
-        shadow_free = ~shadow_full
-        if rows == 1:
-            # A one-row wavefront leaves the shadow in the cycle it switches.
-            shadow_free = shadow_free | switch_fire
-        m.d.comb += capture.eq((transit_count == rows) & shadow_free & (guard == 0))
-
+        # The next state, from which capture and the weights' ready are
+        # registered a cycle early (below).
+        transit_next = Signal.like(transit_count)
+        shadow_next = Signal()
+        guard_next = Signal.like(guard)
         m.d.comb += [
-            self.weights.ready.eq((transit_count != rows) | capture),
-            shift.eq(self.weights.valid & self.weights.ready),
+            transit_next.eq(Mux(capture, shift, transit_count + shift)),
+            shadow_next.eq(Mux(capture, 1, shadow_full & ~switch_fire)),
+            guard_next.eq(Mux(switch_fire, max(rows - 2, 0), guard - (guard != 0))),
+        ]
+        m.d.sync += [
+            transit_count.eq(transit_next),
+            shadow_full.eq(shadow_next),
+            guard.eq(guard_next),
         ]
 
-        with m.If(capture):
-            m.d.sync += transit_count.eq(shift)
-        with m.Elif(shift):
-            m.d.sync += transit_count.eq(transit_count + 1)
+        ready = Signal()
+        if rows == 1:
+            # A one-row wavefront leaves the shadow in the cycle it switches,
+            # so a capture depends on this cycle's switch.
+            m.d.comb += capture.eq((transit_count == rows) & (~shadow_full | switch_fire))
+            m.d.comb += ready.eq((transit_count != rows) | capture)
+        else:
+            # Capture and ready are functions of the state registers alone:
+            # registered from the next state, the weight FIFO's read enable
+            # (a clock enable on every bit of its output, across the die)
+            # comes from a flip-flop, not from the comparisons behind it.
+            capture_next = Signal()
+            m.d.comb += capture_next.eq((transit_next == rows) & ~shadow_next & (guard_next == 0))
+            ready_reg = Signal(init=1)
+            m.d.sync += [
+                capture.eq(capture_next),
+                ready_reg.eq((transit_next != rows) | capture_next),
+            ]
+            m.d.comb += ready.eq(ready_reg)
 
-        with m.If(capture):
-            m.d.sync += shadow_full.eq(1)
-        with m.Elif(switch_fire):
-            m.d.sync += shadow_full.eq(0)
-
-        if rows >= 2:
-            with m.If(switch_fire):
-                m.d.sync += guard.eq(rows - 2)
-            with m.Elif(guard != 0):
-                m.d.sync += guard.eq(guard - 1)
+        m.d.comb += [
+            self.weights.ready.eq(ready),
+            shift.eq(self.weights.valid & ready),
+        ]
 
         row_tag = Signal(tag)
         m.d.comb += [
