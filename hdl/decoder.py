@@ -11,7 +11,7 @@ from ..isa import LAYOUTS, MAX_POOL_COUNT, Fault, Opcode, Pool, ldl_rows, ldq_ro
 from .bounded_product import bounded_product_terms
 from .device_family import is_ecp5, is_ice40
 from .serial_divider import SerialDivider, divider_cycles
-from .window import DmaWindows, WindowLimits
+from .window import DmaWindows, WindowLimits, at_most
 
 
 __all__ = ["InstructionDecoder", "field", "decode_cycles", "product_cycles", "Ranges", "RANGE_KINDS",
@@ -448,7 +448,12 @@ class InstructionDecoder(wiring.Component):
                     k = act["pool_size"]
                     m.d.sync += [dividend.eq(div.quotient - k),  # in_h - pool_size
                                  divisor.eq(act["pool_stride"])]
-                    bad = [div.remainder != 0, div.quotient < k, act["in_w"] < k, *zero_width_bad()]
+                    if small_geometry:
+                        # `v < k` as the sign of `v - k` (`at_most`).
+                        bad = [div.remainder != 0, ~at_most(k, div.quotient), ~at_most(k, act["in_w"]),
+                               *zero_width_bad()]
+                    else:
+                        bad = [div.remainder != 0, div.quotient < k, act["in_w"] < k, *zero_width_bad()]
                     with m.If(functools.reduce(lambda a, b: a | b, bad)):
                         m.d.sync += win_bad.eq(1)
                         m.next = "PRODUCT"
@@ -485,7 +490,10 @@ class InstructionDecoder(wiring.Component):
                     m.d.sync += pooled_rows.eq(pooled_sum)
                 m.next = "PICK"
             with m.State("PICK"):
-                m.d.sync += conv_span.eq(Mux((conv_y != 0) & (full > tail), full, tail))
+                if small_geometry:
+                    m.d.sync += conv_span.eq(Mux((conv_y != 0) & ~at_most(full, tail), full, tail))
+                else:
+                    m.d.sync += conv_span.eq(Mux((conv_y != 0) & (full > tail), full, tail))
                 m.next = "DERIVE"
             with m.State("DERIVE"):
                 m.d.comb += derive.eq(1)

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import TPUConfig
 from ..isa import INSTRUCTION_BITS, Fault, Opcode, ldl_rows, ldq_rows
-from .decoder import RANGE_KINDS, InstructionDecoder, field
+from .decoder import RANGE_KINDS, InstructionDecoder, _clamped, field
 from .window import DmaWindows
 
 
@@ -312,6 +312,12 @@ class Sequencer(wiring.Component):
         # Weight tiles requested by RW and not yet switched to.
         pending = Signal(range(cfg.weight_mem_tiles + cfg.weight_fifo_tiles + 3))
         rw_count = field(word, Opcode.RW, "count")
+        if cfg.serial_decode:
+            # An RW of more tiles than the weight memory holds faults in the
+            # decoder (WEIGHT_MEM_RANGE, which comes before the FIFO's
+            # faults), so its count is exact below the memory's power of two
+            # and clamped there: the same RWs overflow and issue.
+            rw_count = _clamped(rw_count, cfg.weight_mem_tiles.bit_length())
         switch = decoded["switch"]
         # Registered, as the comparisons above: `pending` changes only when
         # an instruction issues.

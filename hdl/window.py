@@ -4,7 +4,7 @@ from amaranth import *
 from amaranth.lib import data
 
 
-__all__ = ["DmaWindow", "DmaWindows", "inside_a_window", "WindowLimits"]
+__all__ = ["DmaWindow", "DmaWindows", "inside_a_window", "WindowLimits", "at_most"]
 
 
 def DmaWindow(addr_bits=64):
@@ -54,7 +54,10 @@ class WindowLimits:
     does not test ``size != 0``: a check of a span that is never empty and
     that tests ``end <= 2**width`` apart (`end_beyond`). Such a span ends
     above its start, so it is inside no closed window (its end above the
-    base); the clamp's multiplexer and the size's OR are not built."""
+    base); the clamp's multiplexer and the size's OR are not built. Its
+    two comparisons are also each the borrow of a subtraction (`at_most`),
+    which Yosys maps on the iCE40 to a LUT4 and a carry a bit where it
+    maps a ``<=`` to nearly two LUT4s a bit."""
 
     def __init__(self, m, windows, *, exact=False):
         width = len(windows[0].base)
@@ -77,7 +80,7 @@ class WindowLimits:
         so that it may be taken in the cycle the windows are first
         sampled."""
         if self._exact:
-            return Cat(*[window.base <= addr for window in self._windows])
+            return Cat(*[at_most(window.base, addr) for window in self._windows])
         return Cat(*[(window.size != 0) & (window.base <= addr) for window in self._windows])
 
     def end_beyond(self, end):
@@ -91,4 +94,13 @@ class WindowLimits:
         """1 when the span ending at `end` (exclusive, registered) and
         starting where `above_base` (registered) was taken lies inside one
         window: an empty span must be handled apart."""
+        if self._exact:
+            return Cat(*[above_base[i] & at_most(end, limit) for i, limit in enumerate(self.limit)]).any()
         return Cat(*[above_base[i] & (end <= limit) for i, limit in enumerate(self.limit)]).any()
+
+
+def at_most(a, b):
+    """``a <= b`` of unsigned `a` and `b` as the sign of ``b - a`` (no borrow
+    out of the subtraction)."""
+    diff = Value.cast(b) - Value.cast(a)
+    return ~diff[-1]
