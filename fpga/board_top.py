@@ -69,9 +69,17 @@ def default_clock_hz(board, profile=None):
     none: the up5k profile is the small chip's) less `MARGIN`
     (`tpu.fpga.routed_clocks`); the oscillator rather than the PLL when both
     make it. The board's oscillator when nothing is recorded (the
-    iCEBreaker: its chip has not been routed yet)."""
+    iCEBreaker: its chip has not been routed yet). A clock one of those
+    builds was asked for and met, when faster, is the default instead: a
+    build of that tree at that clock is the same netlist, target and seed,
+    which nextpnr places and routes the same way, so the margin for a new
+    placement is not needed."""
     routed = latest_routed(board, profile) or latest_routed(board, None)
-    return _clock_below(board, routed[0] if routed else None)
+    clock = _clock_below(board, routed[0] if routed else None)
+    met = [r.target_mhz * 1e6 for r in routed if r.fmax_mhz >= r.target_mhz]
+    # Targets are recorded as rounded MHz: match them to what the top makes.
+    made = [hz for hz in board_clocks(board) if any(abs(hz - target) < 1e3 for target in met)]
+    return max([clock, *made])
 
 
 def matrix_part_clock_hz(board):

@@ -325,8 +325,9 @@ PLACERS = ("heap", "static", "sa")
 #: unless given: the ``ulx3s16`` chip fills the ECP5-85F enough that only
 #: ``router2`` after the ``static`` placer routes it (docs/fpga.md, "A sixth
 #: run"), and its clock is the fastest the board makes within its latest
-#: routed Fmax less a margin (`tpu.fpga.board_top.default_clock_hz`: 50
-#: MHz from the PLL, since it routed at 54.02 MHz, "A twenty-first run").
+#: routed Fmax less a margin, or a faster clock its latest tree was built
+#: at and met (`tpu.fpga.board_top.default_clock_hz`: 50 MHz from the PLL,
+#: which its latest tree met, routing at 50.37 MHz, "A twenty-second run").
 PROFILE_BUILD_OPTIONS = {
     ("ulx3s16", "ulx3s-85f"): {"clock_mhz": default_clock_hz("ulx3s-85f", "ulx3s16") / 1e6,
                                "router": "router2", "placer": "static"},

@@ -83,6 +83,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the shared lane's start from flip-flops", 16,
                16, 46.875, 54.02, "2026-12-06", "d2d4f87",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twenty-first run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the weight FIFO's read enable from a flip-flop",
+               16, 16, 50.0, 50.37, "2026-12-06", "46f2969",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twenty-second run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most

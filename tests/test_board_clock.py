@@ -124,10 +124,11 @@ def test_ulx3s_top_at_the_oscillator_has_no_pll():
 
 
 def test_default_clocks_come_from_the_routed_results():
-    # The ulx3s16 chip's latest tree routed at 54.02 MHz (docs/fpga.md, "A twenty-first
-    # run"), not the 51.82 or 49.75 MHz of older trees: 5% below is 51.32 MHz, and the
-    # fastest clock the ULX3S makes there is the PLL's 50 MHz (25 MHz x 2), divisor 434.
-    assert [r.fmax_mhz for r in latest_routed("ulx3s-85f", "ulx3s16")] == [54.02]
+    # The ulx3s16 chip's latest tree was built at 50 MHz and routed at 50.37 MHz
+    # (docs/fpga.md, "A twenty-second run"), not the 54.02 or 51.82 MHz of older trees:
+    # 5% below is 47.85 MHz (the PLL's 46.875 there), but that tree met 50 MHz, a
+    # clock the PLL makes (25 MHz x 2), so 50 MHz stays the default, divisor 434.
+    assert [(r.target_mhz, r.fmax_mhz) for r in latest_routed("ulx3s-85f", "ulx3s16")] == [(50.0, 50.37)]
     assert default_clock_hz("ulx3s-85f", "ulx3s16") == pytest.approx(50e6)
     assert PROFILE_BUILD_OPTIONS[("ulx3s16", "ulx3s-85f")]["clock_mhz"] == pytest.approx(50)
     hz, pll = board_clock("ulx3s-85f", default_clock_hz("ulx3s-85f", "ulx3s16"))
@@ -139,12 +140,34 @@ def test_default_clocks_come_from_the_routed_results():
     assert BOARD_CLOCK_HZ == {"icebreaker": 12e6, "ulx3s-85f": 18.75e6}
     # Nothing routed on the iCEBreaker: its oscillator.
     assert default_clock_hz("icebreaker", "up5k") == 12e6
-    # Every default is within its routed Fmax by the margin, and the fastest so.
+    # Every default is within its routed Fmax by the margin, and the fastest so,
+    # unless it is a clock the latest tree was built at and met.
     for board, profile in (("ulx3s-85f", None), ("ulx3s-85f", "ulx3s16")):
-        limit = latest_routed(board, profile)[0].fmax_mhz * 1e6 * (1 - MARGIN)
+        routed = latest_routed(board, profile)
+        limit = routed[0].fmax_mhz * 1e6 * (1 - MARGIN)
         clock = default_clock_hz(board, profile)
-        assert clock <= limit
+        met = [r.target_mhz * 1e6 for r in routed if r.fmax_mhz >= r.target_mhz]
+        assert clock <= limit or clock in met
         assert not [hz for hz in ecp5_pll_outputs(25e6) if clock < hz <= limit]
+
+
+def test_a_met_target_is_kept_only_when_met(monkeypatch):
+    # One tree built twice: at 50 MHz (met, 50.37) and at 46.875 MHz (met, 48.0).
+    # 5% below the slower Fmax is 45.6 MHz (the PLL makes 45 there); the faster met
+    # target wins.
+    from tpu.fpga import board_top
+    from tpu.fpga.routed_clocks import RoutedChip
+    build = dict(board="ulx3s-85f", profile="p", chip="c", rows=2, cols=2, date="d", commit="x",
+                 source="s")
+    twice = (RoutedChip(target_mhz=50.0, fmax_mhz=50.37, **build),
+             RoutedChip(target_mhz=46.875, fmax_mhz=48.0, **build))
+    monkeypatch.setattr(board_top, "latest_routed", lambda board, profile=None: sorted(
+        twice, key=lambda r: r.fmax_mhz) if profile == "p" else [])
+    assert board_top.default_clock_hz("ulx3s-85f", "p") == 50e6
+    # Asked for 50 MHz and missed it (49.9): the margin's clock, 46.875 MHz.
+    missed = (RoutedChip(target_mhz=50.0, fmax_mhz=49.9, **build),)
+    monkeypatch.setattr(board_top, "latest_routed", lambda board, profile=None: list(missed))
+    assert board_top.default_clock_hz("ulx3s-85f", "p") == 46.875e6
 
 
 def test_fastest_clock_within():

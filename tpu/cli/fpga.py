@@ -181,7 +181,8 @@ def add_fpga_commands(subparsers, add_config_options):
     p.add_argument("--baud", type=int, default=115200, metavar="B",
                    help="the UART's bit rate (default 115200)")
     p.add_argument("--clock-mhz", type=float, metavar="MHZ",
-                   help="the chip's clock (default: below the chip's routed Fmax, "
+                   help="the chip's clock (default: below the chip's routed Fmax, or a clock "
+                        "its latest tree was built at and met, "
                         "tpu.fpga.routed_clocks: 12 on the icebreaker, its oscillator, whose "
                         "PLL makes 16 to 275 MHz from it within 1%%; 18.75 "
                         "on the ulx3s-85f, made by its PLL from the 25 MHz oscillator, and "
