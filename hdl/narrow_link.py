@@ -175,7 +175,7 @@ class NarrowLink(wiring.Component):
                 with m.Elif(self.read_request.valid):
                     m.d.comb += self.read_request.ready.eq(1)
                     request = self.read_request.payload
-                    m.d.sync += [hdr.reading.eq(0), hdr.writing.eq(0), hdr.count.eq(request.count),
+                    m.d.sync += [hdr.reading.eq(1), hdr.writing.eq(0), hdr.count.eq(request.count),
                                  hdr.address.eq(request.address), hdr.value.eq(0)]
                     m.next = "HEADER"
                 with m.Elif(self.write_request.valid):
