@@ -81,9 +81,17 @@ class HostInterface(wiring.Component):
                                                addr32=bool(cfg.serial_host))
             m.submodules.tx = tx = TlpTransmitter(cfg.link_dw)
         m.submodules.bar0 = bar0 = Bar0(cfg)
-        m.submodules.reader = reader = (NarrowReader if narrow else DmaReader)(cfg)
-        m.submodules.writer = writer = (NarrowWriter if narrow else DmaWriter)(cfg)
-        m.submodules.fetcher = fetcher = ProgramFetcher(cfg)
+        fetcher = ProgramFetcher(cfg)
+        if narrow:
+            job_bits = self._narrow_job_bits(fetcher)
+            m.submodules.reader = reader = NarrowReader(cfg, length_bits=max(job_bits.values()))
+            # A WHM's job is at most the unified buffer, as an RHM's; an
+            # MSI's is 4 bytes.
+            m.submodules.writer = writer = NarrowWriter(cfg, length_bits=max(job_bits[Channel.RHM], 3))
+        else:
+            m.submodules.reader = reader = DmaReader(cfg)
+            m.submodules.writer = writer = DmaWriter(cfg)
+        m.submodules.fetcher = fetcher
         m.submodules.filler = filler = WeightFiller(cfg)
         if not narrow:
             m.submodules.arbiter = arbiter = TlpArbiter(cfg.link_dw, 3)
@@ -371,16 +379,24 @@ class HostInterface(wiring.Component):
             m.d.sync += msi_pending.eq(msi_addr != 0)
         return m
 
+    def _narrow_job_bits(self, fetcher):
+        """The bits of each channel's read job length (`narrow_host`). A
+        program's job is at most the fetcher's chunk (256 bytes here), a
+        weight fill's at most the weight memory (the fill's range check
+        passed) and an RHM's at most the unified buffer (the decoder faults
+        an RHM whose rows end past it, before the request), so no job
+        reaches the length's upper bits."""
+        cfg = self._config
+        return {Channel.PROGRAM: fetcher.max_job_bytes.bit_length(),
+                Channel.RHM: (cfg.ub_rows * cfg.rows).bit_length(),
+                Channel.WEIGHTS: (cfg.weight_mem_tiles * cfg.tile_bytes).bit_length()}
+
     def _narrow_read_jobs(self, m, reader, fetcher, sources, may_read):
         """The read jobs' fixed priority as one grant per source and the
         job the OR of the granted one's fields (`narrow_host`), where the
-        nested choice costs a multiplexer level per source on every bit.
-        A program's job is at most the fetcher's chunk (256 bytes here) and a
-        weight fill's at most the weight memory (the fill's range check
-        passed), so only the RHM's reaches the length's upper bits."""
-        cfg = self._config
-        fill_bits = (cfg.weight_mem_tiles * cfg.tile_bytes).bit_length()
-        widths = {Channel.PROGRAM: fetcher.max_job_bytes.bit_length(), Channel.RHM: 32, Channel.WEIGHTS: fill_bits}
+        nested choice costs a multiplexer level per source on every bit;
+        each length at its bits (`_narrow_job_bits`)."""
+        widths = self._narrow_job_bits(fetcher)
         job = reader.job.payload
         addrs, lengths, channels, grants = [], [], [], []
         for n, (source, channel, payload) in enumerate(sources):

@@ -38,8 +38,10 @@ class NarrowLink(wiring.Component):
     malformed : Out(1)
         Pulses for each message dropped.
     read_request : In(stream.Signature(MessageHeader))
-        The DMA reader's READ_REQ headers; ``read_answer`` and ``read_words``
-        bring it READ_DATA and READ_ERROR.
+        The DMA reader's READ_REQ headers (their kind is not read, nor a
+        write request's; a count is at most ``max_read_request`` or
+        ``max_payload``); ``read_answer`` and ``read_words`` bring it
+        READ_DATA and READ_ERROR.
     read_answer : Out(stream.Signature(ReadAnswer, always_ready=True))
     read_words : Out(stream.Signature(StructLayout({"data": 32, "last": 1})))
         A READ_DATA's data words.
@@ -80,26 +82,35 @@ class NarrowLink(wiring.Component):
         last = rx.payload.last
         fire = rx.valid & rx.ready
         index = Signal(2)               # header word 0, 1 or 2
-        w0 = Signal(32)
-        w1 = Signal(32)
+        # The first two header words are kept as what the third's checks
+        # read of them, worked out as each comes: 16 + 4 and 10 + 1 flip-flops
+        # where the words took 64.
+        count = Signal(16)              # the first word's count
+        reg_write = Signal()            # REG_WRITE
+        reg_kind = Signal()             # REG_WRITE or REG_READ, count and reserved bits 0
+        error_kind = Signal()           # READ_ERROR, count and reserved bits 0
+        data_kind = Signal()            # READ_DATA, reserved bits 0
+        offset = Signal(10)             # the second word's register offset
+        offset_ok = Signal()            # ... a word's, inside BAR0's 4 KiB
         passing = Signal()              # a READ_DATA's words go to the reader
         dropping = Signal()             # the rest of a malformed message goes nowhere
-        kind = w0[24:]
-        reserved_ok = w0[16:24] == 0
-        register = ((kind == MessageKind.REG_WRITE) | (kind == MessageKind.REG_READ)) & \
-            (w0[:16] == 0) & (w1[:2] == 0) & (w1[12:] == 0) & last
-        read_error = (kind == MessageKind.READ_ERROR) & (w0[:16] == 0) & last
-        read_data = kind == MessageKind.READ_DATA
+        kind = word[24:]
+        reserved_ok = word[16:24] == 0
+        no_count = word[:16] == 0
+        register = reg_kind & offset_ok & last
+        read_error = error_kind & last
+        read_data = data_kind
         header = ~passing & ~dropping
         at_value = header & (index == 2)
 
         m.d.comb += [
             rx.ready.eq(1),
-            self.access.payload.write.eq(kind == MessageKind.REG_WRITE),
-            self.access.payload.offset.eq(w1[2:12]),
+            self.access.payload.write.eq(reg_write),
+            self.access.payload.offset.eq(offset),
             self.access.payload.value.eq(word),
-            self.read_answer.payload.error.eq(kind == MessageKind.READ_ERROR),
-            self.read_answer.payload.count.eq(w0[:16]),
+            # (offered only for a READ_ERROR or a READ_DATA)
+            self.read_answer.payload.error.eq(error_kind),
+            self.read_answer.payload.count.eq(count),
             self.read_answer.payload.bare.eq(last),
             self.read_words.payload.data.eq(word),
             self.read_words.payload.last.eq(last),
@@ -107,14 +118,21 @@ class NarrowLink(wiring.Component):
         with m.If(header & fire):
             m.d.sync += index.eq(Mux(last | (index == 2), 0, index + 1))
             with m.If(index == 0):
-                m.d.sync += w0.eq(word)
+                m.d.sync += [
+                    count.eq(word[:16]),
+                    reg_write.eq(kind == MessageKind.REG_WRITE),
+                    reg_kind.eq(((kind == MessageKind.REG_WRITE) | (kind == MessageKind.REG_READ))
+                                & no_count & reserved_ok),
+                    error_kind.eq((kind == MessageKind.READ_ERROR) & no_count & reserved_ok),
+                    data_kind.eq((kind == MessageKind.READ_DATA) & reserved_ok),
+                ]
             with m.If(index == 1):
-                m.d.sync += w1.eq(word)
+                m.d.sync += [offset.eq(word[2:12]), offset_ok.eq((word[:2] == 0) & (word[12:] == 0))]
             with m.If(last & (index != 2)):
                 m.d.comb += self.malformed.eq(1)
-        with m.If(at_value & reserved_ok & register):
+        with m.If(at_value & register):
             m.d.comb += [self.access.valid.eq(rx.valid), rx.ready.eq(self.access.ready)]
-        with m.Elif(at_value & reserved_ok & (read_error | read_data)):
+        with m.Elif(at_value & (read_error | read_data)):
             m.d.comb += self.read_answer.valid.eq(rx.valid)
             with m.If(rx.valid & ~last):
                 m.d.sync += passing.eq(1)
@@ -126,36 +144,52 @@ class NarrowLink(wiring.Component):
         with m.If((passing | dropping) & fire & last):
             m.d.sync += [passing.eq(0), dropping.eq(0)]
         with m.If(self.access.valid & self.access.ready & ~self.access.payload.write):
-            m.d.sync += read_offset.eq(w1[2:12])
+            m.d.sync += read_offset.eq(offset)
 
     def _send(self, m, read_offset):
-        hdr = Signal(MessageHeader)
+        # A message's kind is one of three (the reader's are READ_REQ, the
+        # writer's WRITE) and its count at most a read's or a write's bytes:
+        # kept as that, not as the header's 8 and 16 bits.
+        cfg = self._config
+        hdr = Signal(data.StructLayout({
+            "reading": 1, "writing": 1,
+            "count": max(cfg.max_read_request, cfg.max_payload).bit_length(),
+            "address": 32, "value": 32}))
         index = Signal(2)
         words_left = Signal(range(self._config.max_payload // 4 + 1))
+        kind = Signal(8)
         tx = self.tx.payload
-        m.d.comb += tx.keep.eq(1)
+        m.d.comb += [
+            tx.keep.eq(1),
+            kind.eq(Mux(hdr.writing, MessageKind.WRITE,
+                        Mux(hdr.reading, MessageKind.READ_REQ, MessageKind.REG_VALUE))),
+        ]
         with m.FSM(name="send"):
             with m.State("IDLE"):
                 with m.If(self.answer.valid):
                     m.d.comb += self.answer.ready.eq(1)
-                    m.d.sync += [hdr.kind.eq(MessageKind.REG_VALUE), hdr.count.eq(0),
+                    m.d.sync += [hdr.reading.eq(0), hdr.writing.eq(0), hdr.count.eq(0),
                                  hdr.address.eq(Cat(C(0, 2), read_offset)),
                                  hdr.value.eq(self.answer.payload)]
                     m.next = "HEADER"
                 with m.Elif(self.read_request.valid):
                     m.d.comb += self.read_request.ready.eq(1)
-                    m.d.sync += [hdr.eq(self.read_request.payload), hdr.value.eq(0)]
+                    request = self.read_request.payload
+                    m.d.sync += [hdr.reading.eq(1), hdr.writing.eq(0), hdr.count.eq(request.count),
+                                 hdr.address.eq(request.address), hdr.value.eq(0)]
                     m.next = "HEADER"
                 with m.Elif(self.write_request.valid):
                     m.d.comb += self.write_request.ready.eq(1)
-                    m.d.sync += [hdr.eq(self.write_request.payload), hdr.value.eq(0),
-                                 words_left.eq((self.write_request.payload.count + 3) >> 2)]
+                    request = self.write_request.payload
+                    m.d.sync += [hdr.reading.eq(0), hdr.writing.eq(1), hdr.count.eq(request.count),
+                                 hdr.address.eq(request.address), hdr.value.eq(0),
+                                 words_left.eq((request.count + 3) >> 2)]
                     m.next = "HEADER"
             with m.State("HEADER"):
-                writing = hdr.kind == MessageKind.WRITE
+                writing = hdr.writing
                 m.d.comb += [
                     self.tx.valid.eq(1),
-                    tx.data.eq(Mux(index == 0, Cat(hdr.count, C(0, 8), hdr.kind),
+                    tx.data.eq(Mux(index == 0, Cat(hdr.count, C(0, 24 - len(hdr.count)), kind),
                                    Mux(index == 1, hdr.address, hdr.value))),
                     tx.last.eq((index == 2) & ~writing),
                 ]

@@ -56,8 +56,9 @@ class NarrowReader(wiring.Component):
     ``cpl_timeout`` cycles without an answer is CPL_TIMEOUT.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, length_bits=32):
         self._config = config
+        self._length_bits = length_bits
         super().__init__({
             "job":     In(stream.Signature(read_job(config.host_addr_bits))),
             "data":    Out(byte_stream(4, channel=2)),
@@ -78,7 +79,9 @@ class NarrowReader(wiring.Component):
 
         active = Signal()               # a job has bytes not yet asked for
         addr = Signal(32)
-        job_left = Signal(32)           # bytes of the job not yet asked for
+        # Bytes of the job not yet asked for: at ``length_bits``, which the
+        # chip's jobs fit (`HostInterface._narrow_job_bits`).
+        job_left = Signal(self._length_bits)
         channel = Signal(2)             # the job's
         read_channel = Signal(2)        # the outstanding read's
         outstanding = Signal()          # a read's bytes are still to come
@@ -106,7 +109,7 @@ class NarrowReader(wiring.Component):
         ]
         with m.If(self.job.valid & self.job.ready):
             m.d.sync += [active.eq(1), addr.eq(self.job.payload.addr),
-                         job_left.eq(self.job.payload.length), channel.eq(self.job.payload.channel)]
+                         job_left.eq(self.job.payload.length[:self._length_bits]), channel.eq(self.job.payload.channel)]
         with m.If(self.request.valid & self.request.ready):
             m.d.sync += [
                 outstanding.eq(1), stale.eq(0), timer.eq(lfsr.start),

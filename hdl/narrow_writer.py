@@ -34,8 +34,9 @@ class NarrowWriter(wiring.Component):
         The data words of the message whose header went last.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, length_bits=32):
         self._config = config
+        self._length_bits = length_bits
         super().__init__({
             "job":     In(stream.Signature(write_job(config.host_addr_bits))),
             "data":    In(byte_stream(4)),
@@ -51,7 +52,9 @@ class NarrowWriter(wiring.Component):
 
         active = Signal()
         addr = Signal(32)
-        left = Signal(32)               # bytes of the job not yet in a message
+        # Bytes of the job not yet in a message: at ``length_bits``, which
+        # the chip's jobs fit (`HostInterface._narrow_job_bits`).
+        left = Signal(self._length_bits)
         words_left = Signal(range(max_payload // 4 + 1))  # of the message whose header went
         draining = Signal()             # flushed: its words go as zeros
 
@@ -73,7 +76,7 @@ class NarrowWriter(wiring.Component):
             with m.If(left == 0):
                 m.d.sync += active.eq(0)
         with m.If(self.job.valid & self.job.ready):
-            m.d.sync += [active.eq(1), addr.eq(self.job.payload.addr), left.eq(self.job.payload.length)]
+            m.d.sync += [active.eq(1), addr.eq(self.job.payload.addr), left.eq(self.job.payload.length[:self._length_bits])]
         with m.If(self.request.valid & self.request.ready):
             m.d.sync += [words_left.eq((chunk + 3) >> 2), addr.eq(addr + chunk), left.eq(left - chunk)]
         with m.If(self.words.valid & self.words.ready):

@@ -2,6 +2,7 @@
 
 from amaranth import *
 from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..host_registers import register_bits
@@ -12,6 +13,50 @@ from .dma_split import address_counter
 
 
 __all__ = ["ProgramFetcher"]
+
+
+class _WordQueue(Elaboratable):
+    """`SyncFIFOBuffered`'s ports and timing (a word written is offered two
+    cycles later, from the block RAM's own output register) with a
+    power-of-two memory: its pointers wrap by themselves and equal pointers
+    are an empty memory, where `SyncFIFOBuffered` keeps a level beside them
+    and compares each with its depth. The fetcher never asks for more words
+    than the queue holds (`committed`), so the memory never holds more than
+    ``depth - 1`` and ``w_rdy`` is not kept."""
+
+    def __init__(self, *, width, depth):
+        assert depth & (depth - 1) == 0
+        self.depth = depth
+        self.w_en = Signal()
+        self.w_data = Signal(width)
+        self.w_rdy = Const(1)
+        self.r_en = Signal()
+        self.r_rdy = Signal()
+        self.r_data = Signal(width)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.ram = ram = Memory(shape=unsigned(len(self.w_data)), depth=self.depth, init=[])
+        write = ram.write_port()
+        read = ram.read_port()
+        produce = Signal(range(self.depth))
+        consume = Signal(range(self.depth))
+        refill = (produce != consume) & (~self.r_rdy | self.r_en)
+        m.d.comb += [
+            write.en.eq(self.w_en),
+            write.addr.eq(produce),
+            write.data.eq(self.w_data),
+            read.en.eq(refill),
+            read.addr.eq(consume),
+            self.r_data.eq(read.data),
+        ]
+        with m.If(self.w_en):
+            m.d.sync += produce.eq(produce + 1)
+        with m.If(refill):
+            m.d.sync += [consume.eq(consume + 1), self.r_rdy.eq(1)]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        return m
 
 
 class ProgramFetcher(wiring.Component):
@@ -78,9 +123,13 @@ class ProgramFetcher(wiring.Component):
             # Jobs are whole instructions, as a `BeatShifter` needs.
             m.submodules.gearbox = packer = ResetInserter(self.flush)(
                 gearbox(beat_bytes, INSTRUCTION_BYTES, whole=True))
-        m.submodules.queue = queue = ResetInserter(self.flush)(
-            fifo.SyncFIFOBuffered(width=8 * beat_bytes if words else INSTRUCTION_BITS,
-                                  depth=depth * per_instruction))
+        if narrow:
+            m.submodules.queue = queue = ResetInserter(self.flush)(
+                _WordQueue(width=8 * beat_bytes, depth=depth * per_instruction))
+        else:
+            m.submodules.queue = queue = ResetInserter(self.flush)(
+                fifo.SyncFIFOBuffered(width=8 * beat_bytes if words else INSTRUCTION_BITS,
+                                      depth=depth * per_instruction))
         if narrow:
             m.d.comb += [
                 queue.w_data.eq(self.data.payload.data),

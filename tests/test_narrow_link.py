@@ -284,3 +284,24 @@ def test_writes_and_registers():
     values = [(msg.address, msg.value) for msg in bench.from_chip if msg.kind == MessageKind.REG_VALUE]
     assert values == [(off, (off >> 2) * 3) for w, off, _ in registers if not w]
     assert bench.malformed == 4
+
+
+def test_job_counts_hold_the_chips_longest_jobs():
+    """The up5k chip's narrow reader and writer count a job's bytes in the
+    bits its longest jobs need (`HostInterface._narrow_job_bits`): a
+    program job of the fetcher's chunk, a weight fill of the whole weight
+    memory, an RHM or WHM of the whole unified buffer, an MSI's 4 bytes."""
+    from tpu.config import UP5K_PROFILE
+    from tpu.hdl.host_interface import Channel, HostInterface
+    cfg = UP5K_PROFILE
+    chip = HostInterface(cfg)
+    m = chip.elaborate(None)
+    reader, writer, fetcher = m.submodules.reader, m.submodules.writer, m.submodules.fetcher
+    longest = {Channel.PROGRAM: fetcher.max_job_bytes,
+               Channel.RHM: cfg.ub_rows * cfg.rows,
+               Channel.WEIGHTS: cfg.weight_mem_tiles * cfg.tile_bytes}
+    bits = chip._narrow_job_bits(fetcher)
+    for channel, length in longest.items():
+        assert length < 2 ** bits[channel], channel
+        assert length < 2 ** reader._length_bits, channel
+    assert max(cfg.ub_rows * cfg.rows, 4) < 2 ** writer._length_bits
