@@ -537,7 +537,11 @@ class InstructionDecoder(wiring.Component):
         # no window reaches: a span there faults as its 64-bit end would.
         # Its spans are checked only when not empty (``host_check``), so
         # each window's limit is its exact end and a span's end above
-        # 2**width is tested apart (`WindowLimits` ``exact``).
+        # 2**width is tested apart (`WindowLimits` ``exact``); the span is
+        # registered as the complement of its last byte (`span_mark`), its
+        # byte count from the rows' low ub_bits bits: exact wherever the
+        # check decides the fault, as more rows than the UB holds fault
+        # UB_RANGE first.
         narrow_host = cfg.serial_decode and cfg.host_addr_bits < 64
         limits = WindowLimits(m, self.windows, exact=narrow_host)
         host_check = Signal()
@@ -547,7 +551,7 @@ class InstructionDecoder(wiring.Component):
         if narrow_host:
             host_high = Signal()
             host_addr = new_dma["host"][:limits.width]
-            host_end = Signal(limits.width + 2)
+            host_end = Signal(limits.width + 1)
 
         # The word's UB, accumulator or weight-memory span (first row, and
         # how many), ended in PRESENT and compared with the memory's size in
@@ -584,7 +588,9 @@ class InstructionDecoder(wiring.Component):
                          windowed.eq(new_windowed), conv.eq(new_conv),
                          *[is_op[op].eq(new[:8] == op) for op in ops],
                          host_check.eq(0), host_above.eq(limits.above_base(host_addr)),
-                         host_end.eq(host_addr + new_dma["rows"] * cfg.rows),
+                         host_end.eq(limits.span_mark(host_addr, (new_dma["rows"][:ub_bits] * cfg.rows - 1)
+                                                      [:(cfg.ub_rows * cfg.rows).bit_length()])
+                                     if narrow_host else host_addr + new_dma["rows"] * cfg.rows),
                          span_end.eq(0), *[s.eq(0) for s in span_in.values()],
                          dividend.eq(Mux(new_windowed, new_act["rows"], new_mmc["rows"] - 1)),
                          divisor.eq(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))]
