@@ -247,7 +247,8 @@ class InstructionDecoder(wiring.Component):
         # wide. A zero divisor is an illegal field; only the cycles of its
         # word matter, and an ACT's are kept below (`in_w` zero).
         if cfg.serial_decode:
-            m.submodules.div = div = SerialDivider(24, divisor_width=16)
+            # The divisor registered as its complement (`complemented`).
+            m.submodules.div = div = SerialDivider(24, divisor_width=16, complemented=True)
         else:
             m.submodules.div = div = SerialDivider(24)
         act = {name: field(word, Opcode.ACT, name) for name in _fields(Opcode.ACT)}
@@ -406,6 +407,11 @@ class InstructionDecoder(wiring.Component):
             return [size.eq(Mux(div.quotient >= limit - 1, limit, (div.quotient + 1)[:ub_bits + 1]))]
         m.d.comb += [div.dividend.eq(dividend), div.divisor.eq(divisor)]
 
+        def complement(value):
+            # The small divider's divisor, registered complemented.
+            value = Value.cast(value)
+            return ~Cat(value, C(0, len(divisor) - len(value)))
+
         def pooled_size():
             # `quotient + 1`; the small geometry's clamped at 2**ub_bits from
             # the quotient's own bits (no 24-bit add; a low part of all ones
@@ -447,7 +453,8 @@ class InstructionDecoder(wiring.Component):
                 with m.If(div.done):
                     k = act["pool_size"]
                     m.d.sync += [dividend.eq(div.quotient - k),  # in_h - pool_size
-                                 divisor.eq(act["pool_stride"])]
+                                 divisor.eq(complement(act["pool_stride"]) if cfg.serial_decode
+                                            else act["pool_stride"])]
                     if small_geometry:
                         # `v < k` as the sign of `v - k` (`at_most`).
                         bad = [div.remainder != 0, ~at_most(k, div.quotient), ~at_most(k, act["in_w"]),
@@ -593,7 +600,8 @@ class InstructionDecoder(wiring.Component):
                                      if narrow_host else host_addr + new_dma["rows"] * cfg.rows),
                          span_end.eq(0), *[s.eq(0) for s in span_in.values()],
                          dividend.eq(Mux(new_windowed, new_act["rows"], new_mmc["rows"] - 1)),
-                         divisor.eq(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))]
+                         divisor.eq(complement(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))
+                                    if cfg.serial_decode else Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))]
             with m.If(new_act["rows"] == 0):
                 m.d.sync += plain_out_rows.eq(0)
             with m.Elif(new_act["pool"] == Pool.GLOBAL_AVG):
