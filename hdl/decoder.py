@@ -596,7 +596,7 @@ class InstructionDecoder(wiring.Component):
                          *[is_op[op].eq(new[:8] == op) for op in ops],
                          host_check.eq(0), host_above.eq(limits.above_base(host_addr)),
                          host_end.eq(limits.span_mark(host_addr, (new_dma["rows"][:ub_bits] * cfg.rows - 1)
-                                                      [:(cfg.ub_rows * cfg.rows).bit_length()])
+                                                      [:(cfg.ub_rows * cfg.rows - 1).bit_length()])
                                      if narrow_host else host_addr + new_dma["rows"] * cfg.rows),
                          span_end.eq(0), *[s.eq(0) for s in span_in.values()],
                          dividend.eq(Mux(new_windowed, new_act["rows"], new_mmc["rows"] - 1)),
