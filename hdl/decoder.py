@@ -247,7 +247,8 @@ class InstructionDecoder(wiring.Component):
         # wide. A zero divisor is an illegal field; only the cycles of its
         # word matter, and an ACT's are kept below (`in_w` zero).
         if cfg.serial_decode:
-            m.submodules.div = div = SerialDivider(24, divisor_width=16)
+            # The divisor registered as its complement (`complemented`).
+            m.submodules.div = div = SerialDivider(24, divisor_width=16, complemented=True)
         else:
             m.submodules.div = div = SerialDivider(24)
         act = {name: field(word, Opcode.ACT, name) for name in _fields(Opcode.ACT)}
@@ -406,6 +407,11 @@ class InstructionDecoder(wiring.Component):
             return [size.eq(Mux(div.quotient >= limit - 1, limit, (div.quotient + 1)[:ub_bits + 1]))]
         m.d.comb += [div.dividend.eq(dividend), div.divisor.eq(divisor)]
 
+        def complement(value):
+            # The small divider's divisor, registered complemented.
+            value = Value.cast(value)
+            return ~Cat(value, C(0, len(divisor) - len(value)))
+
         def pooled_size():
             # `quotient + 1`; the small geometry's clamped at 2**ub_bits from
             # the quotient's own bits (no 24-bit add; a low part of all ones
@@ -447,7 +453,8 @@ class InstructionDecoder(wiring.Component):
                 with m.If(div.done):
                     k = act["pool_size"]
                     m.d.sync += [dividend.eq(div.quotient - k),  # in_h - pool_size
-                                 divisor.eq(act["pool_stride"])]
+                                 divisor.eq(complement(act["pool_stride"]) if cfg.serial_decode
+                                            else act["pool_stride"])]
                     if small_geometry:
                         # `v < k` as the sign of `v - k` (`at_most`).
                         bad = [div.remainder != 0, ~at_most(k, div.quotient), ~at_most(k, act["in_w"]),
@@ -537,7 +544,11 @@ class InstructionDecoder(wiring.Component):
         # no window reaches: a span there faults as its 64-bit end would.
         # Its spans are checked only when not empty (``host_check``), so
         # each window's limit is its exact end and a span's end above
-        # 2**width is tested apart (`WindowLimits` ``exact``).
+        # 2**width is tested apart (`WindowLimits` ``exact``); the span is
+        # registered as the complement of its last byte (`span_mark`), its
+        # byte count from the rows' low ub_bits bits: exact wherever the
+        # check decides the fault, as more rows than the UB holds fault
+        # UB_RANGE first.
         narrow_host = cfg.serial_decode and cfg.host_addr_bits < 64
         limits = WindowLimits(m, self.windows, exact=narrow_host)
         host_check = Signal()
@@ -547,7 +558,7 @@ class InstructionDecoder(wiring.Component):
         if narrow_host:
             host_high = Signal()
             host_addr = new_dma["host"][:limits.width]
-            host_end = Signal(limits.width + 2)
+            host_end = Signal(limits.width + 1)
 
         # The word's UB, accumulator or weight-memory span (first row, and
         # how many), ended in PRESENT and compared with the memory's size in
@@ -584,10 +595,13 @@ class InstructionDecoder(wiring.Component):
                          windowed.eq(new_windowed), conv.eq(new_conv),
                          *[is_op[op].eq(new[:8] == op) for op in ops],
                          host_check.eq(0), host_above.eq(limits.above_base(host_addr)),
-                         host_end.eq(host_addr + new_dma["rows"] * cfg.rows),
+                         host_end.eq(limits.span_mark(host_addr, (new_dma["rows"][:ub_bits] * cfg.rows - 1)
+                                                      [:(cfg.ub_rows * cfg.rows - 1).bit_length()])
+                                     if narrow_host else host_addr + new_dma["rows"] * cfg.rows),
                          span_end.eq(0), *[s.eq(0) for s in span_in.values()],
                          dividend.eq(Mux(new_windowed, new_act["rows"], new_mmc["rows"] - 1)),
-                         divisor.eq(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))]
+                         divisor.eq(complement(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))
+                                    if cfg.serial_decode else Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))]
             with m.If(new_act["rows"] == 0):
                 m.d.sync += plain_out_rows.eq(0)
             with m.Elif(new_act["pool"] == Pool.GLOBAL_AVG):

@@ -60,9 +60,16 @@ class SerialDivider(wiring.Component):
         shifts in (no separate quotient, no bit selection, no search for
         the leading one, no divisor register); the quotient's bits from
         `length` up are zero.
+    complemented : bool
+        ``divisor`` is given as its complement (``~divisor``; all ones for
+        a zero divisor), which the caller registers at no cost in the LUT4s
+        that choose it: each step's compare and subtract is then an
+        addition, ``shifted + ~divisor + 1``, whose carry out says the
+        divisor fits, with no LUT4 a bit inverting the divisor into the
+        carry chain (not with `length`).
     """
 
-    def __init__(self, width, *, divisor_width=None, length=None):
+    def __init__(self, width, *, divisor_width=None, length=None, complemented=False):
         if divisor_width is None:
             divisor_width = width
         if not 1 <= divisor_width <= width:
@@ -72,6 +79,9 @@ class SerialDivider(wiring.Component):
         self._width = width
         self._divisor_width = divisor_width
         self._length = length
+        self._complemented = complemented
+        if complemented and length is not None:
+            raise ValueError("complemented is not built with length")
         super().__init__({
             "start":     In(1),
             "dividend":  In(width),
@@ -117,15 +127,24 @@ class SerialDivider(wiring.Component):
                 # have found that the divisor fits).
                 m.d.sync += [
                     dividend.eq(self.dividend), divisor.eq(self.divisor), rem.eq(0),
-                    quo.eq(Mux(self.divisor == 0, (1 << w) - 1, 0)),
+                    quo.eq(Mux(self.divisor == (((1 << dw) - 1) if self._complemented else 0), (1 << w) - 1, 0)),
                     bit.eq(self.dividend != 0),     # its leading one
                     count.eq(length),
                 ]
         with m.Else():
             shifted = Cat(bit, rem[:dw])
-            fits = shifted >= divisor
+            if self._complemented:
+                # shifted + ~divisor + 1 on dw + 1 bits, the + 1 as the
+                # carry out of a low bit of ones; its carry out of dw + 1
+                # bits is shifted >= divisor.
+                total = Cat(C(1, 1), shifted) + Cat(C(1, 1), divisor, C(1, 1))
+                fits = total[dw + 2]
+                difference = total[1:dw + 2]
+            else:
+                fits = shifted >= divisor
+                difference = shifted - divisor
             m.d.sync += [
-                rem.eq(Mux(fits, shifted - divisor, shifted)),
+                rem.eq(Mux(fits, difference, shifted)),
                 quo.eq(Cat(fits, quo[:w - 1])),
                 count.eq(count - 1),
             ]

@@ -55,9 +55,12 @@ class WindowLimits:
     that tests ``end <= 2**width`` apart (`end_beyond`). Such a span ends
     above its start, so it is inside no closed window (its end above the
     base); the clamp's multiplexer and the size's OR are not built. Its
-    two comparisons are also each the borrow of a subtraction (`at_most`),
-    which Yosys maps on the iCE40 to a LUT4 and a carry a bit where it
-    maps a ``<=`` to nearly two LUT4s a bit."""
+    base comparison is the borrow of a subtraction (`at_most`), which Yosys
+    maps on the iCE40 to a LUT4 and a carry a bit where it maps a ``<=`` to
+    nearly two LUT4s a bit; and the span is registered as the complement
+    of its last byte (`span_mark`), so that its end comparison is the carry
+    out of an addition of two registers: carry cells alone, as no operand
+    needs inverting and no sum bit is read."""
 
     def __init__(self, m, windows, *, exact=False):
         width = len(windows[0].base)
@@ -83,19 +86,28 @@ class WindowLimits:
             return Cat(*[at_most(window.base, addr) for window in self._windows])
         return Cat(*[(window.size != 0) & (window.base <= addr) for window in self._windows])
 
-    def end_beyond(self, end):
-        """1 when `end` (exclusive) is above ``2**width``, where no window
-        reaches: bit `width` set and any bit below it, or any bit above."""
-        width = self.width
-        end = Value.cast(end)
-        return end[width + 1:].any() | (end[width] & end[:width].any())
+    def span_mark(self, addr, last):
+        """With ``exact``: what to register for the span of bytes ``[addr,
+        addr + last]`` (`addr` below ``2**width``, `last` a byte count less
+        one, below ``2**width``): ``~(addr + last)`` on ``width + 1`` bits,
+        the sum's LUT4s giving its complement at no cost."""
+        return ~(Value.cast(addr) + Value.cast(last))[:self.width + 1]
+
+    def end_beyond(self, mark):
+        """With ``exact``: 1 when the span of `mark` (`span_mark`, registered)
+        ends above ``2**width``, where no window reaches: its last byte at or
+        above ``2**width``, bit `width` of the sum (clear in the mark)."""
+        return ~Value.cast(mark)[self.width]
 
     def inside(self, above_base, end):
-        """1 when the span ending at `end` (exclusive, registered) and
-        starting where `above_base` (registered) was taken lies inside one
-        window: an empty span must be handled apart."""
+        """1 when the span ending at `end` (exclusive, registered; with
+        ``exact`` its `span_mark`) and starting where `above_base`
+        (registered) was taken lies inside one window: an empty span must be
+        handled apart."""
         if self._exact:
-            return Cat(*[above_base[i] & at_most(end, limit) for i, limit in enumerate(self.limit)]).any()
+            # `end` is a `span_mark`: the last byte below the limit, ``limit
+            # + ~last`` carrying out of ``width + 1`` bits.
+            return Cat(*[above_base[i] & (limit + end)[self.width + 1] for i, limit in enumerate(self.limit)]).any()
         return Cat(*[above_base[i] & (end <= limit) for i, limit in enumerate(self.limit)]).any()
 
 

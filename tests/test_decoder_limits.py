@@ -208,7 +208,9 @@ def _window_cases(cfg, rng, count):
             else:
                 base = top - rng.randrange(1, 1 << 12)
                 windows.append((base, rng.randrange(top - base, top)))
-        rows = rng.choice([0, 1, rng.randrange(1, 64)])
+        # Up to the whole UB: the small decoder's byte count is as wide as
+        # the UB's bytes.
+        rows = rng.choice([0, 1, rng.randrange(1, 64), rng.randrange(64, cfg.ub_rows + 1)])
         nbytes = rows * cfg.rows
         base, size = rng.choice(windows)
         host = rng.choice([base, base - 1, base + 1, base + size - nbytes, base + size - nbytes + 1,
