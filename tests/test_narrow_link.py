@@ -7,7 +7,7 @@ cycles and backpressure on every stream."""
 import random
 
 import pytest
-from amaranth import Module
+from amaranth import Fragment, Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
@@ -295,8 +295,10 @@ def test_job_counts_hold_the_chips_longest_jobs():
     from tpu.hdl.host_interface import Channel, HostInterface
     cfg = UP5K_PROFILE
     chip = HostInterface(cfg)
-    m = chip.elaborate(None)
-    reader, writer, fetcher = m.submodules.reader, m.submodules.writer, m.submodules.fetcher
+    # Elaborated whole, so that no block made on the way is left unused.
+    fragment = Fragment.get(chip, None)
+    reader, writer, fetcher = (fragment.find_subfragment(name).origins[0]
+                               for name in ("reader", "writer", "fetcher"))
     longest = {Channel.PROGRAM: fetcher.max_job_bytes,
                Channel.RHM: cfg.ub_rows * cfg.rows,
                Channel.WEIGHTS: cfg.weight_mem_tiles * cfg.tile_bytes}
