@@ -407,8 +407,11 @@ class InstructionDecoder(wiring.Component):
             return [size.eq(Mux(div.quotient >= limit - 1, limit, (div.quotient + 1)[:ub_bits + 1]))]
         m.d.comb += [div.dividend.eq(dividend), div.divisor.eq(divisor)]
 
-        def complement(value):
-            # The small divider's divisor, registered complemented.
+        def divisor_of(value):
+            # The divisor as the divider takes it: the small one's registered
+            # complemented (`SerialDivider` ``complemented``).
+            if not cfg.serial_decode:
+                return value
             value = Value.cast(value)
             return ~Cat(value, C(0, len(divisor) - len(value)))
 
@@ -453,8 +456,7 @@ class InstructionDecoder(wiring.Component):
                 with m.If(div.done):
                     k = act["pool_size"]
                     m.d.sync += [dividend.eq(div.quotient - k),  # in_h - pool_size
-                                 divisor.eq(complement(act["pool_stride"]) if cfg.serial_decode
-                                            else act["pool_stride"])]
+                                 divisor.eq(divisor_of(act["pool_stride"]))]
                     if small_geometry:
                         # `v < k` as the sign of `v - k` (`at_most`).
                         bad = [div.remainder != 0, ~at_most(k, div.quotient), ~at_most(k, act["in_w"]),
@@ -600,8 +602,7 @@ class InstructionDecoder(wiring.Component):
                                      if narrow_host else host_addr + new_dma["rows"] * cfg.rows),
                          span_end.eq(0), *[s.eq(0) for s in span_in.values()],
                          dividend.eq(Mux(new_windowed, new_act["rows"], new_mmc["rows"] - 1)),
-                         divisor.eq(complement(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))
-                                    if cfg.serial_decode else Mux(new_windowed, new_act["in_w"], new_mmc["out_w"]))]
+                         divisor.eq(divisor_of(Mux(new_windowed, new_act["in_w"], new_mmc["out_w"])))]
             with m.If(new_act["rows"] == 0):
                 m.d.sync += plain_out_rows.eq(0)
             with m.Elif(new_act["pool"] == Pool.GLOBAL_AVG):
