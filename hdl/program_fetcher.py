@@ -82,13 +82,21 @@ class ProgramFetcher(wiring.Component):
         Instructions left to fetch or to hand over.
     flush : In(1)
         Forget the program (the DMA reader is flushed alongside).
+
+    With ``registered_valid`` (by default on every form but the narrow
+    host's) the job's ``valid`` is a flip-flop, set from the comparison the
+    next cycle's job needs, and jobs come in the same cycles as with the
+    comparison made in the cycle itself: the DMA reader's job sums then
+    start from a register, not from a sum and a comparison. The narrow
+    form keeps the comparison (its UART is slow, its LUTs scarce).
     """
 
-    def __init__(self, config, *, depth=32, chunk=16):
+    def __init__(self, config, *, depth=32, chunk=16, registered_valid=None):
         assert chunk <= depth
         self._config = config
         self._depth = depth
         self._chunk = chunk
+        self._registered_valid = registered_valid
         super().__init__({
             "start":  In(1),
             "addr":   In(config.host_addr_bits),
@@ -189,9 +197,11 @@ class ProgramFetcher(wiring.Component):
         else:
             load_addr, advance_addr = address_counter(m, addr, job_bytes)
 
+        registered = not narrow if self._registered_valid is None else self._registered_valid
+        if not registered:
+            m.d.comb += self.job.valid.eq((take != 0) & (committed + take * per_instruction
+                                                         <= depth * per_instruction))
         m.d.comb += [
-            self.job.valid.eq((take != 0) & (committed + take * per_instruction
-                                             <= depth * per_instruction)),
             self.job.payload.addr.eq(addr),
             self.job.payload.length.eq(take * INSTRUCTION_BYTES),
         ]
@@ -206,6 +216,9 @@ class ProgramFetcher(wiring.Component):
                 left.eq(left - take),
                 take.eq(Mux(left > 2 * chunk, chunk, Mux(left > chunk, left[:len(take)] - chunk, 0))),
             ]
+        if registered:
+            self._next_valid(m, left=left, take=take, committed=committed, asked=asked, popped=popped,
+                             per_instruction=per_instruction)
         with m.If(self.start):
             m.d.sync += [*load_addr(self.addr), left.eq(self.length),
                          take.eq(Mux(self.length > chunk, chunk, self.length))]
@@ -216,6 +229,42 @@ class ProgramFetcher(wiring.Component):
         with m.If(self.flush):
             m.d.sync += [left.eq(0), take.eq(0), outstanding.eq(0), committed.eq(0)]
         return m
+
+    def _next_valid(self, m, *, left, take, committed, asked, popped, per_instruction):
+        """Registers into ``job.valid`` next cycle's ``(take != 0) &
+        (committed + take * per_instruction <= room)``. A job taken and a
+        queue entry popped this cycle both change next cycle's ``committed``
+        (and the job ``take``), and the pop comes late in the cycle, from
+        the core: so the comparison is made from registers for each case of
+        the two, and they only choose among the results."""
+        depth, chunk = self._depth, self._chunk
+        room = depth * per_instruction
+
+        def fits(count, pop):
+            # `count` instructions more than `committed` fit the queue
+            # after `pop` entries leave it.
+            return committed + count * per_instruction <= room + pop
+
+        # No job taken: the same job, against a queue one entry emptier
+        # when one is popped.
+        same = [(take != 0) & fits(take, pop) for pop in (0, 1)]
+        # A job taken: the next job follows a whole chunk (take is
+        # min(left, chunk), so more than a chunk left means this job is
+        # one), and is a chunk or the rest; none after the last.
+        after = [Mux(left > 2 * chunk, fits(2 * chunk, pop),
+                     (left > chunk) & fits(left[:len(take) + 1], pop)) for pop in (0, 1)]
+        # START: its first job, after this cycle's job if one is taken.
+        first = Mux(self.length > chunk, chunk, self.length[:len(take)])
+        started = [[(self.length != 0) & fits(first + take if job else first, pop) for pop in (0, 1)]
+                   for job in (0, 1)]
+
+        def by_pop(pair):
+            return Mux(popped, pair[1], pair[0])
+        m.d.sync += self.job.valid.eq(Mux(asked, by_pop(after), by_pop(same)))
+        with m.If(self.start):
+            m.d.sync += self.job.valid.eq(Mux(asked, by_pop(started[1]), by_pop(started[0])))
+        with m.If(self.flush):
+            m.d.sync += self.job.valid.eq(0)
 
     def _pack_three(self, m, queue):
         """An instruction's first three words in registers, its fourth the

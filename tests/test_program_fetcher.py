@@ -57,3 +57,111 @@ def test_word_queue_matches_sync_fifo_buffered(fill):
 
     sim.add_testbench(bench)
     sim.run()
+
+
+# -- the registered job valid -------------------------------------------------
+
+def _byte_at(addr):
+    return (addr * 131 + (addr >> 8) * 7 + 29) & 0xFF
+
+
+@pytest.mark.parametrize("reader", ["always_ready", "random_ready"])
+@pytest.mark.parametrize("form", ["wide", "words", "narrow"])
+def test_registered_job_valid_matches_the_comparison(form, reader):
+    """The fetcher whose job ``valid`` is a register beside the one that
+    compares in the cycle itself (the reference), the same starts, flushes,
+    DMA bytes and core handshakes into both: every output equal in every
+    cycle. Programs start mostly when the fetcher is idle, now and then in
+    the middle of one (a job taken in the START cycle); the core takes
+    instructions in phases that fill the queue to its depth and drain it,
+    so the queue's room decides jobs, in the cycles entries are popped
+    too. A reader always ready takes each job in the cycle it is offered:
+    a valid kept a cycle too long is a job more, which the chip's reader,
+    busy after each job, would never show."""
+    from tpu import TPUConfig
+    from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE
+    from tpu.hdl.program_fetcher import ProgramFetcher
+    from tpu.isa import INSTRUCTION_BYTES
+
+    config = {"wide": TPUConfig(rows=2, cols=2, acc_rows=64), "words": ULX3S16_PROFILE,
+              "narrow": UP5K_PROFILE}[form]
+    seed = base_seed() + ["wide", "words", "narrow"].index(form) + 3 * (reader == "random_ready")
+    print(f"seed {seed} (form {form}, reader {reader})")
+    rng = random.Random(seed)
+    beat_bytes = 4 * config.link_dw
+
+    m = Module()
+    m.submodules.new = new = ProgramFetcher(config, registered_valid=True)
+    m.submodules.old = old = ProgramFetcher(config, registered_valid=False)
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    lengths = [0, 1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 49, 64, 65]
+
+    async def bench(ctx):
+        def both(port, value):
+            for dut in (new, old):
+                ctx.set(port(dut), value)
+
+        pending = []        # bytes the reader still owes, each job's last marked
+        expected = None     # the instructions still due of a program started idle, or None
+        jobs = popped_too = 0
+        for cycle in range(6000):
+            def same(port):
+                a, b = ctx.get(port(new)), ctx.get(port(old))
+                assert a == b, (cycle, a, b)
+                return a
+            start = flush = False
+            busy = same(lambda d: d.busy)
+            if rng.random() < (0.05 if not busy else 0.005):
+                start = True
+                length = rng.choice(lengths + [rng.randrange(1, 120)])
+                base = rng.randrange(1 << 20) * INSTRUCTION_BYTES
+                both(lambda d: d.addr, base)
+                both(lambda d: d.length, length)
+                # (`busy` drops a cycle before a last instruction written
+                # to the queue is at its output: a START then sees it too.)
+                expected = (None if busy or expected else
+                            [int.from_bytes(bytes(_byte_at(base + k * INSTRUCTION_BYTES + i)
+                                                  for i in range(INSTRUCTION_BYTES)), "little")
+                             for k in range(length)])
+            elif rng.random() < 0.002:
+                flush = True
+                pending.clear()
+                expected = None
+            both(lambda d: d.start, start)
+            both(lambda d: d.flush, flush)
+            # The core: phases of taking instructions rarely (the queue fills
+            # to its depth) and often.
+            taking = rng.random() < (0.05 if (cycle // 300) % 2 else 0.9)
+            both(lambda d: d.instr.ready, taking)
+            job_ready = reader == "always_ready" or rng.random() < 0.6
+            both(lambda d: d.job.ready, job_ready)
+            beat = bool(pending) and not flush and rng.random() < 0.7
+            if beat:
+                chunk = pending[:beat_bytes]
+                both(lambda d: d.data.payload.data, int.from_bytes(bytes(b for b, _ in chunk), "little"))
+                both(lambda d: d.data.payload.count, len(chunk))
+                both(lambda d: d.data.payload.last, chunk[-1][1])
+            both(lambda d: d.data.valid, beat)
+
+            valid = same(lambda d: d.job.valid)
+            if valid:
+                addr = same(lambda d: d.job.payload.addr)
+                length = same(lambda d: d.job.payload.length)
+                if job_ready and not flush:
+                    jobs += 1
+                    popped_too += taking and same(lambda d: d.instr.valid)
+                    pending += [(_byte_at(addr + i), i == length - 1) for i in range(length)]
+            data_ready = same(lambda d: d.data.ready)
+            if beat and data_ready:
+                del pending[:beat_bytes]
+            if same(lambda d: d.instr.valid):
+                word = same(lambda d: d.instr.payload)
+                if taking and expected is not None:
+                    assert expected and word == expected.pop(0), cycle
+            await ctx.tick()
+        print(f"{jobs} jobs, {popped_too} of them as an instruction left")
+        assert jobs > 50
+
+    sim.add_testbench(bench)
+    sim.run()
