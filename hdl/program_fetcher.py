@@ -72,6 +72,7 @@ class ProgramFetcher(wiring.Component):
     addr : In(host_addr_bits)
     length : In(32)
         As wide as PROG_LEN keeps (`tpu.host_registers.register_bits`).
+        With ``registered_valid``, held from the cycle before ``start``.
     job : Out(stream of read_job(host_addr_bits))
         Read jobs for the DMA reader (``channel`` left 0).
     data : In(byte_stream)
@@ -253,10 +254,19 @@ class ProgramFetcher(wiring.Component):
         # one), and is a chunk or the rest; none after the last.
         after = [Mux(left > 2 * chunk, fits(2 * chunk, pop),
                      (left > chunk) & fits(left[:len(take) + 1], pop)) for pop in (0, 1)]
-        # START: its first job, after this cycle's job if one is taken.
-        first = Mux(self.length > chunk, chunk, self.length[:len(take)])
-        started = [[(self.length != 0) & fits(first + take if job else first, pop) for pop in (0, 1)]
-                   for job in (0, 1)]
+        # START: its first job, after this cycle's job if one is taken,
+        # against the room its first job leaves, worked out from ``length``
+        # as it was a cycle before: the host holds PROG_LEN for cycles
+        # before it starts a program, and its 32-bit comparison and the
+        # subtraction are then no part of this cycle's sums.
+        some = Signal()
+        limit = Signal(range(room + 1))
+        m.d.sync += [
+            some.eq(self.length != 0),
+            limit.eq(room - Mux(self.length > chunk, chunk, self.length[:len(take)]) * per_instruction),
+        ]
+        started = [[some & (committed + (take * per_instruction if job else 0) <= limit + pop)
+                    for pop in (0, 1)] for job in (0, 1)]
 
         def by_pop(pair):
             return Mux(popped, pair[1], pair[0])

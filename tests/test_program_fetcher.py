@@ -77,7 +77,9 @@ def test_registered_job_valid_matches_the_comparison(form, reader):
     so the queue's room decides jobs, in the cycles entries are popped
     too. A reader always ready takes each job in the cycle it is offered:
     a valid kept a cycle too long is a job more, which the chip's reader,
-    busy after each job, would never show."""
+    busy after each job, would never show. A program's address and length
+    are on the ports from the cycle after the START before, as the host's
+    PROG_ADDR and PROG_LEN are held."""
     from tpu import TPUConfig
     from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE
     from tpu.hdl.program_fetcher import ProgramFetcher
@@ -105,6 +107,8 @@ def test_registered_job_valid_matches_the_comparison(form, reader):
         pending = []        # bytes the reader still owes, each job's last marked
         expected = None     # the instructions still due of a program started idle, or None
         jobs = popped_too = 0
+        last_start = -1
+        was_busy = False
         for cycle in range(6000):
             def same(port):
                 a, b = ctx.get(port(new)), ctx.get(port(old))
@@ -112,18 +116,23 @@ def test_registered_job_valid_matches_the_comparison(form, reader):
                 return a
             start = flush = False
             busy = same(lambda d: d.busy)
-            if rng.random() < (0.05 if not busy else 0.005):
-                start = True
-                length = rng.choice(lengths + [rng.randrange(1, 120)])
+            if cycle == last_start + 1:
+                # The next program's, on the ports from the cycle after a
+                # START (the host's PROG_LEN is held for cycles around one).
+                program = rng.choice(lengths + [rng.randrange(1, 120)])
                 base = rng.randrange(1 << 20) * INSTRUCTION_BYTES
                 both(lambda d: d.addr, base)
-                both(lambda d: d.length, length)
-                # (`busy` drops a cycle before a last instruction written
-                # to the queue is at its output: a START then sees it too.)
-                expected = (None if busy or expected else
+                both(lambda d: d.length, program)
+            elif rng.random() < (0.05 if not busy else 0.005):
+                start = True
+                last_start = cycle
+                # (`busy` drops for a cycle before a last instruction
+                # written to the queue is at its output: a START then sees
+                # it too, and is not checked.)
+                expected = (None if busy or was_busy or expected else
                             [int.from_bytes(bytes(_byte_at(base + k * INSTRUCTION_BYTES + i)
                                                   for i in range(INSTRUCTION_BYTES)), "little")
-                             for k in range(length)])
+                             for k in range(program)])
             elif rng.random() < 0.002:
                 flush = True
                 pending.clear()
@@ -153,6 +162,7 @@ def test_registered_job_valid_matches_the_comparison(form, reader):
                     popped_too += taking and same(lambda d: d.instr.valid)
                     pending += [(_byte_at(addr + i), i == length - 1) for i in range(length)]
             data_ready = same(lambda d: d.data.ready)
+            was_busy = busy
             if beat and data_ready:
                 del pending[:beat_bytes]
             if same(lambda d: d.instr.valid):
