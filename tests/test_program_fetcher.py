@@ -133,7 +133,7 @@ def test_registered_job_valid_matches_the_comparison(form, reader):
                             [int.from_bytes(bytes(_byte_at(base + k * INSTRUCTION_BYTES + i)
                                                   for i in range(INSTRUCTION_BYTES)), "little")
                              for k in range(program)])
-            elif rng.random() < 0.002:
+            elif rng.random() < 0.006:
                 flush = True
                 pending.clear()
                 expected = None
