@@ -43,17 +43,22 @@ class StreamSink:
         self.received = []        # (cycle, word)
         self.errors = []
         self._held = None
+        self._driven = 0
         self.ready.value = 0
 
     def drive(self, cycle):
-        self.ready.value = int(self.rng.random() >= self.backpressure)
+        # A draw every cycle, backpressure or not, so that a seed's stimulus
+        # stays what it was; a write only when ready changes.
+        ready = int(self.rng.random() >= self.backpressure)
+        if ready != self._driven:
+            self.ready.value = self._driven = ready
 
     def sample(self, cycle):
         if int(self.valid.value):
             word = self.payload.value.to_unsigned()
             if self._held is not None and word != self._held:
                 self.errors.append(f"cycle {cycle}: a stalled output row changed")
-            if int(self.ready.value):
+            if self._driven:
                 self.received.append((cycle, word))
                 self._held = None
             else:
