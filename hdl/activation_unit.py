@@ -24,6 +24,20 @@ def _saturate(value, width):
     return Mux(value < low, low, Mux(value > high, high, value))
 
 
+def _saturate_bits(value, width):
+    """`_saturate` from the bits alone: a positive `value` with any bit set
+    from ``width - 1`` up sets every bit below the sign, a negative one with
+    any of them clear clears them. Two reductions in LUTs where `_saturate`
+    compares in two carry chains as long as `value`: on the iCE40 a carry
+    cell with no LUT of its own still takes a logic cell."""
+    sign = value[-1]
+    high = value[width - 1:-1]
+    over = ~sign & high.any()
+    under = sign & ~high.all()
+    return Cat((value[:width - 1] | over.replicate(width - 1)) & ~under.replicate(width - 1),
+               sign).as_signed()
+
+
 class ActivationUnit(wiring.Component):
     """Executes the activation-side instructions, one at a time.
 
@@ -227,7 +241,8 @@ class ActivationUnit(wiring.Component):
                         with m.Case(Opcode.CFG):
                             reg = field(payload, Opcode.CFG, "reg")
                             cfg_value = field(payload, Opcode.CFG, "value").as_signed()
-                            saturated = _saturate(cfg_value, VALUE_WIDTH)
+                            saturate = _saturate_bits if cfg.serial_act else _saturate
+                            saturated = saturate(cfg_value, VALUE_WIDTH)
                             for r, sig in regs.items():
                                 with m.If(reg == r):
                                     m.d.sync += sig.eq(saturated)
@@ -329,8 +344,9 @@ class ActivationUnit(wiring.Component):
             with m.State("LDQ_SHIFT"):
                 # `value[24:32]` now holds the shift byte.
                 shift_value = shift_byte if direct else value[24:32]
+                saturate = _saturate_bits if cfg.serial_act else _saturate
                 m.d.comb += [pipe.set_channel.valid.eq(1),
-                             channel.shift.eq(_saturate(shift_value.as_signed(), SHIFT_WIDTH))]
+                             channel.shift.eq(saturate(shift_value.as_signed(), SHIFT_WIDTH))]
                 with m.If(pipe.set_channel.ready):
                     m.d.sync += column.eq(column + 1)
                     with m.If(column == cols - 1):
