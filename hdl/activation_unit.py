@@ -231,14 +231,32 @@ class ActivationUnit(wiring.Component):
 
         m.d.comb += self.ub_read.addr.eq(table_row)
 
+        # The sequencer hands this unit only ACT, CFG, LDQ and LDL (0x40,
+        # 0x50, 0x51, 0x52), which bits 0, 1 and 4 of the opcode tell
+        # apart: the small form decodes those three, not all eight.
+        unit_opcodes = (Opcode.ACT, Opcode.CFG, Opcode.LDQ, Opcode.LDL)
+        if cfg.serial_act:
+            def code_of(opcode):
+                return (opcode & 0b11) | (opcode >> 4 & 1) << 2
+
+            def opcode_key(payload):
+                return Cat(payload[0:2], payload[4])
+            assert len({code_of(op) for op in unit_opcodes}) == len(unit_opcodes)
+        else:
+            def code_of(opcode):
+                return opcode
+
+            def opcode_key(payload):
+                return payload[:8]
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += [self.idle.eq(1), self.cmd.ready.eq(1)]
                 with m.If(self.cmd.valid):
                     payload = self.cmd.payload.word
                     m.d.sync += [word.eq(payload), out_rows.eq(self.cmd.payload.out_rows)]
-                    with m.Switch(payload[:8]):
-                        with m.Case(Opcode.CFG):
+                    with m.Switch(opcode_key(payload)):
+                        with m.Case(code_of(Opcode.CFG)):
                             reg = field(payload, Opcode.CFG, "reg")
                             cfg_value = field(payload, Opcode.CFG, "value").as_signed()
                             saturate = _saturate_bits if cfg.serial_act else _saturate
@@ -246,11 +264,11 @@ class ActivationUnit(wiring.Component):
                             for r, sig in regs.items():
                                 with m.If(reg == r):
                                     m.d.sync += sig.eq(saturated)
-                        with m.Case(Opcode.LDL):
+                        with m.Case(code_of(Opcode.LDL)):
                             m.d.sync += [table_row.eq(field(payload, Opcode.LDL, "ub")),
                                          lut_index.eq(0)]
                             m.next = "LDL_READ"
-                        with m.Case(Opcode.LDQ):
+                        with m.Case(code_of(Opcode.LDQ)):
                             base = field(payload, Opcode.LDQ, "ub")
                             if direct:
                                 m.d.sync += ldq_base.eq(base)
@@ -259,7 +277,7 @@ class ActivationUnit(wiring.Component):
                                     m.d.sync += [row.eq(base + offset), byte.eq(0)]
                             m.d.sync += [column.eq(0), which.eq(0), byte_index.eq(0)]
                             m.next = "LDQ_READ"
-                        with m.Case(Opcode.ACT):
+                        with m.Case(code_of(Opcode.ACT)):
                             r = field(payload, Opcode.ACT, "rows")
                             if cfg.serial_act:
                                 # The decoder faults an ACT reading past the
