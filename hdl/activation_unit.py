@@ -24,6 +24,20 @@ def _saturate(value, width):
     return Mux(value < low, low, Mux(value > high, high, value))
 
 
+def _saturate_bits(value, width):
+    """`_saturate` from the bits alone: a positive `value` with any bit set
+    from ``width - 1`` up sets every bit below the sign, a negative one with
+    any of them clear clears them. Two reductions in LUTs where `_saturate`
+    compares in two carry chains as long as `value`: on the iCE40 a carry
+    cell with no LUT of its own still takes a logic cell."""
+    sign = value[-1]
+    high = value[width - 1:-1]
+    over = ~sign & high.any()
+    under = sign & ~high.all()
+    return Cat((value[:width - 1] | over.replicate(width - 1)) & ~under.replicate(width - 1),
+               sign).as_signed()
+
+
 class ActivationUnit(wiring.Component):
     """Executes the activation-side instructions, one at a time.
 
@@ -217,25 +231,44 @@ class ActivationUnit(wiring.Component):
 
         m.d.comb += self.ub_read.addr.eq(table_row)
 
+        # The sequencer hands this unit only ACT, CFG, LDQ and LDL (0x40,
+        # 0x50, 0x51, 0x52), which bits 0, 1 and 4 of the opcode tell
+        # apart: the small form decodes those three, not all eight.
+        unit_opcodes = (Opcode.ACT, Opcode.CFG, Opcode.LDQ, Opcode.LDL)
+        if cfg.serial_act:
+            def code_of(opcode):
+                return (opcode & 0b11) | (opcode >> 4 & 1) << 2
+
+            def opcode_key(payload):
+                return Cat(payload[0:2], payload[4])
+            assert len({code_of(op) for op in unit_opcodes}) == len(unit_opcodes)
+        else:
+            def code_of(opcode):
+                return opcode
+
+            def opcode_key(payload):
+                return payload[:8]
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += [self.idle.eq(1), self.cmd.ready.eq(1)]
                 with m.If(self.cmd.valid):
                     payload = self.cmd.payload.word
                     m.d.sync += [word.eq(payload), out_rows.eq(self.cmd.payload.out_rows)]
-                    with m.Switch(payload[:8]):
-                        with m.Case(Opcode.CFG):
+                    with m.Switch(opcode_key(payload)):
+                        with m.Case(code_of(Opcode.CFG)):
                             reg = field(payload, Opcode.CFG, "reg")
                             cfg_value = field(payload, Opcode.CFG, "value").as_signed()
-                            saturated = _saturate(cfg_value, VALUE_WIDTH)
+                            saturate = _saturate_bits if cfg.serial_act else _saturate
+                            saturated = saturate(cfg_value, VALUE_WIDTH)
                             for r, sig in regs.items():
                                 with m.If(reg == r):
                                     m.d.sync += sig.eq(saturated)
-                        with m.Case(Opcode.LDL):
+                        with m.Case(code_of(Opcode.LDL)):
                             m.d.sync += [table_row.eq(field(payload, Opcode.LDL, "ub")),
                                          lut_index.eq(0)]
                             m.next = "LDL_READ"
-                        with m.Case(Opcode.LDQ):
+                        with m.Case(code_of(Opcode.LDQ)):
                             base = field(payload, Opcode.LDQ, "ub")
                             if direct:
                                 m.d.sync += ldq_base.eq(base)
@@ -244,7 +277,7 @@ class ActivationUnit(wiring.Component):
                                     m.d.sync += [row.eq(base + offset), byte.eq(0)]
                             m.d.sync += [column.eq(0), which.eq(0), byte_index.eq(0)]
                             m.next = "LDQ_READ"
-                        with m.Case(Opcode.ACT):
+                        with m.Case(code_of(Opcode.ACT)):
                             r = field(payload, Opcode.ACT, "rows")
                             if cfg.serial_act:
                                 # The decoder faults an ACT reading past the
@@ -329,8 +362,9 @@ class ActivationUnit(wiring.Component):
             with m.State("LDQ_SHIFT"):
                 # `value[24:32]` now holds the shift byte.
                 shift_value = shift_byte if direct else value[24:32]
+                saturate = _saturate_bits if cfg.serial_act else _saturate
                 m.d.comb += [pipe.set_channel.valid.eq(1),
-                             channel.shift.eq(_saturate(shift_value.as_signed(), SHIFT_WIDTH))]
+                             channel.shift.eq(saturate(shift_value.as_signed(), SHIFT_WIDTH))]
                 with m.If(pipe.set_channel.ready):
                     m.d.sync += column.eq(column + 1)
                     with m.If(column == cols - 1):
