@@ -289,13 +289,19 @@ class InstructionDecoder(wiring.Component):
         # the decrement's carry chain into a MULT18X18D. `conv_y_less` is
         # loaded with `conv_y`; `out_w_less` follows the word register a
         # cycle behind: valid from CONV's first cycle, which the division
-        # keeps a cycle or more before PRODUCT reads it.
-        less_registered = not small_geometry and not is_ice40(platform)
+        # keeps a cycle or more before PRODUCT reads it. Only on the chips
+        # with the array in DSP bands (ulx3s16), whose routed path it was:
+        # on the default chip the two registers left its own paths as they
+        # were but moved an unrelated one (the queue's word into
+        # `bad_field`) a LUT level deeper in Yosys's mapping, over the
+        # sequencer's budget.
+        less_registered = not small_geometry and not is_ice40(platform) and cfg.dsp_bands
         if less_registered:
             conv_y_less = Signal(signed(len(conv_y) + 1))
             out_w_less = Signal(signed(len(mmc["out_w"]) + 1))
             m.d.sync += out_w_less.eq(mmc["out_w"] - 1)
         else:
+            conv_y_less = conv_y - 1
             out_w_less = mmc["out_w"] - 1
         # The stages after the geometry: each registers its results, so no
         # product, sum and comparison are chained in one cycle. `derive`
