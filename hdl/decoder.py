@@ -280,6 +280,29 @@ class InstructionDecoder(wiring.Component):
         out_w_bound = Signal(cfg.ub_rows.bit_length() + 1)
         conv_y = Signal(cfg.ub_rows.bit_length() + 2 if small_geometry else 24)
         conv_x = Signal(cfg.ub_rows.bit_length() + 1 if small_geometry else 24)
+        # Where `conv_y - 1` and `out_w - 1` are multiplied whole (not on an
+        # iCE40, whose bounded terms keep their form, nor in the small
+        # decoder's serial products), each is registered, signed as the
+        # difference is (a zero `conv_y` gives -1 as before: PICK does not
+        # take that product), so that its multiplier reads a flip-flop: the
+        # twenty-third ulx3s16 build's critical path was `conv_y` through
+        # the decrement's carry chain into a MULT18X18D. `conv_y_less` is
+        # loaded with `conv_y`; `out_w_less` follows the word register a
+        # cycle behind: valid from CONV's first cycle, which the division
+        # keeps a cycle or more before PRODUCT reads it. Only on the chips
+        # with the array in DSP bands (ulx3s16), whose routed path it was:
+        # on the default chip the two registers left its own paths as they
+        # were but moved an unrelated one (the queue's word into
+        # `bad_field`) a LUT level deeper in Yosys's mapping, over the
+        # sequencer's budget.
+        less_registered = not small_geometry and not is_ice40(platform) and cfg.dsp_bands
+        if less_registered:
+            conv_y_less = Signal(signed(len(conv_y) + 1))
+            out_w_less = Signal(signed(len(mmc["out_w"]) + 1))
+            m.d.sync += out_w_less.eq(mmc["out_w"] - 1)
+        else:
+            conv_y_less = conv_y - 1
+            out_w_less = mmc["out_w"] - 1
         # The stages after the geometry: each registers its results, so no
         # product, sum and comparison are chained in one cycle. `derive`
         # registers the ranges and derived values, `check` the fault, and
@@ -358,13 +381,13 @@ class InstructionDecoder(wiring.Component):
             else:
                 m.d.comb += [
                     rows_part.eq(terms_sum("rows_part", [conv_y * mmc["row_step"]], part_bits)),
-                    full_rows_part.eq(terms_sum("full_rows_part", [(conv_y - 1) * mmc["row_step"]],
+                    full_rows_part.eq(terms_sum("full_rows_part", [conv_y_less * mmc["row_step"]],
                                                 part_bits)),
                 ]
             m.d.comb += [
                 col_part.eq(terms_sum("col_part", product_terms(conv_x, mmc["col_step"]), part_bits)),
                 full_col_part.eq(terms_sum("full_col_part",
-                                           product_terms(mmc["out_w"] - 1, mmc["col_step"]), part_bits)),
+                                           product_terms(out_w_less, mmc["col_step"]), part_bits)),
             ]
             if bounded:
                 # The pooled sizes clamped as their divisions end, so that
@@ -451,6 +474,8 @@ class InstructionDecoder(wiring.Component):
                                      conv_x.eq(_clamped(div.remainder, ub_bits))]
                     else:
                         m.d.sync += [conv_y.eq(div.quotient), conv_x.eq(div.remainder)]
+                        if less_registered:
+                            m.d.sync += conv_y_less.eq(div.quotient - 1)
                     m.next = "PRODUCT"
             with m.State("IN_H"):
                 with m.If(div.done):
