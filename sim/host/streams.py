@@ -41,13 +41,8 @@ def unpack_array(word, width, count, *, signed):
 
 
 async def start_clock_and_reset(dut, cycles=3):
-    """Start a 100 MHz clock on ``dut.clk`` and hold ``dut.rst`` for `cycles`.
-
-    The clock toggles in the simulator's interface (cocotb's ``"gpi"``
-    clock), not in a Python task: two Python wakes a cycle fewer, and the
-    testbenches drive at falling edges, half a cycle from the rising edge
-    whose timing against Python's writes the two clocks could differ in."""
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns", impl="gpi").start())
+    """Start a 100 MHz clock on ``dut.clk`` and hold ``dut.rst`` for `cycles`."""
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value = 1
     for _ in range(cycles):
         await RisingEdge(dut.clk)
@@ -80,7 +75,6 @@ class StreamSource:
         self.queue = []
         self.accepted = []
         self._current = None
-        self._driven = 0      # what valid was last written to
         self.valid.value = 0
 
     def send(self, payload):
@@ -94,11 +88,7 @@ class StreamSource:
         if self._current is None and self.queue and self.rng.random() >= self.idle:
             self._current = self.queue.pop(0)
             self.payload.value = self._current
-        # Written only when it changes: every write is a trip through the
-        # simulator's interface, and valid stays put for most cycles.
-        valid = int(self._current is not None)
-        if valid != self._driven:
-            self.valid.value = self._driven = valid
+        self.valid.value = int(self._current is not None)
 
     def sample(self, cycle):
         if self._current is not None and int(self.ready.value):

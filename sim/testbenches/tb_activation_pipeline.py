@@ -43,22 +43,17 @@ class StreamSink:
         self.received = []        # (cycle, word)
         self.errors = []
         self._held = None
-        self._driven = 0
         self.ready.value = 0
 
     def drive(self, cycle):
-        # A draw every cycle, backpressure or not, so that a seed's stimulus
-        # stays what it was; a write only when ready changes.
-        ready = int(self.rng.random() >= self.backpressure)
-        if ready != self._driven:
-            self.ready.value = self._driven = ready
+        self.ready.value = int(self.rng.random() >= self.backpressure)
 
     def sample(self, cycle):
         if int(self.valid.value):
             word = self.payload.value.to_unsigned()
             if self._held is not None and word != self._held:
                 self.errors.append(f"cycle {cycle}: a stalled output row changed")
-            if self._driven:
+            if int(self.ready.value):
                 self.received.append((cycle, word))
                 self._held = None
             else:
