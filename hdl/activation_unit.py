@@ -235,6 +235,8 @@ class ActivationUnit(wiring.Component):
         # 0x50, 0x51, 0x52), which bits 0, 1 and 4 of the opcode tell
         # apart: the small form decodes those three, not all eight.
         unit_opcodes = (Opcode.ACT, Opcode.CFG, Opcode.LDQ, Opcode.LDL)
+        # CFG's value and LDQ's shift byte: from the bits on the small form.
+        saturate = _saturate_bits if cfg.serial_act else _saturate
         if cfg.serial_act:
             def code_of(opcode):
                 return (opcode & 0b11) | (opcode >> 4 & 1) << 2
@@ -259,7 +261,6 @@ class ActivationUnit(wiring.Component):
                         with m.Case(code_of(Opcode.CFG)):
                             reg = field(payload, Opcode.CFG, "reg")
                             cfg_value = field(payload, Opcode.CFG, "value").as_signed()
-                            saturate = _saturate_bits if cfg.serial_act else _saturate
                             saturated = saturate(cfg_value, VALUE_WIDTH)
                             for r, sig in regs.items():
                                 with m.If(reg == r):
@@ -362,7 +363,6 @@ class ActivationUnit(wiring.Component):
             with m.State("LDQ_SHIFT"):
                 # `value[24:32]` now holds the shift byte.
                 shift_value = shift_byte if direct else value[24:32]
-                saturate = _saturate_bits if cfg.serial_act else _saturate
                 m.d.comb += [pipe.set_channel.valid.eq(1),
                              channel.shift.eq(saturate(shift_value.as_signed(), SHIFT_WIDTH))]
                 with m.If(pipe.set_channel.ready):
