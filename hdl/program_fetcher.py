@@ -146,7 +146,6 @@ class ProgramFetcher(wiring.Component):
                 self.data.ready.eq(queue.w_rdy),
             ]
             held = self._pack_three(m, queue)
-            arrived = self.data.valid & self.data.ready
             popped = queue.r_en & queue.r_rdy
         elif words:
             m.d.comb += [
@@ -161,7 +160,6 @@ class ProgramFetcher(wiring.Component):
                 self.instr.valid.eq(packer.o.valid),
                 packer.o.ready.eq(self.instr.ready),
             ]
-            arrived = self.data.valid & self.data.ready
             popped = queue.r_en & queue.r_rdy
         else:
             wiring.connect(m, wiring.flipped(self.data), packer.i)
@@ -173,15 +171,12 @@ class ProgramFetcher(wiring.Component):
                 self.instr.valid.eq(queue.r_rdy),
                 queue.r_en.eq(self.instr.ready),
             ]
-            arrived = packer.o.valid & packer.o.ready
             popped = queue.r_en & queue.r_rdy
 
         addr = Signal(self._config.host_addr_bits)
         left = Signal(len(self.length))    # instructions not yet asked for
-        # Queue entries asked for and not yet queued.
-        outstanding = Signal(range(depth * per_instruction + 1))
-        # ... and those plus the queue's level: the queue entries taken,
-        # counted here rather than summed from the queue's level.
+        # Queue entries asked for and not yet popped: those on their way and
+        # the queue's level, counted here rather than summed from the level.
         committed = Signal(range(depth * per_instruction + 1))
         # The next job's instructions, min(left, chunk), kept in a register
         # beside `left` so that neither the job's handshake nor the address
@@ -208,7 +203,6 @@ class ProgramFetcher(wiring.Component):
         ]
         # Both sums are ready before the handshake, which only chooses.
         m.d.sync += [
-            outstanding.eq(Mux(asked, outstanding + take * per_instruction - arrived, outstanding - arrived)),
             committed.eq(Mux(asked, committed + take * per_instruction - popped, committed - popped)),
         ]
         with m.If(asked):
@@ -224,11 +218,14 @@ class ProgramFetcher(wiring.Component):
             m.d.sync += [*load_addr(self.addr), left.eq(self.length),
                          take.eq(Mux(self.length > chunk, chunk, self.length))]
 
+        # From `committed`, not from the entries on their way and the queue's
+        # output: an entry written to the queue is offered two cycles later,
+        # and in between neither would show it, so a program ending without HALT
+        # could be taken as done while its last instruction is on its way.
         packing = (held != 0) if narrow else (~packer.idle if words else 0)
-        m.d.comb += self.busy.eq((left != 0) | (outstanding != 0) | queue.r_rdy
-                                 | packing)
+        m.d.comb += self.busy.eq((left != 0) | (committed != 0) | packing)
         with m.If(self.flush):
-            m.d.sync += [left.eq(0), take.eq(0), outstanding.eq(0), committed.eq(0)]
+            m.d.sync += [left.eq(0), take.eq(0), committed.eq(0)]
         return m
 
     def _next_valid(self, m, *, left, take, committed, asked, popped, per_instruction):
