@@ -775,7 +775,6 @@ class InstructionDecoder(wiring.Component):
         multiplied = Signal()
         which = Signal(range(len(products)))
         a = Signal(width)
-        b = Signal(width)
         acc = Signal(width)
         step = Signal(range(width))
         busy = Signal()
@@ -784,7 +783,15 @@ class InstructionDecoder(wiring.Component):
         def load(index):
             operand_a, operand_b, start, _ = products[index]
             begin = [] if start is None else [acc.eq(start)]
-            return [which.eq(index), a.eq(clamped(operand_a)), b.eq(clamped(operand_b)), *begin, step.eq(0)]
+            return [which.eq(index), a.eq(clamped(operand_a)), *begin, step.eq(0)]
+
+        # The multiplier's bits are read where they are held, a bit a step,
+        # not loaded into a register of their own and shifted.
+        b = Signal(width)
+        with m.Switch(which):
+            for index, (_, operand_b, _, _) in enumerate(products):
+                with m.Case(index):
+                    m.d.comb += b.eq(clamped(operand_b))
 
         with m.If(multiply):
             m.d.sync += busy.eq(1)
@@ -794,8 +801,8 @@ class InstructionDecoder(wiring.Component):
                 m.d.sync += load(last)
         with m.Elif(busy):
             sum_ = Signal(width + 1)
-            m.d.comb += sum_.eq(acc + Mux(b[0], a, 0))
-            m.d.sync += [acc.eq(saturated(sum_)), a.eq(saturated(a << 1)[:width]), b.eq(b >> 1),
+            m.d.comb += sum_.eq(acc + Mux(b.bit_select(step, 1), a, 0))
+            m.d.sync += [acc.eq(saturated(sum_)), a.eq(saturated(a << 1)[:width]),
                          step.eq(step + 1)]
             with m.If(step == width - 1):
                 with m.Switch(which):
