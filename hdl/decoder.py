@@ -533,8 +533,8 @@ class InstructionDecoder(wiring.Component):
                         m.next = "SUM"
             with m.State("SUM"):
                 if not cfg.serial_decode:
-                    m.d.sync += [tail.eq(rows_part + col_part), full.eq(full_rows_part + full_col_part),
-                                 pooled_rows.eq(pooled_sum)]
+                    m.d.sync += [tail.eq(rows_part + col_part), full.eq(full_rows_part + full_col_part)]
+                    m.d.sync += pooled_rows.eq(pooled_sum)
                 m.next = "PICK"
             with m.State("PICK"):
                 if small_geometry:
