@@ -743,7 +743,7 @@ class InstructionDecoder(wiring.Component):
     def _serial_products(m, ub_bits, conv, products, clamped_already=()):
         """The geometry's products on one shift-and-add multiplier, a bit of
         the multiplier a cycle, `product_cycles` cycles each: the four of a
-        convolution (``conv``) or else the last one, into their registers.
+        convolution (``conv``) or else the last one, into their sums.
         Each of `products` is ``(a, b, start, target)``: with a `start` the
         sum begins there (a value below ``2**ub_bits + 1``), without one the
         product is added to the sum before it; with a `target` the sum is
@@ -755,7 +755,8 @@ class InstructionDecoder(wiring.Component):
         same words fault.
 
         The operands in `clamped_already` are registered clamped and are
-        taken as they are.
+        taken as they are. Every `b` must hold still while its product is
+        made: its bits are read in place, one a step.
 
         Returns ``(multiply, multiplied, sum)``: a pulse that starts the
         products, a pulse in the cycle the last one is registered, and the
