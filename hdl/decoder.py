@@ -404,13 +404,26 @@ class InstructionDecoder(wiring.Component):
         full = Signal(part_bits)
         conv_span = Signal(part_bits)
         if cfg.serial_decode:
-            multiply, multiplied = self._serial_products(m, ub_bits, conv, [
-                (conv_y, mmc["row_step"], rows_part),
-                ((conv_y - 1)[:len(conv_y)], mmc["row_step"], full_rows_part),
-                (conv_x, mmc["col_step"], col_part),
-                ((mmc["out_w"] - 1)[:16], mmc["col_step"], full_col_part),
-                (out_h, out_w, pooled_rows),
+            # Each end is summed on the multiplier as its two products are
+            # made, from the first UB row read, saturated at 2**ub_bits as
+            # the products are: below it exact, at or above the UB's size
+            # whenever the exact sum is. So no product has a register of its
+            # own, and no add follows them: the last pixel's end is kept in
+            # `tail`, and the last full line's end and the pooled rows stay
+            # in the multiplier's sum (`full`, `pooled_rows`). SUM is then a
+            # cycle of waiting, kept so that the cycles stay those of
+            # `decode_cycles`.
+            tail = Signal(ub_bits + 1)
+            conv_span = Signal(ub_bits + 1)
+            first_row = _clamped(mmc["ub"], ub_bits)
+            multiply, multiplied, full = self._serial_products(m, ub_bits, conv, [
+                (conv_y, mmc["row_step"], first_row, None),
+                (conv_x, mmc["col_step"], None, tail),
+                ((conv_y - 1)[:len(conv_y)], mmc["row_step"], first_row, None),
+                ((mmc["out_w"] - 1)[:16], mmc["col_step"], None, None),
+                (out_h, out_w, 0, None),
             ], clamped_already=(conv_x, out_h, out_w))
+            pooled_rows = full
 
         # The next division's operands, registered in the cycle before it
         # starts (the first's chosen in PRESENT, the pooling geometry's
@@ -519,8 +532,8 @@ class InstructionDecoder(wiring.Component):
                     with m.If(multiplied):
                         m.next = "SUM"
             with m.State("SUM"):
-                m.d.sync += [tail.eq(rows_part + col_part), full.eq(full_rows_part + full_col_part)]
                 if not cfg.serial_decode:
+                    m.d.sync += [tail.eq(rows_part + col_part), full.eq(full_rows_part + full_col_part)]
                     m.d.sync += pooled_rows.eq(pooled_sum)
                 m.next = "PICK"
             with m.State("PICK"):
@@ -555,10 +568,17 @@ class InstructionDecoder(wiring.Component):
         if narrow:
             mmc_ub, mmc_rows = _clamped(mmc_ub, ub_bits), _clamped(mmc_rows, ub_bits)
             act_ub = _clamped(act_ub, ub_bits)
-        with m.If(conv):
-            m.d.comb += mmc_last.eq(mmc_ub + conv_span)
-        with m.Else():
-            m.d.comb += mmc_last.eq(mmc_ub + mmc_rows - 1)
+        if cfg.serial_decode:
+            # The span holds the first row already (`_serial_products`).
+            with m.If(conv):
+                m.d.comb += mmc_last.eq(conv_span)
+            with m.Else():
+                m.d.comb += mmc_last.eq(mmc_ub + mmc_rows - 1)
+        else:
+            with m.If(conv):
+                m.d.comb += mmc_last.eq(mmc_ub + conv_span)
+            with m.Else():
+                m.d.comb += mmc_last.eq(mmc_ub + mmc_rows - 1)
 
         # RHM and WHM: inside one DMA window. Each window's end is
         # registered beside the decoder (`WindowLimits`); PRESENT registers
@@ -723,17 +743,24 @@ class InstructionDecoder(wiring.Component):
     def _serial_products(m, ub_bits, conv, products, clamped_already=()):
         """The geometry's products on one shift-and-add multiplier, a bit of
         the multiplier a cycle, `product_cycles` cycles each: the four of a
-        convolution (``conv``) or else the last one, into their registers.
-        Each operand is clamped at ``2**ub_bits`` and so is each partial sum:
-        a product is exact below ``2**ub_bits`` and ``2**ub_bits`` at or above
-        it, so the sums of the convolution's products reach the UB's size
-        exactly when the exact ones do, and the same words fault.
+        convolution (``conv``) or else the last one, into their sums.
+        Each of `products` is ``(a, b, start, target)``: with a `start` the
+        sum begins there (a value below ``2**ub_bits + 1``), without one the
+        product is added to the sum before it; with a `target` the sum is
+        registered there as the product ends, without one it stays in the
+        sum (until the next `start`). Each operand is clamped at
+        ``2**ub_bits`` and so is each partial sum: a sum is exact below
+        ``2**ub_bits`` and ``2**ub_bits`` at or above it, so a convolution's
+        ends reach the UB's size exactly when the exact ones do, and the
+        same words fault.
 
         The operands in `clamped_already` are registered clamped and are
-        taken as they are.
+        taken as they are. Every `b` must hold still while its product is
+        made: its bits are read in place, one a step.
 
-        Returns ``(multiply, multiplied)``: a pulse that starts the products,
-        and a pulse in the cycle the last one is registered."""
+        Returns ``(multiply, multiplied, sum)``: a pulse that starts the
+        products, a pulse in the cycle the last one is registered, and the
+        sum's register."""
         limit = 1 << ub_bits
         width = ub_bits + 1
 
@@ -749,16 +776,23 @@ class InstructionDecoder(wiring.Component):
         multiplied = Signal()
         which = Signal(range(len(products)))
         a = Signal(width)
-        b = Signal(width)
         acc = Signal(width)
         step = Signal(range(width))
         busy = Signal()
         last = len(products) - 1
 
         def load(index):
-            operand_a, operand_b, _ = products[index]
-            return [which.eq(index), a.eq(clamped(operand_a)), b.eq(clamped(operand_b)), acc.eq(0),
-                    step.eq(0)]
+            operand_a, operand_b, start, _ = products[index]
+            begin = [] if start is None else [acc.eq(start)]
+            return [which.eq(index), a.eq(clamped(operand_a)), *begin, step.eq(0)]
+
+        # The multiplier's bits are read where they are held, a bit a step,
+        # not loaded into a register of their own and shifted.
+        b = Signal(width)
+        with m.Switch(which):
+            for index, (_, operand_b, _, _) in enumerate(products):
+                with m.Case(index):
+                    m.d.comb += b.eq(clamped(operand_b))
 
         with m.If(multiply):
             m.d.sync += busy.eq(1)
@@ -768,17 +802,18 @@ class InstructionDecoder(wiring.Component):
                 m.d.sync += load(last)
         with m.Elif(busy):
             sum_ = Signal(width + 1)
-            m.d.comb += sum_.eq(acc + Mux(b[0], a, 0))
-            m.d.sync += [acc.eq(saturated(sum_)), a.eq(saturated(a << 1)[:width]), b.eq(b >> 1),
+            m.d.comb += sum_.eq(acc + Mux(b.bit_select(step, 1), a, 0))
+            m.d.sync += [acc.eq(saturated(sum_)), a.eq(saturated(a << 1)[:width]),
                          step.eq(step + 1)]
             with m.If(step == width - 1):
                 with m.Switch(which):
-                    for index, (_, _, target) in enumerate(products):
+                    for index, (*_, target) in enumerate(products):
                         with m.Case(index):
-                            m.d.sync += target.eq(saturated(sum_))
+                            if target is not None:
+                                m.d.sync += target.eq(saturated(sum_))
                             if index + 1 < last:
                                 m.d.sync += load(index + 1)
                             else:
                                 m.d.sync += busy.eq(0)
                                 m.d.comb += multiplied.eq(1)
-        return multiply, multiplied
+        return multiply, multiplied, acc
