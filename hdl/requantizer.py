@@ -785,7 +785,7 @@ class Requantizer(wiring.Component):
 
         def part(value, k):
             if signed_pieces and k == pieces - 1:
-                return value[k * w:].as_signed()        # w bits
+                return value[k * w:].as_signed()        # w bits, or a's w + 1
             return value[k * w:(k + 1) * w]
 
         def a_part(value, rounded, k):
