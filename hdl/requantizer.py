@@ -186,11 +186,16 @@ class Requantizer(wiring.Component):
 
     With `mlas_round` (and `single_round`) and a multiplier that is a
     float32 significand << 7 (`_float32_multiplier`; any other rounds once),
-    stage 1 rounds ``x`` to a float32 value (`_float32_of`: 24 significant
-    bits, half to even, 2**31 at most, so the operand is 33 bits) instead of
-    the left shift, stage 2 registers the tie window's masks beside the
-    product (`_Window.settings`, from the operand's suffix OR and the
-    shift), and stage 3 rounds to the even of ``p >> t`` and that plus one
+    stage 1 rounds ``x`` to a float32 value (24 significant bits, half to
+    even) instead of the left shift: in the full forms as ``x`` with its
+    bits below the rounding position ``d`` cleared and the increment
+    ``2**d`` apart (`_float32_rounding`), which stage 2 adds from
+    registers, to the operand before the one-cycle multiply or to the low
+    16-bit piece in the product's first cycle, so that stage 1 is the bias
+    add and a decode; in the compact form whole (`_float32_of`, 2**31 at
+    most, so the operand is 33 bits). Stage 2 registers the tie window's
+    masks beside the product (`_Window.settings`, from the operand's
+    suffix OR and the shift), and stage 3 rounds to the even of ``p >> t`` and that plus one
     inside the window (`_Window.tie`: its bit ``p[t]`` instead of
     ``p[t-1]``): `tpu/models/mlas_rounding.py`'s window form, which equals
     ONNX Runtime's float32 product and rounding wherever the result is
@@ -202,8 +207,10 @@ class Requantizer(wiring.Component):
     LUT4s): the one-cycle product 1,834 -> 1,867 / 1,285 -> 1,803, the
     shared lane with a 16-bit product 1,598 -> 1,973 / 1,568 -> 2,016, the
     compact form 579 -> 1,365 / 633 -> 1,278, about 124 flip-flops more in
-    each (the window's masks); stage 1 is 8 ECP5 levels deep (10 in the
-    compact form), over the 6-level target (docs/activation_pipeline.md).
+    each (the window's masks), measured while the full forms rounded in
+    stage 1 too (the one-cycle form 1,739 ECP5 LUT4s since, the lane
+    1,962). The full forms are 6 ECP5 levels deep with the mode, the
+    compact form's stage 1 10 (docs/activation_pipeline.md).
     Built only with `mlas_rounding` (`TPUConfig.mlas_rounding`; the up5k
     chip has none): without it the requantizer is the one before the mode.
 

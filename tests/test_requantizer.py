@@ -89,17 +89,18 @@ def _mlas_cases(rng, n):
         x, m, shift = conversion_ties(rng, max(n // 10, 4), odd)
         cases += [dict(acc=int(a), bias=0, multiplier=(int(b) << 7) * int(rng.choice([-1, 1])),
                        shift=int(c)) for a, b, c in zip(x, m, shift)]
-    # float32(x) of 25 or 26 bits rounded up through bit 15 (a shared
-    # lane's low 16-bit piece is then 2**16) and, in every fourth, into a
-    # new bit (a power of two), with results of 100..250 in magnitude.
-    for k in range(8):
-        d = 1 + k % 2
+    # float32(x) of 25 or 26 bits rounded up through bit 15 (bits d - 1
+    # to 15 set: a shared lane's low 16-bit piece is then 2**16) and, in
+    # every fourth, into a new bit (a power of two); results of -200 to
+    # -250 (a zero point of 200 passes them), where an error of 2**16 in
+    # float32(x) (2**-9 of it at 25 bits) moves about half of them.
+    for k in range(12):
+        d = 2 if k % 3 == 2 else 1
         high = (1 << (d + 8)) - 1 if k % 4 == 3 else int(rng.integers(1 << (d + 7), 1 << (d + 8)))
-        acc = (high << 16) + (1 << 16) - (1 << d) + (1 << (d - 1)) + int(rng.integers(0, 2))
-        scale = float(np.float32(int(rng.integers(100, 251)) / acc))
+        acc = (high << 16) + (1 << 16) - (1 << (d - 1)) + int(rng.integers(0, 1 << (d - 1)))
+        scale = float(np.float32(int(rng.integers(200, 251)) / acc))
         multiplier, shift = quantize_multiplier(scale)
-        cases.append(dict(acc=acc * int(rng.choice([-1, 1])), bias=0,
-                          multiplier=multiplier * int(rng.choice([-1, 1])), shift=shift))
+        cases.append(dict(acc=acc, bias=0, multiplier=-multiplier, shift=shift))
     while len(cases) < n:
         k = len(cases)
         if k % 5 == 1:
