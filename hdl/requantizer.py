@@ -51,6 +51,26 @@ def _float32_of(m, x):
     return Cat(total[:8] & ~Cat(low, C(0, 1)) & ~even, total[8:]).as_signed()
 
 
+def _float32_rounding(x):
+    """``float32(x)`` of the signed 32-bit `x` as ``(x & ~low) + up *
+    2**d`` (`_float32_of`'s rounding: ``d = max(n - 24, 0)``, half to
+    even), without the add: ``low`` (7 bits, bit ``j`` set for ``j < d``),
+    ``half_at`` (bit ``d - 1``, one-hot or none) and ``up``. Clearing the
+    bits below ``d`` floors the two's complement ``x``; that floor rounds
+    up by ``2**d`` where the bits below ``d`` exceed the half, or equal it
+    and bit ``d`` is odd, which is the half-to-even rounding of ``|x|``
+    negated for a negative ``x``. So stage 1 is the bias add and a decode,
+    and the add of ``2**d`` (a carry chain after the decode) is left to
+    the product: ``float32(x) M = (x & ~low) M + up M 2**d``."""
+    y = x[24:31] ^ x[31].replicate(7)
+    above = [Cat(y[j:]).any() if j < 7 else C(0, 1) for j in range(8)]
+    half_at = Cat(y[j] & ~above[j + 1] for j in range(7))
+    low = Cat(above[:7])
+    sticky = [(x[:j] != 0) if j else C(0, 1) for j in range(7)]
+    up = Cat(half_at[j] & x[j] & (sticky[j] | x[j + 1]) for j in range(7)).any()
+    return low, half_at, up
+
+
 class _Window:
     """The MLAS rounding's tie window, ``|R - H| <= 2**(G - 1)`` with ``R``
     the product's low ``t`` bits, ``H = 2**(t-1)`` and ``G`` the bit
@@ -166,11 +186,16 @@ class Requantizer(wiring.Component):
 
     With `mlas_round` (and `single_round`) and a multiplier that is a
     float32 significand << 7 (`_float32_multiplier`; any other rounds once),
-    stage 1 rounds ``x`` to a float32 value (`_float32_of`: 24 significant
-    bits, half to even, 2**31 at most, so the operand is 33 bits) instead of
-    the left shift, stage 2 registers the tie window's masks beside the
-    product (`_Window.settings`, from the operand's suffix OR and the
-    shift), and stage 3 rounds to the even of ``p >> t`` and that plus one
+    stage 1 rounds ``x`` to a float32 value (24 significant bits, half to
+    even) instead of the left shift: in the full forms as ``x`` with its
+    bits below the rounding position ``d`` cleared and the increment
+    ``2**d`` apart (`_float32_rounding`), which stage 2 adds from
+    registers, to the operand before the one-cycle multiply or to the low
+    16-bit piece in the product's first cycle, so that stage 1 is the bias
+    add and a decode; in the compact form whole (`_float32_of`, 2**31 at
+    most, so the operand is 33 bits). Stage 2 registers the tie window's
+    masks beside the product (`_Window.settings`, from the operand's
+    suffix OR and the shift), and stage 3 rounds to the even of ``p >> t`` and that plus one
     inside the window (`_Window.tie`: its bit ``p[t]`` instead of
     ``p[t-1]``): `tpu/models/mlas_rounding.py`'s window form, which equals
     ONNX Runtime's float32 product and rounding wherever the result is
@@ -182,8 +207,10 @@ class Requantizer(wiring.Component):
     LUT4s): the one-cycle product 1,834 -> 1,867 / 1,285 -> 1,803, the
     shared lane with a 16-bit product 1,598 -> 1,973 / 1,568 -> 2,016, the
     compact form 579 -> 1,365 / 633 -> 1,278, about 124 flip-flops more in
-    each (the window's masks); stage 1 is 8 ECP5 levels deep (10 in the
-    compact form), over the 6-level target (docs/activation_pipeline.md).
+    each (the window's masks), measured while the full forms rounded in
+    stage 1 too (the one-cycle form 1,739 ECP5 LUT4s since, the lane
+    1,962). The full forms are 6 ECP5 levels deep with the mode, the
+    compact form's stage 1 10 (docs/activation_pipeline.md).
     Built only with `mlas_rounding` (`TPUConfig.mlas_rounding`; the up5k
     chip has none): without it the requantizer is the one before the mode.
 
@@ -353,13 +380,30 @@ class Requantizer(wiring.Component):
         biased = Signal(signed(32))
         m.d.comb += biased.eq(self.acc + self.bias)
         mlas = self._mlas
+        increment = None
         if mlas:
             mlas1 = Signal()
             m.d.comb += mlas1.eq(self.single_round & self.mlas_round
                                  & _float32_multiplier(self.multiplier))
+        if mlas and self._compact:
             operand = Signal(signed(33))
             m.d.comb += operand.eq(Mux(mlas1, _float32_of(m, biased),
                                        (biased << left)[:32].as_signed()))
+        elif mlas:
+            # The full forms take ``float32(x)`` as ``x`` with its bits below
+            # ``d`` cleared and the increment ``2**d`` apart
+            # (`_float32_rounding`), added in stage 2: the operand is a
+            # 32-bit value, and no second add follows the bias add here.
+            # ``left`` is 0 where the mode rounds (it needs `single_round`),
+            # so the clearing follows the shift in the LUTs of its last
+            # level.
+            low, half_at, up = _float32_rounding(biased)
+            moved = Signal(signed(32))
+            m.d.comb += moved.eq(biased << left)
+            operand = Signal(signed(32))
+            m.d.comb += operand.eq(Cat(moved[:7] & ~(low & mlas1.replicate(7)), moved[7:]))
+            increment = Signal(7, name="float32_increment")       # bit j: 2**(j + 1)
+            m.d.comb += increment.eq(half_at & (mlas1 & up).replicate(7))
         else:
             mlas1, operand = None, biased << left
 
@@ -370,17 +414,38 @@ class Requantizer(wiring.Component):
         # stage 3 starts.
         window = _Window() if mlas else None
         if cycles == 1:
-            shifted = Signal(signed(33 if mlas else 32))
+            shifted = Signal(signed(32))
             m.d.sync += shifted.eq(operand)
-            m.d.sync += [
-                product.eq(shifted * multiplier2),
-                saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
-            ]
             if mlas:
+                # ``float32(x) = shifted + 2**d`` where x rounds up from
+                # `shifted`: the add (one level and a carry chain) before
+                # the multiply here, where the operand comes from a
+                # register, rather than after the bias add in stage 1. (As
+                # an addend ``M 2**d`` of the product's sum it made the
+                # partial products' adds a level deeper than the multiply
+                # and its operand's add.)
+                increment2 = Signal(7, name="float32_increment2")
+                rounded = Signal(signed(33), name="float32_operand")
+                m.d.sync += increment2.eq(increment)
+                m.d.comb += rounded.eq(shifted + Cat(C(0, 1), increment2))
+                m.d.sync += [
+                    product.eq(rounded * multiplier2),
+                    saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
+                ]
                 mlas2 = Signal()
                 m.d.sync += mlas2.eq(mlas1)
-                m.d.sync += window.settings(m, (shifted ^ shifted[32].replicate(33))[:33], mlas2,
+                # The leading one of ``shifted`` (or of ``|shifted| - 1``)
+                # is ``float32(x)``'s but where the increment carries into
+                # a new bit: then ``|float32(x)|`` is a power of two, whose
+                # product's length the window's bit ``c`` counts
+                # (`_Window`).
+                m.d.sync += window.settings(m, shifted.as_unsigned() ^ shifted[31].replicate(32), mlas2,
                                             self.shift if shift2 is None else shift2)
+            else:
+                m.d.sync += [
+                    product.eq(shifted * multiplier2),
+                    saturate.eq((shifted == INT32_MIN) & (multiplier2 == INT32_MIN)),
+                ]
         else:
             # With `per_value_settings` stage 3's totals are made from
             # `shift2` as the product's last piece is summed; the division's
@@ -422,7 +487,7 @@ class Requantizer(wiring.Component):
                 self._compact_rounding(m, magnitude, negative, shift3, total3, total3_less, window)
                 return m
             self._sequential_product(m, operand, product, saturate, shift2, shift3, stage3,
-                                     mlas1, window)
+                                     mlas1, window, increment=increment)
 
         # 3: rounding doubling high half, and the rounding term of stage 4's
         # division, chosen by the high half's sign: ``2**(r-1) - (y < 0)``.
@@ -636,7 +701,7 @@ class Requantizer(wiring.Component):
         self._choose_clamped(m, total, low5, high5, low5, high5, total[:VALUE_WIDTH])
 
     def _sequential_product(self, m, shifted, product, saturate, shift2, shift3, stage3,
-                            mlas1, window, magnitude=None, negative_out=None):
+                            mlas1, window, magnitude=None, negative_out=None, increment=None):
         """Stage 2 in `multiply_cycles` cycles on one multiplier: the
         product summed piece by piece, most significant diagonal first
         (``sum = (sum << w) + a_i * b_j`` at the first piece of each
@@ -655,19 +720,30 @@ class Requantizer(wiring.Component):
         # pieces signed, so that no negation lies between the shift and the
         # operand register, nor between the sum and `product`.
         signed_pieces = not self._compact
-        # The operand is 33 bits wide, as a float32 value rounded from ``x``
-        # may be 2**31 (`_float32_of`): the signed form's top piece then
-        # has its `w + 1` bits, the compact form's magnitude fits 32.
+        # With the MLAS rounding the operand is 33 bits wide: in the compact
+        # form a float32 value rounded from ``x`` may be 2**31
+        # (`_float32_of`; its magnitude fits 32). The signed form takes
+        # ``float32(x)`` as ``a``, ``x`` with its bits below ``d`` cleared
+        # (32 bits, sign-extended: its top piece the 17 bits of before), and
+        # `increment` (``2**d`` or none, `_float32_rounding`), added to the
+        # low 16 bits in the product's first cycle, as those are first
+        # multiplied in its second (`a_low`).
         mlas = window is not None
+        rounds_low = increment is not None
         a, b = Signal(33 if signed_pieces and mlas else 32), Signal(32)
         negative = Signal()
         if mlas:
             mlas2 = Signal()
+        if rounds_low:
+            increment2 = Signal(7, name="float32_increment2")
+            a_low = Signal(17)              # a[:16] + 2**d: at most 2**16
         shifted_now = Signal(signed(33 if mlas else 32))
         m.d.comb += shifted_now.eq(shifted)
         with m.If(self.start):
             if mlas:
                 m.d.sync += mlas2.eq(mlas1)
+            if rounds_low:
+                m.d.sync += increment2.eq(increment)
             if signed_pieces:
                 m.d.sync += [a.eq(shifted_now), b.eq(self.multiplier)]
             else:
@@ -696,11 +772,19 @@ class Requantizer(wiring.Component):
         step = Signal(range(cycles))
         m.d.sync += step.eq(Mux(self.start, 0, step + 1))
         shift_sum = Signal()
+        if rounds_low:
+            # The pieces of ``a``'s low 16 bits are first multiplied in the
+            # product's second cycle (16-bit pieces) or fourth (8-bit).
+            assert all(order.index(p) >= 1 for p in order if p[0] < 16 // w)
+            with m.If(step == 0):
+                m.d.sync += a_low.eq(a[:16] + Cat(C(0, 1), increment2))
         if signed_pieces:
             # ``x = sum(x_i 2**(w i))`` with the top piece signed and the
-            # others unsigned: every piece fits a signed ``w + 1`` bits.
-            a_piece, b_piece = Signal(signed(w + 1)), Signal(signed(w + 1))
-            piece = Signal(signed(2 * w + 2))
+            # others unsigned: every piece fits a signed ``w + 1`` bits, and
+            # with the increment in the low pieces ``w + 2`` (the top one of
+            # `a_low`'s, 2**16 at most, a MULT18X18D's 18 signed bits at w 16).
+            a_piece, b_piece = Signal(signed(w + 2 if rounds_low else w + 1)), Signal(signed(w + 1))
+            piece = Signal(signed(2 * w + 3 if rounds_low else 2 * w + 2))
             total = Signal(signed(64))
         else:
             a_piece, b_piece = Signal(w), Signal(w)
@@ -711,11 +795,18 @@ class Requantizer(wiring.Component):
                 return value[k * w:].as_signed()        # w bits, or a's w + 1
             return value[k * w:(k + 1) * w]
 
+        def a_part(value, rounded, k):
+            # `rounded`: `a_low`, which holds the low 16 bits with the MLAS
+            # rounding's increment.
+            if rounded is not None and k < 16 // w:
+                return rounded[k * w:] if k == 16 // w - 1 else rounded[k * w:(k + 1) * w]
+            return part(value, k)
+
         with m.Switch(step):
             for k, (i, j) in enumerate(order):
                 with m.Case(k):
                     opens = k > 0 and i + j != sum(order[k - 1])
-                    m.d.comb += [a_piece.eq(part(a, i)), b_piece.eq(part(b, j)),
+                    m.d.comb += [a_piece.eq(a_part(a, a_low if rounds_low else None, i)), b_piece.eq(part(b, j)),
                                  shift_sum.eq(opens)]
         m.d.comb += piece.eq(a_piece * b_piece)
         if ascending:

@@ -201,11 +201,13 @@ def test_ram_counters_needs_the_serial_host():
 
 
 def test_mlas_rounding_on_the_chips_within_their_depth_budget():
-    """The MLAS rounding is on by default and in the v1 profile; the up5k
-    profile (over its LUT budget with it) and the ulx3s16 profile (its
-    shared lane over the logic-depth budget with it) are built without it,
-    and the option adds it back."""
+    """The MLAS rounding is on by default and in the v1 and ulx3s16
+    profiles (the ulx3s16 chip's shared lane within its depth budget with
+    it since its float32(x) leaves its add to the product); the up5k
+    profile (over its LUT budget with it) is built without it, and the
+    option adds it back, or takes it from the others."""
     from tpu.config import ULX3S16_PROFILE, UP5K_PROFILE, V1_PROFILE
     assert TPUConfig().mlas_rounding == 1 and V1_PROFILE.mlas_rounding == 1
-    assert UP5K_PROFILE.mlas_rounding == 0 and ULX3S16_PROFILE.mlas_rounding == 0
-    assert TPUConfig.from_options({"mlas_rounding": 1}, "ulx3s16").mlas_rounding == 1
+    assert ULX3S16_PROFILE.mlas_rounding == 1 and UP5K_PROFILE.mlas_rounding == 0
+    assert TPUConfig.from_options({"mlas_rounding": 1}, "up5k").mlas_rounding == 1
+    assert TPUConfig.from_options({"mlas_rounding": 0}, "ulx3s16").mlas_rounding == 0

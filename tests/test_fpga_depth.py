@@ -399,7 +399,12 @@ ULX3S16_RATCHET = {
     # takes its one dividend length (the fixed-length form) and the
     # function table is read a cycle early, its entry registered (the
     # seventeenth build's critical path ran from the table's block RAM
-    # through the function select into pooling's history write).
+    # through the function select into pooling's history write). With the
+    # MLAS rounding (the profile's since 7 December 2026) 10 levels while
+    # its float32(x) added in stage 1, 7 since the add is the product's
+    # (the row's or the held value, the bias add, the rounding's decode
+    # into the increment's register); the requantizer measured alone 9,
+    # now 6.
     "host.core.act": (7, 40),
     # (The sequencer: with the array in DSP bands the decoder's geometry
     # products are in logic (`bounded_product`): 9 levels with each product

@@ -2,8 +2,8 @@
 under both simulators: a compiled QLinearConv of constructed ties (half of
 them where the chip's one rounding differs, and ``float32(x)``'s own ties
 above 2**24) on the default chip and on a chip with the ulx3s16 profile's
-activation form (one requantizer shared by the columns, 16-bit pieces; the
-profile itself is built without the mode, `--mlas-rounding 1` adds it), equal
+activation form (one requantizer shared by the columns, 16-bit pieces, as
+the profile builds it with the mode since 7 December 2026), equal
 to the golden model and to ONNX Runtime element for element. The uint8
 layer's ACTs carry mlas_round alone (single_round cleared), the int8
 layer's both flags, as the compiler sets them."""
@@ -23,9 +23,9 @@ OFFSETS = np.array([0, 1, -1, 2, -2, 3, -3, 7, -7, 31, -31, 64, -64, 100, -100, 
 
 CONFIGS = {
     "default": TPUConfig(),
-    # The ulx3s16 profile's activation unit with the mode (the profile is
-    # built without it): a requantizer shared by the columns, its product in
-    # 4 cycles of 16-bit pieces (not the compact form).
+    # The ulx3s16 profile's activation unit: a requantizer shared by the
+    # columns, its product in 4 cycles of 16-bit pieces (not the compact
+    # form).
     "ulx3s16_lane": TPUConfig(rows=4, cols=4, acc_rows=64, ub_rows=256, weight_mem_tiles=16,
                               requantizers=1, requantizer_multiplier_width=16),
 }

@@ -83,10 +83,24 @@ def _mlas_cases(rng, n):
     low_bits = np.where(np.arange(x.size) % 10 == 9, rng.integers(1, 128, x.size), 0)
     cases = [dict(acc=int(a), bias=0, multiplier=((int(b) << 7) + int(e)) * int(rng.choice([-1, 1])),
                   shift=int(c)) for a, b, c, e in zip(x, m, shift, low_bits)]
-    # float32(x)'s own ties, where rounding x up instead of to even shows.
-    x, m, shift = conversion_ties(rng, max(n // 10, 4))
-    cases += [dict(acc=int(a), bias=0, multiplier=(int(b) << 7) * int(rng.choice([-1, 1])),
-                   shift=int(c)) for a, b, c in zip(x, m, shift)]
+    # float32(x)'s own ties, where rounding x up instead of to even shows,
+    # and those that round up, where rounding down shows.
+    for odd in (False, True):
+        x, m, shift = conversion_ties(rng, max(n // 10, 4), odd)
+        cases += [dict(acc=int(a), bias=0, multiplier=(int(b) << 7) * int(rng.choice([-1, 1])),
+                       shift=int(c)) for a, b, c in zip(x, m, shift)]
+    # float32(x) of 25 or 26 bits rounded up through bit 15 (bits d - 1
+    # to 15 set: a shared lane's low 16-bit piece is then 2**16) and, in
+    # every fourth, into a new bit (a power of two); results of -200 to
+    # -250 (a zero point of 200 passes them), where an error of 2**16 in
+    # float32(x) (2**-9 of it at 25 bits) moves about half of them.
+    for k in range(12):
+        d = 2 if k % 3 == 2 else 1
+        high = (1 << (d + 8)) - 1 if k % 4 == 3 else int(rng.integers(1 << (d + 7), 1 << (d + 8)))
+        acc = (high << 16) + (1 << 16) - (1 << (d - 1)) + int(rng.integers(0, 1 << (d - 1)))
+        scale = float(np.float32(int(rng.integers(200, 251)) / acc))
+        multiplier, shift = quantize_multiplier(scale)
+        cases.append(dict(acc=acc, bias=0, multiplier=-multiplier, shift=shift))
     while len(cases) < n:
         k = len(cases)
         if k % 5 == 1:
@@ -193,7 +207,8 @@ def test_shared_settings_match_the_model(rounding):
         # Each run's settings those of a constructed tie, its values the
         # tie and its neighbours; and float32 scales with random values.
         x, m, shifts = differing_ties(rng, 40)
-        x, m, shifts = (np.concatenate(pair) for pair in zip((x, m, shifts), conversion_ties(rng, 8)))
+        x, m, shifts = (np.concatenate(parts) for parts in zip((x, m, shifts), conversion_ties(rng, 8),
+                                                                  conversion_ties(rng, 8, odd=True)))
         for k in range(len(x)):
             values = [int(x[k]) + int(rng.integers(-1, 2)) for _ in range(int(rng.integers(1, 4)))]
             runs.append((0, (int(m[k]) << 7) * int(rng.choice([-1, 1])), int(shifts[k]),

@@ -416,12 +416,12 @@ PROFILES = {
     # multipliers (a product register after each MULT18X18D, the others
     # PipelinedLUTMultiplier): the two-cycle ones in logic were the chip's
     # slowest path, and the cycle more per MMC costs under 0.2% of an
-    # MLPerf Tiny inference. No MLAS rounding: its float32(x) in stage 1
-    # puts the shared lane's requantizer 3 ECP5 LUT levels over the
-    # chip's depth budget (docs/activation_pipeline.md).
+    # MLPerf Tiny inference. With the MLAS rounding, whose float32(x)
+    # leaves its add to the product's first cycle, within the activation
+    # unit's depth budget (docs/activation_pipeline.md).
     "ulx3s16": dict(rows=16, cols=16, weight_mem_tiles=512, cpl_timeout=16000000, **UP5K_HOST_FIELDS,
                     requantizers=1, requantizer_multiplier_width=16, dsp_bands=1,
-                    pe_multiplier_latency=3, mlas_rounding=0),
+                    pe_multiplier_latency=3),
     # TPU v1 (Jouppi et al., ISCA 2017), a compiler target rather than a
     # board: its 256x256 array, 24 MiB unified buffer (98 304 rows of 256
     # bytes), 4 MiB of accumulators (4 096 rows of 256 int32) and its

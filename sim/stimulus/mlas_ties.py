@@ -70,23 +70,24 @@ def differing_ties(rng, count, *, limit=300):
     return tuple(np.concatenate(part) for part in parts)
 
 
-def conversion_ties(rng, count):
+def conversion_ties(rng, count, odd=False):
     """``count`` of ``(x, m, shift)`` (``m`` a 24-bit significand) with
     ``|x| > 2**24`` exactly halfway between two float32 values (its dropped
     bits ``2**(d-1)``, the kept ones even) where rounding ``x`` up instead
     of to even changes ONNX Runtime's result, which is below 300 in
     magnitude: products within about ``2**-16`` below a half, found by
-    drawing many."""
+    drawing many. With `odd` the kept bits are odd, so that ``x`` rounds
+    up, and rounding it down instead changes the result."""
     xs, ms, shifts = [], [], []
     while len(xs) < count:
         n = 200_000
         d = rng.integers(1, 8, n)
-        top = rng.integers(1 << 22, 1 << 23, n) * 2
+        top = rng.integers(1 << 22, 1 << 23, n) * 2 + odd
         x = (top << d) + (np.int64(1) << (d - 1))
         m = rng.integers(1 << 23, 1 << 24, n)
         shift = -15 - d - rng.integers(0, 2, n)
         y = multiply_by_float32_multiplier(x, m << 7, shift)
-        up = multiply_by_float32_multiplier((top + 1) << d, m << 7, shift)
+        up = multiply_by_float32_multiplier((top + 1 - odd) << d, m << 7, shift)
         for k in np.flatnonzero((y != up) & (np.abs(y) < 300))[:count - len(xs)]:
             xs.append(int(x[k]) * int(rng.choice([-1, 1])))
             ms.append(int(m[k]))
