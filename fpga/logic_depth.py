@@ -447,7 +447,7 @@ def measure_blocks(config, family, build_dir, blocks=None, cache_dir=None, kept=
 
     Each block is synthesised from its own Verilog alone, so its depth is a
     function of that, its black boxes, the yosys commands and build, and
-    this module (`_block_key`), and is taken, while those are unchanged,
+    the walk of its netlist (`_block_key`), and is taken, while those are unchanged,
     from `kept` (a JSON file `keep_depths` writes, kept with the checkout)
     or `cache_dir` (a directory of earlier results) instead of synthesised
     again. With `keep_as`, the depths of this call's blocks, taken or
