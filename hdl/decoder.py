@@ -14,7 +14,7 @@ from .serial_divider import SerialDivider, divider_cycles
 from .window import DmaWindows, WindowLimits, at_most
 
 
-__all__ = ["InstructionDecoder", "field", "decode_cycles", "product_cycles", "Ranges", "RANGE_KINDS",
+__all__ = ["InstructionDecoder", "field", "decode_cycles", "product_cycles", "SMALL_DIVISION_CYCLES", "Ranges", "RANGE_KINDS",
            "DECODE_STAGES"]
 
 
@@ -40,6 +40,11 @@ def _values(word, opcode):
     return {f.name: f.extract(word) for f in LAYOUTS[opcode]}
 
 
+#: The cycles of each of the small decoder's divisions (``serial_decode``):
+#: over all 24 bits of the dividend (`SerialDivider` ``length``).
+SMALL_DIVISION_CYCLES = 24
+
+
 def decode_cycles(word, config=None):
     """Cycles from `InstructionDecoder`'s ``start`` to its ``done`` for the
     128-bit `word` (an int, or its 16 bytes), legal or not, on the decoder
@@ -53,13 +58,16 @@ def decode_cycles(word, config=None):
     else two more divisions, of ``in_h - pool_size`` and of ``in_w -
     pool_size`` by the stride, and 4 cycles around them.
 
-    With ``config.serial_decode`` the products are multiplied a bit a cycle,
-    ``product_cycles(config)`` cycles each: an MMC with CONV and rows takes
-    4 products more, an ACT with MAX or AVG pooling and rows 1.
+    With ``config.serial_decode`` every division takes
+    ``SMALL_DIVISION_CYCLES`` (24) cycles, whatever its dividend, and the
+    products are multiplied a bit a cycle, ``product_cycles(config)`` cycles
+    each: an MMC with CONV and rows takes 4 products more, an ACT with MAX
+    or AVG pooling and rows 1.
     """
     word = word if isinstance(word, int) else int.from_bytes(word, "little")
-    cycles = _decode_cycles(word)
-    if config is not None and config.serial_decode and cycles > 3:
+    small = config is not None and config.serial_decode
+    cycles = _decode_cycles(word, SMALL_DIVISION_CYCLES if small else None)
+    if small and cycles > 3:
         cycles += (4 if word & 0xFF == Opcode.MMC else 1) * product_cycles(config)
     return cycles
 
@@ -71,21 +79,23 @@ def product_cycles(config):
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _decode_cycles(word):
-    # Cached: programs repeat their words.
+def _decode_cycles(word, length):
+    # Cached: programs repeat their words. `length`: the divider's
+    # (`SerialDivider`), None for the one that starts at the leading one.
     opcode = word & 0xFF
     if opcode == Opcode.MMC:
         mmc = _values(word, Opcode.MMC)
         if mmc["conv"] and mmc["rows"]:
-            return 8 + divider_cycles(mmc["rows"] - 1)
+            return 8 + divider_cycles(mmc["rows"] - 1, length)
     elif opcode == Opcode.ACT:
         act = _values(word, Opcode.ACT)
         rows, in_w, k = act["rows"], act["in_w"], act["pool_size"]
         if act["pool"] in (Pool.MAX, Pool.AVG) and rows:
-            cycles = 8 + divider_cycles(rows)
+            cycles = 8 + divider_cycles(rows, length)
             if in_w == 0 or rows % in_w or rows // in_w < k or in_w < k:
                 return cycles
-            return cycles + 4 + divider_cycles(rows // in_w - k) + divider_cycles(in_w - k)
+            return cycles + 4 + divider_cycles(rows // in_w - k, length) + \
+                divider_cycles(in_w - k, length)
     return 3
 
 
@@ -115,7 +125,8 @@ class InstructionDecoder(wiring.Component):
     ranges; and, beyond `tpu.isa.check`, that an RHM or WHM moves only host
     bytes inside one of the DMA ``windows`` (HOST_RANGE). Convolution and
     pooling geometry need divisions, on a serial divider that takes as many
-    cycles as the dividend has bits; `decode_cycles` gives the cycles from
+    cycles as the dividend has bits (with ``config.serial_decode`` 24
+    cycles each, `SMALL_DIVISION_CYCLES`); `decode_cycles` gives the cycles from
     ``start`` to ``done`` of every word: 3 but for an MMC with CONV (one
     division) and an ACT with windowed pooling (up to three). Every result
     is registered, and no product, sum and comparison are chained in one
@@ -247,8 +258,11 @@ class InstructionDecoder(wiring.Component):
         # wide. A zero divisor is an illegal field; only the cycles of its
         # word matter, and an ACT's are kept below (`in_w` zero).
         if cfg.serial_decode:
-            # The divisor registered as its complement (`complemented`).
-            m.submodules.div = div = SerialDivider(24, divisor_width=16, complemented=True)
+            # The divisor registered as its complement (`complemented`);
+            # every division 24 cycles (`length`), with no search for the
+            # dividend's leading one.
+            m.submodules.div = div = SerialDivider(24, divisor_width=16, complemented=True,
+                                                   length=SMALL_DIVISION_CYCLES)
         else:
             m.submodules.div = div = SerialDivider(24)
         act = {name: field(word, Opcode.ACT, name) for name in _fields(Opcode.ACT)}

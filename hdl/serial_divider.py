@@ -1,4 +1,5 @@
-"""A small restoring divider: one quotient bit per cycle, from the dividend's leading one."""
+"""A small restoring divider: one quotient bit per cycle, from the dividend's
+leading one or over a fixed number of bits."""
 
 from amaranth import *
 from amaranth.lib import wiring
@@ -8,10 +9,11 @@ from amaranth.lib.wiring import In, Out
 __all__ = ["SerialDivider", "divider_cycles"]
 
 
-def divider_cycles(dividend):
-    """The cycles `SerialDivider` is busy dividing `dividend` (by anything):
-    ``done`` comes in the cycle after them."""
-    return max(1, int(dividend).bit_length())
+def divider_cycles(dividend, length=None):
+    """The cycles `SerialDivider` (of `length`, if it has one) is busy
+    dividing `dividend` (by anything): ``done`` comes in the cycle after
+    them."""
+    return length if length is not None else max(1, int(dividend).bit_length())
 
 
 class SerialDivider(wiring.Component):
@@ -52,21 +54,26 @@ class SerialDivider(wiring.Component):
         bits. A zero divisor still gives the all-ones quotient; its
         remainder is then the dividend's low `divisor_width` bits.
     length : int
-        Every dividend has exactly this many bits (its bit ``length - 1``
-        set, so every division takes `length` cycles), the divisor is not
-        zero and holds still from ``start`` to ``done``: the small
-        activation unit's reciprocal, ``(2**32 + count - 1) // count``.
-        The dividend then shifts out of one register as the quotient
-        shifts in (no separate quotient, no bit selection, no search for
-        the leading one, no divisor register); the quotient's bits from
-        `length` up are zero.
+        Every division takes exactly `length` cycles, over the dividend's
+        low `length` bits (the bits above are taken as zero), and the
+        divisor holds still from ``start`` to ``done``. The dividend then
+        shifts out of one register as the quotient shifts in (no separate
+        quotient, no bit selection, no search for the leading one, no
+        divisor register); the quotient's bits from `length` up are zero.
+        A zero divisor gives the all-ones quotient (of `length` bits) and
+        the dividend's low bits as remainder, as without `length`. The
+        small activation unit's reciprocal, ``(2**32 + count - 1) //
+        count``, has 33 bits for every count (``length=33``); the small
+        decoder divides 24-bit dividends in 24 cycles (``length=24``),
+        where a search for the leading one and the selection of each next
+        bit cost more logic than the cycles they save.
     complemented : bool
         ``divisor`` is given as its complement (``~divisor``; all ones for
         a zero divisor), which the caller registers at no cost in the LUT4s
         that choose it: each step's compare and subtract is then an
         addition, ``shifted + ~divisor + 1``, whose carry out says the
         divisor fits, with no LUT4 a bit inverting the divisor into the
-        carry chain (not with `length`).
+        carry chain.
     """
 
     def __init__(self, width, *, divisor_width=None, length=None, complemented=False):
@@ -80,8 +87,6 @@ class SerialDivider(wiring.Component):
         self._divisor_width = divisor_width
         self._length = length
         self._complemented = complemented
-        if complemented and length is not None:
-            raise ValueError("complemented is not built with length")
         super().__init__({
             "start":     In(1),
             "dividend":  In(width),
@@ -133,16 +138,7 @@ class SerialDivider(wiring.Component):
                 ]
         with m.Else():
             shifted = Cat(bit, rem[:dw])
-            if self._complemented:
-                # shifted + ~divisor + 1 on dw + 1 bits, the + 1 as the
-                # carry out of a low bit of ones; its carry out of dw + 1
-                # bits is shifted >= divisor.
-                total = Cat(C(1, 1), shifted) + Cat(C(1, 1), divisor, C(1, 1))
-                fits = total[dw + 2]
-                difference = total[1:dw + 2]
-            else:
-                fits = shifted >= divisor
-                difference = shifted - divisor
+            fits, difference = self._step(shifted, divisor)
             m.d.sync += [
                 rem.eq(Mux(fits, difference, shifted)),
                 quo.eq(Cat(fits, quo[:w - 1])),
@@ -153,6 +149,17 @@ class SerialDivider(wiring.Component):
             with m.Else():
                 m.d.sync += bit.eq(dividend.bit_select((count - 2)[:len(count)], 1))
         return m
+
+    def _step(self, shifted, divisor):
+        """(whether `divisor` fits in `shifted`, their difference)."""
+        dw = self._divisor_width
+        if self._complemented:
+            # shifted + ~divisor + 1 on dw + 1 bits, the + 1 as the carry
+            # out of a low bit of ones; its carry out of dw + 1 bits is
+            # shifted >= divisor.
+            total = Cat(C(1, 1), shifted) + Cat(C(1, 1), divisor, C(1, 1))
+            return total[dw + 2], total[1:dw + 2]
+        return shifted >= divisor, shifted - divisor
 
     def _elaborate_fixed(self):
         m = Module()
@@ -173,9 +180,9 @@ class SerialDivider(wiring.Component):
                 m.d.sync += [bits.eq(self.dividend[:n]), rem.eq(0), count.eq(n)]
         with m.Else():
             shifted = Cat(bits[n - 1], rem[:dw])
-            fits = shifted >= self.divisor
+            fits, difference = self._step(shifted, self.divisor)
             m.d.sync += [
-                rem.eq(Mux(fits, shifted - self.divisor, shifted)),
+                rem.eq(Mux(fits, difference, shifted)),
                 bits.eq(Cat(fits, bits[:n - 1])),
                 count.eq(count - 1),
             ]

@@ -285,9 +285,11 @@ def test_serial_issue_runs_one_unit_at_a_time(simulator, tmp_path):
     assert serial[3]["issue"] == serial[2]["done"] + 1          # the RHM after the MMC's last store
     assert serial[4]["issue"] >= serial[3]["done"]              # the MMC after the RHM
     # The convolution's decode starts as the MMC before it issues: 12 cycles
-    # with its products in one, 4 x 10 more a bit a cycle (256 UB rows).
-    assert decode_cycles(program[5].encode(), SHARED) == decode_cycles(program[5].encode()) + 40 == 52
-    assert serial[5]["ready"] == serial[4]["issue"] + 52
+    # with its division of 11 in 4 and its products in one; 8 + 24 (every
+    # division 24 cycles) + 4 x 10 (products a bit a cycle, 256 UB rows).
+    assert decode_cycles(program[5].encode()) == 12
+    assert decode_cycles(program[5].encode(), SHARED) == 8 + 24 + 40 == 72
+    assert serial[5]["ready"] == serial[4]["issue"] + 72
     parallel = estimate_cycles(SHARED.replace(serial_issue=0, serial_decode=0), program,
                                schedule=True)["schedule"]
     assert parallel[3]["issue"] < serial[3]["issue"]

@@ -129,13 +129,18 @@ def test_decode_cycles_match_the_decoder(config):
 
 def test_serial_products_cost_their_bits():
     """With `serial_decode` a CONV MMC takes 4 products of `product_cycles`
-    cycles more, a windowed ACT 1; other words are unchanged."""
+    cycles more, a windowed ACT 1, and each division 24 cycles whatever its
+    dividend (the parallel decoder's take the dividend's bits); other words
+    are unchanged."""
     small = CONFIGS[1]
     n = product_cycles(small)
     assert n == 10
     conv = Mmc(0, 12, 0, conv=Conv(out_w=4, col_step=1, row_step=6)).encode()
     pooled = Act(0, 0, 16, pool=Pool.MAX, pool_size=2, pool_stride=2, in_w=4).encode()
     plain = Mmc(0, 12, 0).encode()
-    assert decode_cycles(conv, small) == decode_cycles(conv) + 4 * n
-    assert decode_cycles(pooled, small) == decode_cycles(pooled) + n
+    # 11 / 4; 16 / 4, (4 - 2) / 2 and (4 - 2) / 2
+    assert decode_cycles(conv) == 8 + 4
+    assert decode_cycles(conv, small) == 8 + 24 + 4 * n
+    assert decode_cycles(pooled) == 8 + 5 + 4 + 2 + 2
+    assert decode_cycles(pooled, small) == 8 + 24 + 4 + 24 + 24 + n
     assert decode_cycles(plain, small) == decode_cycles(plain) == 3

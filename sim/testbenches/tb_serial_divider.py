@@ -6,9 +6,11 @@ exactly ``divider_cycles(dividend)`` cycles after its start, raise ``done``
 for one cycle after them, ignore ``start`` while busy, and keep its result
 until the next start. The width comes from ``TPU_DIVIDER_WIDTH``, the
 divisor's from ``TPU_DIVISOR_WIDTH`` (the same unless set). With
-``TPU_DIVIDER_LENGTH`` (the divider's `length`) every dividend has that
-many bits, no divisor is zero, the divisor holds still while busy and every
-division takes that many cycles.
+``TPU_DIVIDER_LENGTH`` (the divider's `length`) the divisor holds still
+while busy and every division takes that many cycles; below the width,
+every dividend has that many bits and no divisor is zero (the small
+activation unit's reciprocal), at the width any operands. With
+``TPU_DIVIDER_COMPLEMENTED`` 1 the divisor is driven as its complement.
 """
 
 import os
@@ -56,6 +58,8 @@ async def divmod_and_latency(dut):
     width = int(os.environ["TPU_DIVIDER_WIDTH"])
     divisor_width = int(os.environ.get("TPU_DIVISOR_WIDTH", width))
     length = int(os.environ.get("TPU_DIVIDER_LENGTH", "0")) or None
+    complemented = os.environ.get("TPU_DIVIDER_COMPLEMENTED", "0") == "1"
+    as_driven = (lambda d: ~d & ((1 << divisor_width) - 1)) if complemented else (lambda d: d)
     seed = int(os.environ.get("TPU_SEED", "0"))
     dut._log.info("width %d, divisor width %d, seed %d", width, divisor_width, seed)
     rng = random.Random(seed)
@@ -65,13 +69,13 @@ async def divmod_and_latency(dut):
     await FallingEdge(dut.clk)
     # At each falling edge the outputs of the last rising edge are read,
     # then the inputs for the next one are driven.
-    operands = (_fixed_operands(rng, length, divisor_width, 400) if length
+    operands = (_fixed_operands(rng, length, divisor_width, 400) if length and length < width
                 else _operands(rng, width, divisor_width, 400))
     for dividend, divisor in operands:
         assert not int(dut.busy.value), "busy before the start"
         dut.start.value = 1
         dut.dividend.value = dividend
-        dut.divisor.value = divisor
+        dut.divisor.value = as_driven(divisor)
         busy = 0
         while True:
             await FallingEdge(dut.clk)
@@ -90,8 +94,8 @@ async def divmod_and_latency(dut):
         want = divmod(dividend, divisor) if divisor else (top, dividend % (1 << divisor_width))
         got = (int(dut.quotient.value), int(dut.remainder.value))
         assert got == want, f"{dividend} / {divisor}: (quotient, remainder) {got}, want {want}"
-        assert busy == divider_cycles(dividend), (
-            f"{dividend} / {divisor}: busy {busy} cycles, want {divider_cycles(dividend)}")
+        assert busy == divider_cycles(dividend, length), (
+            f"{dividend} / {divisor}: busy {busy} cycles, want {divider_cycles(dividend, length)}")
         # The next start comes in the done cycle (back to back) or after a
         # cycle or two idle, in which done drops and the result stays.
         if rng.random() < 0.5:
