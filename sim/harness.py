@@ -40,6 +40,7 @@ from .flop_resets import move_resets_into_flops
 
 __all__ = ["SIMULATORS", "SimulatorMissing", "SimulationError", "MachineTooSmall",
            "missing_simulator", "build", "run", "run_outcomes", "Outcome", "BUILD_ROOT",
+           "cached_verilog",
            "default_build_root", "build_estimate", "verilator_path", "trace_format",
            "waves_requested"]
 
@@ -189,6 +190,28 @@ def _design_digest():
 _DESIGN_DIGEST = None
 
 
+def cached_verilog(key, generate):
+    """The Verilog text `generate()` returns for a design of hdl/ described
+    by `key` (its top module's name, its class and configuration: whatever
+    tells it from the other designs `generate` could make), kept under
+    ``verilog/`` in the build directory by `key` and `_design_digest`, so
+    that each design's Verilog is generated once and read again by the
+    other test processes and simulators (a 16-column activation
+    pipeline's took 20 to 34 s each time). A design with any source
+    outside hdl/ and the modules hdl/ imports must not be kept so."""
+    path = BUILD_ROOT / "verilog" / f"{_digest(key, _design_digest())}.v"
+    if path.exists():
+        return path.read_text()
+    text = generate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Another process may write the same text at once: each writes its own
+    # file and renames it into place, so no reader sees half of one.
+    partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    partial.write_text(text)
+    os.replace(partial, path)
+    return text
+
+
 def _design_names(verilog_source, toplevel, top):
     """(top, module name) of the design to build: `verilog_source`'s module
     `toplevel` (the matrix engine's name by default), or `top` generated."""
@@ -256,7 +279,8 @@ def build(config, simulator, *, verilog_source=None, toplevel=None, top=None, wa
     if (found / "built.stamp").exists():
         return found
     _announce(config, simulator, top, toplevel, model_dir.parent)
-    text = generate_verilog(config, top=top, name=toplevel)
+    text = cached_verilog(f"{top}\0{toplevel}\0{json.dumps(config.to_dict(), sort_keys=True)}",
+                          lambda: generate_verilog(config, top=top, name=toplevel))
     built = _build_once(config, simulator, toplevel, text, directory(text), build_args, cxx_opt, waves)
     if found.is_symlink():      # to a model since deleted
         found.unlink(missing_ok=True)

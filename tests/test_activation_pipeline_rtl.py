@@ -16,7 +16,7 @@ from conftest import base_seed
 from tpu import TPUConfig
 from tpu.config import UP5K_PROFILE
 from tpu.hdl.activation_pipeline import ActivationPipeline
-from tpu.sim.harness import run
+from tpu.sim.harness import cached_verilog, run
 
 
 TOPLEVEL = "tpu_activation_pipeline"
@@ -52,7 +52,9 @@ def _config_id(config):
 
 @lru_cache(maxsize=None)
 def verilog_source(config):
-    return verilog.convert(ActivationPipeline(config), name=TOPLEVEL, emit_src=False)
+    return cached_verilog(f"{TOPLEVEL}\0ActivationPipeline\0{config.to_dict()}",
+                          lambda: verilog.convert(ActivationPipeline(config), name=TOPLEVEL,
+                                                  emit_src=False))
 
 
 @pytest.mark.rtl

@@ -11,15 +11,14 @@ docs/core_performance.md, and the estimate must equal every counter.
 import json
 
 import pytest
-from amaranth.back import verilog
 
 from tpu import TPUConfig
 from tpu.config import UP5K_PROFILE
-from tpu.hdl.core import COUNTERS, TPUCore
+from tpu.hdl.core import COUNTERS
 from tpu.hdl.decoder import decode_cycles
 from tpu.hdl.sequencer import ACC_SLOTS
 from tpu.isa import Act, Conv, Func, Halt, Mmc, Pool, Rhm, Rw, Whm
-from tpu.sim.bench.bench_core import HOST_IN, HOST_OUT, TOP
+from tpu.sim.bench.bench_core import HOST_IN, HOST_OUT
 from tpu.sim.harness import run
 from tpu.models.cycle_model import estimate_cycles
 
@@ -27,15 +26,12 @@ from tpu.models.cycle_model import estimate_cycles
 CONFIG = TPUConfig()          # 8x8, weight memory: latency 8, 8 bytes (one tile row) per cycle
 R, C, L = CONFIG.rows, CONFIG.cols, CONFIG.weight_mem_latency
 LATENCY = R + C + 2           # matrix engine: row in -> accumulator row stored
-_SOURCE = {}
 
 
 def _bench(simulator, tmp_path, case, config=CONFIG):
-    if config not in _SOURCE:
-        _SOURCE[config] = verilog.convert(TPUCore(config), name=TOP, emit_src=False)
     out = tmp_path / "bench.json"
     tests, failures = run(config, simulator, "tpu.sim.bench.bench_core", testcase="bench_program",
-                          seed=1, toplevel=TOP, verilog_source=_SOURCE[config],
+                          seed=1, top="core",
                           extra_env={"TPU_BENCH_CASE": json.dumps(case),
                                      "TPU_BENCH_OUT": str(out)})
     assert tests == 1 and failures == 0, "the core disagreed with the golden model"

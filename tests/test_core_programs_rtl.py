@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from conftest import base_seed
-from tpu.hdl.verilog import generate_verilog
 from tpu.models import activation_model
 from tpu.models.chip_model import ChipModel
 from tpu.sim.harness import run
@@ -22,15 +21,7 @@ from tpu.sim.stimulus.programs import (PROGRAM_CONFIG, PROGRAMS, ChipProgram, ml
                               multiply_by_quantized_multiplier, round_average)
 
 
-TOP = "tpu_core"
 ROOT = Path(__file__).resolve().parent.parent
-_SOURCES = {}
-
-
-def _source(config):
-    if config not in _SOURCES:
-        _SOURCES[config] = generate_verilog(config, top="core", name=TOP)
-    return _SOURCES[config]
 
 
 @pytest.mark.rtl
@@ -43,7 +34,7 @@ def test_program(simulator, name, tmp_path):
     path = tmp_path / f"{name}.npz"
     PROGRAMS[name]().save(path)
     tests, failures = run(PROGRAM_CONFIG, simulator, "tpu.sim.testbenches.tb_core_programs", testcase=name,
-                          seed=seed, toplevel=TOP, verilog_source=_source(PROGRAM_CONFIG),
+                          seed=seed, top="core",
                           extra_env={"TPU_PROGRAM_CASE": str(path)})
     assert tests == 1 and failures == 0, \
         f"{name} failed with seed {seed} (replay with TPU_SEED={seed})"

@@ -6,31 +6,20 @@ import pytest
 from conftest import base_seed
 from tpu import TPUConfig
 from tpu.config import UP5K_PROFILE
-from tpu.hdl.verilog import generate_verilog
 from tpu.sim.harness import run
 from tpu.sim.stimulus.program_generator import FAULT_KINDS
 
 
-TOP = "tpu_core"
 CONFIGS = [
     TPUConfig(rows=4, cols=4, acc_rows=32, ub_rows=64, weight_mem_tiles=8, weight_fifo_tiles=2,
               weight_mem_latency=3, weight_mem_bytes_per_cycle=4, pool_max_width=8),
     TPUConfig(rows=8, cols=4, acc_rows=32, ub_rows=48, weight_mem_tiles=8, weight_fifo_tiles=4,
               weight_mem_latency=9, weight_mem_bytes_per_cycle=2, pool_max_width=8),
 ]
-_SOURCES = {}
-
-
-def _source(config):
-    if config not in _SOURCES:
-        _SOURCES[config] = generate_verilog(config, top="core", name=TOP)
-    return _SOURCES[config]
-
-
 def _run(simulator, config, seed, **env):
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_core", testcase="random_programs",
-                          seed=seed, toplevel=TOP, verilog_source=_source(config),
+                          seed=seed, top="core",
                           extra_env={k: str(v) for k, v in env.items()})
     assert tests == 1 and failures == 0, f"failed with seed {seed} (replay with TPU_SEED={seed})"
 
@@ -59,7 +48,7 @@ def test_dma_windows_and_errors(simulator, testcase):
     UB or accumulator row and one past it, CFG values above their range."""
     seed = base_seed()
     tests, failures = run(CONFIGS[0], simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
-                          seed=seed, toplevel=TOP, verilog_source=_source(CONFIGS[0]))
+                          seed=seed, top="core")
     assert tests == 1 and failures == 0, f"failed with seed {seed} (replay with TPU_SEED={seed})"
 
 
@@ -72,6 +61,6 @@ def test_up5k_profile_32_bit_host(simulator, testcase):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     tests, failures = run(UP5K_PROFILE, simulator, "tpu.sim.testbenches.tb_core", testcase=testcase,
-                          seed=seed, toplevel=TOP, verilog_source=_source(UP5K_PROFILE),
+                          seed=seed, top="core",
                           extra_env={"TPU_FAULT": "host_range", "TPU_LENGTH": "30"})
     assert tests == 1 and failures == 0, f"failed with seed {seed} (replay with TPU_SEED={seed})"

@@ -43,6 +43,44 @@ def test_generated_and_given_verilog_share_one_model():
     assert (given / "built.stamp").exists()
 
 
+def test_verilog_is_generated_once_per_design_and_sources(tmp_path, monkeypatch):
+    """`cached_verilog` generates a design's Verilog once and reads it
+    back for the same key and hdl/ sources; another key, or another digest
+    of the sources, generates again."""
+    monkeypatch.setattr(harness, "BUILD_ROOT", tmp_path)
+    made = []
+
+    def generate(text):
+        made.append(text)
+        return text
+    assert harness.cached_verilog("a", lambda: generate("module a;")) == "module a;"
+    assert harness.cached_verilog("a", lambda: generate("module other;")) == "module a;"
+    assert harness.cached_verilog("b", lambda: generate("module b;")) == "module b;"
+    monkeypatch.setattr(harness, "_DESIGN_DIGEST", "changed sources")
+    assert harness.cached_verilog("a", lambda: generate("module a2;")) == "module a2;"
+    assert made == ["module a;", "module b;", "module a2;"]
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_generated_design_verilog_is_kept_for_other_builds(monkeypatch):
+    """A generated design's Verilog is kept: another build of it (the other
+    simulator's, or this one's again once its model is gone) reads it
+    rather than generating it again."""
+    import shutil
+    if harness.missing_simulator("icarus"):
+        pytest.skip(harness.missing_simulator("icarus"))
+    config = SMALL.replace(acc_rows=65)     # a design no other test builds
+    first = harness.build(config, "icarus", top="engine")
+    shutil.rmtree(first.resolve())
+    first.unlink()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the Verilog was generated again")
+    monkeypatch.setattr(verilog, "generate_verilog", refuse)
+    again = harness.build(config, "icarus", top="engine")
+    assert (again / "built.stamp").exists()
+
+
 def test_verilator_fst_needs_lz4_else_vcd(monkeypatch):
     monkeypatch.setattr(harness, "_FST_BUILDABLE", False)
     assert harness.trace_format("verilator") == "vcd"

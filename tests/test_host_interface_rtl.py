@@ -1,7 +1,6 @@
 """The chip behind its PCIe-style host interface, driven through cocotbext-pcie's
 root complex, under both simulators."""
 
-from functools import lru_cache
 
 import pytest
 
@@ -9,7 +8,6 @@ from conftest import base_seed
 from tpu import TPUConfig
 from tpu.config import UP5K_PROFILE
 from tpu.selftest.checks import CHECKS
-from tpu.hdl.verilog import CHIP_NAME, generate_verilog
 from tpu.sim.harness import run
 
 
@@ -33,13 +31,6 @@ def config_id(config):
     return f"{config.name}-dw{config.link_dw}" + ("-up5k_host" if config == UP5K_HOST else "")
 
 
-# A configuration's chip Verilog (about 6 s of CPU for NARROW) is made once
-# per test process: some 90 tests run on four configurations.
-@lru_cache(maxsize=None)
-def _source(config):
-    return generate_verilog(config, top="chip")
-
-
 def _run(config, simulator, testcase, **env):
     # The bridge also checks, every cycle, that the chip's link outputs it
     # samples at the falling edge do not change after it drives its own
@@ -48,7 +39,7 @@ def _run(config, simulator, testcase, **env):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_host", testcase=testcase, seed=seed,
-                          toplevel=CHIP_NAME, verilog_source=_source(config),
+                          top="chip",
                           extra_env={"TPU_SIMULATOR": simulator, "TPU_BRIDGE_CHECK_SAMPLING": "1",
                                      **env})
     assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"

@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from ..sim.bench.bench_core import CASE_NAMES, TOP, cases
+from ..sim.bench.bench_core import CASE_NAMES, cases
 from ..sim.harness import BUILD_ROOT, missing_simulator, run
 from .common import percent_column as _pct, progress
 
@@ -23,17 +23,6 @@ __all__ = ["run_cases", "format_table", "BENCH_MODULE"]
 
 BENCH_MODULE = "tpu.sim.bench.bench_core"
 BENCH_DIR = BUILD_ROOT / "bench"
-
-
-_SOURCES = {}
-
-
-def _source(config):
-    from amaranth.back import verilog
-    from ..hdl.core import TPUCore
-    if config not in _SOURCES:
-        _SOURCES[config] = verilog.convert(TPUCore(config), name=TOP, emit_src=False)
-    return _SOURCES[config]
 
 
 def run_cases(configs, simulators, names=CASE_NAMES, compute_tiles=128, seed=1, runs_dir=None):
@@ -57,8 +46,7 @@ def run_cases(configs, simulators, names=CASE_NAMES, compute_tiles=128, seed=1, 
                 progress(f"{key}: running {BENCH_MODULE} ...")
                 start = time.perf_counter()
                 tests, failures = run(config, simulator, BENCH_MODULE, testcase="bench_program",
-                                      seed=seed, toplevel=TOP,
-                                      verilog_source=_source(config), extra_env=env)
+                                      seed=seed, top="core", extra_env=env)
                 elapsed = time.perf_counter() - start
                 if not out.exists():
                     progress(f"{key}: the benchmark wrote no results (see the simulation log "
