@@ -5,8 +5,10 @@ unit's or non-square (a summing convolution on the matrix unit), padded
 averages with ``count_include_pad=1`` (a summing convolution over zero-point
 padding) and averages over the whole image (a global pool). Each compiled
 model equals the reference bit for bit on the golden chip and ONNX Runtime
-in at least 99% of the outputs, none more than a step off; random shapes,
-seeds printed."""
+in at least 99% of the outputs, none more than a step off, where a summing
+convolution pools: ONNX Runtime's only where an exact average is a tie
+(`_summing_pool_equals_onnxruntime_but_at_ties`); random shapes, seeds
+printed."""
 
 import numpy as np
 import pytest
@@ -69,6 +71,12 @@ def test_pool_runs_on_the_chip(case, form):
     (y,) = session.run(None, {gin.model_name: x})
     ours = reference.quantize(y, out_q).astype(int)
     assert np.array_equal(ours, from_ir(expected, gout.layout))
+    if isinstance(graph.layers[1], ir.Conv2D):
+        # A summing convolution: ONNX Runtime's own float32 sums differ
+        # from its exact ones at ties, and one such value reaches every
+        # output of the dense layer after it.
+        _summing_pool_equals_onnxruntime_but_at_ties(q, x, f"seed {seed}: {case}, {form}")
+        return
     theirs = reference.quantize(zoo.ort_run(q, x)[0], out_q).astype(int)
     diff = np.abs(ours - theirs)
     assert diff.max() <= 1 and (diff == 0).mean() >= 0.99, (diff.max(), (diff == 0).mean())
@@ -114,50 +122,61 @@ def test_even_window_counting_pads_equals_onnxruntime():
     pool = graph.layers[1]
     assert isinstance(pool, ir.HostOp)
     assert pool.op == "qlinear_average_pool" and pool.attrs["count_include_pad"]
-    graph = _summing_pool_equals_onnxruntime_but_at_ties(model, (2, 7, 6), seed, FORMS[6])
+    from test_onnx_frontend import SAMPLES
+    rng = np.random.default_rng(seed)
+    calibration = rng.normal(0, 1, (32, 2, 7, 6)).astype(np.float32)
+    x = rng.normal(0, 1, (SAMPLES, 2, 7, 6)).astype(np.float32)
+    graph = _summing_pool_equals_onnxruntime_but_at_ties(
+        quantized(model, calibration, *FORMS[6]), x, f"seed {seed}, {FORMS[6]}")
     pool = graph.layers[1]
     assert isinstance(pool, ir.Conv2D) and pool.padding == (1, 1, 0, 0)
     assert graph.tensor(pool.input).quant != graph.tensor(pool.output).quant
 
 
-def _summing_pool_equals_onnxruntime_but_at_ties(model, shape, seed, form):
-    """`test_onnx_frontend.check` for a model whose second layer is an
-    average pool the front end makes a summing convolution: each layer
-    within a step of ONNX Runtime's and equal in 99% of its values, every
-    value of the pool that differs an exact average within 2**-20 of a tie
-    (ONNX Runtime's float32 sum of float32 terms lands on either side of
-    it; the chip rounds the exact sum), and end to end every sample whose
-    pool values all equal ONNX Runtime's equal to it. (One differing pool
-    value feeds every output of a dense layer after it, so the fraction of
-    equal outputs alone says nothing here.) Returns the graph."""
-    from test_onnx_frontend import SAMPLES, check_layers, ort_tensors, run_both
-    rng = np.random.default_rng(seed)
-    calibration = rng.normal(0, 1, (32, *shape)).astype(np.float32)
-    x = rng.normal(0, 1, (SAMPLES, *shape)).astype(np.float32)
-    what = f"seed {seed}, {form}"
-    q = quantized(model, calibration, *form)
+def _summing_pool_equals_onnxruntime_but_at_ties(q, x, what):
+    """`test_onnx_frontend.check` of quantized model `q` on float input `x`
+    for a model whose second layer is an average pool the front end makes a
+    summing convolution: each layer within a step of ONNX Runtime's and
+    equal in 99% of its values; every value of the pool that differs from
+    ONNX Runtime's (where its graph keeps the pool's input and output) an
+    exact average within 2**-20 of a tie (ONNX Runtime's float32 sum of
+    float32 terms lands on either side of it; the chip rounds the exact
+    sum); and end to end no output more than a step off, and every sample
+    whose pool has no such tie equal. (One differing pool value feeds every
+    output of a dense layer after it, so the fraction of equal outputs
+    alone says nothing here.) Returns the graph."""
+    from test_onnx_frontend import check_layers, ort_tensors, run_both
     graph, ((ours, theirs),) = run_both(q, x)
     check_layers(q, graph, x, 0.99, what)
     pool = graph.layers[1]
     in_q, out_q = graph.tensor(pool.input).quant, graph.tensor(pool.output).quant
-    values = ort_tensors(q, graph, x)
-    pooled = reference.run_layer(graph, pool, values)[pool.output].astype(int)
-    expected = values[pool.output].reshape(pooled.shape).astype(int)
-    (kh, kw), (sh, sw) = pool.weight.shape[:2], pool.stride
-    top, left, bottom, right = pool.padding
-    centred = values[pool.input].astype(np.int64) - int(in_q.zero_point)
-    centred = np.pad(centred, ((0, 0), (top, bottom), (left, right), (0, 0)))
-    differing = np.argwhere(pooled != expected)
-    for where in map(tuple, differing.tolist()):
-        b, oy, ox, c = where
-        total = int(centred[b, oy * sh:oy * sh + kh, ox * sw:ox * sw + kw, c].sum())
+    (gin,) = graph.inputs
+    mine = reference.run(graph, {gin.tensor: reference.quantize(
+        to_ir(x, gin.layout), graph.tensor(gin.tensor).quant)})
+
+    def near_ties(pool_input):
+        """Whether each pooled value's exact average is within 2**-20 of a tie."""
+        (kh, kw), (sh, sw) = pool.weight.shape[:2], pool.stride
+        top, left, bottom, right = pool.padding
+        centred = pool_input.astype(np.int64) - int(in_q.zero_point)
+        centred = np.pad(centred, ((0, 0), (top, bottom), (left, right), (0, 0)))
+        _, oh, ow, _ = mine[pool.output].shape
+        total = np.stack([np.stack([centred[:, y * sh:y * sh + kh, x_ * sw:x_ * sw + kw].sum(axis=(1, 2))
+                                    for x_ in range(ow)], axis=1) for y in range(oh)], axis=1)
         exact = total * in_q.scale / (kh * kw * out_q.scale) + int(out_q.zero_point)
-        assert abs(exact - np.floor(exact) - 0.5) <= 2 ** -20 * max(abs(exact), 1), \
-            f"{what}: pool value {where} is {pooled[where]}, ONNX Runtime's " \
-            f"{expected[where]}, and its exact average {exact!r} is no tie"
-    clean = np.setdiff1d(np.arange(len(x)), differing[:, 0])
-    print(f"{len(differing)} pool values differ at ties, in {len(x) - len(clean)} samples")
-    assert np.array_equal(ours[clean], theirs[clean]), what
+        return np.abs(exact - np.floor(exact) - 0.5) <= 2 ** -20 * np.maximum(np.abs(exact), 1), exact
+
+    values = ort_tensors(q, graph, x)
+    if pool.input in values and pool.output in values:
+        pooled = reference.run_layer(graph, pool, values)[pool.output].astype(int)
+        expected = values[pool.output].reshape(pooled.shape).astype(int)
+        tie, exact = near_ties(values[pool.input])
+        for where in map(tuple, np.argwhere((pooled != expected) & ~tie).tolist()):
+            raise AssertionError(f"{what}: pool value {where} is {pooled[where]}, ONNX Runtime's "
+                                 f"{expected[where]}, and its exact average {float(exact[where])!r} is no tie")
+    tied = near_ties(mine[pool.input])[0].any(axis=(1, 2, 3))
+    print(f"{int(tied.sum())} samples with a pooled value at a tie")
+    assert np.array_equal(ours[~tied], theirs[~tied]), what
     assert np.abs(ours - theirs).max() <= 1, what
     return graph
 
