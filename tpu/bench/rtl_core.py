@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 from .common import BREAKDOWN, progress
-from .core_cases import _source
 
 
 __all__ = ["run_core", "compiled_parts"]
+
 
 def compiled_parts(compiled, label):
     """``(name, program bytes)`` of every chip part of a `CompiledModel`."""
@@ -30,7 +30,6 @@ def run_core(config, simulator, name, program):
     """Run `program` (bytes) on the RTL core under `simulator`; the RTL's counters,
     the cycle model's and the wall seconds, or ``error``."""
     from ..hdl.core import COUNTERS
-    from ..sim.bench.bench_core import TOP
     from ..sim.harness import run
     from ..models.cycle_model import estimate_cycles
     progress(f"RTL core ({simulator} {config.rows}x{config.cols}, ideal host): {name}")
@@ -42,8 +41,7 @@ def run_core(config, simulator, name, program):
                                              "program_hex": program.hex()})}
         start = time.monotonic()
         tests, failures = run(config, simulator, "tpu.sim.bench.bench_core",
-                              testcase="bench_program", seed=1, toplevel=TOP,
-                              verilog_source=_source(config), extra_env=env)
+                              testcase="bench_program", seed=1, top="core", extra_env=env)
         seconds = time.monotonic() - start
         row = {"name": name, "simulator": simulator, "rows": config.rows, "cols": config.cols,
                "estimate": estimate["cycles"], "seconds": seconds,
