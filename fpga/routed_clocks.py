@@ -86,6 +86,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the weight FIFO's read enable from a flip-flop",
                16, 16, 50.0, 50.37, "2026-12-06", "46f2969",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twenty-second run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the MLAS rounding and the fetcher's registered valid",
+               16, 16, 50.0, 53.31, "2026-12-07", "8c5fb4d",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twenty-fourth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
