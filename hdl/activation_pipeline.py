@@ -355,8 +355,8 @@ class ActivationPipeline(wiring.Component):
         # Stages 1-5 (more with a multi-cycle product): requantization,
         # `lanes` columns at a time: the first group of a row in the cycle it
         # is accepted, the others from `held` every `cycles` cycles after.
-        # Then the table lookup (a synchronous read of the clamped value)
-        # beside a register.
+        # Then the function: the table's entry (a synchronous read of the
+        # clamp's result) or the clamped value, into a register.
         accept = Signal()
         start = Signal()                     # a group enters the requantizers
         m.d.comb += [
@@ -500,15 +500,15 @@ class ActivationPipeline(wiring.Component):
                 m.d.sync += register.eq(Mux(next_single_round, 0, left_of(written_shift)))
             return register
 
-        # With shared lanes and a multi-cycle product (the ulx3s16 chip) the
-        # table is read a cycle early, at the requantizer's clamp result
-        # before its register (`next_value`), and its entry registered: in
-        # the same cycle as before, but the block RAM's read no longer runs
-        # through the function select into the pooling unit's reduction and
-        # history write in one cycle (that chip's critical path, its
-        # seventeenth build: 5.83 ns of the RAM's clock-to-output of 20.66).
-        # The other forms keep the read at `value`.
-        early_table = staged
+        # The table is read a cycle early, at the requantizer's clamp result
+        # before its register (`next_value`), and the function's output, the
+        # table's entry or the clamped value, is chosen into a register: in
+        # the same cycle as a read at `value` would present it, but neither
+        # the block RAM's clock-to-output (the seventeenth ulx3s16 build's
+        # critical path) nor the function select (the twenty-fourth's: 1.46
+        # ns of `use_table`'s fan-out and 7.44 ns of wire from the lanes to
+        # the pooling unit, 18.76 ns in all) lies before the pooling unit's
+        # reduction in the same cycle.
 
         # The pooling unit shares the requantizers' lanes, group by group.
         m.submodules.pooling = pooling = PoolingUnit(lanes=lanes, max_width=self._max_width,
@@ -520,7 +520,7 @@ class ActivationPipeline(wiring.Component):
             columns = [g * lanes + n if g * lanes + n < cols else n for g in range(steps)]
             lane = Requantizer(per_value_settings=steps > 1,
                                multiplier_width=self._config.requantizer_multiplier_width,
-                               compact=serial, left_input=decoded_left, next_output=early_table,
+                               compact=serial, left_input=decoded_left, next_output=True,
                                mlas_rounding=mlas)
             m.submodules[f"requantizer{n}"] = lane
             if decoded_left:
@@ -555,20 +555,11 @@ class ActivationPipeline(wiring.Component):
             if mlas:
                 m.d.comb += lane.mlas_round.eq(settings.mlas_round)
             table_rd = tables[n // self.TABLE_READ_PORTS].read_port()
-            if early_table:
-                table_data = Signal(8, name=f"table_data{n}")
-                m.d.comb += table_rd.addr.eq(Mux(settings.unsigned, lane.next_value[:8],
-                                                 lane.next_value[:8] ^ 0x80))
-                m.d.sync += table_data.eq(table_rd.data)
-            else:
-                table_data = table_rd.data
-                m.d.comb += table_rd.addr.eq(Mux(settings.unsigned, lane.value[:8],
-                                                 lane.value[:8] ^ 0x80))
-            clamped = Signal(signed(VALUE_WIDTH), name=f"clamped{n}")
-            m.d.sync += clamped.eq(lane.value)
-            entry = Mux(settings.unsigned, table_data, table_data.as_signed())
+            m.d.comb += table_rd.addr.eq(Mux(settings.unsigned, lane.next_value[:8],
+                                             lane.next_value[:8] ^ 0x80))
+            entry = Mux(settings.unsigned, table_rd.data, table_rd.data.as_signed())
             result = Signal(signed(VALUE_WIDTH), name=f"function{n}")
-            m.d.comb += result.eq(Mux(use_table, entry, clamped))
+            m.d.sync += result.eq(Mux(use_table, entry, lane.value))
             lane_out.append(result)
 
         m.d.comb += [
