@@ -236,3 +236,36 @@ def test_extreme_scale_ratios():
                 + qb.scale * (b.astype(float) - qb.zero_point)) / qc.scale
         wrapped += int((real > 2.0 ** 31).sum())
     assert wrapped > 0
+
+
+@pytest.mark.parametrize("unsigned", [False, True], ids=["int8", "uint8"])
+def test_compiled_qlinear_adds_run_as_onnxruntime(unsigned, tmp_path):
+    """The host steps of a compiled model, saved and loaded, run through the
+    driver on the golden chip: ONNX Runtime's values."""
+    from tpu import TPUConfig
+    from tpu.compiler.artifact import CompiledModel
+    from tpu.compiler.backend import compile_graph
+    from test_compiler_backend import run_compiled
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    config = TPUConfig()
+    for trial, shape in enumerate([[5, 4, 3], [7]]):
+        model, s = _qlinear_model(rng, unsigned, shape, "de"[trial])
+        x = (rng.normal(0, 1, (3, *shape)) * s * 60).astype(np.float32)
+        graph = import_onnx(model)
+        compiled = compile_graph(graph, config, 3)
+        path = tmp_path / f"m{trial}.tpu"
+        compiled.save(path)
+        loaded = CompiledModel.load(path)
+        assert any(layer.semantics == "qlinear_add" for layer in loaded.host_layers.values()
+                   if isinstance(layer, ir.Add))
+        (gin,), (gout,) = graph.inputs, graph.outputs
+        in_q, out_q = graph.tensor(gin.tensor).quant, graph.tensor(gout.tensor).quant
+        ir_x = x.transpose(0, 2, 3, 1) if x.ndim == 4 else x
+        outputs, _ = run_compiled(loaded, {gin.tensor: reference.quantize(ir_x, in_q)}, config)
+        ours = outputs[gout.tensor]
+        ours = ours.transpose(0, 3, 1, 2) if ours.ndim == 4 else ours
+        (theirs,) = zoo.ort_run(model, x)
+        theirs = reference.quantize(theirs, out_q)
+        assert np.array_equal(ours.astype(int), theirs.astype(int)), f"seed {seed} {shape}"
