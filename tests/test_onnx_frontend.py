@@ -12,7 +12,8 @@ and ``mlas_round`` where ONNX Runtime fuses the layer into QLinearConv or
 QLinearMatMul),
 and what the chip's integer rounding cannot follow (averages over even or
 padded windows, softmax, an Add of a constant) runs on the host with ONNX
-Runtime's own float32 arithmetic (`tpu.compiler.reference_onnxruntime`).
+Runtime's own float32 arithmetic (`tpu.compiler.reference_onnxruntime`);
+a QLinearAdd's must equal ONNX Runtime's on every value.
 A QDQ int8 model's layers are checked end to end only: ONNX Runtime renames
 their tensors when it runs them in uint8 on x86. Bad models raise a one-line
 `CompileError` naming what is wrong."""
@@ -106,8 +107,12 @@ def ort_tensors(qmodel, graph, x):
 
 
 def allowed_step(graph, layer):
-    """How far one step of the function's input moves a fused sigmoid/tanh's
-    output: a one-step difference before the table may become this many."""
+    """How many steps `layer`'s output may be off: none for a QLinearAdd
+    (MLAS's arithmetic); one, or as far as one step of the function's input
+    moves a fused sigmoid/tanh's output."""
+    if getattr(layer, "semantics", None) == "qlinear_add" or \
+            getattr(layer, "op", None) == "qlinear_add_constant":
+        return 0    # QLinearAdd: MLAS's arithmetic, value for value
     activation = getattr(layer, "activation", ir.NO_ACTIVATION)
     if activation.kind not in (ir.ActivationKind.SIGMOID, ir.ActivationKind.TANH):
         return 1
@@ -161,6 +166,8 @@ def layer_kind(layer):
             + (" even" if layer.size[0] * layer.size[1] % 2 == 0 else "")
     if isinstance(layer, ir.HostOp):
         kind += f" {layer.op}"
+    if getattr(layer, "semantics", "onnx") != "onnx":
+        kind += f" {layer.semantics}"
     if layer.name.endswith("/requantize"):
         kind += " after a padded average"
     return kind
