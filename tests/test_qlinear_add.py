@@ -140,7 +140,7 @@ def test_imported_qlinear_adds_equal_onnxruntime(act):
 
 def _qlinear_model(rng, unsigned, shape, output):
     """x -> QuantizeLinear -> a; c = QLinearAdd(a, k1) (a constant per
-    channel, second); d = QLinearAdd(c, a) (two tensors of different
+    channel, second or first at random); d = QLinearAdd(c, a) (two tensors of different
     quantizations); e = QLinearAdd(k2, d) (a single-value constant, first);
     DequantizeLinear of `output` ("d" or "e") is the model output. Returns
     the model and its quantizations."""
@@ -167,9 +167,11 @@ def _qlinear_model(rng, unsigned, shape, output):
     k1 = constant("k1", rng.integers(low, high + 1, k1_shape).astype(dtype))
     k2 = constant("k2", rng.integers(low, high + 1, (1,)).astype(dtype))
     qa, qk1, qc, qd, qk2, qe = (quant(n, ratio()) for n in ("a", "k1", "c", "d", "k2", "e"))
+    k1_first = bool(rng.random() < 0.5)
     nodes = [
         helper.make_node("QuantizeLinear", ["x", *qa], ["a"]),
-        helper.make_node("QLinearAdd", ["a", *qa, k1, *qk1, *qc], ["c"], name="add_k1",
+        helper.make_node("QLinearAdd", [k1, *qk1, "a", *qa, *qc] if k1_first
+                         else ["a", *qa, k1, *qk1, *qc], ["c"], name="add_k1",
                          domain="com.microsoft"),
         helper.make_node("QLinearAdd", ["c", *qc, "a", *qa, *qd], ["d"], name="add_ca",
                          domain="com.microsoft"),
