@@ -12,7 +12,8 @@ and ``mlas_round`` where ONNX Runtime fuses the layer into QLinearConv or
 QLinearMatMul),
 and what the chip's integer rounding cannot follow (averages over even or
 padded windows, softmax, an Add of a constant) runs on the host with ONNX
-Runtime's own float32 arithmetic (`tpu.compiler.reference_onnxruntime`).
+Runtime's own float32 arithmetic (`tpu.compiler.reference_onnxruntime`);
+a QLinearAdd's must equal ONNX Runtime's on every value.
 A QDQ int8 model's layers are checked end to end only: ONNX Runtime renames
 their tensors when it runs them in uint8 on x86. Bad models raise a one-line
 `CompileError` naming what is wrong."""
@@ -106,8 +107,12 @@ def ort_tensors(qmodel, graph, x):
 
 
 def allowed_step(graph, layer):
-    """How far one step of the function's input moves a fused sigmoid/tanh's
-    output: a one-step difference before the table may become this many."""
+    """How many steps `layer`'s output may be off: none for a QLinearAdd
+    (MLAS's arithmetic); one, or as far as one step of the function's input
+    moves a fused sigmoid/tanh's output."""
+    if getattr(layer, "semantics", None) == "qlinear_add" or \
+            getattr(layer, "op", None) == "qlinear_add_constant":
+        return 0    # QLinearAdd: MLAS's arithmetic, value for value
     activation = getattr(layer, "activation", ir.NO_ACTIVATION)
     if activation.kind not in (ir.ActivationKind.SIGMOID, ir.ActivationKind.TANH):
         return 1
@@ -161,6 +166,8 @@ def layer_kind(layer):
             + (" even" if layer.size[0] * layer.size[1] % 2 == 0 else "")
     if isinstance(layer, ir.HostOp):
         kind += f" {layer.op}"
+    if getattr(layer, "semantics", "onnx") != "onnx":
+        kind += f" {layer.semantics}"
     if layer.name.endswith("/requantize"):
         kind += " after a padded average"
     return kind
@@ -249,9 +256,12 @@ def test_mlp(form, op, trans_b):
     fused = op == "matmul"
     assert all(d.rounding == ("mlas" if fused else "float32") for d in dense)
     if op == "matmul":
-        # each Add of a constant is a host step, in float32 as ONNX Runtime
+        # each Add of a constant is a host step, as ONNX Runtime computes it:
+        # in float32, or MLAS's arithmetic where it is a QLinearAdd
         adds = layers(graph, ir.HostOp)
-        assert [h.op for h in adds] == ["add_constant"] * 2 and len(adds[0].attrs["constant"]) == 20
+        host = "qlinear_add_constant" if form[0] == "qoperator" else "add_constant"
+        assert [h.op for h in adds] == [host] * 2
+        assert len(adds[0].attrs["constant"]) == 20
     assert len(graph.layers) == len(dense) + (2 if op == "matmul" else 0)
     gin, gout = graph.inputs[0], graph.outputs[0]
     assert (gin.model_name, gin.model_shape, gin.model_dtype, gin.layout) == \

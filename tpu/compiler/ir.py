@@ -269,7 +269,7 @@ class GlobalAvgPool:
         return [self.input]
 
 
-ADD_SEMANTICS = ("onnx", "tflite")
+ADD_SEMANTICS = ("onnx", "qlinear_add", "tflite")
 
 
 @dataclass
@@ -278,7 +278,9 @@ class Add:
     the output, then ``activation``.
 
     ``semantics`` says whose integer arithmetic it follows: "onnx" (ONNX
-    Runtime's float32 dequantize-add-quantize) or "tflite" (TFLite's int8 ADD:
+    Runtime's float32 dequantize-add-quantize of a QDQ Add), "qlinear_add"
+    (ONNX Runtime's QLinearAdd: MLAS's float32 scale ratios and
+    multiply-adds) or "tflite" (TFLite's int8 ADD:
     inputs shifted left by 20, each rescaled by its own multiplier, summed,
     rescaled to the output)."""
     name: str

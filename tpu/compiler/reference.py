@@ -60,7 +60,7 @@ from ..models.activation_model import (
     tanh_table, tflite_average, wrap_int32, multiply_mlas_or_single_round)
 from . import ir
 from .ir import ActivationKind, IRError
-from .reference_onnxruntime import ONNXRUNTIME_HOST_OPS
+from .reference_onnxruntime import ONNXRUNTIME_HOST_OPS, qlinear_add
 from .reference_tflite import (
     INTEGER_HOST_OPS, add_tflite, multiply_by_quantized_multiplier_single_round)
 
@@ -285,14 +285,24 @@ def global_avg_pool(layer, x, in_q, out_q):
 
 
 def add(layer, a, b, a_q, b_q, out_q):
-    """`ir.Add`: ONNX Runtime's float32 dequantize-add-quantize, then the
-    activation (or `add_tflite` for ``semantics="tflite"``)."""
-    if getattr(layer, "semantics", "onnx") == "tflite":
+    """`ir.Add`: ONNX Runtime's float32 dequantize-add-quantize (a QDQ Add),
+    then the activation; ``semantics="qlinear_add"``: ONNX Runtime's
+    QLinearAdd (`reference_onnxruntime.qlinear_add`, MLAS's scale ratios);
+    ``semantics="tflite"``: `add_tflite`."""
+    semantics = getattr(layer, "semantics", "onnx")
+    if semantics == "tflite":
         return add_tflite(layer, a, b, a_q, b_q, out_q)
     a, b = _ints(a), _ints(b)
     if a.shape != b.shape:
         raise IRError(f"layer {layer.name!r}: adds {a.shape[1:]} to {b.shape[1:]}")
     target = _target(out_q, layer.activation)
+    if semantics == "qlinear_add":
+        if a.size == 1:
+            # ONNX Runtime takes a one-value first input as the single value
+            q = qlinear_add(b, a, b_q, a_q, target)
+        else:
+            q = qlinear_add(a, b, a_q, b_q, target)
+        return activate(q, out_q, layer.activation)
     total = dequantize(a, a_q) + dequantize(b, b_q)
     with np.errstate(over="ignore"):
         q = np.rint(total / np.float32(target.scale)).astype(np.float64)

@@ -21,6 +21,14 @@ the same float32 operations in the same order:
   x86 QDQ int8 -> uint8 transformation leaves it.
 * `add_constant` ("add_constant"): an Add of a constant per channel (MatMul
   + Add): dequantize, add the constant, quantize, in float32.
+* `qlinear_add`: ``com.microsoft.QLinearAdd`` as MLAS runs it on x86-64
+  with AVX2 (``ir.Add(semantics="qlinear_add")``, and the host op
+  "qlinear_add_constant" for a constant operand): float32 scale ratios
+  ``r_a = s_a / s_c``, ``r_b = s_b / s_c``, one fixed term
+  ``z_c - fma(r_a, z_a, r_b * z_b)``, then per value
+  ``fma(a, r_a, fma(b, r_b, fixed))`` (a single value b is folded into the
+  fixed term by the same fused multiply-add, which rounds alike), rounded
+  half to even to int32 (out of range: INT32_MIN) and saturated.
 """
 
 import math
@@ -30,7 +38,8 @@ import numpy as np
 from .ir import IRError
 
 
-__all__ = ["qlinear_softmax", "qlinear_average_pool", "add_constant", "ONNXRUNTIME_HOST_OPS"]
+__all__ = ["qlinear_softmax", "qlinear_average_pool", "add_constant", "qlinear_add", "fma32",
+           "ONNXRUNTIME_HOST_OPS"]
 
 _FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -121,10 +130,85 @@ def add_constant(layer, inputs, in_quants, out_quants):
     return np.clip(q, low, high).astype(out_q.dtype)
 
 
+def fma32(a, b, c):
+    """float32 ``a * b + c`` rounded once, half to even (x86 FMA3): the
+    product of two float32 is exact in float64; the float64 sum's rounding
+    error (two-sum) breaks the ties a second rounding to float32 would get
+    wrong."""
+    a, b, c = np.broadcast_arrays(*(np.asarray(x, np.float32).astype(np.float64)
+                                    for x in (a, b, c)))
+    p = a * b
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = p + c
+        c_part = s - p
+        err = (p - (s - c_part)) + (c - c_part)
+        r = s.astype(np.float32)
+        down = np.nextafter(r, np.float32(-np.inf))
+        up = np.nextafter(r, np.float32(np.inf))
+        rd = r.astype(np.float64)
+        r = np.where((s == (rd + down.astype(np.float64)) / 2) & (err < 0), down, r)
+        r = np.where((s == (rd + up.astype(np.float64)) / 2) & (err > 0), up, r)
+    return r.astype(np.float32)
+
+
+def _cvtps_epi32(x):
+    """x86 float32 -> int32 conversion (round half to even); NaN and values
+    out of the int32 range give INT32_MIN."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~((x >= -2.0 ** 31) & (x < 2.0 ** 31))
+    return np.where(bad, -(1 << 31), np.rint(np.where(bad, 0, x))).astype(np.int64)
+
+
+def qlinear_add(a, b, a_q, b_q, out_q):
+    """``com.microsoft.QLinearAdd`` of integer arrays `a` and `b` (numpy
+    broadcasting) into `out_q`, as ONNX Runtime's MLAS x86-64
+    AVX2 kernel computes it (see the module docstring); int64 values
+    saturated to `out_q`'s range. The operands are not interchangeable:
+    `a` is the one MLAS takes first (ONNX's first input, unless ONNX
+    Runtime's broadcasting hands it over as single values)."""
+    f32 = np.float32
+    r_a = f32(f32(a_q.scale) / f32(out_q.scale))
+    r_b = f32(f32(b_q.scale) / f32(out_q.scale))
+    # the compiler contracts MLAS's C++ ``r_a * z_a + r_b * z_b`` and its
+    # intrinsics' multiply-then-add of a single b into fused multiply-adds:
+    # a single b rounds as a tensor's would
+    fixed = f32(f32(out_q.zero_point)
+                - fma32(r_a, f32(a_q.zero_point), f32(r_b * f32(b_q.zero_point))))
+    a, b = np.broadcast_arrays(np.asarray(a, np.int64), np.asarray(b, np.int64))
+    total = fma32(a.astype(f32), r_a, fma32(b.astype(f32), r_b, fixed))
+    low, high = out_q.range
+    return np.clip(_cvtps_epi32(total), low, high)
+
+
+def qlinear_add_constant(layer, inputs, in_quants, out_quants):
+    """A QLinearAdd of a tensor and a constant of one value or one per
+    channel (``attrs``: "constant", its integers; "scale", "zero_point";
+    "first", whether the constant is ONNX's first input). ONNX Runtime
+    hands a constant that is one value over a span of pixels (a single
+    value, or one per channel of an image) to MLAS as its second operand,
+    the tensor first; a constant as long as the tensor's innermost
+    dimension stays in ONNX's order."""
+    (x,), (in_q,), (out_q,) = inputs, in_quants, out_quants
+    x = np.asarray(x, dtype=np.int64)
+    attrs = layer.attrs
+    const = np.asarray(attrs["constant"], np.int64)
+    const_q = type(in_q)(scale=float(attrs["scale"]), zero_point=int(attrs["zero_point"]),
+                         unsigned=in_q.unsigned)
+    pixels = int(np.prod(x.shape[1:-1])) if x.ndim > 2 else 1
+    values = np.broadcast_to(const if const.size > 1 else const.reshape(()), x.shape)
+    if attrs.get("first") and const.size > 1 and pixels == 1:
+        out = qlinear_add(values, x, const_q, in_q, out_q)
+    else:
+        out = qlinear_add(x, values, in_q, const_q, out_q)
+    return out.astype(out_q.dtype)
+
+
 #: op name -> function(layer, integer inputs, input quantizations, output
 #: quantizations) -> output array
 ONNXRUNTIME_HOST_OPS = {
     "qlinear_softmax": lambda layer, xs, iq, oq: [qlinear_softmax(layer, xs, iq, oq)],
     "qlinear_average_pool": lambda layer, xs, iq, oq: [qlinear_average_pool(layer, xs, iq, oq)],
     "add_constant": lambda layer, xs, iq, oq: [add_constant(layer, xs, iq, oq)],
+    "qlinear_add_constant": lambda layer, xs, iq, oq: [qlinear_add_constant(layer, xs, iq, oq)],
 }

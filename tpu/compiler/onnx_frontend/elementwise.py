@@ -86,7 +86,8 @@ class ElementwiseOps:
 
     # -- two-input and host operators ------------------------------------------------------
 
-    def add(self, node, a_name, b_name, a_q=None, b_q=None, out_q=None, const_b=None):
+    def add(self, node, a_name, b_name, a_q=None, b_q=None, out_q=None, const_b=None,
+            semantics="onnx"):
         if const_b is not None:
             return self.add_bias(node, a_name, const_b, a_q, out_q)
         a, a_float = self.activation_input(node, a_name, a_q)
@@ -96,9 +97,9 @@ class ElementwiseOps:
                                    f"{self.tensor(b).shape}; the chip adds tensors of one "
                                    f"shape (no broadcasting)")
         out, _ = self.output(node, a_float, node.output[0], self.tensor(a).shape, out_q)
-        self.layers.append(ir.Add(self.label(node), a, b, out))
+        self.layers.append(ir.Add(self.label(node), a, b, out, semantics=semantics))
 
-    def add_bias(self, node, a_name, real_bias, a_q, out_q):
+    def add_bias(self, node, a_name, real_bias, a_q, out_q, qlinear=None):
         """Add of a constant per channel (MatMul + Add, a bias after a Conv):
         a host step that adds it as ONNX Runtime does, in float32. Folding
         the constant into the layer before would round and saturate once
@@ -117,8 +118,16 @@ class ElementwiseOps:
                 real_bias.size > 1 and (real_bias.ndim < -axis or real_bias.shape[axis] != c):
             raise self.unsupported(node, f"adds a constant of shape {real_bias.shape} to "
                                    f"{src.shape}; the chip adds constants only per channel")
-        real_bias = np.broadcast_to(real_bias.reshape(-1), (c,))
         out, _ = self.output(node, is_float, node.output[0], src.shape, out_q)
+        if qlinear is not None:
+            # QLinearAdd: MLAS's arithmetic on the constant's integers
+            values, scale, zero_point, first = qlinear
+            attrs = {"constant": [int(v) for v in np.asarray(values).reshape(-1)],
+                     "scale": float(scale), "zero_point": int(zero_point), "first": first}
+            self.layers.append(ir.HostOp(self.label(node), "qlinear_add_constant", [a], [out],
+                                         attrs))
+            return
+        real_bias = np.broadcast_to(real_bias.reshape(-1), (c,))
         constant = [float(v) for v in real_bias.astype(np.float32)]
         self.layers.append(ir.HostOp(self.label(node), "add_constant", [a], [out],
                                      {"constant": constant}))
@@ -146,12 +155,14 @@ class ElementwiseOps:
         qb = self.quant(node, i[4], i[5], what="second input")
         out_q = self.quant(node, i[6], i[7], what="output")
         a, b = i[0], i[3]
-        if a in self.consts:
+        first = a in self.consts
+        if first:
             a, b, qa, qb = b, a, qb, qa
-        const_b = None
         if b in self.consts:
             const_b = (self.consts[b].astype(np.float64) - qb.zero_point) * np.float32(qb.scale)
-        self.add(node, a, b, qa, qb, out_q, const_b)
+            return self.add_bias(node, a, const_b, qa, out_q,
+                                 qlinear=(self.consts[b], qb.scale, qb.zero_point, first))
+        self.add(node, a, b, qa, qb, out_q, semantics="qlinear_add")
 
     def softmax(self, node, in_q=None, out_q=None):
         x, is_float = self.activation_input(node, node.input[0], in_q)
