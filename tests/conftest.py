@@ -33,6 +33,25 @@ def simulator(request):
     return request.param
 
 
+def mlas_fma_missing():
+    """Why ONNX Runtime's QLinearAdd here may round otherwise than
+    `reference_onnxruntime.qlinear_add`, which follows MLAS's x86-64 AVX2
+    kernel (fused multiply-adds); None on such a machine. MLAS's SSE2 and
+    ARM kernels multiply and add apart, or in fixed point."""
+    import platform
+    machine = platform.machine().lower()
+    if machine not in ("x86_64", "amd64"):
+        return f"ONNX Runtime's QLinearAdd on {machine} is not MLAS's x86-64 AVX2 kernel"
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "this machine's CPU flags (AVX2, FMA) are not known"
+    missing = {"avx2", "fma"} - flags
+    if missing:
+        return f"this CPU lacks {', '.join(sorted(missing))}: MLAS runs QLinearAdd's SSE2 kernel"
+    return None
+
+
 def base_seed():
     """TPU_SEED replays a run; otherwise every run draws new seeds."""
     return int(os.environ.get("TPU_SEED", "0")) or int.from_bytes(os.urandom(3), "little")

@@ -15,8 +15,10 @@ from tpu.compiler import ir, reference, zoo
 from tpu.compiler.onnx_frontend import import_onnx
 from tpu.compiler.reference_onnxruntime import fma32, qlinear_add
 
-from conftest import base_seed
+from conftest import base_seed, mlas_fma_missing
 from test_onnx_frontend import check, layers, ort_tensors, quantized, run_both
+
+pytestmark = pytest.mark.skipif(mlas_fma_missing() is not None, reason=str(mlas_fma_missing()))
 
 
 def _session(unsigned, shape_a, shape_b, scales, zero_points):
