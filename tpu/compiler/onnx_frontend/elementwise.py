@@ -147,7 +147,13 @@ class ElementwiseOps:
         a, b = node.input
         if self.real_constant(a) is not None:
             a, b = b, a
-        self.add(node, a, b, const_b=self.real_constant(b))
+        const_b = self.real_constant(b)
+        # a QDQ Add ONNX Runtime fuses runs as QLinearAdd (MLAS's
+        # arithmetic on the integers), the others dequantize, add in float
+        # and quantize
+        semantics = "qlinear_add" if const_b is None and \
+            self.qlinear_add_by_onnxruntime(node) else "onnx"
+        self.add(node, a, b, const_b=const_b, semantics=semantics)
 
     def op_QLinearAdd(self, node):
         i = list(node.input) + [""] * (8 - len(node.input))

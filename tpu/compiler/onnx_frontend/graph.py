@@ -370,30 +370,100 @@ class GraphReader:
             raise ModelError(f"{self.source}: {one_line(exc)}") from None
 
     def fused_by_onnxruntime(self, node):
-        """Whether ONNX Runtime runs the matrix operator `node` as a
-        QLinearConv or QLinearMatMul: it is one, or it is the float Conv or
-        MatMul of a QDQ node group that its QDQ transformer fuses into one.
-        That needs (measured with ONNX Runtime's optimized graphs,
-        docs/compiler.md) every input a DequantizeLinear whose output only
-        this node reads, and the output read by one QuantizeLinear alone;
-        a DequantizeLinear shared by two consumers (or two QuantizeLinear
-        nodes on the output) leaves it a float32 operator. A Gemm (and
-        QGemm) is left to the float32 rounding."""
-        if node.op_type in ("QLinearConv", "QLinearMatMul"):
+        """Whether ONNX Runtime (its CPU provider on x86-64) runs the matrix
+        operator `node` as a QLinearConv, QLinearMatMul or QGemm: it is one,
+        or it is the float Conv, MatMul or Gemm of a QDQ node group that its
+        QDQ transformer fuses into one (`qdq_group_by_onnxruntime`), over
+        uint8 activations (it fuses none over int8 ones there: its
+        ``QDQIsInt8Allowed`` is false on x86-64). Such a layer's sums are
+        exact and MLAS requantizes them (``mlas_round``); the others are
+        float32 operators on dequantized values."""
+        if node.op_type in ("QLinearConv", "QLinearMatMul", "QGemm"):
             return True
-        if node.op_type not in ("Conv", "MatMul"):
+        if node.op_type not in ("Conv", "MatMul", "Gemm"):
             return False
+        groups = self.qdq_group_by_onnxruntime(node)
+        return groups is not None and groups[0] == groups[-1] == np.uint8
+
+    def qlinear_add_by_onnxruntime(self, node):
+        """Whether ONNX Runtime runs the QDQ Add `node` (of two tensors) as
+        a QLinearAdd: a QDQ node group whose inputs and output have one
+        type as it runs them (int8 or uint8)."""
+        groups = self.qdq_group_by_onnxruntime(node)
+        return groups is not None and len(set(groups)) == 1
+
+    def qdq_group_by_onnxruntime(self, node):
+        """The types ONNX Runtime runs the quantized inputs and the output
+        of `node` in, if it takes `node` as a QDQ node group (its
+        ``NodeGroupSelector``: every input a DequantizeLinear, the output
+        read by one QuantizeLinear alone and not a model output), else
+        None. A DequantizeLinear shared with other nodes does not matter
+        (``EnsureUniqueDQForNodeUnit`` gives each its own); a shared
+        QuantizeLinear does, through the types (`onnxruntime_qtype`)."""
+        types = []
         for name in node.input:
             if not name:
                 continue
             producer = self.producers.get(name)
             if producer is None or producer.op_type != "DequantizeLinear" \
-                    or len(self.consumers[name]) != 1 or name in self.model_outputs:
-                return False
+                    or name in self.model_outputs:
+                return None
+            types.append(self.onnxruntime_qtype(producer.input[0]))
         y = node.output[0]
         users = self.consumers[y]
-        return y not in self.model_outputs and len(users) == 1 \
-            and users[0].op_type == "QuantizeLinear"
+        if len(node.output) != 1 or y in self.model_outputs or len(users) != 1 \
+                or users[0].op_type != "QuantizeLinear":
+            return None
+        return (*types[:2], self.onnxruntime_qtype(users[0].output[0]))
+
+    def onnxruntime_qtype(self, name):
+        """The integer type of the quantized tensor `name` (a QuantizeLinear
+        output, an initializer or a model input) as ONNX Runtime runs it on
+        x86-64: its ``QDQS8ToU8Transformer`` moves an int8 QuantizeLinear
+        whose output one DequantizeLinear alone reads (not a model output),
+        itself read by one node, both with one and the same zero point, to
+        uint8 (the zero point plus 128), and every int8 constant a
+        DequantizeLinear reads alone."""
+        producer = self.producers.get(name)
+        if name in self.consts:
+            dtype = self.consts[name].dtype
+            users = self.consumers[name]
+            if dtype == np.int8 and len(users) == 1 and users[0].op_type == "DequantizeLinear":
+                return np.uint8
+            return dtype.type
+        if producer is None or producer.op_type != "QuantizeLinear":
+            info = self.model_inputs.get(name)
+            return elem_dtype(info).type if info is not None else None
+        zp = self._zero_point(producer)
+        if zp is None:
+            # no zero point: uint8 (or the output_dtype asked for); not
+            # constant: ONNX Runtime converts nothing, and nor do we
+            dtype = node_attrs(producer).get("output_dtype")
+            if len(producer.input) > 2 and producer.input[2] or dtype:
+                return None
+            return np.uint8
+        if zp.dtype != np.int8:
+            return zp.dtype.type
+        users = self.consumers[name]
+        # ONNX Runtime first gives each reader of a DequantizeLinear its own
+        # copy (EnsureUniqueDQForNodeUnit), so a shared DequantizeLinear is a
+        # QuantizeLinear read by several here
+        if len(users) == 1 and name not in self.model_outputs \
+                and users[0].op_type == "DequantizeLinear" \
+                and len(self.consumers[users[0].output[0]]) \
+                + (users[0].output[0] in self.model_outputs) == 1:
+            dq_zp = self._zero_point(users[0])
+            if zp.size == 1 and dq_zp is not None and dq_zp.size == 1 \
+                    and dq_zp.dtype == np.int8 and int(dq_zp.reshape(-1)[0]) == int(zp.reshape(-1)[0]):
+                return np.uint8
+        return np.int8
+
+    def _zero_point(self, node):
+        """The constant zero point of a QuantizeLinear/DequantizeLinear
+        node, or None if it has none (or it is not constant)."""
+        if len(node.input) > 2 and node.input[2]:
+            return self.consts.get(node.input[2])
+        return None
 
     def graph_inputs(self):
         missing = [n for n in self.model_inputs if n not in self.inputs]
