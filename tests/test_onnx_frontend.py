@@ -252,10 +252,15 @@ def test_mlp(form, op, trans_b):
     (graph,) = check(model, (12,), seed, [form])
     dense = layers(graph, ir.Dense)
     assert [d.weight.shape for d in dense] == [(12, 20), (20, 9)]
-    # ONNX Runtime runs the MatMuls as QLinearMatMul (MLAS's rounding,
-    # "mlas"); the Gemms as QGemm, which the front end leaves to "float32".
-    fused = op == "matmul"
-    assert all(d.rounding == ("mlas" if fused else "float32") for d in dense)
+    # ONNX Runtime runs the MatMuls as QLinearMatMul and the Gemms as QGemm
+    # (MLAS's rounding, "mlas") where it fuses them: a QDQ Gemm over uint8
+    # activations, or int8 ones it moves to uint8 (x86-64)
+    calibration = np.random.default_rng(seed).normal(0, 1, (32, 12)).astype(np.float32)
+    ops = [n.op_type for n in zoo.ort_optimized(quantized(model, calibration, *form)).graph.node]
+    fused = ops.count("QLinearMatMul") + ops.count("QGemm")
+    assert [d.rounding for d in dense] == ["mlas"] * fused + ["float32"] * (len(dense) - fused)
+    if mlas_fma_missing() is None:
+        assert fused == 2
     if op == "matmul":
         # each Add of a constant is a host step, as ONNX Runtime computes it:
         # in float32, or MLAS's arithmetic where it is a QLinearAdd

@@ -378,8 +378,11 @@ class GraphReader:
         ``QDQIsInt8Allowed`` is false on x86-64). Such a layer's sums are
         exact and MLAS requantizes them (``mlas_round``); the others are
         float32 operators on dequantized values."""
-        if node.op_type in ("QLinearConv", "QLinearMatMul", "QGemm"):
+        if node.op_type in ("QLinearConv", "QLinearMatMul"):
             return True
+        if node.op_type == "QGemm":
+            # with an output scale (else its output is float)
+            return len(node.input) > 7 and bool(node.input[7])
         if node.op_type not in ("Conv", "MatMul", "Gemm"):
             return False
         groups = self.qdq_group_by_onnxruntime(node)
