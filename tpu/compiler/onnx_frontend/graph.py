@@ -450,8 +450,11 @@ class GraphReader:
         users = self.consumers[name]
         # ONNX Runtime first gives each reader of a DequantizeLinear its own
         # copy (EnsureUniqueDQForNodeUnit), so a shared DequantizeLinear is a
-        # QuantizeLinear read by several here
+        # QuantizeLinear read by several here; and its common-subexpression
+        # pass makes one of equal QuantizeLinear nodes on one tensor (the
+        # quantizer's DedicatedQDQPair), read by all their readers
         if len(users) == 1 and name not in self.model_outputs \
+                and not self._twins(producer) \
                 and users[0].op_type == "DequantizeLinear" \
                 and len(self.consumers[users[0].output[0]]) \
                 + (users[0].output[0] in self.model_outputs) == 1:
@@ -460,6 +463,25 @@ class GraphReader:
                     and dq_zp.dtype == np.int8 and int(dq_zp.reshape(-1)[0]) == int(zp.reshape(-1)[0]):
                 return np.uint8
         return np.int8
+
+    def _twins(self, q):
+        """The other QuantizeLinear nodes of the tensor `q` quantizes, with
+        the same scale, zero point and attributes (ONNX Runtime merges them)."""
+        def params(node):
+            values = [self.consts.get(n) if n else None for n in list(node.input[1:3]) + [""]][:2]
+            return values, node_attrs(node)
+        mine = params(q)
+        twins = []
+        for other in self.consumers[q.input[0]]:
+            if other is q or other.op_type != "QuantizeLinear":
+                continue
+            values, attrs = params(other)
+            if attrs == mine[1] and all(
+                    (a is None and b is None) or (a is not None and b is not None
+                                                  and a.dtype == b.dtype and np.array_equal(a, b))
+                    for a, b in zip(values, mine[0])):
+                twins.append(other)
+        return twins
 
     def _zero_point(self, node):
         """The constant zero point of a QuantizeLinear/DequantizeLinear
