@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: ResNet-18 and MobileNetV2 (QDQ int8, `tpu.compiler.imagenet_models`)
+"""Benchmark: ResNet-18 and MobileNetV2 (QDQ, uint8 activations, `tpu.compiler.imagenet_models`)
 compiled for chips of 8x8, 16x16 and 256x256 arrays.
 
 For each model and chip: the compile time, the parts, the cycles per

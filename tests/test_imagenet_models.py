@@ -126,17 +126,25 @@ def _layers_within_one_step(model, x, seed):
     assert checked >= 20, f"only {checked} layers could be compared with ONNX Runtime's"
 
 
-@pytest.mark.parametrize("act", ["uint8", "int8"])
+@pytest.mark.parametrize("act", ["uint8", "int8", "int8-dedicated"])
 def test_layers_fused_as_onnxruntime_fuses_them(act):
     """The front end gives MLAS's arithmetic ("mlas" rounding, "qlinear_add")
     to exactly the layers ONNX Runtime fuses in its optimized graph: every
     one with uint8 activations; with int8 ones, on x86-64, those whose
     input and output tensors ONNX Runtime moves to uint8 (a QuantizeLinear
     -> DequantizeLinear pair that feeds one node), which leaves the
-    residual blocks' first layers and every residual Add in float."""
+    residual blocks' first layers and every residual Add in float, also
+    where the quantizer gives each reader its own pair (DedicatedQDQPair:
+    ONNX Runtime merges them again)."""
+    from test_onnx_frontend import _quantize_static
     x86 = mlas_fma_missing() is None
     for name in imagenet_models.MODELS:
-        model = imagenet_models.quantized(name, SIZE, activation_type=act)
+        if act == "int8-dedicated":
+            model = _quantize_static(imagenet_models.MODELS[name](SIZE),
+                                     imagenet_models.calibration_images(SIZE), "qdq", "int8",
+                                     True, {"DedicatedQDQPair": True})
+        else:
+            model = imagenet_models.quantized(name, SIZE, activation_type=act)
         ops = [n.op_type for n in zoo.ort_optimized(model).graph.node]
         graph = import_onnx(model)
         matrix = [layer for layer in graph.layers if isinstance(layer, (ir.Conv2D, ir.Dense))
