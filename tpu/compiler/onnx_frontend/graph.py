@@ -421,32 +421,24 @@ class GraphReader:
 
     def onnxruntime_qtype(self, name):
         """The integer type of the quantized tensor `name` (a QuantizeLinear
-        output, an initializer or a model input) as ONNX Runtime runs it on
-        x86-64: its ``QDQS8ToU8Transformer`` moves an int8 QuantizeLinear
-        whose output one DequantizeLinear alone reads (not a model output),
-        itself read by one node, both with one and the same zero point, to
-        uint8 (the zero point plus 128), and every int8 constant a
-        DequantizeLinear reads alone."""
+        output, a model input or a constant) as ONNX Runtime runs it on
+        x86-64, or None if not known: its ``QDQS8ToU8Transformer`` moves an
+        int8 QuantizeLinear whose output one DequantizeLinear alone reads
+        (not a model output), itself read by one node, both with one and the
+        same constant zero point, to uint8 (the zero point plus 128)."""
+        from onnx import helper
         producer = self.producers.get(name)
         if name in self.consts:
-            dtype = self.consts[name].dtype
-            users = self.consumers[name]
-            if dtype == np.int8 and len(users) == 1 and users[0].op_type == "DequantizeLinear":
-                return np.uint8
-            return dtype.type
+            return self.consts[name].dtype.type
         if producer is None or producer.op_type != "QuantizeLinear":
             info = self.model_inputs.get(name)
             return elem_dtype(info).type if info is not None else None
-        zp = self._zero_point(producer)
-        if zp is None:
-            # no zero point: uint8 (or the output_dtype asked for); not
-            # constant: ONNX Runtime converts nothing, and nor do we
+        if len(producer.input) < 3 or not producer.input[2]:
             dtype = node_attrs(producer).get("output_dtype")
-            if len(producer.input) > 2 and producer.input[2] or dtype:
-                return None
-            return np.uint8
-        if zp.dtype != np.int8:
-            return zp.dtype.type
+            return helper.tensor_dtype_to_np_dtype(dtype).type if dtype else np.uint8
+        zp = self._zero_point(producer)
+        if zp is None or zp.dtype != np.int8:
+            return None if zp is None else zp.dtype.type
         users = self.consumers[name]
         # ONNX Runtime first gives each reader of a DequantizeLinear its own
         # copy (EnsureUniqueDQForNodeUnit), so a shared DequantizeLinear is a
@@ -466,22 +458,17 @@ class GraphReader:
 
     def _twins(self, q):
         """The other QuantizeLinear nodes of the tensor `q` quantizes, with
-        the same scale, zero point and attributes (ONNX Runtime merges them)."""
-        def params(node):
-            values = [self.consts.get(n) if n else None for n in list(node.input[1:3]) + [""]][:2]
-            return values, node_attrs(node)
-        mine = params(q)
-        twins = []
-        for other in self.consumers[q.input[0]]:
-            if other is q or other.op_type != "QuantizeLinear":
-                continue
-            values, attrs = params(other)
-            if attrs == mine[1] and all(
-                    (a is None and b is None) or (a is not None and b is not None
-                                                  and a.dtype == b.dtype and np.array_equal(a, b))
-                    for a, b in zip(values, mine[0])):
-                twins.append(other)
-        return twins
+        equal scale, zero point and attributes (ONNX Runtime merges them)."""
+        def key(node):
+            params = []
+            for n in node.input[1:3]:
+                value = self.consts.get(n)
+                params.append(n if value is None else (value.dtype.str, value.shape,
+                                                      value.tobytes()))
+            return params, node_attrs(node)
+        mine = key(q)
+        return [other for other in self.consumers[q.input[0]]
+                if other is not q and other.op_type == "QuantizeLinear" and key(other) == mine]
 
     def _zero_point(self, node):
         """The constant zero point of a QuantizeLinear/DequantizeLinear
