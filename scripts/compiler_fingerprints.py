@@ -118,7 +118,7 @@ def _onnx_models(cache):
             onnx.save(zoo.quantize(model, demo_models.model_input(name, x_train)), str(path))
         paths[f"demo_{name}"] = path
     for name in imagenet_models.MODELS:
-        path = cache / f"{name}_32.onnx"
+        path = cache / f"{name}_32_uint8.onnx"   # uint8 activations since 7 December 2026
         if not path.exists():
             onnx.save(imagenet_models.quantized(name, 32), str(path))
         paths[f"{name}_32"] = path
@@ -130,7 +130,7 @@ def _imagenet_224(cache, name):
     into `cache` the first time it is compiled."""
     import onnx
     from tpu.compiler import imagenet_models
-    path = cache / f"{name}_224.onnx"
+    path = cache / f"{name}_224_uint8.onnx"
     if not path.exists():
         onnx.save(imagenet_models.quantized(name, 224), str(path))
     return str(path)
