@@ -110,7 +110,7 @@ def allowed_step(graph, layer):
     """How many steps `layer`'s output may be off: none for a QLinearAdd
     (MLAS's arithmetic); one, or as far as one step of the function's input
     moves a fused sigmoid/tanh's output."""
-    if getattr(layer, "semantics", None) == "qlinear_add" or \
+    if getattr(layer, "semantics", None) in ("qlinear_add", "qlinear_add_uint8") or \
             getattr(layer, "op", None) == "qlinear_add_constant":
         # QLinearAdd: MLAS's x86-64 AVX2 arithmetic, value for value there
         return 0 if mlas_fma_missing() is None else 1

@@ -273,3 +273,57 @@ def test_compiled_qlinear_adds_run_as_onnxruntime(unsigned, tmp_path):
         (theirs,) = zoo.ort_run(model, x)
         theirs = reference.quantize(theirs, out_q)
         assert np.array_equal(ours.astype(int), theirs.astype(int)), f"seed {seed} {shape}"
+
+
+def test_qdq_adds_of_int8_tensors_moved_to_uint8():
+    """A QDQ Add of int8 tensors that ONNX Runtime moves to uint8 first (on
+    x86-64, each tensor a QuantizeLinear -> DequantizeLinear pair read by one
+    node) and then fuses into a QLinearAdd: the front end's
+    "qlinear_add_uint8" computes MLAS's arithmetic on the moved values
+    (plus 128, zero points too), whose float32 roundings differ from those
+    on the int8 values in a few sums. Two QLinearMatMuls (MLAS's rounding)
+    of two inputs feed it, so the whole model equals ONNX Runtime's on
+    every value."""
+    import dataclasses
+    from onnx import numpy_helper
+    from test_onnx_frontend import weights
+    seed = base_seed()
+    print("seed", seed)
+    rng = np.random.default_rng(seed)
+    unmoved = total = 0
+    for trial in range(12):
+        nodes = [helper.make_node("MatMul", ["x1", "w1"], ["a"], name="mm1"),
+                 helper.make_node("MatMul", ["x2", "w2"], ["b"], name="mm2"),
+                 helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+        inits = {"w1": weights(rng, 16, 64), "w2": weights(rng, 16, 64) * 10 ** rng.uniform(-1, 1)}
+        graph = helper.make_graph(
+            nodes, "adds", [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 16])
+                            for n in ("x1", "x2")],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(v, k) for k, v in inits.items()])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = zoo.IR_VERSION
+        calibration = {n: rng.normal(0, 1, (32, 16)).astype(np.float32) for n in ("x1", "x2")}
+        q = quantized(model, calibration, "qdq", "int8")
+        ops = [n.op_type for n in zoo.ort_optimized(q).graph.node]
+        assert ops.count("QLinearAdd") == 1 and ops.count("QLinearMatMul") == 2
+        graph = import_onnx(q)
+        (add,) = layers(graph, ir.Add)
+        assert add.semantics == "qlinear_add_uint8"
+        assert all(d.rounding == "mlas" for d in layers(graph, ir.Dense))
+        x = {n: rng.normal(0, 1.5, (512, 16)).astype(np.float32) for n in ("x1", "x2")}
+        feeds = {g.tensor: reference.quantize(x[g.model_name], graph.tensor(g.tensor).quant)
+                 for g in graph.inputs}
+        (gout,) = graph.outputs
+        out_q = graph.tensor(gout.tensor).quant
+        ours = reference.run(graph, feeds, outputs_only=True)[gout.tensor]
+        (theirs,) = zoo.ort_run(q, x)
+        theirs = reference.quantize(theirs, out_q)
+        assert np.array_equal(ours, theirs), f"seed {seed}, model {trial}"
+        plain = ir.Graph(graph.tensors, [dataclasses.replace(layer, semantics="qlinear_add")
+                                         if layer is add else layer for layer in graph.layers],
+                         graph.inputs, graph.outputs, graph.source)
+        unmoved += int(np.count_nonzero(
+            reference.run(plain, feeds, outputs_only=True)[gout.tensor] != theirs))
+        total += theirs.size
+    print(f"{total} values; on the int8 values MLAS's arithmetic differs in {unmoved}")

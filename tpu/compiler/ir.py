@@ -269,7 +269,7 @@ class GlobalAvgPool:
         return [self.input]
 
 
-ADD_SEMANTICS = ("onnx", "qlinear_add", "tflite")
+ADD_SEMANTICS = ("onnx", "qlinear_add", "qlinear_add_uint8", "tflite")
 
 
 @dataclass
@@ -280,7 +280,10 @@ class Add:
     ``semantics`` says whose integer arithmetic it follows: "onnx" (ONNX
     Runtime's float32 dequantize-add-quantize of a QDQ Add), "qlinear_add"
     (ONNX Runtime's QLinearAdd: MLAS's float32 scale ratios and
-    multiply-adds) or "tflite" (TFLite's int8 ADD:
+    multiply-adds), "qlinear_add_uint8" (the same on int8 tensors that ONNX
+    Runtime moves to uint8 first, values and zero points plus 128, as it
+    does to a QDQ model's on x86-64; the float32 arithmetic then rounds
+    otherwise in a few values) or "tflite" (TFLite's int8 ADD:
     inputs shifted left by 20, each rescaled by its own multiplier, summed,
     rescaled to the output)."""
     name: str

@@ -287,8 +287,9 @@ def global_avg_pool(layer, x, in_q, out_q):
 def add(layer, a, b, a_q, b_q, out_q):
     """`ir.Add`: ONNX Runtime's float32 dequantize-add-quantize (a QDQ Add),
     then the activation; ``semantics="qlinear_add"``: ONNX Runtime's
-    QLinearAdd (`reference_onnxruntime.qlinear_add`, MLAS's scale ratios);
-    ``semantics="tflite"``: `add_tflite`."""
+    QLinearAdd (`reference_onnxruntime.qlinear_add`, MLAS's scale ratios),
+    ``"qlinear_add_uint8"`` the same on int8 tensors moved to uint8 (plus
+    128) as ONNX Runtime moves them; ``semantics="tflite"``: `add_tflite`."""
     semantics = getattr(layer, "semantics", "onnx")
     if semantics == "tflite":
         return add_tflite(layer, a, b, a_q, b_q, out_q)
@@ -296,13 +297,21 @@ def add(layer, a, b, a_q, b_q, out_q):
     if a.shape != b.shape:
         raise IRError(f"layer {layer.name!r}: adds {a.shape[1:]} to {b.shape[1:]}")
     target = _target(out_q, layer.activation)
-    if semantics == "qlinear_add":
+    if semantics in ("qlinear_add", "qlinear_add_uint8"):
+        shift = 0
+        if semantics == "qlinear_add_uint8":
+            def moved(q):
+                return q if q.unsigned else type(q)(scale=q.scale, zero_point=q.zero_point + 128,
+                                                    unsigned=True)
+            a, b = a + (0 if a_q.unsigned else 128), b + (0 if b_q.unsigned else 128)
+            shift = 0 if target.unsigned else 128
+            a_q, b_q, target = moved(a_q), moved(b_q), moved(target)
         if a.size == 1:
             # ONNX Runtime takes a one-value first input as the single value
             q = qlinear_add(b, a, b_q, a_q, target)
         else:
             q = qlinear_add(a, b, a_q, b_q, target)
-        return activate(q, out_q, layer.activation)
+        return activate(q - shift, out_q, layer.activation)
     total = dequantize(a, a_q) + dequantize(b, b_q)
     with np.errstate(over="ignore"):
         q = np.rint(total / np.float32(target.scale)).astype(np.float64)

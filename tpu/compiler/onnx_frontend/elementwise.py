@@ -151,8 +151,13 @@ class ElementwiseOps:
         # a QDQ Add ONNX Runtime fuses runs as QLinearAdd (MLAS's
         # arithmetic on the integers), the others dequantize, add in float
         # and quantize
-        semantics = "qlinear_add" if const_b is None and \
-            self.qlinear_add_by_onnxruntime(node) else "onnx"
+        semantics = "onnx"
+        if const_b is None and self.qlinear_add_by_onnxruntime(node):
+            # on int8 tensors ONNX Runtime has moved to uint8 (x86-64), or not
+            quantize = self.consumers[node.output[0]][0]
+            moved = self.onnxruntime_qtype(quantize.output[0]) == np.uint8 \
+                and not self.qdq_quant(quantize, "output").unsigned
+            semantics = "qlinear_add_uint8" if moved else "qlinear_add"
         self.add(node, a, b, const_b=const_b, semantics=semantics)
 
     def op_QLinearAdd(self, node):
