@@ -127,7 +127,7 @@ def _layers_within_one_step(model, x, seed):
 
 
 @pytest.mark.parametrize("act", ["uint8", "int8", "int8-dedicated"])
-def test_layers_fused_as_onnxruntime_fuses_them(act):
+def test_layers_fused_as_onnxruntime_fuses_them(models, act):
     """The front end gives MLAS's arithmetic ("mlas" rounding, "qlinear_add")
     to exactly the layers ONNX Runtime fuses in its optimized graph: every
     one with uint8 activations; with int8 ones, on x86-64, those whose
@@ -143,6 +143,8 @@ def test_layers_fused_as_onnxruntime_fuses_them(act):
             model = _quantize_static(imagenet_models.MODELS[name](SIZE),
                                      imagenet_models.calibration_images(SIZE), "qdq", "int8",
                                      True, {"DedicatedQDQPair": True})
+        elif act == "uint8":
+            model = models[name]
         else:
             model = imagenet_models.quantized(name, SIZE, activation_type=act)
         ops = [n.op_type for n in zoo.ort_optimized(model).graph.node]
@@ -162,13 +164,13 @@ def test_layers_fused_as_onnxruntime_fuses_them(act):
 
 
 @pytest.mark.skipif(mlas_fma_missing() is not None, reason=str(mlas_fma_missing()))
-def test_reference_equals_onnxruntime_on_a_batch():
+def test_reference_equals_onnxruntime_on_a_batch(models):
     """Eight random images through the reference interpreter (which the
     golden chip equals, above): every output equal to ONNX Runtime's."""
     seed = base_seed()
     x = np.random.default_rng(seed).standard_normal((8, 3, SIZE, SIZE)).astype(np.float32)
     for name in imagenet_models.MODELS:
-        model = imagenet_models.quantized(name, SIZE)
+        model = models[name]
         graph = import_onnx(model)
         (gin,), (gout,) = graph.inputs, graph.outputs
         in_q, out_q = graph.tensor(gin.tensor).quant, graph.tensor(gout.tensor).quant
