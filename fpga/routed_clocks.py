@@ -89,6 +89,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the MLAS rounding and the fetcher's registered valid",
                16, 16, 50.0, 53.31, "2026-12-07", "8c5fb4d",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twenty-fourth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the activation function's output registered",
+               16, 16, 50.0, 56.83, "2026-12-07", "666dcd6",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twenty-fifth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
