@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh clone:
 #   make demo   train, quantize and compile two small networks and run them on the RTL
-#   make test   run the whole test suite (RTL under Icarus and Verilator)
+#   make test   run the test suite as CI does (RTL under Icarus and Verilator)
+#   make test-long   every case of every RTL test under both simulators (hours)
 # Both create .venv and install the project into it when needed.
 
 PYTHON ?= python3
@@ -10,7 +11,7 @@ BIN     = $(VENV)/bin
 JOBS   ?= auto
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test regress mutants verilog bench clean
+.PHONY: demo test test-long regress mutants verilog bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	PYTHONWARNINGS=error $(BIN)/python -m pytest -n $(JOBS) --durations=20 $(PYTEST_ARGS)
+
+# The cases CI leaves out (docs/testing.md, "The long run") as well.
+test-long: $(STAMP)
+	TPU_LONG=1 PYTHONWARNINGS=error $(BIN)/python -m pytest -n $(JOBS) --durations=20 $(PYTEST_ARGS)
 
 # Random regressions: SEEDS programs per configuration (CONFIGS, comma-separated
 # names from tpu.sim.regress.CONFIGS) on the core against the golden model, and

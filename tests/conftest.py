@@ -66,7 +66,56 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    return f"random seeds drawn from TPU_SEED={os.environ.get('TPU_SEED')} (set it to replay this run)"
+    scope = ("every case under both simulators (TPU_LONG=1)" if LONG_RUN else
+             "the CI cut: Icarus runs one case of each RTL test, Verilator every case; "
+             "TPU_LONG=1 runs all")
+    return [f"random seeds drawn from TPU_SEED={os.environ.get('TPU_SEED')} (set it to replay this run)",
+            f"cases: {scope}"]
+
+
+# The suite as CI runs it is cut to fit its time (docs/testing.md, "The long
+# run"): an RTL test parametrized beyond its simulator runs every case under
+# Verilator but one under Icarus (the first collected, and any case marked
+# `icarus`: a form of the RTL no other case builds), and cases marked `long`
+# run only in the long run. TPU_LONG=1 (`make test-long`) runs everything.
+LONG_RUN = bool(os.environ.get("TPU_LONG"))
+
+
+def long_only(reason):
+    """Skip the running case unless this is the long run (TPU_LONG=1): the
+    in-test form of the `long` mark, for a case among stacked parameters."""
+    __tracebackhide__ = True        # the skip is reported at the test's line
+    if not LONG_RUN:
+        pytest.skip(f"long run only: {reason}; TPU_LONG=1 runs it")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    # trylast: after -k and -m have deselected, so that a case asked for by
+    # name is the one its group keeps.
+    if LONG_RUN:
+        return
+    # Without Verilator every case's one run is its Icarus run.
+    cut_icarus = not missing_simulator("verilator")
+    icarus_kept = {}
+    for item in items:
+        long = item.get_closest_marker("long")
+        if long:
+            reason = long.kwargs.get("reason") or (long.args[0] if long.args else "")
+            assert reason, f"{item.nodeid}: a `long` mark says why the CI run leaves the case out"
+            item.add_marker(pytest.mark.skip(reason=f"long run only: {reason}; TPU_LONG=1 runs it"))
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if not cut_icarus or params.get("simulator") != "icarus" or len(params) < 2:
+            continue
+        if item.get_closest_marker("icarus_every_case") or item.get_closest_marker("icarus"):
+            continue
+        group = (item.path, item.originalname)
+        kept = icarus_kept.setdefault(group, item.callspec.id)
+        if kept != item.callspec.id:
+            item.add_marker(pytest.mark.skip(
+                reason=f"CI runs this test under Icarus for [{kept}] only and under Verilator for "
+                       "every case; TPU_LONG=1 runs every case under both"))
 
 
 def replay_command(item):

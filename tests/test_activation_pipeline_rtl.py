@@ -24,7 +24,12 @@ TEST_MODULE = "tpu.sim.testbenches.tb_activation_pipeline"
 TESTCASES = ["random_operations", "channel_write_then_row", "requantization_edges", "mlas_ties",
              "function_tables", "pooling_shapes",
              "global_average_extremes", "timing_and_interlock", "stalled_output"]
-CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)] + [
+# The CI run (conftest.py) runs every configuration under Verilator, the first
+# and the UP5K profile's two forms (marked `icarus`) under Icarus, where the
+# others take 1 to 8 minutes each.
+CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8)] + [
+    pytest.param(TPUConfig(rows=16, cols=16, acc_rows=64), marks=pytest.mark.long(
+        "the widest plain form, a 3.6 MB design; cols8 runs the form with more than one table copy")),
     # Shared requantizers: one for 4 columns, and 3 for 8 (a short last group).
     TPUConfig(rows=4, cols=4, acc_rows=64, requantizers=1),
     TPUConfig(rows=8, cols=8, acc_rows=64, requantizers=3),
@@ -32,8 +37,8 @@ CONFIGS = [TPUConfig(rows=c, cols=c, acc_rows=64) for c in (1, 4, 8, 16)] + [
     # UP5K profile: one requantizer, products in 4 cycles, in the small form
     # (`serial_act`), and the same in the fast form.
     TPUConfig(rows=3, cols=3, acc_rows=64, requantizer_multiplier_width=8),
-    UP5K_PROFILE,
-    UP5K_PROFILE.replace(serial_act=0),
+    pytest.param(UP5K_PROFILE, marks=pytest.mark.icarus),
+    pytest.param(UP5K_PROFILE.replace(serial_act=0), marks=pytest.mark.icarus),
     # The ulx3s16 profile's lane (one requantizer a group, products in 4
     # cycles) with two lanes and a short last group.
     TPUConfig(rows=5, cols=5, acc_rows=64, requantizers=2, requantizer_multiplier_width=16),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import base_seed
+from conftest import base_seed, long_only
 from tpu.cli import main
 from tpu.sim import suites
 from tpu.sim.harness import missing_simulator
@@ -31,7 +31,8 @@ def _sim(capsys, *args):
     return status, out, err
 
 
-ENGINE_CONFIGS = ["2x2", "4x8"]
+ENGINE_CONFIGS = ["2x2", pytest.param("4x8", marks=pytest.mark.long(
+    "test_matrix_engine_rtl runs every engine testcase on 4x8; the command's path is the 2x2's"))]
 
 
 @pytest.mark.rtl
@@ -50,6 +51,9 @@ def test_engine_every_testcase(simulator, capsys, shape):
 
 @pytest.mark.rtl
 def test_core_and_chip_testcases(simulator, capsys):
+    if simulator == "icarus":
+        long_only("two minutes under Icarus; the command runs the same under both simulators, "
+                  "and Icarus runs these testcases in test_core_rtl and test_host_interface_rtl")
     from test_core_rtl import CONFIGS
     from test_host_interface_rtl import NARROW
     seed = base_seed()

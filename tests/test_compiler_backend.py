@@ -15,7 +15,7 @@ from tpu.compiler.execute import execute
 from tpu.compiler import reference
 from tpu.driver import run
 
-from conftest import base_seed
+from conftest import base_seed, long_only
 
 
 SMALL = TPUConfig(rows=8, cols=8, acc_rows=64, ub_rows=4096, weight_mem_tiles=64,
@@ -464,6 +464,9 @@ def test_two_layers_on_rtl(simulator, rng, tmp_path, monkeypatch):
     memory, a second conv, a dense head) on the whole chip's RTL equals the
     reference and the golden chip (the same counters where the golden model
     is exact)."""
+    if simulator == "icarus":
+        long_only("two minutes under Icarus; the compiler's output is simulator-independent, and "
+                  "Icarus runs the chip's programs in test_host_interface_rtl")
     config = TPUConfig()
     b = Builder(rng)
     x = b.input((6, 4, 3))
@@ -622,6 +625,9 @@ def test_gemm_of_eight_array_rows_on_rtl(simulator, rng, tmp_path, monkeypatch):
     start) on the whole chip's RTL: outputs equal the reference and the
     golden chip, the array does the same work, and no MMC waits for its
     weights there either (the RTL's host link only adds host and RAW stalls)."""
+    if simulator == "icarus":
+        long_only("two minutes under Icarus; the compiler's output is simulator-independent, and "
+                  "Icarus runs the chip's programs in test_host_interface_rtl")
     from tpu.bench.common import dense_graph
     config = TPUConfig()
     graph = dense_graph(64, 64, seed=int(rng.integers(1 << 16)))

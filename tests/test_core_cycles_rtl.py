@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from conftest import long_only
 from tpu import TPUConfig
 from tpu.config import UP5K_PROFILE
 from tpu.hdl.core import COUNTERS
@@ -200,6 +201,9 @@ def test_layer_act_hidden(simulator, tmp_path):
     """The benchmark's dense layer (two accumulator regions, each block's ACT
     after the next block's first MMC): the array takes a row every cycle from
     the first to the last."""
+    if simulator == "icarus":
+        long_only("a minute under Icarus; its cycle counts are the RTL's, the same under both "
+                  "simulators, and Icarus runs test_compute_bound on the same core")
     r = _bench(simulator, tmp_path, {"name": "layer", "program": "layer", "blocks": 4,
                                      "k_tiles": 4, "batch": 8 * R, "act_lag": 1})
     assert r["matrix_phase"]["cycles"] == 16 * 8 * R

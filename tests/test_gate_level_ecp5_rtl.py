@@ -127,6 +127,7 @@ def test_engine_netlist_keeps_the_instantiated_multipliers(mix):
 
 
 @pytest.mark.rtl
+@pytest.mark.icarus_every_case      # Verilator leaves them to TPU_GATE_ALL=1
 @pytest.mark.parametrize("mix", MIXES)
 @pytest.mark.parametrize("testcase", ["random_operations", "extreme_values"])
 def test_engine_on_the_ecp5_netlist(simulator, mix, testcase):

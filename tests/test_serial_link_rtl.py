@@ -52,6 +52,10 @@ def _run(simulator, testcase, config=SERIAL, **env):
     assert tests == 1 and failures == 0, f"{testcase} {env} failed with seed {seed}"
 
 
+# Verilator leaves this file's cases to TPU_SERIAL_ALL=1: the CI run's cut of
+# Icarus cases (conftest.py) does not apply.
+pytestmark = pytest.mark.icarus_every_case
+
 ALL = pytest.mark.skipif(not os.environ.get("TPU_SERIAL_ALL"),
                          reason="minutes of simulation over the UART: set TPU_SERIAL_ALL=1")
 
