@@ -2,15 +2,16 @@
 (through the host driver) equal `tpu.compiler.reference` bit for bit."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
 from tpu import TPUConfig
 from tpu.compiler import ir
-from tpu.compiler.artifact import ChipStep, CompiledModel, HostStep
+from tpu.compiler.artifact import FORMAT_VERSION, ChipStep, CompiledModel, HostStep
 from tpu.compiler.backend import compile_graph
-from tpu.compiler.errors import CompileError
+from tpu.compiler.errors import CompileError, ModelError
 from tpu.compiler.execute import execute
 from tpu.compiler import reference
 from tpu.driver import run
@@ -427,6 +428,29 @@ def test_save_load_describe(rng, tmp_path):
     outputs, _ = run_compiled(loaded, inputs, SMALL)
     expected = reference.run(g, inputs, outputs_only=True)
     assert np.array_equal(outputs[y], expected[y])
+
+
+def test_load_refuses_another_format_version(rng, tmp_path):
+    """A file of another format version is refused by name (version 1's
+    Adds rounded otherwise), and so is a file that is not a compiled model."""
+    b = Builder(rng)
+    x = b.input((20,))
+    compiled = compile_graph(b.graph(b.dense(x, 8)), SMALL, 1)
+    path = tmp_path / "model.tpu"
+    compiled.save(path)
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    manifest = json.loads(str(arrays["manifest"]))
+    manifest["version"] = FORMAT_VERSION - 1
+    arrays["manifest"] = np.array(json.dumps(manifest))
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(ModelError, match=f"format version {FORMAT_VERSION - 1}, this tpu reads "
+                                         f"version {FORMAT_VERSION}: compile the model again"):
+        CompiledModel.load(path)
+    path.write_bytes(b"not a model")
+    with pytest.raises(ModelError, match="not a compiled model file"):
+        CompiledModel.load(path)
 
 
 def test_compile_errors(rng):

@@ -35,7 +35,9 @@ from .layout import Layout, im2col
 
 __all__ = ["CompiledModel", "TensorSpec", "ChipStep", "HostStep", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 1
+# 2: Adds fused as ONNX Runtime fuses them run its QLinearAdd arithmetic
+# (`ir.Add.semantics`); a version-1 file's Adds would run the old rounding.
+FORMAT_VERSION = 2
 
 
 @dataclass
@@ -213,8 +215,11 @@ class CompiledModel:
             manifest = json.loads(str(arrays["manifest"]))
         except (OSError, ValueError, KeyError) as e:
             raise ModelError(f"{path}: not a compiled model file ({e})") from None
-        if manifest.get("format") != "tpu-compiled-model" or manifest.get("version") != FORMAT_VERSION:
-            raise ModelError(f"{path}: not a compiled model of format version {FORMAT_VERSION}")
+        if manifest.get("format") != "tpu-compiled-model":
+            raise ModelError(f"{path}: not a compiled model file (no tpu-compiled-model manifest)")
+        if manifest.get("version") != FORMAT_VERSION:
+            raise ModelError(f"{path}: a compiled model of format version {manifest.get('version')}, "
+                             f"this tpu reads version {FORMAT_VERSION}: compile the model again")
         steps = []
         for i, s in enumerate(manifest["steps"]):
             if s["kind"] == "chip":
