@@ -1,6 +1,7 @@
 """The `tpu` command line: output, and one-line errors for bad input."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,8 +75,19 @@ def test_verilog_default_is_the_chip_with_its_port_map(tmp_path):
     assert "module" not in result.stdout.replace("// ports of module tpu_core", "")
 
 
-def test_demo(tmp_path):
+@pytest.fixture(scope="module")
+def trained_demo(tmp_path_factory):
+    """The demo's networks trained once for the module (tests/test_demo.py
+    tests the training): a demo run given a copy loads them."""
+    from tpu.compiler import demo_models
+    directory = tmp_path_factory.mktemp("trained_demo")
+    demo_models.demo_models(directory)
+    return directory
+
+
+def test_demo(tmp_path, trained_demo):
     out = tmp_path / "demo.v"
+    shutil.copytree(trained_demo, tmp_path / "demo")
     result = tpu("demo", "--backend", "golden", "--quick", "--out", str(tmp_path / "demo"),
                  "-o", str(out))
     assert result.returncode == 0, result.stderr
@@ -85,8 +97,9 @@ def test_demo(tmp_path):
     assert (tmp_path / "demo" / "demo.png").exists()
 
 
-def test_demo_honours_the_configuration(tmp_path):
+def test_demo_honours_the_configuration(tmp_path, trained_demo):
     """Every part of the demo runs on the configuration it is given."""
+    shutil.copytree(trained_demo, tmp_path / "demo")
     result = tpu("demo", "--rows", "4", "--cols", "4", "--backend", "golden", "--quick",
                  "--out", str(tmp_path / "demo"), "-o", str(tmp_path / "d.v"))
     assert result.returncode == 0, result.stderr

@@ -99,7 +99,8 @@ BAD = [
     (["demo", "-o", ""], ["output path is empty"]),
     (["demo", "-o", "{dir}"], ["is a directory"]),
     (["demo", "--rows", "8", "--cols", "4"], ["does not fit --rows 8 --cols 4", "rows must equal cols"]),
-    (["demo", "--ub-rows", "16"], ["does not fit --ub-rows 16"]),
+    # Refused before the training, and before its output directory is made.
+    (["demo", "--ub-rows", "16", "--out", "{dir}/demo"], ["does not fit --ub-rows 16"]),
     (["demo", *HUGE], ["would need about"]),
     # bench (compile, run: tests/test_cli_model.py; build, flash: tests/test_cli_fpga.py)
     (["bench", "--rows", "0"], ["TPUConfig.rows = 0"]),

@@ -222,6 +222,20 @@ def _ort_quantized(y, quant):
     return np.rint(y / np.float32(quant.scale)).astype(np.int64) + quant.zero_point
 
 
+def _check_fit(name, split, *, config, batch):
+    """Raise the compiler's error if network `name` cannot fit the chip, in
+    seconds and before any training: whether a network fits depends on its
+    layers' shapes, which the untrained network has."""
+    from .compiler import demo_models, zoo
+    from .compiler.onnx_frontend import import_onnx
+    x_train, _, y_train, _ = split
+    train, export = demo_models.TRAINERS[name]
+    untrained = export(train(x_train[:1], y_train[:1], epochs=0))
+    quantized = zoo.quantize(untrained, demo_models.model_input(name, x_train[:8]), form="qdq",
+                             activation_type="int8")
+    _compile(import_onnx(quantized, name=f"digits_{name}"), config, batch)
+
+
 def _prepare(name, float_model, split, *, config, batch, out_dir):
     """Float and int8 accuracy on ONNX Runtime, the imported graph, its
     compiled form and the reference interpreter's outputs."""
@@ -364,8 +378,6 @@ def run_demo(backend="verilator", config=None, out_dir="build/demo", batch=64, q
     split to its first ``images`` digits."""
     from .compiler import demo_models
     config = config or TPUConfig()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     split = demo_models.digits_split()
     if images is not None:
@@ -373,6 +385,10 @@ def run_demo(backend="verilator", config=None, out_dir="build/demo", batch=64, q
     y_test = split[3]
     _say(f"digits: {len(split[0])} training and {len(split[1])} test images of 8x8 pixels "
          f"(scikit-learn's handwritten digits)")
+    for name in models:
+        _check_fit(name, split, config=config, batch=batch)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     floats = demo_models.demo_models(out_dir, names=models, log=_say)
     prepared = {}
     for name in models:

@@ -327,19 +327,22 @@ def cmd_demo(args):
                            f"(the compiler needs a square array: docs/isa.md, open points)")
     _check_memory(config, DEFAULT_TOP)
     module = TOPS[DEFAULT_TOP]
-    demo_started = started = time.perf_counter()
+    demo_started = time.perf_counter()
     print(f"configuration: {_config_line(config)}", flush=True)
-    text, ports = generate_with_ports(config, top=DEFAULT_TOP)
-    elapsed = time.perf_counter() - started
 
     from ..demo import run_demo
     try:
+        # run_demo refuses a chip the networks do not fit in seconds, before
+        # this Verilog's generation and the training.
         result = run_demo(backend=args.backend, config=config, out_dir=args.out, batch=args.batch,
                           quick=args.quick)
     except CompileError as error:
         raise CommandError(f"the demo does not fit {given}: {error}") from None
     except TpuError as error:
         raise ChipError(f"the chip failed running the demo: {error}") from None
+    started = time.perf_counter()
+    text, ports = generate_with_ports(config, top=DEFAULT_TOP)
+    elapsed = time.perf_counter() - started
     # Written last, so that a configuration the networks do not fit leaves nothing behind.
     _write(output, text.encode())
     _write(ports_path, format_port_map(ports, module).encode())
