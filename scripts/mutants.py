@@ -17,7 +17,8 @@ of the hand-written mutants of that file (every hdl/ file has one). Report
 and console show each survivor's diff. A generated mutant no test can kill
 is named, with the reason, in scripts/mutants_equivalent.toml.
 
-Tests run under Icarus only (``-k "not verilator"``; Icarus builds take seconds) with a fixed
+Tests run under Icarus only (``-k "not verilator"``; Icarus builds take seconds), every case
+of them (``TPU_LONG=1``, not the CI run's cut, docs/testing.md), with a fixed
 ``TPU_SEED`` (``--seed``), stopping at the first failure (``-x``), in the
 order the list gives them: a generated mutant runs its file's Amaranth
 simulator unit tests first (the list's ``[first]`` table), then its blocks'
@@ -180,7 +181,9 @@ def run_mutant(mutant, tests, *, seed, timeout, tree=None, simulators="icarus"):
         path.write_text(original.replace(mutant["original"], mutant["replacement"], 1))
     start = time.monotonic()
     try:
-        env = {**os.environ, "TPU_SEED": str(seed), "PYTHONWARNINGS": "error"}
+        # TPU_LONG: every case of the blocks' tests, not the CI run's cut
+        # (whose Icarus half is one case a test).
+        env = {**os.environ, "TPU_SEED": str(seed), "PYTHONWARNINGS": "error", "TPU_LONG": "1"}
         command = [tree.python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
         if simulators == "icarus":
             env["TPU_REGRESS_SIM"] = "icarus"
