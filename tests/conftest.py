@@ -97,6 +97,10 @@ def pytest_collection_modifyitems(config, items):
         return
     # Without Verilator every case's one run is its Icarus run.
     cut_icarus = not missing_simulator("verilator")
+    # An Icarus case is cut only where its Verilator twin is collected.
+    verilator_cases = {item.nodeid for item in items
+                       if getattr(getattr(item, "callspec", None), "params", {}).get("simulator")
+                       == "verilator"}
     icarus_kept = {}
     for item in items:
         long = item.get_closest_marker("long")
@@ -109,6 +113,10 @@ def pytest_collection_modifyitems(config, items):
         if not cut_icarus or params.get("simulator") != "icarus" or len(params) < 2:
             continue
         if item.get_closest_marker("icarus_every_case") or item.get_closest_marker("icarus"):
+            continue
+        function = item.nodeid[:-len(item.callspec.id) - 2]      # the id is in [brackets]
+        twin = f"{function}[{item.callspec.id.replace('icarus', 'verilator', 1)}]"
+        if twin not in verilator_cases:
             continue
         group = (item.path, item.originalname)
         kept = icarus_kept.setdefault(group, item.callspec.id)
