@@ -8,7 +8,7 @@ from amaranth.back import verilog
 
 from conftest import base_seed
 from tpu import TPUConfig
-from tpu.sim.harness import run
+from tpu.sim.harness import run, run_outcomes
 from tpu.sim.tops.dma_top import DmaTop, GearboxTop
 
 
@@ -31,25 +31,30 @@ def _id(config):
             + ("-serial_host" if config.serial_host else ""))
 
 
-# Each configuration's Verilog made once per test process (four testcases
-# under two simulators each).
+# Each configuration's Verilog made once per test process (one simulation
+# of its testcases under each simulator).
 @lru_cache(maxsize=None)
 def _source(config):
     return verilog.convert(DmaTop(config), name=TOP, emit_src=False)
 
 
+TESTCASES = ["reads", "read_errors", "writes", "throughput"]
+
+
 @pytest.mark.rtl
 @pytest.mark.parametrize("config", CONFIGS, ids=_id)
-@pytest.mark.parametrize("testcase", ["reads", "read_errors", "writes", "throughput"])
-def test_dma(simulator, config, testcase, tmp_path):
+def test_dma(simulator, config, tmp_path):
+    """Every testcase in one simulation of the configuration."""
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     report = tmp_path / "report.jsonl"
-    source = _source(config)
-    tests, failures = run(config, simulator, "tpu.sim.testbenches.tb_dma", testcase=testcase, seed=seed,
-                          toplevel=TOP, verilog_source=source,
-                          extra_env={"TPU_DMA_REPORT": str(report)})
-    assert tests == 1 and failures == 0, f"{testcase} failed with seed {seed}"
+    outcomes = run_outcomes(config, simulator, "tpu.sim.testbenches.tb_dma", testcase=TESTCASES,
+                            seed=seed, toplevel=TOP, verilog_source=_source(config),
+                            run_name="testcases", extra_env={"TPU_DMA_REPORT": str(report)})
+    assert sorted(o.name for o in outcomes) == sorted(TESTCASES), \
+        f"ran {[o.name for o in outcomes]}, not {TESTCASES} (see the simulation log)"
+    failed = [o.name for o in outcomes if not o.passed]
+    assert not failed, f"{', '.join(failed)} failed with seed {seed} (replay with TPU_SEED={seed})"
     if report.exists():
         for line in report.read_text().splitlines():
             print(json.dumps(json.loads(line), indent=1))
