@@ -45,14 +45,19 @@ TESTCASES = ["reads", "read_errors", "writes", "throughput"]
 @pytest.mark.parametrize("config", CONFIGS, ids=_id)
 def test_dma(simulator, config, tmp_path):
     """Every testcase in one simulation of the configuration."""
+    _run_testcases(simulator, config, TESTCASES, tmp_path)
+
+
+def _run_testcases(simulator, config, testcases, tmp_path):
     seed = base_seed()
     print(f"seed {seed}: replay with TPU_SEED={seed}")
     report = tmp_path / "report.jsonl"
-    outcomes = run_outcomes(config, simulator, "tpu.sim.testbenches.tb_dma", testcase=TESTCASES,
+    outcomes = run_outcomes(config, simulator, "tpu.sim.testbenches.tb_dma", testcase=testcases,
                             seed=seed, toplevel=TOP, verilog_source=_source(config),
-                            run_name="testcases", extra_env={"TPU_DMA_REPORT": str(report)})
-    assert sorted(o.name for o in outcomes) == sorted(TESTCASES), \
-        f"ran {[o.name for o in outcomes]}, not {TESTCASES} (see the simulation log)"
+                            run_name="testcases" if len(testcases) > 1 else testcases[0],
+                            extra_env={"TPU_DMA_REPORT": str(report)})
+    assert sorted(o.name for o in outcomes) == sorted(testcases), \
+        f"ran {[o.name for o in outcomes]}, not {testcases} (see the simulation log)"
     failed = [o.name for o in outcomes if not o.passed]
     assert not failed, f"{', '.join(failed)} failed with seed {seed} (replay with TPU_SEED={seed})"
     if report.exists():
@@ -76,7 +81,7 @@ def test_dma_early_delivery(simulator, tmp_path):
     """A row is delivered as soon as a completion ends exactly at its end, not
     when the rest of the request arrives (one configuration: it is timing of
     the reorder buffer, the same logic in each)."""
-    test_dma(simulator, CONFIGS[1], "early_delivery", tmp_path)
+    _run_testcases(simulator, CONFIGS[1], ["early_delivery"], tmp_path)
 
 
 @pytest.mark.rtl
@@ -86,4 +91,4 @@ def test_dma_issue_at_handover(simulator, config, tmp_path):
     request ends: the reorder buffer's row for it is bypassed from the
     request being issued (two configurations: many rows per slot, and few
     with eight tags)."""
-    test_dma(simulator, config, "issue_at_handover", tmp_path)
+    _run_testcases(simulator, config, ["issue_at_handover"], tmp_path)
