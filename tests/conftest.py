@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("TPU_BUILD_DIR", str(Path(__file__).resolve().parent.parent / "build"))
 
 from tpu import TPUConfig       # noqa: E402 -- after TPU_BUILD_DIR, which the harness reads
-from tpu.sim.harness import SIMULATORS, missing_simulator       # noqa: E402
+from tpu.sim.harness import SIMULATORS, missing_simulator, run_outcomes       # noqa: E402
 
 
 # Test simulations are short: build Verilator models without C++ optimisation,
@@ -57,6 +57,19 @@ def base_seed():
     return int(os.environ.get("TPU_SEED", "0")) or int.from_bytes(os.urandom(3), "little")
 
 
+def run_testcases(config, simulator, test_module, testcases, **options):
+    """Run the cocotb `testcases` of `test_module` in one simulation of
+    `config`; fail naming each that did not run or did not pass."""
+    seed = base_seed()
+    print(f"seed {seed}: replay with TPU_SEED={seed}")
+    outcomes = run_outcomes(config, simulator, test_module, testcase=testcases, seed=seed,
+                            run_name="testcases" if len(testcases) > 1 else testcases[0], **options)
+    assert sorted(o.name for o in outcomes) == sorted(testcases), \
+        f"ran {[o.name for o in outcomes]}, not {testcases} (see the simulation log)"
+    failed = [o.name for o in outcomes if not o.passed]
+    assert not failed, f"{', '.join(failed)} failed with seed {seed} (replay with TPU_SEED={seed})"
+
+
 def pytest_configure(config):
     # Tests are parametrized by seeds drawn at collection, and parallel test
     # processes (pytest-xdist) must collect the same tests: draw the session's
@@ -98,9 +111,7 @@ def pytest_collection_modifyitems(config, items):
     # Without Verilator every case's one run is its Icarus run.
     cut_icarus = not missing_simulator("verilator")
     # An Icarus case is cut only where its Verilator twin is collected.
-    verilator_cases = {item.nodeid for item in items
-                       if getattr(getattr(item, "callspec", None), "params", {}).get("simulator")
-                       == "verilator"}
+    verilator_cases = {item.nodeid for item in items if _params(item).get("simulator") == "verilator"}
     icarus_kept = {}
     for item in items:
         long = item.get_closest_marker("long")
@@ -109,7 +120,7 @@ def pytest_collection_modifyitems(config, items):
             assert reason, f"{item.nodeid}: a `long` mark says why the CI run leaves the case out"
             item.add_marker(pytest.mark.skip(reason=f"long run only: {reason}; TPU_LONG=1 runs it"))
             continue
-        params = getattr(getattr(item, "callspec", None), "params", {})
+        params = _params(item)
         if not cut_icarus or params.get("simulator") != "icarus" or len(params) < 2:
             continue
         if item.get_closest_marker("icarus_every_case") or item.get_closest_marker("icarus"):
@@ -124,6 +135,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(
                 reason=f"CI runs this test under Icarus for [{kept}] only and under Verilator for "
                        "every case; TPU_LONG=1 runs every case under both"))
+
+
+def _params(item):
+    return getattr(getattr(item, "callspec", None), "params", {})
 
 
 def replay_command(item):

@@ -6,9 +6,9 @@ from functools import lru_cache
 import pytest
 from amaranth.back import verilog
 
-from conftest import base_seed
+from conftest import base_seed, run_testcases
 from tpu import TPUConfig
-from tpu.sim.harness import run, run_outcomes
+from tpu.sim.harness import run
 from tpu.sim.tops.dma_top import DmaTop, GearboxTop
 
 
@@ -49,17 +49,9 @@ def test_dma(simulator, config, tmp_path):
 
 
 def _run_testcases(simulator, config, testcases, tmp_path):
-    seed = base_seed()
-    print(f"seed {seed}: replay with TPU_SEED={seed}")
     report = tmp_path / "report.jsonl"
-    outcomes = run_outcomes(config, simulator, "tpu.sim.testbenches.tb_dma", testcase=testcases,
-                            seed=seed, toplevel=TOP, verilog_source=_source(config),
-                            run_name="testcases" if len(testcases) > 1 else testcases[0],
-                            extra_env={"TPU_DMA_REPORT": str(report)})
-    assert sorted(o.name for o in outcomes) == sorted(testcases), \
-        f"ran {[o.name for o in outcomes]}, not {testcases} (see the simulation log)"
-    failed = [o.name for o in outcomes if not o.passed]
-    assert not failed, f"{', '.join(failed)} failed with seed {seed} (replay with TPU_SEED={seed})"
+    run_testcases(config, simulator, "tpu.sim.testbenches.tb_dma", testcases, toplevel=TOP,
+                  verilog_source=_source(config), extra_env={"TPU_DMA_REPORT": str(report)})
     if report.exists():
         for line in report.read_text().splitlines():
             print(json.dumps(json.loads(line), indent=1))
