@@ -155,7 +155,7 @@ def test_back_to_back_mmcs_without_bubbles():
 def test_act_waits_for_its_rows():
     # ACT reads accumulator rows the MMC writes: it issues two cycles after
     # the last row is stored (last row in + LATENCY + 2). Without pooling it
-    # is idle B + 18 cycles after its issue.
+    # is idle B + 19 cycles after its issue.
     B = 16
     program = [Rhm(0, B, 0x1000), Rw(0, 1), Mmc(0, B, 0, switch=True),
                Act(0, B, B, func=Func.RELU), Halt()]
@@ -163,7 +163,7 @@ def test_act_waits_for_its_rows():
     last = r["matrix_phase"]["last_row"]
     act = r["schedule"][3]
     assert act["issue"] == last + LATENCY + 2
-    assert act["done"] == act["issue"] + B + 18
+    assert act["done"] == act["issue"] + B + 19
     assert r["cycles"] == act["done"] + 1
 
 
@@ -251,8 +251,8 @@ def test_decode_of_convolution_and_windowed_pooling():
 def test_average_pooling_reciprocal():
     plain = est([Act(0, 0, 8), Halt()])["schedule"][0]
     avg = est([Act(0, 0, 8, pool=Pool.GLOBAL_AVG), Halt()])["schedule"][0]
-    assert plain["done"] - plain["issue"] == 8 + 18
-    assert avg["done"] - avg["issue"] == 8 + 18 + 34
+    assert plain["done"] - plain["issue"] == 8 + 19
+    assert avg["done"] - avg["issue"] == 8 + 19 + 34
 
 
 def test_underflow_fault_halts():
@@ -270,14 +270,14 @@ def test_no_halt_ends_when_idle():
 
 def stream_cycles(config, tiles, batch):
     """Cycles of `stream_program` with its epilogue (ACT + WHM of one block):
-    the last row plus R + C + 4 to the ACT, B + 19 to the WHM, B + 3 to HALT."""
+    the last row plus R + C + 4 to the ACT, B + 20 to the WHM, B + 3 to HALT."""
     R_, C_ = config.rows, config.cols
     gap = -(-C_ // min(config.weight_mem_bytes_per_cycle, C_))
     first = max(batch + 11,                                      # after the RHM
                 config.weight_mem_latency + (R_ - 1) * gap + 17)  # after the first tile
     interval = max(batch, R_, R_ * gap)                          # between switches
     last = first + (tiles - 1) * interval + batch - 1
-    return first, last, last + R_ + C_ + 2 * batch + 27
+    return first, last, last + R_ + C_ + 2 * batch + 28
 
 
 @pytest.mark.parametrize("config, tiles, batch", [
@@ -310,14 +310,14 @@ def test_compute_bound_utilisation():
     r = est(stream_program(CFG, tiles=16, batch=8 * R))
     assert r["utilisation"]["matrix_phase"] == 1.0
     assert r["counters"]["weight_stall"] == 0
-    # The whole program: 16 x 64 rows in 1024 + 3 x 64 + 8 + 8 + 37 cycles.
-    assert r["cycles"] == 1024 + 245
+    # The whole program: 16 x 64 rows in 1024 + 3 x 64 + 8 + 8 + 38 cycles.
+    assert r["cycles"] == 1024 + 246
     # Waits on hazards: the first MMC for the RHM (ready at 11, issued at B +
     # 8), the ACT for the last MMC's rows (ready three cycles after the last
     # MMC issues, 2 + B cycles before its last row enters; issued R + C + 4
-    # after that row), the WHM for the ACT (B + 16).
+    # after that row), the WHM for the ACT (B + 17).
     B = 8 * R
-    assert r["counters"]["raw_stall"] == (B - 3) + (B + R + C + 3) + (B + 16) == 224
+    assert r["counters"]["raw_stall"] == (B - 3) + (B + R + C + 3) + (B + 17) == 225
     long = est(stream_program(CFG, tiles=128, batch=8 * R))
     assert long["utilisation"]["program"] > 0.95
 

@@ -57,17 +57,18 @@ What is modelled (each rule is the RTL's, in cycles):
 * ACT: settings written 2 cycles after issue (36 with average pooling: the
   reciprocal's division), once the pipeline has finished the previous ACT's
   rows; rows read one per cycle from the next cycle; done ``rows + 2`` cycles
-  after the settings or 17 cycles after the row that completes the last
-  result (the 12-cycle pipeline, its pooling average in 3 registered stages,
-  the UB write), whichever is later: ``rows + 18`` cycles for an ACT without
-  pooling (`TIMING`'s ``act_*`` are of a 10-cycle pipeline, plus
-  ``ActivationPipeline.extra_latency``). With shared requantizers
-  (``config.requantizers``) the pipeline takes a row every ``s =
-  act_row_cycles`` cycles and its latency is ``s - 1`` cycles longer; the
-  ACT is done no earlier than 2 cycles after the pipeline has taken its last
-  row (``3 + (rows - 1) x s`` cycles after the settings). The small form
-  (``config.serial_act``) writes every result 1 cycle later still and frees the
-  pipeline 1 cycle later (its pooling multiplies over 4 cycles, not 3). CFG takes 1 cycle,
+  after the settings or 18 cycles after the row that completes the last
+  result (the 13-cycle pipeline, its pooling average in 3 registered stages
+  and the pooling unit's input register, the UB write), whichever is later:
+  ``rows + 19`` cycles for an ACT without pooling (`TIMING`'s ``act_*`` are
+  of a 10-cycle pipeline, plus ``ActivationPipeline.extra_latency``). With
+  shared requantizers (``config.requantizers``) the pipeline takes a row
+  every ``s = act_row_cycles`` cycles and its latency is ``s - 1`` cycles
+  longer; the ACT is done no earlier than 2 cycles after the pipeline has
+  taken its last row (``3 + (rows - 1) x s`` cycles after the settings). The
+  small form (``config.serial_act``) has no input register before its
+  pooling unit, whose average multiplies over 4 cycles, not 3: its results
+  come as late as the others'. CFG takes 1 cycle,
   LDQ ``19 x cols + 1``, LDL ``2 x ceil(256 / rows) + 257``.
 
 With ``host=HostLink.of(config, latency)`` the estimate is of the whole chip
@@ -686,8 +687,9 @@ def _estimate(config, words, host_latency, schedule, host=None, guesses=None):
                 # it is read).
                 step = cfg.act_row_cycles
                 # The pooling's average takes 3 registered stages (4 cycles
-                # in the small form, `serial_act`): every result that much
-                # later than in the 10-cycle pipeline `TIMING` counts.
+                # in the small form, `serial_act`) and, but in the small
+                # form, its input is registered once more: every result that
+                # much later than in the 10-cycle pipeline `TIMING` counts.
                 later = ActivationPipeline.extra_latency(cfg)
                 completing = _last_completing_row(ins)
                 last_read = ins.rows if step == 1 else (
