@@ -593,7 +593,7 @@ def test_compute_bound_gemm_schedule():
     estimate = estimate_cycles(config, decode_program(step.program))
     ideal = 512 * 8 * 8
     assert estimate["counters"]["mxu_active"] == ideal
-    assert estimate["cycles"] == 33176
+    assert estimate["cycles"] == 33179
     assert ideal / estimate["cycles"] > 0.985
     assert estimate["matrix_phase"]["first_row"] < 300        # after one block of input
     assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 100   # drained beside it
@@ -613,7 +613,7 @@ def test_gemm_of_eight_array_rows_reaches_95_percent():
     estimate = estimate_cycles(config, step.program)
     assert estimate["counters"]["mxu_active"] == 64 * 8 * 8
     assert estimate["counters"]["weight_stall"] == 0
-    assert estimate["cycles"] == 4281
+    assert estimate["cycles"] == 4282
     assert estimate["counters"]["mxu_active"] / estimate["cycles"] >= 0.95
     assert estimate["cycles"] - estimate["matrix_phase"]["last_row"] < 70
 
