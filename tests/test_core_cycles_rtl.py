@@ -66,17 +66,18 @@ def test_compute_bound(simulator, tmp_path, tiles):
     assert c["weight_shift"] == T * R
     # The first MMC issues the cycle after the RHM of B rows is done (B + 8)
     # and its first row is in the array 3 cycles later; then T x B rows back
-    # to back; then R + C + 4 cycles until the ACT issues, B + 20 until the
-    # WHM does (the ACT's pooling average takes 2 cycles), B + 3 until HALT.
+    # to back; then R + C + 4 cycles until the ACT issues, B + 21 until the
+    # WHM does (the ACT's pooling average takes 2 cycles and the pooling
+    # unit's input register 1), B + 3 until HALT.
     assert r["matrix_phase"]["first_row"] == B + 11
     assert r["matrix_phase"]["cycles"] == T * B
-    assert c["cycles"] == T * B + 3 * B + R + C + 37
-    # Over the whole program: 80.7% with 16 tiles, 95.4% with 80.
+    assert c["cycles"] == T * B + 3 * B + R + C + 38
+    # Over the whole program: 80.6% with 16 tiles, 95.4% with 80.
     assert r["utilisation"]["program"] == pytest.approx(T * B / c["cycles"])
     if T >= 73:
         assert r["utilisation"]["program"] >= 0.95
     assert c["non_matrix"] == c["cycles"] - T * B
-    assert c["raw_stall"] == (B - 3) + (B + R + C + 3) + (B + 16)
+    assert c["raw_stall"] == (B - 3) + (B + R + C + 3) + (B + 17)
     assert c["host_stall"] == 1
     _check_estimate(r)
 
@@ -96,7 +97,7 @@ def test_memory_bound(simulator, tmp_path, batch):
     assert r["matrix_phase"]["first_row"] == first
     assert r["matrix_phase"]["last_row"] == first + (T - 1) * R + B - 1
     assert r["utilisation"]["matrix_phase"] == pytest.approx(T * B / ((T - 1) * R + B))
-    assert c["cycles"] == L + T * R + R + C + 3 * B + 42
+    assert c["cycles"] == L + T * R + R + C + 3 * B + 43
     # The first switching row is at the array at 14 (its MMC, ready at 11,
     # issues then: the RHM's B rows are written by then) and waits until
     # `first`; each later one waits R - B cycles.
@@ -129,8 +130,8 @@ def test_three_cycle_multipliers_compute_bound(simulator, tmp_path):
     c = r["counters"]
     assert r["matrix_phase"]["first_row"] == B + 11
     assert r["utilisation"]["matrix_phase"] == 1.0 and c["mxu_active"] == T * B
-    assert c["cycles"] == T * B + 3 * B + R + C + 38
-    assert c["raw_stall"] == (B - 3) + (B + R + C + 4) + (B + 16)
+    assert c["cycles"] == T * B + 3 * B + R + C + 39
+    assert c["raw_stall"] == (B - 3) + (B + R + C + 4) + (B + 17)
     _check_estimate(r)
 
 
@@ -165,13 +166,14 @@ def test_accumulator_double_buffering(simulator, tmp_path):
     assert r["utilisation"]["matrix_phase"] == 1.0
     # The ACT is ready three cycles after the second MMC issues (2B + 8) and
     # waits R + C + 3 cycles, for the first MMC's last row (first + B - 1) to
-    # be stored; the first MMC waits B - 3 cycles for the RHM, the WHM B + 16
-    # for the ACT (its pooling average takes 2 cycles).
+    # be stored; the first MMC waits B - 3 cycles for the RHM, the WHM B + 17
+    # for the ACT (its pooling average takes 2 cycles, the pooling unit's
+    # input register 1).
     act_issue = (2 * B + 11) + (R + C + 3)
     assert act_issue == first + B - 1 + LATENCY + 2
     assert act_issue < last                      # rows still entering the array
-    assert c["raw_stall"] == (B - 3) + (R + C + 3) + (B + 16)
-    assert c["cycles"] == act_issue + (B + 19) + (B + 3) + 1 == 4 * B + R + C + 37
+    assert c["raw_stall"] == (B - 3) + (R + C + 3) + (B + 17)
+    assert c["cycles"] == act_issue + (B + 20) + (B + 3) + 1 == 4 * B + R + C + 38
     _check_estimate(r)
 
 
@@ -208,7 +210,7 @@ def test_layer_act_hidden(simulator, tmp_path):
                                      "k_tiles": 4, "batch": 8 * R, "act_lag": 1})
     assert r["matrix_phase"]["cycles"] == 16 * 8 * R
     assert r["utilisation"]["matrix_phase"] == 1.0
-    assert r["counters"]["cycles"] == 1653
+    assert r["counters"]["cycles"] == 1654
     _check_estimate(r)
 
 
@@ -244,9 +246,10 @@ def test_shared_fast_requantizer_estimate(simulator, tmp_path, seed):
 @pytest.mark.parametrize("serial_act", [1, 0], ids=["small", "fast"])
 def test_shared_requantizer_act_timing(simulator, tmp_path, serial_act):
     """ACTs on the UP5K profile's core, with its small activation pipeline
-    and with the fast one: 20 rows without pooling take 8 cycles a row (and
-    the small form's cycle more of latency: its pooling average in 4
-    cycles, the fast form's in 3 registered stages); a 2x2 MAX pooling whose last
+    and with the fast one: 20 rows without pooling take 8 cycles a row (the
+    same latency in both: the small form's pooling average in 4 cycles, the
+    fast form's in 3 registered stages after its pooling unit's input
+    register); a 2x2 MAX pooling whose last
     window completes 8 rows before the end is done when the pipeline has
     taken its last row (the rows read ahead of it are not left for the next
     ACT, whose results would then be wrong); an RHM runs beside the ACT's UB
@@ -259,7 +262,7 @@ def test_shared_requantizer_act_timing(simulator, tmp_path, serial_act):
                Rhm(200, 24, HOST_IN), Act(0, 140, 3), Whm(100, 44, HOST_OUT), Halt()]
     schedule = estimate_cycles(config, program, schedule=True)["schedule"]
     act, pooled = schedule[3], schedule[4]
-    assert act["done"] - act["issue"] == 20 * step + (19 if serial_act else 18)
+    assert act["done"] - act["issue"] == 20 * step + 19
     # Settings 2 cycles after issue; the pipeline takes the first row 3
     # cycles after them and the last 23 x step later; idle 2 cycles after.
     assert pooled["done"] - pooled["issue"] == 2 + 3 + 23 * step + 2
