@@ -326,6 +326,21 @@ class ActivationUnit(wiring.Component):
 
             with m.State("LDQ_READ"):
                 m.d.comb += [self.ub_read.en.eq(1), self.ub_read.addr.eq(cur_row)]
+                if not direct:
+                    # A section's word, whole in `value` since its last
+                    # capture, goes into its register in the read of the
+                    # next section's first byte (no cycle of its own): the
+                    # byte read from the UB then ends in `value`, which the
+                    # placer can keep by the UB, and not across the die in
+                    # the registers beside the requantizers (the twenty-
+                    # seventh ulx3s16 build's critical path: the block RAM's
+                    # output, its multiplexers, the byte's select and
+                    # `multiplier`'s input over 6.72 ns of wire, 18.25 ns).
+                    with m.If(byte_index == 0):
+                        with m.If(which == 1):
+                            m.d.sync += bias.eq(value)
+                        with m.If(which == 2):
+                            m.d.sync += multiplier.eq(value)
                 m.next = "LDQ_CAPTURE"
             with m.State("LDQ_CAPTURE"):
                 byte = self.ub_read.data[cur_byte]
@@ -352,11 +367,6 @@ class ActivationUnit(wiring.Component):
                     with m.Else():
                         m.d.sync += which.eq(which + 1)
                         m.next = "LDQ_READ"
-                    if not direct:
-                        with m.If(which == 0):
-                            m.d.sync += bias.eq(Cat(value[8:], byte))
-                        with m.If(which == 1):
-                            m.d.sync += multiplier.eq(Cat(value[8:], byte))
                 with m.Else():
                     m.d.sync += byte_index.eq(byte_index + 1)
                     m.next = "LDQ_READ"
