@@ -92,6 +92,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the activation function's output registered",
                16, 16, 50.0, 56.83, "2026-12-07", "666dcd6",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twenty-fifth run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the decoder's steps and the pooling input registered",
+               16, 16, 50.0, 54.79, "2026-12-07", "6abf0fb",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twenty-seventh run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most

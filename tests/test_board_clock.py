@@ -124,16 +124,16 @@ def test_ulx3s_top_at_the_oscillator_has_no_pll():
 
 
 def test_default_clocks_come_from_the_routed_results():
-    # The ulx3s16 chip's latest tree was built at 50 MHz and routed at 56.83 MHz
-    # (docs/fpga.md, "A twenty-fifth run"), not the 53.31 or 50.37 MHz of older trees:
-    # 5% below is 53.99 MHz, and the fastest clock the PLL makes at or below it is
-    # 25 MHz x 15 / 7 = 53.57 MHz (faster than the 50 MHz that tree met), divisor 465.
-    assert [(r.target_mhz, r.fmax_mhz) for r in latest_routed("ulx3s-85f", "ulx3s16")] == [(50.0, 56.83)]
-    assert default_clock_hz("ulx3s-85f", "ulx3s16") == pytest.approx(25e6 * 15 / 7)
-    assert PROFILE_BUILD_OPTIONS[("ulx3s16", "ulx3s-85f")]["clock_mhz"] == pytest.approx(53.5714, abs=1e-4)
+    # The ulx3s16 chip's latest tree was built at 50 MHz and routed at 54.79 MHz
+    # (docs/fpga.md, "A twenty-seventh run"), not the 56.83 or 53.31 MHz of older trees:
+    # 5% below is 52.05 MHz; the PLL makes nothing faster at or below it than the
+    # 50 MHz that tree met (25 MHz x 2), divisor 434.
+    assert [(r.target_mhz, r.fmax_mhz) for r in latest_routed("ulx3s-85f", "ulx3s16")] == [(50.0, 54.79)]
+    assert default_clock_hz("ulx3s-85f", "ulx3s16") == 50e6
+    assert PROFILE_BUILD_OPTIONS[("ulx3s16", "ulx3s-85f")]["clock_mhz"] == 50.0
     hz, pll = board_clock("ulx3s-85f", default_clock_hz("ulx3s-85f", "ulx3s16"))
-    assert hz == pytest.approx(25e6 * 15 / 7) and (pll.clki_div, pll.clkfb_div) == (7, 15)
-    assert uart_divisor(hz, 115200) == 465
+    assert hz == 50e6 and (pll.clki_div, pll.clkfb_div) == (1, 2)
+    assert uart_divisor(hz, 115200) == 434
     # The 2x2 chip's latest builds routed at 19.89 and 20.73 MHz: 18.75 MHz from the
     # PLL, the board's default (and the up5k profile's, the same small chip's).
     assert default_clock_hz("ulx3s-85f") == default_clock_hz("ulx3s-85f", "up5k") == 18.75e6
