@@ -95,6 +95,9 @@ ROUTED_CHIPS = (
     RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, the decoder's steps and the pooling input registered",
                16, 16, 50.0, 54.79, "2026-12-07", "6abf0fb",
                'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twenty-seventh run'),
+    RoutedChip("ulx3s-85f", "ulx3s16", "--profile ulx3s16, LDQ's words moved a state later", 16, 16, 50.0,
+               54.73, "2026-12-07", "82653f4",
+               'docs/fpga.md, "The 16x16 chip on the ECP5-85F", a twenty-eighth run'),
 )
 
 #: (board, rows, cols) -> the routed Fmax (MHz) of the array alone, the most
